@@ -1,0 +1,27 @@
+"""The errors a user can cause, and how they reach the terminal.
+
+Anything raised as a :class:`UserError` (or subclass) is printed by the CLI as one
+line and ends the process with exit code 2; everything else is a bug and keeps its
+traceback. Subclasses exist so callers can react to a kind (e.g. skip a backend
+whose server is not installed) without parsing messages.
+"""
+
+
+class UserError(Exception):
+    """A problem with the user's input or environment, explained in one line."""
+
+
+class SpecError(UserError):
+    """An experiment, workload or target that does not validate."""
+
+
+class BackendUnavailable(UserError):
+    """A backend that cannot be reached, authenticated to, or opened."""
+
+
+class BackendMissing(UserError):
+    """A backend whose client library or server binary is not installed (skippable)."""
+
+
+class UnsupportedOp(UserError):
+    """A workload asks for an operation the backend can neither do nor emulate."""

@@ -1,0 +1,169 @@
+"""Local servers on free loopback ports: the shared plumbing of every ``spawn:`` kind.
+
+A :class:`LocalServer` owns one child process and its temp directory. It is a context
+manager, and it is also registered for ``atexit`` so a crash or Ctrl-C never leaves a
+server running. Subclasses say how to start the binary and how to tell it is ready.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from typing import Any
+
+from ..errors import BackendMissing, BackendUnavailable
+
+_LIVE: set[LocalServer] = set()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def find_binary(*names: str, extra_dirs: tuple[str, ...] = ()) -> str:
+    """The first of ``names`` found on PATH or in ``extra_dirs``, or BackendMissing."""
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+        for directory in extra_dirs:
+            candidate = os.path.join(directory, name)
+            if os.access(candidate, os.X_OK):
+                return candidate
+    raise BackendMissing(f"{names[0]} is not installed (looked for {', '.join(names)} on PATH)")
+
+
+def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Wait until something accepts TCP connections on host:port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise BackendUnavailable(f"server exited with code {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise BackendUnavailable(f"server did not listen on {host}:{port} within {timeout:.0f}s")
+
+
+class LocalServer(ABC):
+    """One private server process on 127.0.0.1 in its own temp directory."""
+
+    kind: str = "server"
+    ready_timeout: float = 20.0
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self.port = 0
+        self.host = "127.0.0.1"
+        self.tmpdir = ""
+        self.proc: subprocess.Popen | None = None
+        self.version = ""
+
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The argv that starts the server on ``self.port`` in ``self.tmpdir``."""
+
+    @abstractmethod
+    def url(self) -> str:
+        """The target URL a backend uses to reach this server."""
+
+    def prepare(self) -> None:
+        """Anything to do in ``self.tmpdir`` before the server starts (initdb, ...)."""
+
+    def wait_ready(self) -> None:
+        wait_for_port(self.host, self.port, self.ready_timeout, self.proc)
+
+    def detect_version(self) -> str:
+        return ""
+
+    def env(self) -> dict[str, str] | None:
+        return None
+
+    def start(self) -> LocalServer:
+        self.tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{self.kind}-")
+        self.port = free_port()
+        try:
+            self.prepare()
+            self._log = open(os.path.join(self.tmpdir, "server.log"), "wb")  # noqa: SIM115
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=self.tmpdir,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+                start_new_session=True,  # Ctrl-C in the terminal goes to us, not straight to the server
+            )
+            _LIVE.add(self)
+            self.wait_ready()
+            self.version = self.detect_version()
+        except BaseException as exc:
+            log = self.log_tail()
+            self.stop()
+            if isinstance(exc, BackendUnavailable) and log:
+                raise BackendUnavailable(f"{self.kind}: {exc}; last log line: {log}") from None
+            raise
+        return self
+
+    def log_tail(self) -> str:
+        try:
+            with open(os.path.join(self.tmpdir, "server.log"), "rb") as f:
+                lines = f.read().decode(errors="replace").strip().splitlines()
+            return lines[-1] if lines else ""
+        except OSError:
+            return ""
+
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                with _suppress():
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=5)
+        _LIVE.discard(self)
+        if getattr(self, "_log", None):
+            self._log.close()
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = ""
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "spawned": True, "version": self.version, "port": self.port}
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop()
