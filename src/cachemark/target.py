@@ -20,10 +20,10 @@ _SECRET_PARAMS = re.compile(r"(password|passwd|secret|token|key_secret|aws_secre
 class Target:
     """A parsed target URL. ``url`` is the user's string, unredacted (keep it private)."""
 
-    url: str
+    url: str = field(repr=False)
     scheme: str
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     hosts: tuple[tuple[str, int | None], ...] = ()
     path: str = ""
     params: dict[str, str] = field(default_factory=dict)
@@ -140,4 +140,7 @@ def redact(url: str) -> str:
         f"{k}=***" if _SECRET_PARAMS.search(k) else f"{k}={quote(v, safe='/:,.-_')}"
         for k, v in parse_qsl(parts.query, keep_blank_values=True)
     )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    text = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    if "://" in url and "://" not in text:  # urlunsplit drops an empty authority: memory:// -> memory:
+        text = text.replace(":", "://", 1)
+    return text

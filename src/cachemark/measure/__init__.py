@@ -1,0 +1,1 @@
+"""Measuring: HDR histograms, per-worker recording, summaries, the environment fingerprint."""

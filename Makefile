@@ -1,0 +1,51 @@
+# The README's two commands live here: `make run` and `make test`. Each does its own set-up:
+# Debian packages (as root), a virtualenv with the Python dependencies, and the Rust engine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+RUN_PACKAGES  := redis-server memcached
+TEST_PACKAGES := $(RUN_PACKAGES) redis-tools libmemcached-tools libmemcached-dev postgresql mariadb-server chromium
+ENGINE_SOURCES := $(shell find engine -name '*.rs' -o -name 'Cargo.toml' -o -name 'Cargo.lock' | grep -v target)
+
+.PHONY: run test setup setup-test packages-run packages-test lint bench clean
+
+run: packages-run setup
+	$(BIN)/cachemark run
+
+test: packages-test setup-test
+	cd engine && cargo clippy --workspace --all-targets --quiet -- -D warnings
+	cd engine && cargo test --workspace --quiet
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -q
+
+packages-run:
+	@scripts/ensure-packages.sh $(RUN_PACKAGES)
+
+packages-test:
+	@scripts/ensure-packages.sh $(TEST_PACKAGES)
+
+setup: $(VENV)/.stamp-install
+
+setup-test: $(VENV)/.stamp-test
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+
+$(VENV)/.stamp-install: $(VENV)/bin/python pyproject.toml $(ENGINE_SOURCES)
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.stamp-test: $(VENV)/.stamp-install
+	$(BIN)/pip install -q -e '.[test,all]'
+	touch $@
+
+lint: setup-test
+	$(BIN)/ruff check src tests benchmarks
+	cd engine && cargo clippy --workspace --all-targets -- -D warnings
+
+bench: setup-test
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) engine/target

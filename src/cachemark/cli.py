@@ -1,0 +1,145 @@
+"""The ``cachemark`` command: parse, call, render — no logic the tests can't reach directly.
+
+Errors a user can cause end as one line on stderr and exit code 2; ``--debug`` (or
+``CACHEMARK_DEBUG=1``) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from . import __version__
+from .errors import SpecError, UserError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+    help="Benchmark any cache backend a web application uses, with numbers worth trusting.",
+)
+# Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160")))
+
+
+def _debug_requested() -> bool:
+    return "--debug" in sys.argv or os.environ.get("CACHEMARK_DEBUG") == "1"
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    if version:
+        console.print(f"cachemark {__version__}")
+        raise typer.Exit()
+
+
+def _workload_flags(**flags: Any) -> dict[str, Any]:
+    mapping = {"key_dist": "key_dist", "value_size": "value_size"}
+    return {mapping.get(k, k): v for k, v in flags.items() if v is not None}
+
+
+def resolve_source(source: str | None) -> tuple[dict[str, Any], str]:
+    """An experiment file path or a preset name -> (data, where it came from)."""
+    from .presets import load_preset, preset_names
+    from .spec import load_toml
+
+    if source is None:
+        return {}, "defaults"
+    if source.endswith(".toml") or os.path.sep in source or Path(source).exists():
+        return load_toml(source), source
+    if source in preset_names():
+        return load_preset(source), f"preset {source}"
+    raise SpecError(f"{source!r} is neither an experiment file nor a preset; presets: {', '.join(preset_names())}")
+
+
+@app.command()
+def run(
+    source: Annotated[str | None, typer.Argument(help="Experiment TOML file or preset name.")] = None,
+    target: Annotated[list[str] | None, typer.Option("--target", "-t", help="Target URL (repeat for several).")] = None,
+    keys: Annotated[int | None, typer.Option(help="Number of distinct keys.")] = None,
+    key_dist: Annotated[str | None, typer.Option(help="uniform | zipf[:S] | sequential | hotspot[:F,P]")] = None,
+    value_size: Annotated[str | None, typer.Option(help="100 | 100-1000 | 100:9,10000:1")] = None,
+    mix: Annotated[str | None, typer.Option(help="Op mix, e.g. get=90,set=9,delete=1 or exists+get=100.")] = None,
+    ttl: Annotated[float | None, typer.Option(help="TTL in seconds for writes (0: none).")] = None,
+    prefill: Annotated[bool | None, typer.Option("--prefill/--no-prefill", help="Write every key first.")] = None,
+    warmup: Annotated[str | None, typer.Option(help="Untimed warm-up before each phase, e.g. 1s.")] = None,
+    duration: Annotated[str | None, typer.Option(help="Timed duration per phase, e.g. 10s.")] = None,
+    ops: Annotated[int | None, typer.Option(help="Timed ops per phase (all workers together).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
+    rate: Annotated[float | None, typer.Option(help="Open loop: total ops/s (latency from intended start).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for every random choice.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Results JSON path.")] = None,
+    calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure timer and loopback RTT first.")] = True,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    """Run an experiment and print the comparison table.
+
+    With no arguments: the default comparison of memory, file, diskcache, sqlite, and
+    spawned redis and memcached under get 90 / set 9 / delete 1 on 10,000 zipf keys.
+
+    Example: cachemark run -t redis://127.0.0.1:6379 -t spawn:memcached --mix get=80,set=20 --duration 10s
+    """
+    from .session import run_experiment
+    from .spec import build_experiment, merge_overrides
+
+    data, where = resolve_source(source)
+    flags = _workload_flags(keys=keys, key_dist=key_dist, value_size=value_size, mix=mix, ttl=ttl,
+                            prefill=prefill, warmup=warmup, duration=duration, ops=ops, workers=workers,
+                            rate=rate, seed=seed)
+    if ops is not None and duration is None:
+        flags["duration"] = None
+    experiment = build_experiment(merge_overrides(data, target, flags), where)
+    document, path = run_experiment(experiment, out=out, calibrate=calibrate, console=console)
+    console.print(f"results: {path}")
+
+
+@app.command()
+def show(results: Annotated[Path, typer.Argument(help="A results JSON file.")]) -> None:
+    """Print the table of a saved results file. Example: cachemark show results/cachemark-*.json"""
+    from .report.table import render
+    from .results import load
+
+    render(load(results), console)
+
+
+@app.command()
+def targets() -> None:
+    """List the target URL schemes and spawnable servers. Example: cachemark targets"""
+    from .backends import schemes
+    from .lab import kinds
+
+    console.print("schemes: " + ", ".join(f"{s}://" for s in schemes()))
+    console.print("spawn:   " + ", ".join(f"spawn:{k}" for k in kinds()))
+
+
+@app.command()
+def presets() -> None:
+    """List the named experiments. Example: cachemark presets"""
+    from .presets import describe_presets
+
+    for name, description in describe_presets():
+        console.print(f"[bold]{name}[/bold]  {description}")
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:
+        if _debug_requested():
+            traceback.print_exc()
+        print(f"cachemark: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("cachemark: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Turning results into things people read: terminal tables, files, charts, thresholds."""

@@ -1,0 +1,1 @@
+"""Running workloads: the timed op loop (worker) and the process orchestration (runner)."""

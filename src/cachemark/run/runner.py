@@ -1,0 +1,275 @@
+"""Running one workload against one target: provide it, start workers, merge, clean up.
+
+The runner owns the process choreography: a preflight connection (so a wrong URL or a
+bad password fails before anything starts), N worker processes that meet on a barrier
+before each timed phase, progress polling, and — whatever happens — cleanup of the
+run's own namespace and of any server or temp directory it created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends import backend_class, create_backend
+from ..errors import BackendMissing, UnsupportedOp, UserError
+from ..lab import server_class
+from ..lab.base import LocalServer
+from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
+from ..spec import Workload
+from ..target import Target, parse_target
+from ..workload.ops import mix_entries
+from .worker import WorkerTask, worker_main
+
+_EMBEDDED = {"file": "", "diskcache": "", "sqlite": "cache.db"}
+ProgressFn = Callable[[str, int, int | None, float, float | None], None]
+
+
+@dataclass
+class RunOutcome:
+    """What one target's run produced (a RunResult in the results file)."""
+
+    label: str
+    target: str  # redacted
+    status: str = "ok"  # ok | skipped | failed | interrupted
+    reason: str = ""
+    backend: dict[str, Any] = field(default_factory=dict)
+    server: dict[str, Any] | None = None
+    network: dict[str, Any] | None = None
+    phases: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label, "target": self.target, "status": self.status, "reason": self.reason,
+            "backend": self.backend, "server": self.server, "network": self.network, "phases": self.phases,
+        }
+
+
+def default_label(target: Target) -> str:
+    if target.scheme == "spawn":
+        return target.path
+    client = target.param("client")
+    return f"{target.scheme}({client})" if client else target.scheme
+
+
+@contextlib.contextmanager
+def provide(target: Target) -> Iterator[tuple[Target, LocalServer | None]]:
+    """Yield a reachable target: spawn a server, or give an embedded store a temp dir."""
+    if target.scheme == "spawn":
+        options = dict(target.params)
+        server = server_class(target.path)(**options).start()
+        try:
+            url = server.url()
+            passthrough = {k: v for k, v in target.params.items() if k in ("client", "hiredis", "tags")}
+            if passthrough:
+                url += ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in passthrough.items())
+            yield parse_target(url), server
+        finally:
+            server.stop()
+        return
+    if target.scheme in _EMBEDDED and not target.path.strip("/"):
+        tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{target.scheme}-")
+        try:
+            path = os.path.join(tmpdir, _EMBEDDED[target.scheme]) if _EMBEDDED[target.scheme] else tmpdir
+            query = "&".join(f"{k}={v}" for k, v in target.params.items())
+            yield parse_target(f"{target.scheme}://{path}" + (f"?{query}" if query else "")), None
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        return
+    yield target, None
+
+
+def check_ops(target: Target, workload: Workload) -> dict[str, Any]:
+    """Refuse, before anything runs, a workload that asks for ops the backend lacks."""
+    capabilities = backend_class(target).capabilities(target)
+    if workload.tags is not None and target.param("tags"):
+        capabilities.tags = target.param("tags")
+    for phase in workload.effective_phases():
+        for entry in mix_entries(phase.mix or workload.mix):
+            for op in entry.steps:
+                if op == "clean":
+                    if workload.tags is None:
+                        raise UnsupportedOp("the clean op needs tagged entries: set workload.tags")
+                    if not capabilities.tags:
+                        raise UnsupportedOp(
+                            f"{target.redacted}: clean-by-tag is not supported; add ?tags=versioned to the URL"
+                        )
+                elif not capabilities.supports(op):
+                    raise UnsupportedOp(f"{target.redacted}: backend {target.scheme!r} does not support {op!r}")
+    return capabilities.to_json()
+
+
+def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
+    """Every key a run may have written (for backends that cannot enumerate theirs)."""
+    for i in range(workload.keys):
+        yield f"{namespace}{i}"
+    for entry in workload.mix:
+        if "incr" in entry:
+            for i in range(workload.keys):
+                yield f"{namespace}n:{i}"
+            break
+
+
+def run_target(url: str, workload: Workload, label: str | None = None,
+               progress: ProgressFn | None = None) -> RunOutcome:
+    """Run ``workload`` against ``url``; a missing server binary yields a skipped outcome."""
+    target = parse_target(url)
+    label = label or default_label(target)
+    outcome = RunOutcome(label=label, target=target.redacted)
+    try:
+        with provide(target) as (reachable, server):
+            outcome.server = server.describe() if server else None
+            outcome.backend["capabilities"] = check_ops(reachable, workload)
+            _run_workers(reachable, workload, outcome, progress)
+    except BackendMissing as exc:
+        outcome.status, outcome.reason = "skipped", str(exc)
+    return outcome
+
+
+def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progress: ProgressFn | None) -> None:
+    namespace = f"cm:{uuid.uuid4().hex[:8]}:"
+    preflight = create_backend(target, namespace)
+    preflight.open()  # BackendUnavailable propagates: the user's input is wrong
+    try:
+        outcome.backend.update({"scheme": target.scheme, "info": preflight.info(), "namespace": namespace})
+        shared = outcome.backend["capabilities"].get("shared", True)
+        tasks = [WorkerTask(target.url, namespace, workload.model_dump(), w, workload.workers, shared)
+                 for w in range(workload.workers)]
+        outcome.phases = _supervise(tasks, workload, outcome, progress)
+    finally:
+        try:
+            removed = preflight.clear_namespace(written_keys(namespace, workload))
+            outcome.backend["cleanup_removed"] = removed
+        except Exception as exc:  # noqa: BLE001 — cleanup failure must not hide results
+            outcome.backend["cleanup_error"] = f"{type(exc).__name__}: {exc}"
+        preflight.close()
+
+
+def _context() -> mp.context.BaseContext:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["cachemark.run.worker"])
+    return ctx
+
+
+def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
+               progress: ProgressFn | None) -> list[dict[str, Any]]:
+    ctx = _context()
+    n = len(tasks)
+    results: queue_mod.Queue = ctx.Queue()
+    barrier = ctx.Barrier(n)
+    counters = ctx.RawArray("q", n)
+    procs = [ctx.Process(target=worker_main, args=(t, results, barrier, counters), daemon=True) for t in tasks]
+    for p in procs:
+        p.start()
+    phases = workload.effective_phases()
+    per_phase: dict[int, list[dict[str, Any]]] = {}
+    finished: set[int] = set()
+    fatal: list[str] = []
+    interrupted = False
+    current = 0
+    phase_started: float | None = None
+    try:
+        while len(finished) < n:
+            try:
+                message = results.get(timeout=0.1)
+            except queue_mod.Empty:
+                message = None
+            if message is not None:
+                kind = message[0]
+                if kind == "phase":
+                    _, w, index, data = message
+                    per_phase.setdefault(index, []).append(data)
+                    interrupted |= data["interrupted"]
+                elif kind == "fatal":
+                    fatal.append(message[2] if message[3] != "crash" else message[4].strip())
+                    barrier.abort()
+                    _signal_all(procs, signal.SIGINT)
+                elif kind == "done":
+                    finished.add(message[1])
+            if any(not p.is_alive() and i not in finished for i, p in enumerate(procs)):
+                dead = [i for i, p in enumerate(procs) if not p.is_alive() and i not in finished]
+                time.sleep(0.2)  # its last messages may still be in flight
+                if results.empty():
+                    fatal.append(f"worker {dead[0]} died (exit code {procs[dead[0]].exitcode})")
+                    barrier.abort()
+                    finished.update(dead)
+            if progress is not None:
+                done = sum(counters)
+                if barrier.n_waiting == 0 and phase_started is None and done:
+                    phase_started = time.monotonic()
+                phase = phases[min(current, len(phases) - 1)]
+                elapsed = time.monotonic() - phase_started if phase_started else 0.0
+                progress(phase.name, done, phase.ops, elapsed, phase.duration)
+            if len(per_phase.get(current, [])) == n:
+                current += 1
+                phase_started = None
+                for i in range(n):
+                    counters[i] = 0
+    except KeyboardInterrupt:
+        interrupted = True
+        _signal_all(procs, signal.SIGINT)
+        _drain(results, per_phase, finished, n, timeout=10)
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    if fatal and not per_phase:
+        raise UserError(f"{outcome.target}: {fatal[0]}")
+    if fatal:
+        outcome.status, outcome.reason = "failed", fatal[0]
+    elif interrupted:
+        outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
+    return [_merge_phase(phases[i], per_phase[i], workload) for i in sorted(per_phase)]
+
+
+def _drain(results, per_phase, finished, n, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(finished) < n and time.monotonic() < deadline:
+        try:
+            message = results.get(timeout=0.2)
+        except (queue_mod.Empty, KeyboardInterrupt):
+            continue
+        if message[0] == "phase":
+            per_phase.setdefault(message[2], []).append(message[3])
+        elif message[0] == "done":
+            finished.add(message[1])
+
+
+def _signal_all(procs, sig) -> None:
+    for p in procs:
+        if p.is_alive() and p.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, sig)
+
+
+def _merge_phase(phase, parts: list[dict[str, Any]], workload: Workload) -> dict[str, Any]:
+    start = min(p["start_ns"] for p in parts)
+    end = max(p["end_ns"] for p in parts)
+    wall_s = (end - start) / 1e9
+    ops = summarize_ops(merge_ops([p["ops"] for p in parts]), wall_s)
+    samples = [s for p in parts for s in p["error_samples"]][:5]
+    return {
+        "name": phase.name,
+        "mode": "open" if phase.rate else "closed",
+        "rate": phase.rate,
+        "workers": workload.workers,
+        "workers_reported": len(parts),
+        "wall_s": wall_s,
+        "client_cpu_s": sum(p["cpu_s"] for p in parts),
+        "interrupted": any(p["interrupted"] for p in parts),
+        "error_samples": samples,
+        "ops": ops,
+        "timeseries": merge_timeseries([p.get("timeseries", []) for p in parts]),
+    }

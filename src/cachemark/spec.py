@@ -1,0 +1,251 @@
+"""Experiments: targets × workload (a list of phases), from flags, TOML files or presets.
+
+A :class:`Workload` is what every worker replays; a :class:`Phase` is one timed part of
+it (reference 000 times "set 1000 keys" and "get them" as two phases). Fields left
+unset on a phase inherit the workload's. Validation errors name the field and the
+allowed values, and surface as one line (:class:`~cachemark.errors.SpecError`).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .backends.base import OPS
+from .errors import SpecError
+from .workload.keys import KeyDist
+from .workload.values import ValueSizes
+
+DEFAULT_TARGETS = ["memory://", "file://", "diskcache://", "sqlite://", "spawn:redis", "spawn:memcached"]
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|us)?\s*$")
+
+
+def parse_duration(value: object, field: str = "duration") -> float:
+    """Seconds from 5, 2.5, "5s", "500ms", "2m"."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise SpecError(f"{field} {value!r}: expected seconds or a duration like 5s, 500ms, 2m")
+        number, unit = float(match.group(1)), match.group(2) or "s"
+        seconds = number * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+    if seconds < 0:
+        raise SpecError(f"{field} must not be negative")
+    return seconds
+
+
+def parse_mix(value: object) -> dict[str, float]:
+    """``get=90,set=9,delete=1`` or a dict; an entry may be a sequence ``exists+get``."""
+    if isinstance(value, str):
+        mix: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            name, sep, weight = part.partition("=")
+            if not sep:
+                raise SpecError(f"mix entry {part!r}: expected op=weight, e.g. get=90,set=10")
+            try:
+                mix[name.strip()] = float(weight)
+            except ValueError:
+                raise SpecError(f"mix entry {part!r}: weight {weight!r} is not a number") from None
+    elif isinstance(value, dict):
+        mix = {}
+        for name, weight in value.items():
+            try:
+                mix[str(name)] = float(weight)
+            except (TypeError, ValueError):
+                raise SpecError(f"mix entry {name!r}: weight {weight!r} is not a number") from None
+    else:
+        raise SpecError(f"mix {value!r}: expected op=weight pairs, e.g. get=90,set=9,delete=1")
+    for name, weight in mix.items():
+        for op in name.split("+"):
+            if op not in OPS:
+                raise SpecError(f"mix op {op!r} is unknown; allowed: {', '.join(OPS)} (sequences as exists+get)")
+        if weight < 0:
+            raise SpecError(f"mix weight for {name!r} must not be negative")
+    if not mix or sum(mix.values()) <= 0:
+        raise SpecError("mix weights sum to 0: give at least one op a positive weight, e.g. get=90,set=10")
+    return {name: weight for name, weight in mix.items() if weight > 0}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TagSpec(_Model):
+    """Each key carries 0..max tags (uniform count) drawn from a pool of ``pool`` tags."""
+
+    pool: int = Field(2000, ge=1)
+    min_per_key: int = Field(0, ge=0)
+    max_per_key: int = Field(15, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TagSpec:
+        if self.min_per_key > self.max_per_key:
+            raise ValueError("min_per_key must not exceed max_per_key")
+        return self
+
+
+class Phase(_Model):
+    """One timed part of a workload; unset fields inherit the workload's."""
+
+    name: str = "main"
+    mix: dict[str, float] | None = None
+    key_dist: str | None = None
+    ops: int | None = Field(None, ge=1)
+    duration: float | None = None
+    warmup: float | None = None
+    warmup_ops: int | None = Field(None, ge=0)
+    rate: float | None = Field(None, gt=0)
+
+    @field_validator("mix", mode="before")
+    @classmethod
+    def _mix(cls, value: object) -> object:
+        return None if value is None else parse_mix(value)
+
+    @field_validator("duration", "warmup", mode="before")
+    @classmethod
+    def _duration(cls, value: object, info: Any) -> object:
+        return None if value is None else parse_duration(value, info.field_name)
+
+    @field_validator("key_dist")
+    @classmethod
+    def _key_dist(cls, value: str | None) -> str | None:
+        return None if value is None else str(KeyDist.parse(value))
+
+
+class Workload(_Model):
+    """What every worker does against every target."""
+
+    keys: int = Field(10_000, ge=1, le=1_000_000_000)
+    key_dist: str = "zipf:0.99"
+    value_size: str = "100-1000"
+    mix: dict[str, float] = Field(default_factory=lambda: {"get": 90.0, "set": 9.0, "delete": 1.0})
+    ttl: float = Field(0.0, ge=0)
+    prefill: bool = True
+    warmup: float = 1.0
+    warmup_ops: int | None = Field(None, ge=0)
+    duration: float | None = 4.0
+    ops: int | None = Field(None, ge=1)
+    rate: float | None = Field(None, gt=0)
+    workers: int = Field(2, ge=1, le=512)
+    seed: int = 1
+    get_many_count: int = Field(10, ge=1, le=10_000)
+    verify_reads: float = Field(1 / 16, ge=0, le=1)
+    verify_writes: float = Field(1 / 256, ge=0, le=1)
+    tags: TagSpec | None = None
+    phases: list[Phase] = Field(default_factory=list)
+
+    @field_validator("mix", mode="before")
+    @classmethod
+    def _mix(cls, value: object) -> object:
+        return parse_mix(value)
+
+    @field_validator("key_dist", mode="before")
+    @classmethod
+    def _key_dist(cls, value: object) -> str:
+        return str(KeyDist.parse(str(value)))
+
+    @field_validator("value_size", mode="before")
+    @classmethod
+    def _value_size(cls, value: object) -> str:
+        return str(ValueSizes.parse(value))
+
+    @field_validator("duration", "warmup", mode="before")
+    @classmethod
+    def _duration(cls, value: object, info: Any) -> object:
+        return None if value is None else parse_duration(value, info.field_name)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Workload:
+        for phase in self.effective_phases():
+            if phase.ops is None and not phase.duration:
+                raise ValueError(f"phase {phase.name!r} needs ops or a duration (else it would never end)")
+        return self
+
+    @property
+    def sizes(self) -> ValueSizes:
+        return ValueSizes.parse(self.value_size)
+
+    def effective_phases(self) -> list[Phase]:
+        """The phases with every unset field filled from the workload."""
+        phases = self.phases or [Phase()]
+        out = []
+        for phase in phases:
+            data = phase.model_dump()
+            only_ops = phase.ops is not None and phase.duration is None
+            data["mix"] = phase.mix or self.mix
+            data["key_dist"] = phase.key_dist or self.key_dist
+            data["ops"] = phase.ops if phase.ops is not None else (None if phase.duration else self.ops)
+            data["duration"] = None if only_ops else (phase.duration or self.duration)
+            data["warmup"] = phase.warmup if phase.warmup is not None else self.warmup
+            data["warmup_ops"] = phase.warmup_ops if phase.warmup_ops is not None else self.warmup_ops
+            data["rate"] = phase.rate if phase.rate is not None else self.rate
+            out.append(Phase.model_validate(data))
+        return out
+
+
+class Experiment(_Model):
+    """Targets × workload, plus where the network is and where results go."""
+
+    name: str = "default"
+    description: str = ""
+    targets: list[str] = Field(default_factory=lambda: list(DEFAULT_TARGETS))
+    labels: list[str] = Field(default_factory=list)
+    workload: Workload = Field(default_factory=Workload)
+    network: str | None = None
+
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _targets(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [value]
+        if not value:
+            raise ValueError("at least one target is needed")
+        return value
+
+
+def _format_validation(exc: ValidationError, source: str) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "experiment"
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = "unknown field"
+    return f"{source}: {where}: {message}"
+
+
+def build_experiment(data: dict[str, Any], source: str = "experiment") -> Experiment:
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_format_validation(exc, source)) from None
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such experiment file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: malformed TOML: {exc}") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def merge_overrides(data: dict[str, Any], targets: list[str] | None, workload: dict[str, Any]) -> dict[str, Any]:
+    """Command-line flags win over the file: targets replace, workload fields override."""
+    data = dict(data)
+    if targets:
+        data["targets"] = targets
+        data.pop("labels", None)
+    if workload:
+        data["workload"] = {**data.get("workload", {}), **workload}
+    return data
+
+
+Mode = Literal["closed", "open"]

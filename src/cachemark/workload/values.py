@@ -1,0 +1,129 @@
+"""Value sizes and the self-checking value format (see docs/contracts.md).
+
+A value is a function of its key and its length only, so any reader can verify any
+value without knowing who wrote it: ``cm:<crc32 of key>:`` then printable filler.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SpecError
+
+MAX_VALUE_SIZE = 64 * 1024 * 1024
+_FILLER = bytes(0x21 + (i % 94) for i in range(94)) * (MAX_VALUE_SIZE // 94 + 1)
+_FILLER_VIEW = memoryview(_FILLER)
+
+
+def value_header(key: str) -> bytes:
+    return b"cm:%08x:" % (zlib.crc32(key.encode()) & 0xFFFFFFFF)
+
+
+def make_value(header: bytes, size: int) -> bytes:
+    """The value for the key whose :func:`value_header` is ``header``, ``size`` bytes long."""
+    if size <= 12:
+        return header[:size]
+    return header + _FILLER[12:size]
+
+
+def value_matches(header: bytes, value: bytes) -> bool:
+    size = len(value)
+    if size <= 12:
+        return value == header[:size]
+    return value[:12] == header and _FILLER_VIEW[12:size] == value[12:]
+
+
+@dataclass(frozen=True)
+class ValueSizes:
+    """``fixed`` (one size), ``range`` (uniform min..max) or ``choice`` (sizes with weights)."""
+
+    sizes: tuple[int, ...] = (100, 1000)
+    weights: tuple[float, ...] = ()
+    kind: str = "range"
+
+    @classmethod
+    def parse(cls, spec: object) -> ValueSizes:
+        """Accepts 100, "100", "100-1000", "100:9,10000:1", [[100, 9], [10000, 1]], or {min, max}."""
+        try:
+            if isinstance(spec, ValueSizes):
+                return spec
+            if isinstance(spec, int):
+                return cls._checked((spec,), (), "fixed")
+            if isinstance(spec, dict):
+                return cls._checked((int(spec["min"]), int(spec["max"])), (), "range")
+            if isinstance(spec, list | tuple):
+                pairs = [(int(size), float(weight)) for size, weight in spec]
+                return cls._checked(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs), "choice")
+            text = str(spec).strip().lower().replace("_", "")
+            if ":" in text or "," in text:
+                pairs = []
+                for part in text.split(","):
+                    size, _, weight = part.partition(":")
+                    pairs.append((_size(size), float(weight or 1)))
+                return cls._checked(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs), "choice")
+            if "-" in text:
+                low, high = text.split("-", 1)
+                return cls._checked((_size(low), _size(high)), (), "range")
+            return cls._checked((_size(text),), (), "fixed")
+        except (ValueError, KeyError, TypeError):
+            raise SpecError(
+                f"value_size {spec!r}: expected a size (100, 4k), a range (100-1000) "
+                "or sizes with weights (100:9,10000:1)"
+            ) from None
+
+    @classmethod
+    def _checked(cls, sizes: tuple[int, ...], weights: tuple[float, ...], kind: str) -> ValueSizes:
+        if any(s < 0 or s > MAX_VALUE_SIZE for s in sizes):
+            raise SpecError(f"value sizes must be between 0 and {MAX_VALUE_SIZE} bytes, got {sizes}")
+        if kind == "range" and sizes[0] > sizes[1]:
+            raise SpecError(f"value_size range {sizes[0]}-{sizes[1]} is empty")
+        if kind == "choice" and (any(w < 0 for w in weights) or sum(weights) <= 0):
+            raise SpecError("value_size weights must be non-negative and not all zero")
+        return cls(sizes, weights, kind)
+
+    @property
+    def min(self) -> int:
+        return min(self.sizes)
+
+    @property
+    def max(self) -> int:
+        return max(self.sizes)
+
+    def allows(self, size: int) -> bool:
+        if self.kind == "range":
+            return self.sizes[0] <= size <= self.sizes[1]
+        return size in self.sizes
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "fixed":
+            return np.full(n, self.sizes[0], dtype=np.int64)
+        if self.kind == "range":
+            return rng.integers(self.sizes[0], self.sizes[1] + 1, size=n, dtype=np.int64)
+        p = np.asarray(self.weights, dtype=np.float64)
+        return rng.choice(np.asarray(self.sizes, dtype=np.int64), size=n, p=p / p.sum())
+
+    def mean(self) -> float:
+        if self.kind == "range":
+            return (self.sizes[0] + self.sizes[1]) / 2
+        if self.kind == "fixed":
+            return float(self.sizes[0])
+        return float(np.average(self.sizes, weights=self.weights))
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return str(self.sizes[0])
+        if self.kind == "range":
+            return f"{self.sizes[0]}-{self.sizes[1]}"
+        return ",".join(f"{s}:{w:g}" for s, w in zip(self.sizes, self.weights, strict=True))
+
+
+def _size(text: str) -> int:
+    text = text.strip()
+    for suffix, factor in (("kib", 1024), ("mib", 1024**2), ("kb", 1000), ("mb", 1000**2),
+                           ("k", 1024), ("m", 1024**2), ("b", 1)):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * factor)
+    return int(text)

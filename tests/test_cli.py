@@ -1,0 +1,67 @@
+"""The command line: a small real run, and one clear line with exit 2 for bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "cachemark"]
+
+
+def cachemark(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "160"}
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_run_prints_the_table_and_saves_results(tmp_path):
+    result = cachemark("run", "-t", "memory://", "-t", "sqlite://", "--duration", "1", "--warmup", "0",
+                       "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "memory" in result.stdout and "sqlite" in result.stdout and "p99.9" in result.stdout
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert document["schema"] == "cachemark.results/1"
+    assert [r["status"] for r in document["runs"]] == ["ok", "ok"]
+    assert document["experiment"]["workload"]["duration"] == 1.0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "-t", "nosuch://x", "--no-calibrate"], "unknown backend scheme"),
+    (["run", "-t", "redis://127.0.0.1:1/0", "--no-calibrate"], "127.0.0.1:1"),
+    (["run", "-t", "memory://", "--keys", "0", "--no-calibrate"], "keys"),
+    (["run", "-t", "memory://", "--mix", "get=0", "--no-calibrate"], "sum to 0"),
+    (["run", "bad.toml", "--no-calibrate"], "malformed TOML"),
+    (["run", "no-such-preset", "--no-calibrate"], "neither an experiment file nor a preset"),
+    (["show", "bad.toml"], "not a results file"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    (tmp_path / "bad.toml").write_text("[workload\nkeys = ")
+    result = cachemark(*args, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = cachemark("--debug", "run", "-t", "nosuch://x", "--no-calibrate", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path):
+    proc = subprocess.Popen([*CLI, "run", "-t", "memory://", "--duration", "30", "--warmup", "0",
+                             "--no-calibrate", "-o", "out.json"], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    document = json.loads((tmp_path / "out.json").read_text())
+    run = document["runs"][0]
+    assert run["status"] == "interrupted"
+    assert run["phases"][0]["ops"]["get"]["count"] > 0
+    assert 0 < run["phases"][0]["wall_s"] < 30

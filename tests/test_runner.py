@@ -1,0 +1,176 @@
+"""The runner end to end: exact hit/miss accounting, open-loop rate, errors, verification."""
+
+import threading
+import time
+from collections import OrderedDict
+
+import pytest
+
+from cachemark.errors import UnsupportedOp, UserError
+from cachemark.measure.histogram import Histogram
+from cachemark.measure.summary import merge_ops
+from cachemark.run.runner import run_target
+from cachemark.spec import Workload
+from cachemark.workload.ops import OpStream
+
+
+def _ops(outcome, name):
+    return outcome.phases[0]["ops"][name]
+
+
+def test_lru_misses_are_exactly_what_an_lru_predicts():
+    workload = Workload(keys=1100, key_dist="uniform", mix="get=90,set=10", ops=20_000, duration=None,
+                        warmup=0, workers=1, verify_writes=0, seed=11)
+    outcome = run_target("memory://?max_entries=1000", workload)
+    assert outcome.status == "ok", outcome.reason
+
+    lru: OrderedDict[int, bool] = OrderedDict()
+
+    def put(k):
+        lru[k] = True
+        lru.move_to_end(k)
+        while len(lru) > 1000:
+            lru.popitem(last=False)
+
+    for k in range(1100):  # prefill, in key order
+        put(k)
+    misses = hits = 0
+    phase = workload.effective_phases()[0]
+    for ops, keys, _ in OpStream(workload, phase, 0, 1, 20_000).batches():
+        for op, k in zip(ops, keys):
+            if op == 0:  # get
+                if k in lru:
+                    hits += 1
+                    lru.move_to_end(k)
+                else:
+                    misses += 1
+            else:
+                put(k)
+    get = _ops(outcome, "get")
+    assert (get["hits"], get["misses"]) == (hits, misses)
+    assert misses > 500  # 100 of 1100 keys never fit: the cache really is too small
+
+
+def test_open_loop_completes_the_asked_rate():
+    workload = Workload(keys=1000, mix="get=1", rate=2000, duration=2, warmup=0, workers=2)
+    outcome = run_target("memory://", workload)
+    count = _ops(outcome, "get")["count"]
+    assert 3800 <= count <= 4200, count
+    phase = outcome.phases[0]
+    assert phase["mode"] == "open"
+    get = phase["ops"]["get"]
+    assert set(get["histograms_uncorrected"]) == set(get["histograms"])
+    # latency from the intended start can only be longer than from the actual send
+    assert get["summary"]["p99_us"] >= get["summary_uncorrected"]["p99_us"] * 0.999
+
+
+def test_workers_merge_to_the_same_counts_as_the_sum_of_their_parts():
+    outcome = run_target("memory://", Workload(keys=500, ops=20_000, duration=None, warmup=0, workers=2))
+    ops = outcome.phases[0]["ops"]
+    assert sum(op["count"] for op in ops.values()) == 20_000
+    for op in ops.values():
+        total = sum(Histogram.decode(h).total for h in op["histograms"].values())
+        assert total == op["count"]
+
+
+def test_merge_ops_adds_histograms_and_counters():
+    parts = []
+    for values in ([1000, 2000], [3000]):
+        hist = Histogram.of(values).encode()
+        parts.append({"get": {"count": len(values), "hits": len(values), "misses": 0, "errors": {"timeout": 1},
+                              "bytes_out": 1, "bytes_in": 2, "histograms": {"hit": hist}}})
+    merged = merge_ops(parts)["get"]
+    assert merged["count"] == 3 and merged["errors"] == {"timeout": 2} and merged["bytes_in"] == 4
+    assert Histogram.decode(merged["histograms"]["hit"]).total == 3
+
+
+def test_redis_run_counts_hits_bytes_and_cleans_its_namespace(redis_server):
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url())
+    client.set("someone-elses-key", b"keep me")
+    workload = Workload(keys=200, value_size=100, mix="get=80,set=20", ops=2000, duration=None, warmup=0)
+    outcome = run_target(redis_server.url(), workload)
+    get, set_ = _ops(outcome, "get"), _ops(outcome, "set")
+    assert get["hits"] + get["misses"] == get["count"] > 0
+    assert get["misses"] == 0  # prefilled, nothing deletes
+    assert get["bytes_in"] == 100 * get["hits"]
+    assert set_["bytes_out"] >= 100 * set_["count"]
+    assert outcome.backend["info"]["server_version"]
+    assert client.get("someone-elses-key") == b"keep me"
+    assert not list(client.scan_iter(match=outcome.backend["namespace"] + "*"))
+
+
+def test_a_server_stopped_mid_run_shows_up_as_errors():
+    from cachemark.lab import spawn_server
+
+    server = spawn_server("redis")
+    try:
+        workload = Workload(keys=100, mix="get=1", duration=3, warmup=0, workers=1)
+        timer = threading.Timer(1.0, server.stop)
+        timer.start()
+        started = time.monotonic()
+        outcome = run_target(server.url() + "?socket_timeout=1", workload)
+        timer.join()
+    finally:
+        server.stop()
+    get = _ops(outcome, "get")
+    assert get["errors"].get("connection", 0) > 0, get["errors"]
+    assert "error" in get["histograms"]
+    assert time.monotonic() - started < 20
+    # every op after the stop failed: no fast successes once the server is gone
+    series = outcome.phases[0]["timeseries"]
+    assert series[-1]["errors"] == series[-1]["ops"] > 0
+
+
+def test_silently_dropped_writes_are_errors(memcached_server):
+    # noreply: memcached refuses a 2 MB item (> its 1 MB limit) and the client never hears of it
+    workload = Workload(keys=5, value_size="2m", mix="set=1", ops=20, duration=None, warmup=0, workers=1,
+                        prefill=False, verify_writes=1)
+    outcome = run_target(memcached_server.url() + "?noreply=true", workload)
+    assert _ops(outcome, "set")["errors"].get("dropped_write", 0) == 20
+    fine = workload.model_copy(update={"value_size": "1000"})
+    outcome = run_target(memcached_server.url() + "?noreply=true", fine)
+    assert _ops(outcome, "set")["errors"] == {}
+
+
+def test_reads_are_verified(redis_server):
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url())
+    workload = Workload(keys=50, value_size=100, mix="get=1", ops=3000, duration=None, warmup=0, workers=1,
+                        verify_reads=1.0, prefill=True)
+    # corrupt every key of the next run's namespace as soon as it appears: a different tool wrote there
+    stop = threading.Event()
+
+    def corrupt():
+        while not stop.is_set():
+            for key in client.scan_iter(match="cm:*", count=1000):
+                client.set(key, b"x" * 100)
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=corrupt, daemon=True)
+    thread.start()
+    try:
+        outcome = run_target(redis_server.url(), workload)
+    finally:
+        stop.set()
+        thread.join()
+    assert _ops(outcome, "get")["errors"].get("verify", 0) > 0
+
+
+def test_unreachable_target_is_a_user_error():
+    with pytest.raises(UserError) as info:
+        run_target("redis://127.0.0.1:1/0", Workload(ops=10, duration=None))
+    assert "\n" not in str(info.value)
+
+
+def test_unsupported_op_is_refused_before_running():
+    with pytest.raises(UnsupportedOp, match="clean"):
+        run_target("memory://", Workload(mix="clean=1", ops=10, duration=None))
+
+
+def test_missing_server_binary_skips(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    outcome = run_target("spawn:memcached", Workload(ops=10, duration=None))
+    assert outcome.status == "skipped" and "memcached" in outcome.reason

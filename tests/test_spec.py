@@ -1,0 +1,65 @@
+"""Experiment specs: what validates, and the one-line errors for what does not."""
+
+import pytest
+
+from cachemark.errors import SpecError
+from cachemark.spec import build_experiment, load_toml, parse_duration, parse_mix
+from cachemark.target import parse_target, redact
+
+
+def test_mix_forms():
+    assert parse_mix("get=90, set=9,delete=1") == {"get": 90, "set": 9, "delete": 1}
+    assert parse_mix({"exists+get": 1}) == {"exists+get": 1.0}
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ("get=0,set=0", "sum to 0"), ("fetch=1", "unknown"), ("get", "op=weight"), ("get=x", "not a number"),
+])
+def test_bad_mixes(bad, message):
+    with pytest.raises(SpecError, match=message):
+        parse_mix(bad)
+
+
+def test_durations():
+    assert parse_duration("500ms") == 0.5
+    assert parse_duration("2m") == 120
+    assert parse_duration(3) == 3.0
+    with pytest.raises(SpecError, match="duration"):
+        parse_duration("soon")
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"workload": {"keys": 0}}, "workload.keys"),
+    ({"workload": {"workers": 0}}, "workload.workers"),
+    ({"workload": {"bogus": 1}}, "unknown field"),
+    ({"targets": []}, "targets"),
+    ({"workload": {"duration": None, "ops": None}}, "needs ops or a duration"),
+])
+def test_invalid_experiments_name_the_field(data, field):
+    with pytest.raises(SpecError, match=field) as info:
+        build_experiment(data, "x.toml")
+    assert "\n" not in str(info.value)
+
+
+def test_toml_file(tmp_path):
+    path = tmp_path / "e.toml"
+    path.write_text('name = "t"\ntargets = ["memory://"]\n[workload]\nkeys = 5\nmix = "get=1"\n'
+                    '[[workload.phases]]\nname = "fill"\nmix = {set = 1}\nops = 5\nkey_dist = "sequential"\n')
+    experiment = build_experiment(load_toml(path))
+    assert experiment.workload.phases[0].key_dist == "sequential"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    with pytest.raises(SpecError, match="malformed TOML"):
+        load_toml(bad)
+
+
+def test_target_urls_and_redaction():
+    target = parse_target("redis://user:pa%40ss@127.0.0.1:6380/2?client=redis-py")
+    assert (target.scheme, target.host, target.port(6379), target.password) == ("redis", "127.0.0.1", 6380, "pa@ss")
+    assert "pa" not in target.redacted and "pa@ss" not in repr(target)
+    multi = parse_target("memcached://h1:1,h2:2")
+    assert multi.hosts == (("h1", 1), ("h2", 2))
+    assert redact("s3://b?aws_secret_access_key=zz&endpoint_url=x") == "s3://b?aws_secret_access_key=***&endpoint_url=x"
+    assert redact("memory://") == "memory://"
+    with pytest.raises(SpecError):
+        parse_target("redis")
