@@ -174,3 +174,14 @@ def test_missing_server_binary_skips(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     outcome = run_target("spawn:memcached", Workload(ops=10, duration=None))
     assert outcome.status == "skipped" and "memcached" in outcome.reason
+
+
+def test_saturation_is_where_throughput_flattens_and_latency_climbs():
+    from cachemark.run.sweep import find_saturation, parse_sweep, sweep_points
+
+    rising = [(1, 1000, 100), (2, 1900, 105), (4, 3700, 110)]
+    assert find_saturation(rising) is None
+    flat = [(1, 1000, 100), (2, 1900, 105), (4, 1950, 200), (8, 1960, 400)]
+    assert find_saturation(flat) == 2
+    points = sweep_points(parse_sweep(["value_size=1024,10000", "workers=1,2"]))
+    assert len(points) == 4 and {"value_size": "1024", "workers": "2"} in points

@@ -75,6 +75,10 @@ def run(
     workers: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
     rate: Annotated[float | None, typer.Option(help="Open loop: total ops/s (latency from intended start).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for every random choice.")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="Label per target (same order).")] = None,
+    sweep: Annotated[list[str] | None, typer.Option(help="Sweep a field: value_size=1024,10000 (repeatable).")] = None,
+    repeat: Annotated[int | None, typer.Option(help="Run every variant this many times.")] = None,
+    network: Annotated[str | None, typer.Option(help="same-host,lan,same-zone,cross-zone,cross-region or 2ms,...")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results JSON path.")] = None,
     calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure timer and loopback RTT first.")] = True,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
@@ -95,7 +99,18 @@ def run(
                             rate=rate, seed=seed)
     if ops is not None and duration is None:
         flags["duration"] = None
-    experiment = build_experiment(merge_overrides(data, target, flags), where)
+    data = merge_overrides(data, target, flags)
+    if label:
+        data["labels"] = label
+    if sweep:
+        from .run.sweep import parse_sweep
+
+        data["sweep"] = parse_sweep(sweep)
+    if repeat is not None:
+        data["repeat"] = repeat
+    if network is not None:
+        data["network"] = network
+    experiment = build_experiment(data, where)
     document, path = run_experiment(experiment, out=out, calibrate=calibrate, console=console)
     console.print(f"results: {path}")
 

@@ -1,11 +1,13 @@
-"""One experiment end to end: calibrate, run each target with progress, save, render.
+"""One experiment end to end: calibrate, run every variant with progress, save, render.
 
-Results are saved after every target, atomically, so Ctrl-C or a failing target
-never loses what was already measured.
+An experiment expands into runs: targets × network profiles × sweep points × repeats.
+Results are saved after every run, atomically, so Ctrl-C or a failing target never
+loses what was already measured.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,21 @@ from .measure.fingerprint import fingerprint
 from .report.table import render
 from .results import default_path, new_document, write_atomic
 from .run.runner import run_target
-from .spec import Experiment
+from .run.sweep import saturation_summary, sweep_points
+from .spec import Experiment, Workload, build_experiment
 from .target import redact
+
+TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the workload
+
+
+@dataclass
+class RunSpec:
+    url: str
+    label: str | None
+    workload: Workload
+    sweep: dict[str, Any]
+    network: Any  # a lab.network profile, or None
+    repeat: int
 
 
 def experiment_record(experiment: Experiment) -> dict[str, Any]:
@@ -29,9 +44,49 @@ def experiment_record(experiment: Experiment) -> dict[str, Any]:
     return data
 
 
+def _with_params(url: str, params: dict[str, Any]) -> str:
+    if not params:
+        return url
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return url + ("&" if "?" in url else "?") + query
+
+
+def plan_runs(experiment: Experiment) -> list[RunSpec]:
+    labels = experiment.labels or [None] * len(experiment.targets)
+    if len(labels) != len(experiment.targets):
+        raise UserError(f"{len(labels)} labels for {len(experiment.targets)} targets: give one label per target")
+    profiles: list[Any] = [None]
+    if experiment.network:
+        from .lab.network import parse_network
+
+        profiles = parse_network(experiment.network)
+    runs = []
+    base = experiment.workload.model_dump()
+    for url, label in zip(experiment.targets, labels, strict=True):
+        for profile in profiles:
+            for point in sweep_points(experiment.sweep):
+                workload_fields = {k: v for k, v in point.items() if k not in TARGET_PARAMS}
+                target_fields = {k: v for k, v in point.items() if k in TARGET_PARAMS}
+                workload = build_experiment({"workload": {**base, **workload_fields}}, "sweep").workload
+                for repeat in range(experiment.repeat):
+                    runs.append(RunSpec(_with_params(url, target_fields), label, workload, point, profile, repeat))
+    return runs
+
+
+def describe(spec: RunSpec) -> str:
+    parts = [spec.label or redact(spec.url)]
+    if spec.network is not None:
+        parts.append(f"[{spec.network.name}]")
+    parts += [f"{k}={v}" for k, v in spec.sweep.items()]
+    if spec.repeat:
+        parts.append(f"#{spec.repeat + 1}")
+    return " ".join(parts)
+
+
 def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: bool = True,
                    console: Console | None = None) -> tuple[dict[str, Any], Path]:
     console = console or Console()
+    specs = plan_runs(experiment)
     calibration = None
     if calibrate:
         with console.status("calibrating: timer resolution and loopback round trip"):
@@ -43,14 +98,11 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
         )
     document = new_document(experiment_record(experiment), fingerprint(calibration))
     path = Path(out) if out else default_path()
-    labels = experiment.labels or [None] * len(experiment.targets)
-    if len(labels) != len(experiment.targets):
-        raise UserError(f"{len(labels)} labels for {len(experiment.targets)} targets: give one label per target")
     interrupted = False
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
-        for url, label in zip(experiment.targets, labels, strict=True):
-            task = progress.add_task(label or redact(url), total=1.0, detail="starting")
+        for spec in specs:
+            task = progress.add_task(describe(spec), total=1.0, detail="starting")
 
             def on_progress(phase: str, done: int, ops: int | None, elapsed: float, duration: float | None,
                             task=task) -> None:
@@ -58,21 +110,35 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
                 progress.update(task, completed=min(fraction, 1.0), detail=f"{phase}: {done:,} ops")
 
             try:
-                outcome = run_target(url, experiment.workload, label, on_progress)
+                outcome = run_target(spec.url, spec.workload, spec.label, on_progress, network=spec.network)
             except UserError:
-                write_atomic(path, document) if document["runs"] else None
+                if document["runs"]:
+                    write_atomic(path, document)
                 raise
             progress.update(task, completed=1.0, detail=outcome.status)
-            document["runs"].append(outcome.to_json())
+            run = outcome.to_json()
+            run["sweep"] = spec.sweep or None
+            run["repeat"] = spec.repeat
+            run["display"] = describe(spec)
+            document["runs"].append(run)
             write_atomic(path, document)
             if outcome.status == "interrupted":
                 interrupted = True
                 break
+    if experiment.sweep:
+        document["saturation"] = saturation_summary(document["runs"])
+        write_atomic(path, document)
     render(document, console, title=f"cachemark: {experiment.name}")
     for run in document["runs"]:
         for phase in run["phases"]:
             for sample in phase.get("error_samples", [])[:2]:
-                console.print(f"[yellow]{run['label']}[/yellow] {sample}", markup=True, highlight=False)
+                console.print(f"{run['display']}: {sample}", markup=False, highlight=False)
+        if run["status"] == "failed":
+            console.print(f"{run['display']}: failed: {run['reason']}", markup=False, highlight=False)
+    for item in document.get("saturation", []):
+        where = item["saturation"]
+        console.print(f"{item['label']}: " + (f"saturates at {item['param']}={where}" if where is not None
+                                               else f"throughput still rising at the largest {item['param']}"))
     if interrupted:
         console.print(f"interrupted: partial results saved to {path}")
         raise KeyboardInterrupt

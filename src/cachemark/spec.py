@@ -197,6 +197,22 @@ class Experiment(_Model):
     labels: list[str] = Field(default_factory=list)
     workload: Workload = Field(default_factory=Workload)
     network: str | None = None
+    sweep: dict[str, list[str]] = Field(default_factory=dict)
+    repeat: int = Field(1, ge=1, le=100)
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _sweep(cls, value: object) -> object:
+        from .run.sweep import parse_sweep
+
+        if isinstance(value, dict):
+            items = []
+            for name, values in value.items():
+                values = values if isinstance(values, list) else [values]
+                joiner = ";" if name == "mix" else ","
+                items.append(f"{name}=" + joiner.join(str(v) for v in values))
+            return parse_sweep(items)
+        return value
 
     @field_validator("targets", mode="before")
     @classmethod

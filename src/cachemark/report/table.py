@@ -35,7 +35,8 @@ def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]
     out: list[list[str]] = []
     for run in document["runs"]:
         if run["status"] in ("skipped", "failed") and not run["phases"]:
-            out.append([run["label"], run["status"], run["reason"], *[""] * (len(COLUMNS) - 3)])
+            out.append([run.get("display", run["label"]), run["status"], run["reason"],
+                        *[""] * (len(COLUMNS) - 3)])
             continue
         many_phases = len(run["phases"]) > 1
         for phase in run["phases"]:
@@ -44,7 +45,7 @@ def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]
                 hit = summary["hit_ratio"]
                 errors = sum(op["errors"].values())
                 out.append([
-                    run["label"],
+                    run.get("display", run["label"]),
                     f"{phase['name']}:{name}" if many_phases else name,
                     f"{op['count']:,}",
                     "-" if hit is None else f"{hit * 100:.1f}",

@@ -121,7 +121,7 @@ def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
 
 
 def run_target(url: str, workload: Workload, label: str | None = None,
-               progress: ProgressFn | None = None) -> RunOutcome:
+               progress: ProgressFn | None = None, network: Any = None) -> RunOutcome:
     """Run ``workload`` against ``url``; a missing server binary yields a skipped outcome."""
     target = parse_target(url)
     label = label or default_label(target)
