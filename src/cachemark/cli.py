@@ -78,9 +78,13 @@ def run(
     label: Annotated[list[str] | None, typer.Option("--label", help="Label per target (same order).")] = None,
     sweep: Annotated[list[str] | None, typer.Option(help="Sweep a field: value_size=1024,10000 (repeatable).")] = None,
     repeat: Annotated[int | None, typer.Option(help="Run every variant this many times.")] = None,
-    network: Annotated[str | None, typer.Option(help="same-host,lan,same-zone,cross-zone,cross-region or 2ms,...")] = None,
+    network: Annotated[
+        str | None, typer.Option(help="same-host,lan,same-zone,cross-zone,cross-region or 2ms,...")
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results JSON path.")] = None,
-    calibrate: Annotated[bool, typer.Option("--calibrate/--no-calibrate", help="Measure timer and loopback RTT first.")] = True,
+    calibrate: Annotated[
+        bool, typer.Option("--calibrate/--no-calibrate", help="Measure timer and loopback RTT first.")
+    ] = True,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
 ) -> None:
     """Run an experiment and print the comparison table.

@@ -53,7 +53,13 @@ def backend_class(target: Target) -> type[Backend]:
 
 
 def create_backend(target: Target, namespace: str) -> Backend:
-    return backend_class(target)(target, namespace)
+    backend = backend_class(target)(target, namespace)
+    mode = target.param("tags")
+    if mode and target.scheme != "twolevel":  # twolevel applies tags to its slow level itself
+        from .tags import with_tags
+
+        backend = with_tags(backend, mode)
+    return backend
 
 
 __all__ = ["OPS", "Backend", "Capabilities", "backend_class", "create_backend", "schemes"]

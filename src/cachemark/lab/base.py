@@ -92,6 +92,8 @@ class LocalServer(ABC):
         return None
 
     def start(self) -> LocalServer:
+        if self.proc is not None:
+            raise RuntimeError(f"{self.kind} server already started on port {self.port}")
         self.tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{self.kind}-")
         self.port = free_port()
         try:

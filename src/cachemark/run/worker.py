@@ -8,6 +8,7 @@ bookkeeping, progress) happens off the clock or every few thousand ops.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -316,7 +317,7 @@ def classify_error(exc: BaseException) -> str:
         return "connection"
     if isinstance(exc, OSError):
         return "connection"
-    if "response" in text or "protocol" in text:
+    if name == "WriteRejected" or "response" in text or "protocol" in text:
         return "server"
     return name
 
@@ -370,8 +371,6 @@ def worker_main(task: WorkerTask, queue, barrier, progress) -> None:
                    traceback.format_exc()))
     finally:
         if worker is not None:
-            try:
+            with contextlib.suppress(Exception):
                 worker.backend.close()
-            except Exception:  # noqa: BLE001
-                pass
         queue.put(("done", task.worker, os.getpid()))

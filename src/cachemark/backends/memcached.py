@@ -1,0 +1,259 @@
+"""``memcached://h1:11211,h2:11211?client=pymemcache|pylibmc&timeout=…&connect_timeout=…`` — memcached.
+
+Owns :class:`MemcachedBackend`. pymemcache (default) uses ``Client`` for one server and
+``HashClient`` for several; pylibmc uses libmemcached (text protocol unless
+``binary=true``, ketama consistent hashing when there are several servers). Both are
+set up so errors surface: writes wait for the server's reply (pymemcache's default is
+``noreply``, which would hide refused writes; ``noreply=true`` brings it back), and
+HashClient neither retries nor silently answers "miss" for a failing server.
+
+memcached cannot do everything natively: ``incr`` needs an existing key, so a missing
+counter is created with ``add 0`` and incremented again; ``exists`` is a ``get``; and it
+cannot list keys, so cleanup deletes the ``written_keys`` the runner passes in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import BackendMissing, BackendUnavailable, SpecError
+from ..target import Target
+from .base import Backend, Capabilities
+
+_CLIENTS = ("pymemcache", "pylibmc")
+_DELETE_BATCH = 1000
+
+
+class WriteRejected(RuntimeError):
+    """memcached answered a write with NOT_STORED (or the client reported it failed)."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _expire(ttl: float | None) -> int:
+    # memcached counts whole seconds and reads 0 as "never": round a TTL up, never down to 0.
+    return 0 if ttl is None else max(1, math.ceil(ttl))
+
+
+class MemcachedBackend(Backend):
+    scheme = "memcached"
+
+    def __init__(self, target: Target, namespace: str) -> None:
+        super().__init__(target, namespace)
+        self.client_name = target.param("client", "pymemcache") or "pymemcache"
+        if self.client_name not in _CLIENTS:
+            raise SpecError(
+                f"{target.redacted}: client={self.client_name!r}; use one of {', '.join(_CLIENTS)}"
+            )
+        self.servers = [(host or "127.0.0.1", port or 11211) for host, port in target.hosts] or [
+            ("127.0.0.1", 11211)
+        ]
+        self.timeout = target.float_param("timeout", 5.0)
+        self.connect_timeout = target.float_param("connect_timeout", 2.0)
+        self.no_delay = target.bool_param("no_delay", True)
+        self.noreply = target.bool_param("noreply", False)
+        self.binary = target.bool_param("binary", False)
+        self.client: Any = None
+        self.server_versions: list[str] = []
+
+    @classmethod
+    def capabilities(cls, target: Target) -> Capabilities:
+        return Capabilities(
+            native=frozenset({"get", "set", "delete", "get_many", "set_many"}),
+            emulated={
+                "incr": "incr; on a missing key, add '0' then incr again (two or three round trips)",
+                "exists": "get (the value travels back; memcached has no exists command)",
+            },
+        )
+
+    def info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "client": self.client_name,
+            "servers": len(self.servers),
+            "server": "memcached",
+        }
+        if self.client_name == "pymemcache":
+            import pymemcache
+
+            info.update(
+                client_version=pymemcache.__version__,
+                client_class="HashClient" if len(self.servers) > 1 else "Client",
+                noreply=self.noreply,
+                no_delay=self.no_delay,
+            )
+        else:
+            import pylibmc
+
+            info.update(
+                client_version=pylibmc.__version__,
+                libmemcached_version=pylibmc.libmemcached_version,
+                binary=self.binary,
+            )
+        versions = sorted(set(self.server_versions))
+        info["server_version"] = versions[0] if len(versions) == 1 else ",".join(versions)
+        return info
+
+    # -- lifecycle -------------------------------------------------------------------
+    def open(self) -> None:
+        if self.client is not None:
+            return
+        if self.client_name == "pymemcache":
+            self._open_pymemcache()
+        else:
+            self._open_pylibmc()
+
+    def _open_pymemcache(self) -> None:
+        from pymemcache.client.base import Client
+        from pymemcache.client.hash import HashClient
+
+        options = {
+            "connect_timeout": self.connect_timeout,
+            "timeout": self.timeout,
+            "no_delay": self.no_delay,
+            "default_noreply": self.noreply,
+        }
+        if len(self.servers) == 1:
+            client: Any = Client(self.servers[0], **options)
+            members = [(self.servers[0], client)]
+        else:
+            # retry_attempts=0 + dead_timeout=0: a failing server raises on every op
+            # instead of being skipped (its keys would silently move or read as misses).
+            client = HashClient(self.servers, retry_attempts=0, dead_timeout=0, ignore_exc=False, **options)
+            members = [(server, client.clients[f"{server[0]}:{server[1]}"]) for server in self.servers]
+        versions = []
+        for (host, port), member in members:
+            try:
+                versions.append(member.version().decode())
+            except Exception as exc:  # OSError, socket.timeout, MemcacheError: the server does not answer
+                client.close()
+                raise BackendUnavailable(f"memcached at {host}:{port}: {_one_line(exc)}") from None
+        self.server_versions = versions
+        self.client = client
+        self._members = [member for _, member in members]
+        self._bind(client)
+        self._not_found: tuple[type[BaseException], ...] = ()
+
+    def _open_pylibmc(self) -> None:
+        try:
+            import pylibmc
+        except ImportError as exc:
+            raise BackendMissing(
+                f"{self.target.redacted}: pylibmc is not installed (pip install pylibmc)"
+            ) from exc
+        behaviors: dict[str, Any] = {
+            "tcp_nodelay": self.no_delay,
+            "connect_timeout": int(self.connect_timeout * 1000),  # milliseconds
+            "send_timeout": int(self.timeout * 1_000_000),  # microseconds
+            "receive_timeout": int(self.timeout * 1_000_000),
+        }
+        if len(self.servers) > 1:
+            behaviors["ketama"] = True
+        client = pylibmc.Client(
+            [f"{host}:{port}" for host, port in self.servers], binary=self.binary, behaviors=behaviors
+        )
+        try:
+            stats = client.get_stats()
+        except pylibmc.Error as exc:
+            client.disconnect_all()
+            raise BackendUnavailable(f"memcached at {self._where()}: {_one_line(exc)}") from None
+        answered = {name.decode().split(" ")[0]: s for name, s in stats}
+        for host, port in self.servers:
+            entry = answered.get(f"{host}:{port}")
+            if entry is None:
+                client.disconnect_all()
+                raise BackendUnavailable(f"memcached at {host}:{port}: no answer to stats")
+            self.server_versions.append(entry.get("version", b"").decode())
+        self.client = client
+        self._members = [client]
+        self._bind(client)
+        self._not_found = (pylibmc.NotFound,)
+
+    def _where(self) -> str:
+        return ",".join(f"{host}:{port}" for host, port in self.servers)
+
+    def _bind(self, client: Any) -> None:
+        # Bound methods looked up once; the two clients share get/set/delete/add names.
+        self._get = client.get
+        self._set = client.set
+        self._delete = client.delete
+        self._add = client.add
+        self._incr = client.incr
+        if self.client_name == "pymemcache":
+            self._get_many = client.get_many
+            self._set_many = client.set_many
+        else:
+            self._get_many = client.get_multi
+            self._set_many = client.set_multi
+
+    def close(self) -> None:
+        client, self.client = self.client, None
+        if client is None:
+            return
+        if self.client_name == "pymemcache":
+            client.close()
+        else:
+            client.disconnect_all()
+
+    # -- the operations -------------------------------------------------------------
+    def get(self, key: str) -> bytes | None:
+        return self._get(key)
+
+    def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        # pymemcache returns True/False (None with noreply); pylibmc returns a bool.
+        if self._set(key, value, _expire(ttl)) is False:
+            raise WriteRejected(f"memcached did not store {key!r}")
+
+    def delete(self, key: str) -> bool:
+        return bool(self._delete(key))
+
+    def exists(self, key: str) -> bool:
+        return self._get(key) is not None
+
+    def get_many(self, keys: list[str]) -> dict[str, bytes]:
+        return self._get_many(keys)
+
+    def set_many(self, items: Mapping[str, bytes], ttl: float | None = None) -> None:
+        failed = self._set_many(items, _expire(ttl))  # both clients return the keys not stored
+        if failed:
+            raise WriteRejected(f"memcached did not store {len(failed)} of {len(items)} keys")
+
+    def incr(self, key: str, delta: int = 1) -> int:
+        for _ in range(3):
+            try:
+                number = self._incr(key, delta)
+            except self._not_found:  # pylibmc raises where pymemcache returns None
+                number = None
+            if number is not None:
+                return int(number)
+            # A concurrent worker may win the add; then our incr simply finds the key.
+            self._add(key, b"0", 0)
+        raise WriteRejected(f"memcached lost counter {key!r} between add and incr three times")
+
+    def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
+        """Delete the run's written keys (memcached cannot enumerate); returns -1 (not counted)."""
+        if self.client is None:
+            self.open()
+        batch: list[str] = []
+        for key in written_keys:
+            if key.startswith(self.namespace):  # never touch a key outside the namespace
+                batch.append(key)
+                if len(batch) >= _DELETE_BATCH:
+                    self._delete_batch(batch)
+                    batch = []
+        if batch:
+            self._delete_batch(batch)
+        return -1
+
+    def _delete_batch(self, keys: list[str]) -> None:
+        if self.client_name == "pymemcache":
+            # Each member gets the whole batch in one pipelined write; keys it does not
+            # own answer NOT_FOUND. Cheaper than HashClient.delete_many's per-key round trips.
+            for member in self._members:
+                member.delete_many(keys, noreply=False)
+        else:
+            self.client.delete_multi(keys)

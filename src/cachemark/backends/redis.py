@@ -1,0 +1,180 @@
+"""``redis://[:password@]host:port/db?client=redis-py&hiredis=true|false&socket_timeout=…`` (and ``rediss://``).
+
+Owns :class:`RedisBackend`, the redis-py adapter. Each op is one redis-py call:
+``get_many`` is MGET, ``set_many`` one non-transactional pipeline of SETs, TTLs go
+in the SET itself (PX), ``incr`` is INCRBY. redis-py's automatic retries are turned
+off so a failed op is counted as an error instead of being hidden inside a slower
+success. ``hiredis=false`` forces the pure-Python RESP2 parser; by default the
+hiredis parser is used when installed. Cleanup is SCAN MATCH ``<namespace>*`` plus
+UNLINK in batches — never FLUSHDB. The raw client is ``self.client`` (tags use it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import redis
+from redis._parsers import _HiredisParser, _RESP2Parser
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.utils import HIREDIS_AVAILABLE
+
+from ..errors import BackendMissing, BackendUnavailable, SpecError
+from ..target import Target
+from .base import Backend, Capabilities
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+_CLIENTS = ("redis-py",)
+_UNLINK_BATCH = 500
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+class RedisBackend(Backend):
+    scheme = "redis"
+
+    def __init__(self, target: Target, namespace: str) -> None:
+        super().__init__(target, namespace)
+        client = target.param("client", "redis-py")
+        if client not in _CLIENTS:
+            raise SpecError(f"{target.redacted}: client={client!r} is not served here; use redis-py")
+        requested = target.params.get("hiredis")
+        self.hiredis = target.bool_param("hiredis", HIREDIS_AVAILABLE)
+        if self.hiredis and requested is not None and not HIREDIS_AVAILABLE:
+            raise BackendMissing(
+                f"{target.redacted}: hiredis=true but hiredis is not installed (pip install hiredis)"
+            )
+        path = target.path.strip("/")
+        try:
+            db = int(path) if path else 0
+        except ValueError:
+            raise SpecError(f"{target.redacted}: database {path!r} must be a number") from None
+        self.tls = target.scheme == "rediss"
+        # Connection settings only; nothing connects until open().
+        self._kwargs: dict[str, Any] = {
+            "host": target.host,
+            "port": target.port(6379),
+            "db": db,
+            "username": target.username,
+            "password": target.password,
+            "socket_timeout": target.float_param("socket_timeout", 5.0),
+            "socket_connect_timeout": target.float_param("socket_connect_timeout", 2.0),
+            "retry": Retry(NoBackoff(), 0),
+            "parser_class": _HiredisParser if self.hiredis else _RESP2Parser,
+            "connection_class": redis.SSLConnection if self.tls else redis.Connection,
+        }
+        if self.tls:
+            self._kwargs["ssl_cert_reqs"] = target.param("ssl_cert_reqs", "required")
+            if target.param("ssl_ca_certs"):
+                self._kwargs["ssl_ca_certs"] = target.param("ssl_ca_certs")
+        self.client: redis.Redis | None = None
+        self.server_version = ""
+
+    @classmethod
+    def capabilities(cls, target: Target) -> Capabilities:
+        return Capabilities(
+            native=frozenset({"get", "set", "delete", "exists", "get_many", "set_many", "incr"}),
+        )
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "client": "redis-py",
+            "client_version": redis.__version__,
+            "hiredis": self.hiredis,
+            "tls": self.tls,
+            "server": "redis",
+            "server_version": self.server_version,
+        }
+
+    def open(self) -> None:
+        if self.client is not None:
+            return
+        pool = redis.ConnectionPool(**self._kwargs)
+        client = redis.Redis(connection_pool=pool)
+        where = f"{self.target.host}:{self.target.port(6379)}"
+        try:
+            client.ping()
+            self.server_version = str(client.info("server").get("redis_version", ""))
+        except redis.AuthenticationError as exc:
+            pool.disconnect()
+            raise BackendUnavailable(f"redis at {where}: authentication failed: {_one_line(exc)}") from None
+        except redis.TimeoutError as exc:
+            pool.disconnect()
+            raise BackendUnavailable(f"redis at {where}: timed out: {_one_line(exc)}") from None
+        except redis.ConnectionError as exc:
+            pool.disconnect()
+            raise BackendUnavailable(f"redis at {where}: cannot connect: {_one_line(exc)}") from None
+        except redis.RedisError as exc:
+            pool.disconnect()
+            # e.g. "NOAUTH Authentication required" or a password sent to a server without one
+            raise BackendUnavailable(f"redis at {where}: {_one_line(exc)}") from None
+        self.client = client
+        # Bound methods looked up once: the per-op path is a single redis-py call.
+        self._get = client.get
+        self._set = client.set
+        self._delete = client.delete
+        self._exists = client.exists
+        self._mget = client.mget
+        self._incrby = client.incrby
+
+    def close(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            client.close()
+            client.connection_pool.disconnect()
+
+    def get(self, key: str) -> bytes | None:
+        return self._get(key)
+
+    def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
+        if ttl is None:
+            self._set(key, value)
+        else:
+            self._set(key, value, px=max(1, int(ttl * 1000)))
+
+    def delete(self, key: str) -> bool:
+        return self._delete(key) > 0
+
+    def exists(self, key: str) -> bool:
+        return self._exists(key) > 0
+
+    def get_many(self, keys: list[str]) -> dict[str, bytes]:
+        if not keys:
+            return {}
+        return {key: value for key, value in zip(keys, self._mget(keys), strict=True) if value is not None}
+
+    def set_many(self, items: Mapping[str, bytes], ttl: float | None = None) -> None:
+        pipe = self.client.pipeline(transaction=False)  # type: ignore[union-attr]
+        if ttl is None:
+            for key, value in items.items():
+                pipe.set(key, value)
+        else:
+            px = max(1, int(ttl * 1000))
+            for key, value in items.items():
+                pipe.set(key, value, px=px)
+        pipe.execute()
+
+    def incr(self, key: str, delta: int = 1) -> int:
+        return self._incrby(key, delta)
+
+    def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
+        if self.client is None:
+            self.open()
+        client = self.client
+        assert client is not None
+        pattern = _GLOB_SPECIAL.sub(r"\\\1", self.namespace) + "*"
+        removed = 0
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= _UNLINK_BATCH:
+                removed += client.unlink(*batch)
+                batch.clear()
+        if batch:
+            removed += client.unlink(*batch)
+        return removed

@@ -1,0 +1,93 @@
+"""The native load engine, seen from Python: one call runs a whole load test.
+
+:func:`run_load` hands a config dict to the Rust engine (``cachemark._engine``; see
+docs/engine.md for every key) and returns its result dict: ``wall_s``,
+``client_cpu_s``, ``ops`` (one OpResult per op, docs/contracts.md), wire bytes,
+``interrupted`` and ``errors_sample``. :func:`target_config` turns a
+``redis://…?client=engine`` / ``memcached://…?client=engine`` target into the
+connection part of that config. :class:`Histogram` is the engine's HDR histogram,
+usable by the Python workers so both sides produce the same, mergeable histograms.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import BackendUnavailable, SpecError
+from .target import Target, parse_target
+
+try:
+    from ._engine import Histogram
+    from ._engine import run_load as _run_load
+except ImportError as exc:  # pragma: no cover - only without a built extension
+    raise ImportError(
+        "cachemark._engine is not built; run `maturin develop --release -m engine/Cargo.toml`"
+    ) from exc
+
+__all__ = ["Histogram", "run_load", "target_config", "PROTOCOLS"]
+
+PROTOCOLS = ("resp2", "resp3", "memcache_text", "memcache_meta")
+
+
+def run_load(config: dict[str, Any]) -> dict[str, Any]:
+    """Run one load test on the native engine and return its result.
+
+    Raises :class:`SpecError` for an invalid config and :class:`BackendUnavailable`
+    when a server cannot be reached, refuses the credentials, or speaks another
+    protocol. Ctrl-C ends the run early; the result then has ``"interrupted": True``.
+    """
+    try:
+        text = json.dumps(config)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"engine config is not JSON-serialisable: {exc}") from None
+    try:
+        out = _run_load(text)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    except ConnectionError as exc:
+        raise BackendUnavailable(str(exc)) from None
+    return json.loads(out)
+
+
+def target_config(target: str | Target) -> dict[str, Any]:
+    """The connection part of an engine config for a target URL.
+
+    ``redis://[user:pass@]host:port[/db][?protocol=resp3]`` and
+    ``memcached://h1:11211,h2:11211[?protocol=meta]``; engine knobs given in the
+    query (``threads``, ``connections``, ``pipeline``) are copied too.
+    """
+    t = parse_target(target) if isinstance(target, str) else target
+    cfg: dict[str, Any] = {}
+    if t.scheme in ("redis", "valkey"):
+        proto = (t.param("protocol") or "resp2").lower()
+        cfg["protocol"] = {"2": "resp2", "3": "resp3"}.get(proto, proto)
+        if cfg["protocol"] not in ("resp2", "resp3"):
+            raise SpecError(f"{t.redacted}: protocol must be resp2 or resp3")
+        default_port = 6379
+        db = t.path.strip("/")
+        if db:
+            if not db.isdigit():
+                raise SpecError(f"{t.redacted}: database {db!r} must be a number")
+            cfg["db"] = int(db)
+        cfg["username"] = t.username
+        cfg["password"] = t.password
+        if len(t.hosts) > 1:
+            raise SpecError(f"{t.redacted}: the engine takes one Redis server (no cluster mode)")
+    elif t.scheme == "memcached":
+        proto = (t.param("protocol") or "text").lower()
+        cfg["protocol"] = {"text": "memcache_text", "meta": "memcache_meta"}.get(proto, proto)
+        if cfg["protocol"] not in ("memcache_text", "memcache_meta"):
+            raise SpecError(f"{t.redacted}: protocol must be text or meta")
+        default_port = 11211
+    else:
+        raise SpecError(f"{t.redacted}: the native engine speaks redis:// and memcached:// only")
+    hosts = t.hosts or (("127.0.0.1", None),)
+    cfg["servers"] = [
+        f"{h}:{p or default_port}" if ":" not in h else f"[{h}]:{p or default_port}" for h, p in hosts
+    ]
+    for knob in ("threads", "connections", "pipeline"):
+        value = t.int_param(knob)
+        if value is not None:
+            cfg[knob] = value
+    return cfg

@@ -1,0 +1,137 @@
+"""The report-side CLI commands — ``report``, ``compare``, ``thresholds`` — as plain functions.
+
+Owns the typer-annotated functions that cli.py registers (``app.command("report")(report)``
+and so on): they load and check the input, call the report modules, and write outputs
+atomically (JSON through :func:`cachemark.results.write_atomic`, text through
+:func:`cachemark.report.export.write_text_atomic`). Bad input ends as a one-line
+:class:`~cachemark.errors.UserError`. ``-o -`` writes to standard output.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ..errors import UserError
+from ..results import load, write_atomic
+
+_SUFFIXES = {"html": ".html", "markdown": ".md", "csv": ".csv", "json": ".summary.json"}
+_BY_SUFFIX = {".html": "html", ".htm": "html", ".md": "markdown", ".csv": "csv", ".json": "json"}
+
+
+def _console() -> Console:
+    return Console(stderr=True)
+
+
+def _emit(text: str, out: Path | None) -> None:
+    if out is None or str(out) == "-":
+        sys.stdout.write(text)
+        return
+    from .export import write_text_atomic
+
+    write_text_atomic(out, text)
+    _console().print(f"wrote {out}", highlight=False)
+
+
+def report(
+    results: Annotated[Path, typer.Argument(help="A results JSON file from cachemark run.")],
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Output file ('-': stdout). Default: beside the results, e.g. run.html.")] = None,
+    format: Annotated[str | None, typer.Option(
+        "--format", "-f", help="html | markdown | csv | json (default: --out's suffix, else html).")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        "--baseline", "-b", help="A run label: add '% of baseline' figures (markdown, html).")] = None,
+) -> None:
+    """Turn a results file into an HTML report, Markdown tables, CSV or summary JSON.
+
+    Example: cachemark report results/cachemark-20261122-080904.json -f markdown --baseline redis -o bench.md
+    """
+    from .export import FORMATS, render, strip_histograms
+
+    if format is None:
+        format = _BY_SUFFIX.get(out.suffix.lower(), "html") if out is not None and str(out) != "-" else "html"
+    if format not in FORMATS:
+        raise UserError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+    document = load(results)
+    if out is None:
+        out = results.with_name(results.name.removesuffix(".json") + _SUFFIXES[format])
+    if format == "json" and str(out) != "-":
+        if baseline is not None:
+            raise UserError("--baseline applies to the markdown and html formats")
+        if out.resolve() == results.resolve():
+            raise UserError(f"{out}: refusing to overwrite the results file with its summary")
+        write_atomic(out, strip_histograms(document))
+        _console().print(f"wrote {out}", highlight=False)
+        return
+    _emit(render(document, format, baseline), out)
+
+
+def compare(
+    base: Annotated[Path, typer.Argument(help="The results file to compare against.")],
+    new: Annotated[list[Path], typer.Argument(help="One or more newer results files.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="table | markdown | json")] = "table",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write markdown/json here.")] = None,
+) -> None:
+    """Compare results per backend label and op: ratios of ops/s and percentiles, better or worse.
+
+    Runs carrying "repeat" fields give a noise estimate; smaller differences are marked ~noise.
+    Example: cachemark compare results/before.json results/after.json
+    """
+    from . import compare as cmp
+
+    if format not in ("table", "markdown", "json"):
+        raise UserError(f"unknown format {format!r}; choose one of table, markdown, json")
+    base_doc = load(base)
+    new_docs = [load(path) for path in new]
+    rows = cmp.compare(base_doc, new_docs)
+    if not rows:
+        raise UserError(f"nothing to compare: no label and op appears in both {base} and the new results")
+    if format == "table":
+        console = Console()
+        cmp.render_table(rows, console, names=[p.name for p in new])
+        missing = cmp.unmatched(base_doc, new_docs)
+        if missing:
+            console.print("not compared (on one side only): " + ", ".join(missing), highlight=False)
+        return
+    if format == "json" and out is not None and str(out) != "-":
+        write_atomic(out, {"base": str(base), "new": [str(p) for p in new], "rows": rows})
+        _console().print(f"wrote {out}", highlight=False)
+        return
+    _emit(cmp.to_json(rows) if format == "json" else cmp.to_markdown(rows), out)
+
+
+def thresholds(
+    results: Annotated[list[Path], typer.Argument(help="Results file(s); e.g. one per instance type.")],
+    levels: Annotated[str, typer.Option(help="Alarm levels as % of the measured maximum.")] = "100,90,80",
+    metric: Annotated[str, typer.Option(help="bandwidth | ops | cpu")] = "bandwidth",
+    format: Annotated[str, typer.Option(
+        "--format", "-f", help="json | cloudformation | prometheus")] = "json",
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", help="Name of the target each results file measured (one per file): cache.m4.xlarge.")]
+    = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Output file (cloudformation: JSON if it ends in .json, else YAML).")] = None,
+) -> None:
+    """Capacity thresholds: the measured maximum per target and alarm levels at percentages of it.
+
+    Example: cachemark thresholds results/m4-xlarge.json --label cache.m4.xlarge -f cloudformation -o map.yaml
+    """
+    from . import thresholds as th
+
+    if format not in th.FORMATS:
+        raise UserError(f"unknown format {format!r}; choose one of {', '.join(th.FORMATS)}")
+    if metric not in th.METRICS:
+        raise UserError(f"unknown metric {metric!r}; choose one of {', '.join(th.METRICS)}")
+    parsed = th.parse_levels(levels)
+    documents = [load(path) for path in results]
+    result = th.compute(documents, metric, parsed, label or None)
+    as_json = out is not None and out.suffix.lower() == ".json"
+    if format == "json" and out is not None and str(out) != "-":
+        write_atomic(out, result)
+        _console().print(f"wrote {out}", highlight=False)
+        return
+    _emit(th.render(result, format, as_json=as_json), out)

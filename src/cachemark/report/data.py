@@ -1,0 +1,117 @@
+"""Flattening a results document into rows every report reads the same way.
+
+Owns :func:`op_rows` (one dict per run × phase × op, with every summary figure and the
+phase's server figures) and :func:`phase_rows` (one per run × phase: total ops/s, payload
+bandwidth, server figures). Export, compare, thresholds and the HTML report all start
+here, so a figure means the same thing in every output. Summaries missing from an older
+file are recomputed from the histograms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..measure.summary import summary_from_result
+
+SUMMARY_FIELDS = ("ops_per_s", "hit_ratio", "error_count", "p50_us", "p90_us", "p99_us", "p999_us",
+                  "max_us", "mean_us")
+LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
+SERVER_FIELDS = ("cpu_us_per_op", "bytes_in_per_op", "bytes_out_per_op", "net_mbps_p90", "net_mbps_p70",
+                 "net_in_mbps_p90", "net_out_mbps_p90", "cpu_pct_p90", "used_memory_bytes", "evictions")
+
+
+def sweep_key(run: dict[str, Any]) -> str:
+    """``value_size=1024`` (several swept fields joined by ``,``); empty when not a sweep."""
+    sweep = run.get("sweep") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(sweep.items()))
+
+
+def run_name(run: dict[str, Any]) -> str:
+    """The label a reader sees: label, sweep point, repeat."""
+    name = run["label"]
+    if run.get("sweep"):
+        name += f" [{sweep_key(run)}]"
+    if run.get("repeat") is not None:
+        name += f" #{run['repeat']}"
+    return name
+
+
+def op_summary(op: dict[str, Any], wall_s: float, uncorrected: bool = False) -> dict[str, Any]:
+    if uncorrected and op.get("summary_uncorrected"):
+        return op["summary_uncorrected"]
+    if op.get("summary"):
+        return op["summary"]
+    return summary_from_result(op, wall_s, corrected=not uncorrected)
+
+
+def _server(phase: dict[str, Any]) -> dict[str, Any]:
+    server = phase.get("server") or {}
+    return {f"server_{k}": server.get(k) for k in SERVER_FIELDS}
+
+
+def op_rows(document: dict[str, Any], include_failed: bool = False) -> list[dict[str, Any]]:
+    """One row per (run, phase, op) with every figure; runs without phases are left out."""
+    rows: list[dict[str, Any]] = []
+    for index, run in enumerate(document.get("runs", [])):
+        if run.get("status") not in ("ok", "interrupted") and not include_failed:
+            continue
+        for phase in run.get("phases", []):
+            wall = phase.get("wall_s") or 0.0
+            for name, op in phase.get("ops", {}).items():
+                summary = op_summary(op, wall)
+                rows.append({
+                    "run": index, "label": run["label"], "name": run_name(run),
+                    "target": run.get("target", ""),
+                    "status": run.get("status", ""), "sweep": sweep_key(run), "repeat": run.get("repeat"),
+                    "phase": phase.get("name", "main"), "mode": phase.get("mode", "closed"),
+                    "workers": phase.get("workers"), "wall_s": wall,
+                    "client_cpu_s": phase.get("client_cpu_s"),
+                    "op": name, "count": op.get("count", 0), "hits": op.get("hits", 0),
+                    "misses": op.get("misses", 0), "bytes_in": op.get("bytes_in", 0),
+                    "bytes_out": op.get("bytes_out", 0),
+                    "errors": sum((op.get("errors") or {}).values()),
+                    **{k: summary.get(k) for k in SUMMARY_FIELDS},
+                    **_server(phase),
+                })
+    return rows
+
+
+def phase_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (run, phase): totals over its ops, plus the server figures."""
+    rows: list[dict[str, Any]] = []
+    for index, run in enumerate(document.get("runs", [])):
+        if run.get("status") not in ("ok", "interrupted"):
+            continue
+        for phase in run.get("phases", []):
+            wall = phase.get("wall_s") or 0.0
+            ops = phase.get("ops", {})
+            count = sum(op.get("count", 0) for op in ops.values())
+            payload = sum(op.get("bytes_in", 0) + op.get("bytes_out", 0) for op in ops.values())
+            p99 = [op_summary(op, wall).get("p99_us") or 0.0 for op in ops.values()]
+            server = phase.get("server") or {}
+            rows.append({
+                "run": index, "label": run["label"], "name": run_name(run), "sweep": sweep_key(run),
+                "sweep_values": dict(run.get("sweep") or {}), "repeat": run.get("repeat"),
+                "phase": phase.get("name", "main"), "wall_s": wall, "count": count,
+                "ops_per_s": count / wall if wall > 0 else 0.0,
+                "payload_mbps": payload * 8 / wall / 1e6 if wall > 0 else 0.0,
+                "p99_us_max": max(p99) if p99 else None,
+                "server_kind": (run.get("server") or {}).get("kind")
+                or (run.get("backend") or {}).get("scheme"),
+                **_server(phase),
+                "has_server": bool(server.get("samples")),
+            })
+    return rows
+
+
+def fmt_value(value: Any, digits: int = 4) -> str:
+    """Plain numbers for machine-facing outputs: ints as ints, floats to ``digits`` significant."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e15 else f"{value:.0f}"
+    return str(value)

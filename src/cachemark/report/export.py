@@ -1,0 +1,197 @@
+"""Exports of a results document: Markdown, CSV and JSON, and writing text files atomically.
+
+Owns :func:`to_markdown` (tables ready for a README or a blog post: the summary per
+backend × op like reference 003, the server figures when sampled, and — given a baseline
+label — a "% of baseline" table like reference 004), :func:`to_csv` (one row per
+run × phase × op with every summary and server figure), :func:`to_json` (the document
+without histograms) and :func:`write_text_atomic`.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from .data import op_rows, phase_rows, run_name
+from .table import fmt_latency, fmt_rate
+
+FORMATS = ("markdown", "csv", "json", "html")
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to a temp file beside ``path`` and rename it into place."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: list[str], rows: list[list[Any]], right_from: int = 2) -> str:
+    align = [":---" if i < right_from else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _op_name(row: dict[str, Any], many_phases: bool) -> str:
+    return f"{row['phase']}:{row['op']}" if many_phases else row["op"]
+
+
+def fmt_percent(pct: float) -> str:
+    """A percentage with enough digits to tell 0.4 % from 0.04 % (memory vs a network hop)."""
+    if pct >= 10:
+        return f"{pct:.0f}%"
+    if pct >= 1:
+        return f"{pct:.1f}%"
+    return f"{pct:.2g}%"
+
+
+def _pct(value: float | None, base: float | None) -> str:
+    if value is None or not base:
+        return "-"
+    return fmt_percent(value / base * 100)
+
+
+def baseline_rows(rows: list[dict[str, Any]], baseline: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The baseline label's row per (sweep point, phase, op); the first repeat stands for the others."""
+    chosen: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in rows:
+        if row["label"] == baseline:
+            chosen.setdefault((row["sweep"], row["phase"], row["op"]), row)
+    if not chosen:
+        labels = sorted({r["label"] for r in rows})
+        raise UserError(f"baseline {baseline!r} is not a label in the results; labels: {', '.join(labels)}")
+    return chosen
+
+
+def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
+    rows = op_rows(document)
+    many_phases = len({r["phase"] for r in rows}) > 1
+    name = document.get("experiment", {}).get("name", "cachemark")
+    out = [f"## cachemark: {name}", ""]
+    out.append(_md_table(
+        ["backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors"],
+        [[r["name"], _op_name(r, many_phases), f"{r['count']:,}",
+          "-" if r["hit_ratio"] is None else f"{r['hit_ratio'] * 100:.1f}",
+          fmt_rate(r["ops_per_s"] or 0.0), fmt_latency(r["p50_us"]), fmt_latency(r["p90_us"]),
+          fmt_latency(r["p99_us"]), fmt_latency(r["p999_us"]), fmt_latency(r["max_us"]), f"{r['errors']:,}"]
+         for r in rows]))
+    skipped = [r for r in document.get("runs", []) if r.get("status") in ("skipped", "failed")]
+    if skipped:
+        out += ["", *[f"- {run_name(r)}: {r['status']} — {r.get('reason', '')}" for r in skipped]]
+    server = [p for p in phase_rows(document) if p["has_server"]]
+    if server:
+        out += ["", "### Server", ""]
+        out.append(_md_table(
+            ["backend", "phase", "CPU µs/op", "bytes in/op", "bytes out/op", "net Mbps p90", "net Mbps p70",
+             "used memory", "evictions"],
+            [[p["name"], p["phase"], _num(p["server_cpu_us_per_op"], 3), _num(p["server_bytes_in_per_op"], 4),
+              _num(p["server_bytes_out_per_op"], 4), _num(p["server_net_mbps_p90"], 4),
+              _num(p["server_net_mbps_p70"], 4), _bytes(p["server_used_memory_bytes"]),
+              _num(p["server_evictions"], 9)] for p in server]))
+    if baseline:
+        base = baseline_rows(rows, baseline)
+        table = []
+        for r in rows:
+            b = base.get((r["sweep"], r["phase"], r["op"])) or base.get(("", r["phase"], r["op"]))
+            same = b is r
+            table.append([
+                r["name"], _op_name(r, many_phases),
+                fmt_rate(r["ops_per_s"] or 0.0), "--" if same else _pct(r["ops_per_s"], b and b["ops_per_s"]),
+                fmt_latency(r["p50_us"]), "--" if same else _pct(r["p50_us"], b and b["p50_us"]),
+                fmt_latency(r["p99_us"]), "--" if same else _pct(r["p99_us"], b and b["p99_us"]),
+            ])
+        out += ["", f"### Comparison to baseline ({baseline})", "",
+                "Each figure as a percentage of the baseline's for the same op "
+                "(latency: over 100 % is slower; ops/s: over 100 % is faster).", ""]
+        out.append(_md_table(["backend", "op", "ops/s", "% of baseline", "p50", "% of baseline", "p99",
+                              "% of baseline"], table))
+    env = document.get("environment", {})
+    if env:
+        out += ["", f"cachemark {env.get('cachemark', '?')}, Python {env.get('python', '?')}, "
+                    f"{env.get('cpu', '?')} × {env.get('cpus', '?')}, {env.get('os', '?')}; "
+                    f"results created {document.get('created', '?')}."]
+    return "\n".join(out) + "\n"
+
+
+def _num(value: float | None, digits: int) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(value)
+
+
+def to_csv(document: dict[str, Any]) -> str:
+    rows = op_rows(document)
+    buffer = io.StringIO()
+    if not rows:
+        return ""
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def strip_histograms(document: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the document without the (large) encoded histograms."""
+    slim = copy.deepcopy(document)
+    for run in slim.get("runs", []):
+        for phase in run.get("phases", []):
+            for op in phase.get("ops", {}).values():
+                op.pop("histograms", None)
+                op.pop("histograms_uncorrected", None)
+    return slim
+
+
+def to_json(document: dict[str, Any]) -> str:
+    return json.dumps(strip_histograms(document), indent=1, default=str) + "\n"
+
+
+def render(document: dict[str, Any], fmt: str, baseline: str | None = None) -> str:
+    """The document in ``fmt`` (markdown, csv, json, html)."""
+    if fmt == "markdown":
+        return to_markdown(document, baseline)
+    if baseline is not None and fmt != "html":
+        raise UserError("--baseline applies to the markdown and html formats")
+    if fmt == "csv":
+        return to_csv(document)
+    if fmt == "json":
+        return to_json(document)
+    if fmt == "html":
+        from .html import render_html
+
+        return render_html(document, baseline=baseline)
+    raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -1,0 +1,481 @@
+"""The HTML report: one self-contained file (inline CSS, a few lines of inline JS, SVG charts).
+
+Owns :func:`render_html`. Sections: the summary table (with "% of baseline" columns when a
+baseline label is given), server figures, the latency percentile spectrum per phase × op
+(HdrHistogram-style nines axis, log latency), throughput and hit-ratio bars, per-second
+time series when phases carry ``timeseries``, sweep charts (ops/s, bandwidth and p99 vs
+the swept value with the saturation point marked) when runs carry ``sweep``, the
+environment with its calibration, and the exact spec as TOML to re-run. Nothing is
+fetched from the network; the charts are drawn here as SVG (:mod:`.charts`), so the page
+renders the same offline, in a mail attachment or in a CI artefact.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from html import escape
+from typing import Any
+
+from ..measure.histogram import Histogram
+from ..measure.summary import latency_histogram
+from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
+from .data import op_rows, phase_rows, run_name, sweep_key
+from .export import baseline_rows, fmt_percent
+from .table import fmt_latency, fmt_rate
+
+SATURATION_FRACTION = 0.95  # a sweep saturates at the first point reaching 95 % of its best
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;
+color:#222;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}
+h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}
+table{border-collapse:collapse;margin:6px 0 12px;font-variant-numeric:tabular-nums}
+th,td{padding:3px 9px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
+th{background:#f6f6f6;cursor:pointer}td.l,th.l{text-align:left}td.w{white-space:normal}
+tr.sep td{border-top:2px solid #ccc}
+.charts{display:flex;flex-wrap:wrap;gap:14px}.figure{border:1px solid #e3e3e3;padding:6px;background:#fff}
+.legend{display:flex;flex-wrap:wrap;gap:4px 10px;max-width:590px;font-size:12px;margin-top:4px}
+.legend button{border:0;background:none;cursor:pointer;font:inherit;padding:0}
+.legend button.off{opacity:.35;text-decoration:line-through}
+.legend i{display:inline-block;width:12px;height:3px;margin:0 4px 3px 0;vertical-align:middle}
+svg .series.off{display:none}
+pre{background:#f6f6f6;padding:10px;overflow:auto;font-size:12px}
+.note{color:#666;font-size:12px}
+"""
+
+# Legend toggling and sortable tables: a convenience only — every chart is drawn without it.
+_JS = """
+document.querySelectorAll('.legend button').forEach(function (b) {
+  b.addEventListener('click', function () {
+    var svg = document.getElementById(b.parentNode.dataset.chart);
+    b.classList.toggle('off');
+    svg.querySelectorAll('.series[data-series="' + b.dataset.series + '"]').forEach(function (g) {
+      g.classList.toggle('off');
+    });
+  });
+});
+document.querySelectorAll('table.sortable th').forEach(function (th, col) {
+  th.addEventListener('click', function () {
+    var body = th.closest('table').tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    var asc = th.dataset.asc !== '1';
+    th.dataset.asc = asc ? '1' : '0';
+    rows.sort(function (a, b) {
+      var x = a.cells[col].dataset.v, y = b.cells[col].dataset.v;
+      var nx = parseFloat(x), ny = parseFloat(y);
+      var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : String(x).localeCompare(String(y));
+      return asc ? c : -c;
+    });
+    rows.forEach(function (r) { r.classList.remove('sep'); body.appendChild(r); });
+  });
+});
+"""
+
+
+def _fmt_us(value: float) -> str:
+    return fmt_latency(value)
+
+
+def _fmt_num(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return fmt_rate(value)
+    return f"{value:.3g}"
+
+
+def _td(text: str, sort_value: Any = None, left: bool = False) -> str:
+    v = text if sort_value is None else sort_value
+    return f'<td{" class=l" if left else ""} data-v="{escape(str(v))}">{escape(text)}</td>'
+
+
+def _legend(chart_id: str, entries: list[tuple[int, str, str]]) -> str:
+    buttons = "".join(f'<button type="button" data-series="{i}"><i style="background:{c}"></i>'
+                      f"{escape(n)}</button>" for i, n, c in entries)
+    return f'<div class="legend" data-chart="{escape(chart_id)}">{buttons}</div>'
+
+
+def _figure(svg: str, legend: str = "") -> str:
+    return f'<div class="figure">{svg}{legend}</div>'
+
+
+class _Ids:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, stem: str) -> str:
+        self.n += 1
+        return f"{stem}-{self.n}"
+
+
+def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baseline: str | None) -> str:
+    many_phases = len({r["phase"] for r in rows}) > 1
+    base = baseline_rows(rows, baseline) if baseline else {}
+    head = ["backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors"]
+    if baseline:
+        head += ["ops/s vs base", "p50 vs base", "p99 vs base"]
+    out = ['<table class="sortable"><thead><tr>'
+           + "".join(f'<th class="{"l" if h in ("backend", "op") else ""}">{escape(h)}</th>' for h in head)
+           + "</tr></thead><tbody>"]
+    last = None
+    for r in rows:
+        sep = ' class="sep"' if last is not None and r["run"] != last else ""
+        last = r["run"]
+        op = f"{r['phase']}:{r['op']}" if many_phases else r["op"]
+        hit = r["hit_ratio"]
+        cells = [
+            _td(r["name"], left=True), _td(op, left=True), _td(f"{r['count']:,}", r["count"]),
+            _td("-" if hit is None else f"{hit * 100:.1f}", -1 if hit is None else hit),
+            _td(fmt_rate(r["ops_per_s"] or 0.0), r["ops_per_s"]),
+            *[_td(fmt_latency(r[k]), r[k]) for k in ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")],
+            _td(f"{r['errors']:,}", r["errors"]),
+        ]
+        if baseline:
+            b = base.get((r["sweep"], r["phase"], r["op"])) or base.get(("", r["phase"], r["op"]))
+            for key in ("ops_per_s", "p50_us", "p99_us"):
+                if b is r:
+                    cells.append(_td("--", 100))
+                elif b and b.get(key) and r.get(key) is not None:
+                    pct = r[key] / b[key] * 100
+                    cells.append(_td(fmt_percent(pct), pct))
+                else:
+                    cells.append(_td("-", -1))
+        out.append(f"<tr{sep}>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    skipped = [r for r in document.get("runs", []) if r.get("status") in ("skipped", "failed")]
+    if skipped:
+        out.append("<ul>" + "".join(f"<li>{escape(run_name(r))}: {escape(r['status'])} — "
+                                    f"{escape(r.get('reason', ''))}</li>" for r in skipped) + "</ul>")
+    if baseline:
+        out.append(f'<p class="note">Baseline: {escape(baseline)}. Percentages are of the baseline\'s '
+                   "figure for the same op: ops/s over 100 % is faster, latency over 100 % is slower.</p>")
+    return "".join(out)
+
+
+def _server_table(phases: list[dict[str, Any]]) -> str:
+    rows = [p for p in phases if p["has_server"]]
+    if not rows:
+        return ""
+    head = ["backend", "phase", "CPU µs/op", "CPU % p90", "bytes in/op", "bytes out/op", "net Mbps p90",
+            "net Mbps p70", "used memory", "evictions"]
+    out = ["<h2>Server</h2>",
+           '<p class="note">From the server\'s own counters, sampled every second by one extra client '
+           "connection (its own traffic is subtracted).</p>",
+           '<table class="sortable"><thead><tr>'
+           + "".join(f'<th class="{"l" if i < 2 else ""}">{escape(h)}</th>' for i, h in enumerate(head))
+           + "</tr></thead><tbody>"]
+    for p in rows:
+        values = [p["server_cpu_us_per_op"], p["server_cpu_pct_p90"], p["server_bytes_in_per_op"],
+                  p["server_bytes_out_per_op"], p["server_net_mbps_p90"], p["server_net_mbps_p70"],
+                  p["server_used_memory_bytes"], p["server_evictions"]]
+        out.append("<tr>" + _td(p["name"], left=True) + _td(p["phase"], left=True) + "".join(
+            _td("-" if v is None else _fmt_num(float(v)), -1 if v is None else v) for v in values) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _spectrum_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -> str:
+    by_op: dict[tuple[str, str], list[tuple[int, str, Histogram]]] = defaultdict(list)
+    for index, run in enumerate(document.get("runs", [])):
+        if run.get("status") not in ("ok", "interrupted"):
+            continue
+        for phase in run.get("phases", []):
+            for name, op in phase.get("ops", {}).items():
+                hists = {k: Histogram.decode(v) for k, v in (op.get("histograms") or {}).items()}
+                hist = latency_histogram(hists)
+                if hist.total:
+                    by_op[(phase.get("name", "main"), name)].append((index, run_name(run), hist))
+    many_phases = len({p for p, _ in by_op}) > 1
+    figures = []
+    for (phase, op), entries in by_op.items():
+        series = []
+        for index, name, hist in entries:
+            grid = percentile_grid(hist.total)
+            values = hist.percentiles(grid)
+            points = [(percentile_to_x(p), v / 1000) for p, v in zip(grid, values, strict=True)]
+            series.append(Series(name, points, colors[index]))
+        chart_id = ids("spectrum")
+        title = f"{phase}: {op}" if many_phases else op
+        svg = line_chart(series, title=f"latency by percentile — {title}", x_label="percentile",
+                         y_label="latency", x_kind="percentile", y_kind="log", y_fmt=_fmt_us,
+                         chart_id=chart_id)
+        legend = _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])
+        figures.append(_figure(svg, legend))
+    if not figures:
+        return ""
+    return ("<h2>Latency percentile spectrum</h2><p class=\"note\">Successful ops (hits, misses, ok); "
+            "x: percentile on the nines scale, y: latency (log).</p><div class=\"charts\">"
+            + "".join(figures) + "</div>")
+
+
+def _bar_charts(rows: list[dict[str, Any]], colors: dict[int, str], ids: _Ids) -> str:
+    many_phases = len({r["phase"] for r in rows}) > 1
+    runs = sorted({r["run"] for r in rows})
+    legend_entries = [(run, next(r["name"] for r in rows if r["run"] == run), colors[run]) for run in runs]
+
+    def op_of(r: dict[str, Any]) -> str:
+        return f"{r['phase']}:{r['op']}" if many_phases else r["op"]
+
+    ordered = sorted(rows, key=lambda r: (op_of(r), r["run"]))
+    throughput_id = ids("throughput")
+    bars = [(f"{r['name']} · {op_of(r)}", r["ops_per_s"] or 0.0, colors[r["run"]], r["run"]) for r in ordered]
+    out = ["<h2>Throughput and hit ratio</h2><div class=\"charts\">",
+           _figure(bar_chart(bars, title="throughput per op", value_label="ops/s", fmt=_fmt_num,
+                             chart_id=throughput_id), _legend(throughput_id, legend_entries))]
+    reads = [r for r in ordered if r["hit_ratio"] is not None]
+    if reads:
+        hit_id = ids("hits")
+        hit_bars = [(f"{r['name']} · {op_of(r)}", r["hit_ratio"] * 100, colors[r["run"]], r["run"])
+                    for r in reads]
+        out.append(_figure(bar_chart(hit_bars, title="hit ratio (reads)", value_label="hit %",
+                                     fmt=lambda v: f"{v:.1f}%", chart_id=hit_id, max_value=100.0),
+                           _legend(hit_id, legend_entries)))
+    out.append("</div>")
+    return "".join(out)
+
+
+_TIMESERIES_METRICS = (
+    ("ops", "ops per second", "ops/s", "linear"),
+    ("p99_us", "p99 latency per second", "latency", "log"),
+    ("p50_us", "p50 latency per second", "latency", "log"),
+    ("server_ops_per_s", "server commands per second", "commands/s", "linear"),
+    ("server_cpu_pct", "server CPU", "% of one core", "linear"),
+    ("net_out_mbps", "server network out", "Mbps", "linear"),
+    ("net_in_mbps", "server network in", "Mbps", "linear"),
+)
+
+
+def _timeseries_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -> str:
+    per_phase: dict[str, list[tuple[int, str, list[dict[str, Any]]]]] = defaultdict(list)
+    for index, run in enumerate(document.get("runs", [])):
+        for phase in run.get("phases", []):
+            if phase.get("timeseries"):
+                per_phase[phase.get("name", "main")].append((index, run_name(run), phase["timeseries"]))
+    figures = []
+    for phase_name, entries in per_phase.items():
+        for key, title, unit, kind in _TIMESERIES_METRICS:
+            series = []
+            for index, name, points in entries:
+                data = [(float(p["t"]), float(p[key])) for p in points if p.get(key) is not None]
+                if data:
+                    series.append(Series(name, data, colors[index], markers=len(data) <= 30))
+            if not series:
+                continue
+            chart_id = ids("ts")
+            y_fmt = _fmt_us if unit == "latency" else _fmt_num
+            label = f"{title} ({phase_name})" if len(per_phase) > 1 else title
+            figures.append(_figure(
+                line_chart(series, title=label, x_label="seconds into the timed phase", y_label=unit,
+                           y_kind=kind, x_fmt=lambda v: f"{v:g}", y_fmt=y_fmt, chart_id=chart_id),
+                _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])))
+    if not figures:
+        return ""
+    return "<h2>Per-second time series</h2><div class=\"charts\">" + "".join(figures) + "</div>"
+
+
+def _as_number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def saturation_point(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """The first (x, y) whose y reaches SATURATION_FRACTION of the best y (points sorted by x)."""
+    if not points:
+        return None
+    best = max(y for _, y in points)
+    for x, y in points:
+        if y >= SATURATION_FRACTION * best:
+            return x, y
+    return None
+
+
+def _sweep_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -> str:
+    phases = [p for p in phase_rows(document) if p["sweep_values"]]
+    if not phases:
+        return ""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for p in phases:
+        groups[tuple(sorted(p["sweep_values"]))].append(p)
+    rows_by_run: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in op_rows(document):
+        rows_by_run[r["run"]].append(r)
+    label_color: dict[str, str] = {}
+    for p in phases:
+        label_color.setdefault(p["label"], colors[p["run"]])
+    figures = ['<h2>Sweeps</h2><p class="note">Repeats of a point are averaged. The saturation point '
+               f"(dashed) is the first sweep value reaching {SATURATION_FRACTION:.0%} of the best "
+               "figure.</p>"]
+    for fields, members in groups.items():
+        # x: the swept value; several swept fields are shown as one category per combination
+        raw = [",".join(str(m["sweep_values"][f]) for f in fields) for m in members]
+        numbers = [_as_number(v) for v in raw] if len(fields) == 1 else [None] * len(raw)
+        numeric = all(n is not None for n in numbers)
+        categories: list[str] = []
+        if numeric:
+            xs = [float(n) for n in numbers if n is not None]
+        else:
+            categories = sorted(set(raw), key=lambda v: (_as_number(v) is None, _as_number(v) or 0, v))
+            xs = [float(categories.index(v)) for v in raw]
+        positive = numeric and min(xs) > 0
+        x_kind = "log" if positive and max(xs) / min(xs) >= 20 else ("linear" if numeric else "category")
+        agg: dict[tuple[str, str], dict[float, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+        for x, m in zip(xs, members, strict=True):
+            agg[(m["label"], m["phase"])][x].append(m)
+        many_phases = len({ph for _, ph in agg}) > 1
+
+        def series_of(metric: Any, agg: Any = agg, many: bool = many_phases) -> list[Series]:
+            out = []
+            for (label, phase), points in agg.items():
+                data = []
+                for x in sorted(points):
+                    values = [v for v in (metric(m) for m in points[x]) if v is not None]
+                    if values:
+                        data.append((x, sum(values) / len(values)))
+                name = f"{label} ({phase})" if many else label
+                out.append(Series(name, data, label_color[label], markers=True))
+            return out
+
+        def bandwidth(m: dict[str, Any]) -> float | None:
+            return m["server_net_mbps_p90"] if m["server_net_mbps_p90"] is not None else m["payload_mbps"]
+
+        server_bw = any(m["server_net_mbps_p90"] is not None for m in members)
+        x_label = " × ".join(fields)
+        x_fmt = (lambda v: f"{v:g}") if numeric else str
+        charts = [
+            ("sweep throughput", "ops/s", lambda m: m["ops_per_s"], "linear", _fmt_num, True),
+            ("sweep bandwidth (" + ("server net Mbps p90" if server_bw else "client payload") + ")", "Mbps",
+             bandwidth, "linear", _fmt_num, True),
+            ("sweep p99 latency (worst op)", "latency", lambda m: m["p99_us_max"], "log", _fmt_us, False),
+        ]
+        for title, unit, metric, y_kind, y_fmt, saturates in charts:
+            series = series_of(metric)
+            markers = []
+            if saturates:
+                for s in series:
+                    point = saturation_point(s.points)
+                    if point is not None and len(s.points) > 1:
+                        shown = categories[int(point[0])] if categories else f"{point[0]:g}"
+                        markers.append(Marker(point[0], f"{s.name}: saturates at {shown}", s.color))
+            chart_id = ids("sweep")
+            svg = line_chart(series, title=f"{title} vs {x_label}", x_label=x_label, y_label=unit,
+                             x_kind=x_kind, y_kind=y_kind, x_fmt=x_fmt, y_fmt=y_fmt, categories=categories,
+                             markers=markers, chart_id=chart_id)
+            legend = _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])
+            figures.append(_figure(svg, legend))
+    return figures[0] + '<div class="charts">' + "".join(figures[1:]) + "</div>"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value if v is not None) + "]"
+    if isinstance(value, dict):
+        items = (f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        return "{" + ", ".join(items) + "}"
+    return json.dumps(str(value), ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
+
+
+def _toml_key(key: str) -> str:
+    bare = key.replace("_", "").replace("-", "").isalnum() and key.isascii()
+    return key if bare else json.dumps(key)
+
+
+def to_toml(data: dict[str, Any], prefix: str = "") -> str:
+    """A small TOML writer for the saved spec (nulls are omitted: TOML has none)."""
+    scalars, tables, arrays = [], [], []
+    for key, value in data.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            tables.append((key, value))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            arrays.append((key, value))
+        else:
+            scalars.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    out = "\n".join(scalars) + ("\n" if scalars else "")
+    for key, value in tables:
+        name = f"{prefix}{_toml_key(key)}"
+        out += f"\n[{name}]\n" + to_toml(value, name + ".")
+    for key, items in arrays:
+        name = f"{prefix}{_toml_key(key)}"
+        for item in items:
+            out += f"\n[[{name}]]\n" + to_toml(item, name + ".")
+    return out
+
+
+def _environment(document: dict[str, Any]) -> str:
+    env = document.get("environment", {})
+    out = ["<h2>Environment</h2><table>"]
+    for key, value in env.items():
+        if key in ("packages", "calibration"):
+            continue
+        out.append(f'<tr><th class="l">{escape(str(key))}</th><td class="l w">{escape(str(value))}</td></tr>')
+    packages = env.get("packages") or {}
+    if packages:
+        listing = ", ".join(f"{k} {v}" for k, v in packages.items())
+        out.append(f'<tr><th class="l">packages</th><td class="l w">{escape(listing)}</td></tr>')
+    out.append("</table>")
+    calibration = env.get("calibration")
+    if calibration:
+        rtt = calibration.get("loopback_rtt", {})
+        out.append("<h3>Calibration</h3><table><tr><th class=l>measure</th><th>p50</th><th>p99</th></tr>")
+        for mode in ("busy", "idle"):
+            if mode in rtt:
+                out.append(f"<tr><td class=l>loopback round trip, {mode} core</td>"
+                           f"<td>{escape(fmt_latency(rtt[mode].get('p50_us')))}</td>"
+                           f"<td>{escape(fmt_latency(rtt[mode].get('p99_us')))}</td></tr>")
+        out.append(f"</table><p class=\"note\">timer resolution {calibration.get('timer_resolution_ns')} ns; "
+                   f"idle gap {rtt.get('idle_gap_ms')} ms. Latencies near these floors measure the machine, "
+                   "not the backend.</p>")
+    else:
+        out.append('<p class="note">No calibration in this results file (run without --no-calibrate to get '
+                   "one).</p>")
+    return "".join(out)
+
+
+def _spec(document: dict[str, Any]) -> str:
+    experiment = document.get("experiment") or {}
+    toml = to_toml(experiment)
+    return ("<h2>Re-run this experiment</h2><p class=\"note\">Save as <code>experiment.toml</code> and run "
+            "<code>cachemark run experiment.toml</code>. Target URLs are redacted in results: put passwords "
+            f"back first.</p><pre id=\"spec-toml\">{escape(toml)}</pre>"
+            "<details><summary>the spec as saved (JSON)</summary>"
+            f"<pre>{escape(json.dumps(experiment, indent=1))}</pre></details>")
+
+
+def render_html(document: dict[str, Any], baseline: str | None = None) -> str:
+    """The whole report as one HTML string."""
+    rows = op_rows(document)
+    phases = phase_rows(document)
+    colors = {i: color_for(i) for i in range(len(document.get("runs", [])))}
+    ids = _Ids()
+    experiment = document.get("experiment") or {}
+    name = experiment.get("name", "cachemark")
+    sweeps = {sweep_key(r) for r in document.get("runs", []) if r.get("sweep")}
+    parts = [
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+        f"<title>cachemark: {escape(name)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>cachemark: {escape(name)}</h1>",
+        f"<p class=\"note\">{escape(experiment.get('description') or '')} results created "
+        f"{escape(str(document.get('created', '?')))} · schema {escape(str(document.get('schema', '?')))} · "
+        f"{len(document.get('runs', []))} runs{f' · {len(sweeps)} sweep points' if sweeps else ''}</p>",
+        "<h2>Summary</h2>",
+        _summary_table(document, rows, baseline),
+        _server_table(phases),
+    ]
+    if rows:
+        parts += [_spectrum_charts(document, colors, ids), _bar_charts(rows, colors, ids)]
+    parts += [_timeseries_charts(document, colors, ids), _sweep_charts(document, colors, ids),
+              _environment(document), _spec(document), f"<script>{_JS}</script></body></html>"]
+    return "".join(parts)

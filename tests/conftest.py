@@ -1,0 +1,88 @@
+"""Shared fixtures: real local servers from the lab, started once per test session.
+
+Servers come from :mod:`cachemark.lab` exactly as ``spawn:`` targets do; a missing
+binary skips the tests that need it (with the reason) instead of failing them.
+Fixtures for further servers (postgres, mysql, s3, ...) go below the marked section.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cachemark.errors import BackendMissing
+from cachemark.lab import LocalServer, server_class
+
+# --- redis / memcached (lab servers) ----------------------------------------------
+
+
+def start_server(kind: str, **options: object) -> LocalServer:
+    """Start a lab server, or skip the requesting test when its binary is missing."""
+    try:
+        return server_class(kind)(**options).start()
+    except BackendMissing as exc:
+        pytest.skip(f"{kind} not available: {exc}")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[LocalServer]:
+    server = start_server("redis")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def memcached_server() -> Iterator[LocalServer]:
+    server = start_server("memcached")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def memcached_server_2() -> Iterator[LocalServer]:
+    """A second memcached, for clients that hash keys over several servers."""
+    server = start_server("memcached")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server_auth() -> Iterator[LocalServer]:
+    """A redis that requires the password ``s3cret``."""
+    server = start_server("redis", password="s3cret")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def spawn() -> Iterator[Callable[..., LocalServer]]:
+    """``spawn(kind, **options)``: a private server for one test, stopped after it."""
+    servers: list[LocalServer] = []
+
+    def start(kind: str, **options: object) -> LocalServer:
+        servers.append(start_server(kind, **options))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A fresh per-test key namespace, shaped like the runner's (``cm:<hex>:``)."""
+    return f"cmt:{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture
+def scratch_dir(tmp_path: Path) -> Path:
+    """A writable directory for file-based backends (removed by pytest)."""
+    path = tmp_path / "cache"
+    path.mkdir()
+    return path
+
+
+# --- further servers (postgres, mysql, s3, ...) go below -------------------------

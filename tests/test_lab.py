@@ -1,0 +1,93 @@
+"""The lab's local servers: they answer, and they are gone after their context ends.
+
+"Gone" means the process no longer exists, its port refuses connections and its
+temp directory is removed — also when the body of the ``with`` raises.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from cachemark.errors import BackendMissing
+from cachemark.lab import LocalServer, server_class
+from cachemark.lab.base import find_binary
+
+_BINARIES = {"redis": "redis-server", "memcached": "memcached"}
+
+
+def make(kind: str, **options: object) -> LocalServer:
+    """A server object (not started), or skip when its binary is not installed."""
+    try:
+        find_binary(_BINARIES[kind])
+    except BackendMissing as exc:
+        pytest.skip(str(exc))
+    return server_class(kind)(**options)
+
+
+def answers(kind: str, server: LocalServer) -> bool:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=2) as sock:
+        if kind == "redis":
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+        sock.sendall(b"version\r\n")
+        return sock.recv(64).startswith(b"VERSION ")
+
+
+def assert_stopped(pid: int, port: int, tmpdir: str) -> None:
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass
+    assert not os.path.exists(tmpdir)
+
+
+@pytest.mark.parametrize("kind", ["redis", "memcached"])
+def test_server_answers_and_stops(kind: str) -> None:
+    with make(kind) as server:
+        pid, port, tmpdir = server.pid(), server.port, server.tmpdir
+        assert pid and port and os.path.isdir(tmpdir)
+        assert answers(kind, server)
+        assert server.version and server.version[0].isdigit()
+        assert server.url().endswith(f"127.0.0.1:{port}" + ("/0" if kind == "redis" else ""))
+    assert_stopped(pid, port, tmpdir)
+    server.stop()  # stopping twice is harmless
+
+
+@pytest.mark.parametrize("kind", ["redis", "memcached"])
+def test_server_stops_when_body_raises(kind: str) -> None:
+    server = make(kind)
+    with pytest.raises(RuntimeError, match="boom"), server:
+        pid, port, tmpdir = server.pid(), server.port, server.tmpdir
+        raise RuntimeError("boom")
+    assert_stopped(pid, port, tmpdir)
+
+
+def test_redis_password_and_maxmemory() -> None:
+    import redis
+
+    with make("redis", password="pa:ss/word", maxmemory="64mb") as server:
+        assert "pa%3Ass%2Fword@" in server.url()
+        port = server.port
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(port=port).ping()
+        client = redis.Redis(port=port, password="pa:ss/word")
+        assert client.config_get("maxmemory")["maxmemory"] == str(64 * 1024 * 1024)
+        assert client.config_get("save")["save"] == ""
+        assert client.config_get("appendonly")["appendonly"] == "no"
+        client.close()
+
+
+def test_memcached_memory_option() -> None:
+    with (
+        make("memcached", memory_mb=32) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=2) as sock,
+    ):
+        sock.sendall(b"stats settings\r\n")
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            data += sock.recv(65536)
+        assert b"STAT maxbytes 33554432" in data
+        assert b"STAT udpport 0" in data
