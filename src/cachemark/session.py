@@ -19,10 +19,10 @@ from .measure.fingerprint import calibrate as run_calibration
 from .measure.fingerprint import fingerprint
 from .report.table import render
 from .results import default_path, new_document, write_atomic
-from .run.runner import run_target
+from .run.runner import default_label, run_target
 from .run.sweep import saturation_summary, sweep_points
 from .spec import Experiment, Workload, build_experiment
-from .target import redact
+from .target import parse_target, redact
 
 TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the workload
 
@@ -74,7 +74,8 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
 
 
 def describe(spec: RunSpec) -> str:
-    parts = [spec.label or redact(spec.url)]
+    target = parse_target(spec.url)
+    parts = [spec.label or (default_label(target) if target.scheme == "spawn" else target.redacted)]
     if spec.network is not None:
         parts.append(f"[{spec.network.name}]")
     parts += [f"{k}={v}" for k, v in spec.sweep.items()]

@@ -56,11 +56,12 @@ def latency_histogram(histograms: dict[str, Histogram]) -> Histogram:
 def summarize(op: dict[str, Any], wall_s: float, histograms: dict[str, Histogram]) -> dict[str, Any]:
     hist = latency_histogram(histograms)
     p50, p90, p99, p999 = hist.percentiles(PERCENTILES)
-    reads = op["hits"] + op["misses"]
+    hits, misses = op.get("hits", 0), op.get("misses", 0)
+    reads = hits + misses
     return {
         "ops_per_s": op["count"] / wall_s if wall_s > 0 else 0.0,
-        "hit_ratio": op["hits"] / reads if reads else None,
-        "error_count": sum(op["errors"].values()),
+        "hit_ratio": hits / reads if reads else None,
+        "error_count": sum(op.get("errors", {}).values()),
         "p50_us": p50 / 1000, "p90_us": p90 / 1000, "p99_us": p99 / 1000, "p999_us": p999 / 1000,
         "max_us": hist.max / 1000, "mean_us": hist.mean / 1000,
     }

@@ -43,7 +43,7 @@ def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]
             for name, op in phase["ops"].items():
                 summary = op.get("summary_uncorrected" if uncorrected else "summary") or op["summary"]
                 hit = summary["hit_ratio"]
-                errors = sum(op["errors"].values())
+                errors = sum(op.get("errors", {}).values())
                 out.append([
                     run.get("display", run["label"]),
                     f"{phase['name']}:{name}" if many_phases else name,

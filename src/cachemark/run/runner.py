@@ -32,6 +32,8 @@ from ..workload.ops import mix_entries
 from .worker import WorkerTask, worker_main
 
 _EMBEDDED = {"file": "", "diskcache": "", "sqlite": "cache.db"}
+# spawn: target parameters meant for the client, not the server
+PASSTHROUGH = ("client", "hiredis", "tags", "threads", "connections", "pipeline", "protocol", "noreply")
 ProgressFn = Callable[[str, int, int | None, float, float | None], None]
 
 
@@ -56,10 +58,10 @@ class RunOutcome:
 
 
 def default_label(target: Target) -> str:
-    if target.scheme == "spawn":
-        return target.path
+    """``redis``, ``redis(engine)``, ``memcached(pylibmc)``: the kind and the client."""
+    kind = target.path if target.scheme == "spawn" else target.scheme
     client = target.param("client")
-    return f"{target.scheme}({client})" if client else target.scheme
+    return f"{kind}({client})" if client else kind
 
 
 @contextlib.contextmanager
@@ -70,7 +72,7 @@ def provide(target: Target) -> Iterator[tuple[Target, LocalServer | None]]:
         server = server_class(target.path)(**options).start()
         try:
             url = server.url()
-            passthrough = {k: v for k, v in target.params.items() if k in ("client", "hiredis", "tags")}
+            passthrough = {k: v for k, v in target.params.items() if k in PASSTHROUGH}
             if passthrough:
                 url += ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in passthrough.items())
             yield parse_target(url), server
@@ -129,19 +131,42 @@ def run_target(url: str, workload: Workload, label: str | None = None,
     try:
         with provide(target) as (reachable, server):
             outcome.server = server.describe() if server else None
-            outcome.backend["capabilities"] = check_ops(reachable, workload)
+            outcome.backend["capabilities"] = check_ops(_preflight_target(reachable), workload)
             _run_workers(reachable, workload, outcome, progress)
     except BackendMissing as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
     return outcome
 
 
+def _uses_engine(target: Target) -> bool:
+    return target.param("client") == "engine"
+
+
+def _preflight_target(target: Target) -> Target:
+    """The engine path still checks and cleans up through the Python client."""
+    if not _uses_engine(target):
+        return target
+    params = {k: v for k, v in target.params.items() if k not in ("client", "threads", "connections", "pipeline",
+                                                                   "protocol")}
+    base = target.url.split("?", 1)[0]
+    query = "&".join(f"{k}={v}" for k, v in params.items())
+    return parse_target(base + (f"?{query}" if query else ""))
+
+
 def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progress: ProgressFn | None) -> None:
     namespace = f"cm:{uuid.uuid4().hex[:8]}:"
-    preflight = create_backend(target, namespace)
+    preflight = create_backend(_preflight_target(target), namespace)
     preflight.open()  # BackendUnavailable propagates: the user's input is wrong
     try:
         outcome.backend.update({"scheme": target.scheme, "info": preflight.info(), "namespace": namespace})
+        if _uses_engine(target):
+            from .engine_runner import run_engine_phases
+
+            outcome.backend["info"]["client"] = "cachemark-engine"
+            outcome.phases = run_engine_phases(target, workload, namespace)
+            if any(p["interrupted"] for p in outcome.phases):
+                outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
+            return
         shared = outcome.backend["capabilities"].get("shared", True)
         tasks = [WorkerTask(target.url, namespace, workload.model_dump(), w, workload.workers, shared)
                  for w in range(workload.workers)]
