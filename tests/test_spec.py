@@ -61,5 +61,19 @@ def test_target_urls_and_redaction():
     assert multi.hosts == (("h1", 1), ("h2", 2))
     assert redact("s3://b?aws_secret_access_key=zz&endpoint_url=x") == "s3://b?aws_secret_access_key=***&endpoint_url=x"
     assert redact("memory://") == "memory://"
+    nested = redact("twolevel://?fast=spawn:memcached&slow=redis://:hunter2@h:1/0")
+    assert "hunter2" not in nested and nested.startswith("twolevel://?fast=spawn:memcached&slow=redis://")
     with pytest.raises(SpecError):
         parse_target("redis")
+
+
+def test_every_preset_validates_and_names_its_reference():
+    from cachemark.presets import describe_presets, load_preset, preset_names
+
+    names = preset_names()
+    assert {"default", "diskcache-django", "django-s3-vs-memcached", "magento-clean-by-tag",
+            "rails-local-vs-remote", "redis-bandwidth-sweep"} <= set(names)
+    for name in names:
+        experiment = build_experiment(load_preset(name), name)
+        assert experiment.name == name and experiment.targets
+    assert all(description for _, description in describe_presets())

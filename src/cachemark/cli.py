@@ -70,6 +70,7 @@ def run(
     ttl: Annotated[float | None, typer.Option(help="TTL in seconds for writes (0: none).")] = None,
     prefill: Annotated[bool | None, typer.Option("--prefill/--no-prefill", help="Write every key first.")] = None,
     warmup: Annotated[str | None, typer.Option(help="Untimed warm-up before each phase, e.g. 1s.")] = None,
+    warmup_ops: Annotated[int | None, typer.Option(help="Untimed warm-up ops per phase (all workers).")] = None,
     duration: Annotated[str | None, typer.Option(help="Timed duration per phase, e.g. 10s.")] = None,
     ops: Annotated[int | None, typer.Option(help="Timed ops per phase (all workers together).")] = None,
     workers: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
@@ -99,7 +100,7 @@ def run(
 
     data, where = resolve_source(source)
     flags = _workload_flags(keys=keys, key_dist=key_dist, value_size=value_size, mix=mix, ttl=ttl,
-                            prefill=prefill, warmup=warmup, duration=duration, ops=ops, workers=workers,
+                            prefill=prefill, warmup=warmup, warmup_ops=warmup_ops, duration=duration, ops=ops, workers=workers,
                             rate=rate, seed=seed)
     if ops is not None and duration is None:
         flags["duration"] = None

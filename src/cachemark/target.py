@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote
 
 from .errors import SpecError
 
@@ -85,11 +85,9 @@ def parse_target(url: str) -> Target:
         raise SpecError(f"target {redact(url)!r} is not a URL (expected e.g. redis://127.0.0.1:6379 or spawn:redis)")
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
-    netloc, _, tail = rest.partition("/")
-    path_and_query = "/" + tail if tail else ""
-    path, _, query = path_and_query.partition("?")
-    if "?" in netloc:  # e.g. memory://?max_entries=10
-        netloc, _, query = netloc.partition("?")
+    rest, _, query = rest.partition("?")  # first: query values may hold URLs themselves
+    netloc, slash, tail = rest.partition("/")
+    path = slash + tail
     username = password = None
     if "@" in netloc:
         userinfo, netloc = netloc.rsplit("@", 1)
@@ -126,21 +124,21 @@ def _split_host_port(part: str, url: str) -> tuple[str, int | None]:
 
 
 def redact(url: str) -> str:
-    """Hide passwords in a URL's userinfo and in secret-looking query parameters."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable target>"
-    netloc = parts.netloc
+    """Hide passwords in a URL's userinfo and in secret-looking query parameters (nested URLs too)."""
+    if "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    rest, sep, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
-        user, sep, _ = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if sep else f"{user}@{host}"
-    query = "&".join(
-        f"{k}=***" if _SECRET_PARAMS.search(k) else f"{k}={quote(v, safe='/:,.-_')}"
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    text = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    if "://" in url and "://" not in text:  # urlunsplit drops an empty authority: memory:// -> memory:
-        text = text.replace(":", "://", 1)
-    return text
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else f"{user}@{host}"
+    parts = []
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if _SECRET_PARAMS.search(key):
+            value = "***"
+        elif "://" in value:
+            value = redact(value)
+        parts.append(f"{key}={quote(value, safe='/:,.-_*@')}")
+    return f"{scheme}://{netloc}{slash}{path}" + (f"?{'&'.join(parts)}" if sep else "")

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from ..backends import backend_class, create_backend
 from ..errors import BackendMissing, UnsupportedOp, UserError
@@ -33,6 +34,7 @@ from .worker import WorkerTask, worker_main
 
 _EMBEDDED = {"file": "", "diskcache": "", "sqlite": "cache.db"}
 # spawn: target parameters meant for the client, not the server
+NESTED = ("fast", "slow", "LOCATION", "DATABASE")  # target parameters that are targets themselves
 PASSTHROUGH = ("client", "hiredis", "tags", "threads", "connections", "pipeline", "protocol", "noreply")
 ProgressFn = Callable[[str, int, int | None, float, float | None], None]
 
@@ -65,30 +67,54 @@ def default_label(target: Target) -> str:
 
 
 @contextlib.contextmanager
-def provide(target: Target) -> Iterator[tuple[Target, LocalServer | None]]:
-    """Yield a reachable target: spawn a server, or give an embedded store a temp dir."""
+def provide(target: Target) -> Iterator[tuple[Target, list[LocalServer]]]:
+    """Yield a reachable target and the servers started for it, stopping them afterwards.
+
+    ``spawn:`` targets get a private server; embedded stores without a path get a temp
+    dir; targets that contain targets (``twolevel://?fast=…&slow=…``, a Django
+    ``LOCATION`` or ``DATABASE``) have those provided the same way.
+    """
+    with contextlib.ExitStack() as stack:
+        servers: list[LocalServer] = []
+        yield _provide(stack, target, servers), servers
+
+
+def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalServer]) -> Target:
     if target.scheme == "spawn":
-        options = dict(target.params)
+        options = {k: v for k, v in target.params.items() if k not in PASSTHROUGH}
         server = server_class(target.path)(**options).start()
-        try:
-            url = server.url()
-            passthrough = {k: v for k, v in target.params.items() if k in PASSTHROUGH}
-            if passthrough:
-                url += ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in passthrough.items())
-            yield parse_target(url), server
-        finally:
-            server.stop()
-        return
+        stack.callback(server.stop)
+        servers.append(server)
+        passthrough = {k: v for k, v in target.params.items() if k in PASSTHROUGH}
+        return _with_query(parse_target(server.url()), passthrough)
     if target.scheme in _EMBEDDED and not target.path.strip("/"):
         tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{target.scheme}-")
-        try:
-            path = os.path.join(tmpdir, _EMBEDDED[target.scheme]) if _EMBEDDED[target.scheme] else tmpdir
-            query = "&".join(f"{k}={v}" for k, v in target.params.items())
-            yield parse_target(f"{target.scheme}://{path}" + (f"?{query}" if query else "")), None
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        return
-    yield target, None
+        stack.callback(shutil.rmtree, tmpdir, ignore_errors=True)
+        path = os.path.join(tmpdir, _EMBEDDED[target.scheme]) if _EMBEDDED[target.scheme] else tmpdir
+        return parse_target(f"{target.scheme}://{path}" + _query(target.params))
+    nested = {k: v for k, v in target.params.items() if k in NESTED and (v.startswith("spawn:") or "://" in v)}
+    if not nested:
+        return target
+    params = dict(target.params)
+    for key, value in nested.items():
+        inner = _provide(stack, parse_target(value), servers)
+        if key == "LOCATION" and inner.scheme == "memcached":  # Django wants host:port lists
+            params[key] = ",".join(f"{h}:{p}" for h, p in inner.hosts)
+        elif key == "LOCATION" and inner.scheme in _EMBEDDED:  # ... and directories as paths
+            params[key] = inner.path
+        else:
+            params[key] = inner.url
+    return parse_target(target.url.split("?", 1)[0] + _query(params))
+
+
+def _query(params: dict[str, str]) -> str:
+    return ("?" + urlencode(params, safe=":/,")) if params else ""
+
+
+def _with_query(target: Target, extra: dict[str, str]) -> Target:
+    if not extra:
+        return target
+    return parse_target(target.url.split("?", 1)[0] + _query({**target.params, **extra}))
 
 
 def check_ops(target: Target, workload: Workload) -> dict[str, Any]:
@@ -129,8 +155,10 @@ def run_target(url: str, workload: Workload, label: str | None = None,
     label = label or default_label(target)
     outcome = RunOutcome(label=label, target=target.redacted)
     try:
-        with provide(target) as (reachable, server):
-            outcome.server = server.describe() if server else None
+        with provide(target) as (reachable, servers):
+            outcome.server = servers[0].describe() if len(servers) == 1 else None
+            if len(servers) > 1:
+                outcome.server = {"servers": [s.describe() for s in servers]}
             outcome.backend["capabilities"] = check_ops(_preflight_target(reachable), workload)
             _run_workers(reachable, workload, outcome, progress)
     except BackendMissing as exc:
