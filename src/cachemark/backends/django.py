@@ -119,13 +119,13 @@ class DjangoBackend(Backend):
             elif name.isupper() and name not in _NOT_PARAMS:
                 # TIMEOUT, VERSION, and backend-specific ones such as diskcache's SHARDS.
                 self.params[name] = None if value.lower() == "none" else _parse_option(value)
+        self._owns_dir = False  # set by _default_location when it picks a directory itself
         self.location = params.get("LOCATION") or self._default_location()
         self.database_url = params.get("DATABASE")
         if self.database_url and not self.backend_path.endswith(".DatabaseCache"):
             raise SpecError(f"{target.redacted}: DATABASE= only applies to the database cache (BACKEND=db)")
         self.cache: Any = None
         self.db_alias: str | None = None
-        self._owns_dir = False
 
     def _default_location(self) -> str:
         if self.backend_path.endswith("FileBasedCache") or self.backend_path == "diskcache.DjangoCache":

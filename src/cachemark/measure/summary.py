@@ -64,6 +64,8 @@ def summarize(op: dict[str, Any], wall_s: float, histograms: dict[str, Histogram
         "error_count": sum(op.get("errors", {}).values()),
         "p50_us": p50 / 1000, "p90_us": p90 / 1000, "p99_us": p99 / 1000, "p999_us": p999 / 1000,
         "max_us": hist.max / 1000, "mean_us": hist.mean / 1000,
+        # count ÷ Σ latency (Mollenhour's cache-benchmark "ops/s"): what one client doing nothing else gets
+        "ops_per_latency_s": 1e9 / hist.mean if hist.mean else 0.0,
     }
 
 

@@ -62,8 +62,8 @@ class RunOutcome:
 def default_label(target: Target) -> str:
     """``redis``, ``redis(engine)``, ``memcached(pylibmc)``: the kind and the client."""
     kind = target.path if target.scheme == "spawn" else target.scheme
-    client = target.param("client")
-    return f"{kind}({client})" if client else kind
+    details = [v for v in (target.param("client"), target.param("tags") and f"tags={target.param('tags')}") if v]
+    return f"{kind}({', '.join(details)})" if details else kind
 
 
 @contextlib.contextmanager
