@@ -185,3 +185,17 @@ def test_saturation_is_where_throughput_flattens_and_latency_climbs():
     assert find_saturation(flat) == 2
     points = sweep_points(parse_sweep(["value_size=1024,10000", "workers=1,2"]))
     assert len(points) == 4 and {"value_size": "1024", "workers": "2"} in points
+
+
+def test_a_network_profile_slows_every_op_by_its_round_trip(redis_server):
+    from cachemark.lab.network import parse_network
+
+    (profile,) = parse_network("5ms")
+    workload = Workload(keys=20, mix="get=1", ops=40, duration=None, warmup=0, workers=1)
+    outcome = run_target(redis_server.url(), workload, network=profile)
+    get = _ops(outcome, "get")
+    assert get["count"] == 40 and get["errors"] == {}
+    hist = Histogram.decode(get["histograms"]["hit"])
+    assert hist.min >= 5_000_000  # every op waited at least the emulated round trip
+    assert outcome.network["profile"] == profile.name and outcome.network["proxied"]
+    assert outcome.network["proxy_stats"][0]["connections_total"] >= 1

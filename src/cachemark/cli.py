@@ -17,6 +17,9 @@ from rich.console import Console
 
 from . import __version__
 from .errors import SpecError, UserError
+from .report.commands import compare as compare_command
+from .report.commands import report as report_command
+from .report.commands import thresholds as thresholds_command
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -99,9 +102,10 @@ def run(
     from .spec import build_experiment, merge_overrides
 
     data, where = resolve_source(source)
-    flags = _workload_flags(keys=keys, key_dist=key_dist, value_size=value_size, mix=mix, ttl=ttl,
-                            prefill=prefill, warmup=warmup, warmup_ops=warmup_ops, duration=duration, ops=ops, workers=workers,
-                            rate=rate, seed=seed)
+    flags = _workload_flags(
+        keys=keys, key_dist=key_dist, value_size=value_size, mix=mix, ttl=ttl, prefill=prefill, warmup=warmup,
+        warmup_ops=warmup_ops, duration=duration, ops=ops, workers=workers, rate=rate, seed=seed,
+    )
     if ops is not None and duration is None:
         flags["duration"] = None
     data = merge_overrides(data, target, flags)
@@ -146,6 +150,11 @@ def presets() -> None:
 
     for name, description in describe_presets():
         console.print(f"[bold]{name}[/bold]  {description}")
+
+
+app.command("report")(report_command)
+app.command("compare")(compare_command)
+app.command("thresholds")(thresholds_command)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 COLUMNS = ("backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors")
@@ -41,6 +42,8 @@ def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]
         many_phases = len(run["phases"]) > 1
         for phase in run["phases"]:
             for name, op in phase["ops"].items():
+                if not op["count"]:
+                    continue
                 summary = op.get("summary_uncorrected" if uncorrected else "summary") or op["summary"]
                 hit = summary["hit_ratio"]
                 errors = sum(op.get("errors", {}).values())
@@ -70,8 +73,46 @@ def render(document: dict[str, Any], console: Console | None = None, title: str 
         if last is not None and row[0] != last:
             table.add_section()
         last = row[0]
-        table.add_row(*row)
+        table.add_row(*(escape(cell) for cell in row))
     console.print(table)
+    if len({(run.get("network") or {}).get("profile") for run in document["runs"]}) > 1:
+        render_baseline(document, console)
     if any(p.get("mode") == "open" for r in document["runs"] for p in r["phases"]):
         console.print("open loop: latency measured from each op's intended start (coordinated-omission "
                       "corrected); the uncorrected figures are in the results file.")
+
+
+def baseline_rows(document: dict[str, Any]) -> list[list[str]]:
+    """Per target, phase and op: mean latency under each network profile as % of the first.
+
+    Reference 004's table: the time the same work takes where the cache lives, relative
+    to the cache on the application's own host.
+    """
+    out: list[list[str]] = []
+    baselines: dict[tuple[str, str, str], float] = {}
+    for run in document["runs"]:
+        profile = (run.get("network") or {}).get("profile", "-")
+        for phase in run["phases"]:
+            for name, op in phase["ops"].items():
+                if not op["count"]:
+                    continue
+                mean = op["summary"]["mean_us"]
+                key = (run["label"], phase["name"], name)
+                if key in baselines:
+                    relative = f"{100 * mean / baselines[key]:.0f}%" if baselines[key] else "-"
+                else:
+                    baselines[key], relative = mean, "baseline"
+                op_name = f"{phase['name']}:{name}" if len(run["phases"]) > 1 else name
+                out.append([run["label"], profile, op_name, fmt_latency(mean), fmt_latency(op["summary"]["p99_us"]),
+                            relative])
+    return out
+
+
+def render_baseline(document: dict[str, Any], console: Console) -> None:
+    table = Table(title="% of baseline: mean latency vs the first network profile of each target",
+                  header_style="bold", title_justify="left")
+    for column in ("backend", "network", "op", "mean", "p99", "vs baseline"):
+        table.add_column(column, justify="left" if column in ("backend", "network", "op") else "right")
+    for row in baseline_rows(document):
+        table.add_row(*(escape(cell) for cell in row))
+    console.print(table)

@@ -67,14 +67,30 @@ def phase_config(target: Target, workload: Workload, phase: Phase, namespace: st
     return config
 
 
-def run_engine_phases(target: Target, workload: Workload, namespace: str) -> list[dict[str, Any]]:
-    """Every phase of ``workload`` on the engine, as phase dicts of the results schema."""
+def run_engine_phases(target: Target, workload: Workload, namespace: str, monitor: Any = None) -> list[dict[str, Any]]:
+    """Every phase of ``workload`` on the engine, as phase dicts of the results schema.
+
+    Prefill and warm-up run as separate, discarded engine calls, so the server sampler
+    (``monitor``) sees exactly the timed part, as it does for the Python workers.
+    """
     from ..engine import run_load
 
     phases = []
     for index, phase in enumerate(workload.effective_phases()):
         config = phase_config(target, workload, phase, namespace, index == 0)
+        if config["prefill"]:
+            fill = {**config, "prefill": True, "ops": 1, "duration_s": 60.0, "warmup_s": 0.0, "mode": "closed",
+                    "rate": None, "mix": [{"op": "get", "weight": 1}]}
+            run_load(fill)
+        if config["warmup_s"]:
+            run_load({**config, "prefill": False, "ops": None, "duration_s": config["warmup_s"], "warmup_s": 0.0})
+        config.update({"prefill": False, "warmup_s": 0.0})
+        if monitor is not None:
+            monitor.phase_started(index)
         result = run_load(config)
+        total = sum(op["count"] for op in result["ops"].values())
+        if monitor is not None:
+            monitor.phase_ended(index, total)
         wall_s = result["wall_s"]
         # the same op names and order as the Python workers report (the engine says mget for get_many)
         ours = {engine: name for name, engine in ENGINE_OPS.items()}
@@ -99,6 +115,8 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str) -> lis
             "engine": {k: config.get(k) for k in ("protocol", "threads", "connections", "pipeline")}
             | {"wire_bytes_out": result.get("wire_bytes_out"), "wire_bytes_in": result.get("wire_bytes_in")},
         })
+        if monitor is not None:
+            monitor.attach(index, phases[-1])
         if result.get("interrupted"):
             break
     return phases

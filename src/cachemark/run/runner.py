@@ -15,6 +15,7 @@ import queue as queue_mod
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -149,7 +150,7 @@ def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
 
 
 def run_target(url: str, workload: Workload, label: str | None = None,
-               progress: ProgressFn | None = None, network: Any = None) -> RunOutcome:
+               progress: ProgressFn | None = None, network: Any = None, sample_server: bool = True) -> RunOutcome:
     """Run ``workload`` against ``url``; a missing server binary yields a skipped outcome."""
     target = parse_target(url)
     label = label or default_label(target)
@@ -160,7 +161,21 @@ def run_target(url: str, workload: Workload, label: str | None = None,
             if len(servers) > 1:
                 outcome.server = {"servers": [s.describe() for s in servers]}
             outcome.backend["capabilities"] = check_ops(_preflight_target(reachable), workload)
-            _run_workers(reachable, workload, outcome, progress)
+            pid = servers[0].pid() if len(servers) == 1 else None
+            monitor = PhaseMonitor(reachable.url, pid, sample_server)  # samples the server itself, not the proxy
+            with contextlib.ExitStack() as network_stack:
+                proxies: list[Any] = []
+                if network is not None:
+                    from .network import through_network
+
+                    reachable, proxies = through_network(network_stack, reachable, network)
+                try:
+                    _run_workers(reachable, workload, outcome, progress, monitor)
+                finally:
+                    if network is not None:
+                        from .network import network_record
+
+                        outcome.network = network_record(network, proxies)
     except BackendMissing as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
     return outcome
@@ -181,7 +196,51 @@ def _preflight_target(target: Target) -> Target:
     return parse_target(base + (f"?{query}" if query else ""))
 
 
-def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progress: ProgressFn | None) -> None:
+class PhaseMonitor:
+    """Samples the server (INFO / stats / /proc) during exactly the timed part of each phase."""
+
+    def __init__(self, url: str, pid: int | None, enabled: bool = True) -> None:
+        self.url, self.pid, self.enabled = url, pid, enabled
+        self.samplers: dict[int, Any] = {}
+        self.results: dict[int, dict[str, Any]] = {}
+
+    def phase_started(self, index: int) -> None:
+        if self.enabled:
+            from ..measure.server_stats import ServerSampler
+
+            self.samplers[index] = ServerSampler(self.url, self.pid).start()
+
+    def phase_ended(self, index: int, total_ops: int) -> None:
+        sampler = self.samplers.pop(index, None)
+        if sampler is not None:
+            self.results[index] = sampler.stop(total_ops=total_ops)
+
+    def stop_all(self) -> None:
+        for index in list(self.samplers):
+            self.phase_ended(index, 0)
+
+    def attach(self, index: int, phase: dict[str, Any]) -> None:
+        """Put the server figures on the phase and its per-second series (aligned at phase start)."""
+        server = self.results.get(index)
+        if server is None or server.get("source") == "none":
+            phase["server"] = None
+            return
+        from ..measure.server_stats import timeseries
+
+        phase["server"] = server
+        series = phase.setdefault("timeseries", [])
+        by_second = {entry["t"]: entry for entry in series}
+        for row in timeseries(server):
+            second = max(0, round(row["t"]) - 1)  # the sample at t=1.0 covers second 0
+            if second not in by_second:  # e.g. the engine keeps no client-side series
+                by_second[second] = {"t": second}
+                series.append(by_second[second])
+            by_second[second].update({k: v for k, v in row.items() if k != "t" and v is not None})
+        series.sort(key=lambda entry: entry["t"])
+
+
+def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progress: ProgressFn | None,
+                 monitor: PhaseMonitor) -> None:
     namespace = f"cm:{uuid.uuid4().hex[:8]}:"
     preflight = create_backend(_preflight_target(target), namespace)
     preflight.open()  # BackendUnavailable propagates: the user's input is wrong
@@ -191,15 +250,16 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
             from .engine_runner import run_engine_phases
 
             outcome.backend["info"]["client"] = "cachemark-engine"
-            outcome.phases = run_engine_phases(target, workload, namespace)
+            outcome.phases = run_engine_phases(target, workload, namespace, monitor)
             if any(p["interrupted"] for p in outcome.phases):
                 outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
             return
         shared = outcome.backend["capabilities"].get("shared", True)
         tasks = [WorkerTask(target.url, namespace, workload.model_dump(), w, workload.workers, shared)
                  for w in range(workload.workers)]
-        outcome.phases = _supervise(tasks, workload, outcome, progress)
+        outcome.phases = _supervise(tasks, workload, outcome, progress, monitor)
     finally:
+        monitor.stop_all()
         try:
             removed = preflight.clear_namespace(written_keys(namespace, workload))
             outcome.backend["cleanup_removed"] = removed
@@ -214,17 +274,29 @@ def _context() -> mp.context.BaseContext:
     return ctx
 
 
+def _phase_clock(barrier, phases: int, monitor: PhaseMonitor) -> None:
+    """The parent's seat at the workers' barrier: it learns the instant each phase starts."""
+    for index in range(phases):
+        try:
+            barrier.wait(timeout=600)
+        except threading.BrokenBarrierError:
+            return
+        monitor.phase_started(index)
+
+
 def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
-               progress: ProgressFn | None) -> list[dict[str, Any]]:
+               progress: ProgressFn | None, monitor: PhaseMonitor) -> list[dict[str, Any]]:
     ctx = _context()
     n = len(tasks)
     results: queue_mod.Queue = ctx.Queue()
-    barrier = ctx.Barrier(n)
+    barrier = ctx.Barrier(n + 1)
     counters = ctx.RawArray("q", n)
     procs = [ctx.Process(target=worker_main, args=(t, results, barrier, counters), daemon=True) for t in tasks]
     for p in procs:
         p.start()
     phases = workload.effective_phases()
+    clock = threading.Thread(target=_phase_clock, args=(barrier, len(phases), monitor), daemon=True)
+    clock.start()
     per_phase: dict[int, list[dict[str, Any]]] = {}
     finished: set[int] = set()
     fatal: list[str] = []
@@ -258,12 +330,14 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                     finished.update(dead)
             if progress is not None:
                 done = sum(counters)
-                if barrier.n_waiting == 0 and phase_started is None and done:
+                if phase_started is None and done:
                     phase_started = time.monotonic()
                 phase = phases[min(current, len(phases) - 1)]
                 elapsed = time.monotonic() - phase_started if phase_started else 0.0
                 progress(phase.name, done, phase.ops, elapsed, phase.duration)
             if len(per_phase.get(current, [])) == n:
+                monitor.phase_ended(current, sum(op["count"] for part in per_phase[current]
+                                                 for op in part["ops"].values()))
                 current += 1
                 phase_started = None
                 for i in range(n):
@@ -273,18 +347,25 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
         _signal_all(procs, signal.SIGINT)
         _drain(results, per_phase, finished, n, timeout=10)
     finally:
+        barrier.abort()  # releases the clock thread if a phase never started
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
                 p.join()
+        monitor.stop_all()
     if fatal and not per_phase:
         raise UserError(f"{outcome.target}: {fatal[0]}")
     if fatal:
         outcome.status, outcome.reason = "failed", fatal[0]
     elif interrupted:
         outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
-    return [_merge_phase(phases[i], per_phase[i], workload) for i in sorted(per_phase)]
+    merged = []
+    for i in sorted(per_phase):
+        phase = _merge_phase(phases[i], per_phase[i], workload)
+        monitor.attach(i, phase)
+        merged.append(phase)
+    return merged
 
 
 def _drain(results, per_phase, finished, n, timeout: float) -> None:

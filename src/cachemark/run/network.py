@@ -1,0 +1,69 @@
+"""Putting a run behind a network profile: one latency proxy per server the target uses.
+
+The lab's proxy (``cachemark.lab.network``) sits between the client and each host of
+the target URL (several for a memcached pool; S3's ``endpoint_url``); the rewritten URL
+sends every connection through it. What the proxy was asked for and what it counted go
+into the run's ``network`` record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from ..errors import SpecError
+from ..target import Target, parse_target
+
+DEFAULT_PORTS = {"redis": 6379, "rediss": 6380, "memcached": 11211, "postgresql": 5432, "postgres": 5432,
+                 "mysql": 3306, "mariadb": 3306}
+
+
+def _rebuild(target: Target, hosts: list[tuple[str, int]]) -> Target:
+    userinfo = ""
+    if target.username or target.password is not None:
+        userinfo = quote(target.username or "", safe="")
+        if target.password is not None:
+            userinfo += ":" + quote(target.password, safe="")
+        userinfo += "@"
+    netloc = ",".join(f"{h}:{p}" for h, p in hosts)
+    query = target.url.partition("?")[2]
+    path = quote(target.path, safe="/")
+    return parse_target(f"{target.scheme}://{userinfo}{netloc}{path}" + (f"?{query}" if query else ""))
+
+
+def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -> tuple[Target, list[Any]]:
+    """The target rewritten to go through proxies playing ``profile``, and the proxies."""
+    from ..lab.network import start_proxy
+
+    if target.scheme == "s3":
+        endpoint = target.param("endpoint_url")
+        if not endpoint:
+            raise SpecError(f"{target.redacted}: a network profile needs endpoint_url (a local S3 server)")
+        parts = urlsplit(endpoint)
+        proxy = stack.enter_context(start_proxy(parts.hostname or "127.0.0.1", parts.port or 80, profile))
+        new_endpoint = f"{parts.scheme}://{proxy.host}:{proxy.port}{parts.path}"
+        params = {**target.params, "endpoint_url": new_endpoint}
+        query = "&".join(f"{k}={quote(v, safe='/:,')}" for k, v in params.items())
+        return parse_target(target.url.split("?", 1)[0] + "?" + query), [proxy]
+    if target.scheme not in DEFAULT_PORTS:
+        raise SpecError(
+            f"{target.redacted}: network profiles apply to network targets "
+            f"({', '.join(sorted(DEFAULT_PORTS))}, s3), not to {target.scheme}://"
+        )
+    proxies = []
+    hosts = []
+    for host, port in target.hosts or (("127.0.0.1", None),):
+        proxy = stack.enter_context(start_proxy(host, port or DEFAULT_PORTS[target.scheme], profile))
+        proxies.append(proxy)
+        hosts.append((proxy.host, proxy.port))
+    return _rebuild(target, hosts), proxies
+
+
+def network_record(profile: Any, proxies: list[Any]) -> dict[str, Any]:
+    return {
+        "profile": profile.name,
+        **profile.describe(),
+        "proxied": any(p.proxied for p in proxies),
+        "proxy_stats": [p.stats() for p in proxies if p.proxied],
+    }
