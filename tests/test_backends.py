@@ -45,7 +45,8 @@ CASES: dict[str, UrlFactory] = {
     "file": lambda _, d: f"file://{d}",
     "file-fanout2": lambda _, d: f"file://{d}?fanout=2",
     "diskcache": lambda _, d: f"diskcache://{d}",
-    "diskcache-fanout": lambda _, d: f"diskcache://{d}?shards=4",
+    # a generous timeout: a busy CI machine must not turn lock waits into refused writes
+    "diskcache-fanout": lambda _, d: f"diskcache://{d}?shards=4&timeout=2",
     "sqlite": lambda _, d: f"sqlite://{d}/cache.db",
     "redis-hiredis": _redis("?hiredis=true"),
     "redis-python-parser": _redis("?hiredis=false"),

@@ -1,6 +1,21 @@
-pub mod python {
-    use pyo3::prelude::*;
-    pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
-        Ok(())
-    }
-}
+//! cachemark's user-space network emulation proxy (crate `cachemark-proxy`).
+//!
+//! It sits between a benchmark client and any TCP cache server and makes loopback look
+//! like a LAN, another zone or another region: per-direction delay applied to each
+//! segment as it arrives (ordering kept), jitter with a named distribution, a bandwidth
+//! cap, a connection-setup delay, and faults (reset, black-hole, stall) that can be
+//! switched on mid-run. No privileges and no netem: it is an ordinary TCP proxy on its
+//! own tokio runtime, with timerfd-based timers for sub-millisecond delays.
+//!
+//! Modules: [`config`] (the JSON schema and the release-time arithmetic), [`timer`]
+//! (microsecond timers), [`proxy`] (listener, pumps, faults, stats) and [`python`]
+//! (the `cachemark._engine.Proxy` class).
+pub mod config;
+pub mod proxy;
+pub mod sock;
+pub mod timer;
+
+pub use config::Config;
+pub use proxy::{Proxy, StatsSnapshot};
+
+pub mod python;

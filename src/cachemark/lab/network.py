@@ -436,6 +436,22 @@ def measure_added_latency(
     }
 
 
+def release_late_quantile(stats: dict[str, Any], q: float = 0.99) -> str:
+    """From ``Proxy.stats()``: the lateness bucket (e.g. ``"<=30us"``) holding quantile
+    ``q`` of delayed segments' release times; ``""`` when nothing was delayed. This is the
+    proxy's own account of how punctually it applied the configured delay."""
+    buckets: dict[str, int] = stats.get("release_late", {})
+    total = sum(buckets.values())
+    if total == 0:
+        return ""
+    seen = 0
+    for label, count in buckets.items():
+        seen += count
+        if seen >= q * total:
+            return label
+    return label
+
+
 def measure_overhead(samples: int = 2000, **kwargs: Any) -> dict[str, Any]:
     """The proxy's own added round-trip latency with nothing configured (the honesty figure
     a run reports next to its network profile): ``added_p50`` / ``added_p99`` in µs."""
@@ -454,5 +470,6 @@ __all__ = [
     "parse_bandwidth_bps",
     "parse_duration_us",
     "parse_network",
+    "release_late_quantile",
     "start_proxy",
 ]

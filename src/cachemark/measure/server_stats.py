@@ -341,9 +341,17 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
 
 
 def timeseries(server: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per-interval server figures keyed like ``phase["timeseries"]`` entries, for merging."""
+    """Per-interval server figures keyed like ``phase["timeseries"]`` entries, for merging.
+
+    ``t`` is seconds since the sampler started. A last interval shorter than half the
+    typical one (cut short by ``stop()``) is left out: its rates are mostly noise.
+    """
+    rows = server.get("samples", [])
+    steps = sorted(b["t"] - a["t"] for a, b in zip(rows, rows[1:], strict=False))
+    if len(steps) >= 3 and rows[-1]["t"] - rows[-2]["t"] < 0.5 * steps[len(steps) // 2]:
+        rows = rows[:-1]
     out = []
-    for row in server.get("samples", [])[1:]:
+    for row in rows[1:]:
         out.append({
             "t": row["t"],
             "server_ops_per_s": row.get("ops_per_s"),

@@ -122,7 +122,7 @@ class Marker:
     color: str = "#444"
 
 
-WIDTH, HEIGHT = 590, 320
+WIDTH, HEIGHT = 570, 320
 _MARGIN = {"left": 70, "right": 34, "top": 34, "bottom": 52}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from ..measure.summary import summary_from_result
 
 SUMMARY_FIELDS = ("ops_per_s", "hit_ratio", "error_count", "p50_us", "p90_us", "p99_us", "p999_us",
-                  "max_us", "mean_us")
+                  "max_us", "mean_us", "ops_per_latency_s")
 LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 SERVER_FIELDS = ("cpu_us_per_op", "bytes_in_per_op", "bytes_out_per_op", "net_mbps_p90", "net_mbps_p70",
                  "net_in_mbps_p90", "net_out_mbps_p90", "cpu_pct_p90", "used_memory_bytes", "evictions")

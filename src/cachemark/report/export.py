@@ -81,10 +81,16 @@ def baseline_rows(rows: list[dict[str, Any]], baseline: str) -> dict[tuple[str, 
     for row in rows:
         if row["label"] == baseline:
             chosen.setdefault((row["sweep"], row["phase"], row["op"]), row)
+            # for rows of another sweep point (or none), the baseline's first point stands in
+            chosen.setdefault(("*", row["phase"], row["op"]), row)
     if not chosen:
         labels = sorted({r["label"] for r in rows})
         raise UserError(f"baseline {baseline!r} is not a label in the results; labels: {', '.join(labels)}")
     return chosen
+
+
+def baseline_for(base: dict[tuple[str, str, str], dict[str, Any]], row: dict[str, Any]) -> dict[str, Any] | None:
+    return base.get((row["sweep"], row["phase"], row["op"])) or base.get(("*", row["phase"], row["op"]))
 
 
 def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
@@ -116,7 +122,7 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
         base = baseline_rows(rows, baseline)
         table = []
         for r in rows:
-            b = base.get((r["sweep"], r["phase"], r["op"])) or base.get(("", r["phase"], r["op"]))
+            b = baseline_for(base, r)
             same = b is r
             table.append([
                 r["name"], _op_name(r, many_phases),

@@ -19,10 +19,11 @@ from html import escape
 from typing import Any
 
 from ..measure.histogram import Histogram
+from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
 from .data import op_rows, phase_rows, run_name, sweep_key
-from .export import baseline_rows, fmt_percent
+from .export import baseline_for, baseline_rows, fmt_percent
 from .table import fmt_latency, fmt_rate
 
 SATURATION_FRACTION = 0.95  # a sweep saturates at the first point reaching 95 % of its best
@@ -38,7 +39,7 @@ th,td{padding:3px 9px;border-bottom:1px solid #eee;text-align:right;white-space:
 th{background:#f6f6f6;cursor:pointer}td.l,th.l{text-align:left}td.w{white-space:normal}
 tr.sep td{border-top:2px solid #ccc}
 .charts{display:flex;flex-wrap:wrap;gap:14px}.figure{border:1px solid #e3e3e3;padding:6px;background:#fff}
-.legend{display:flex;flex-wrap:wrap;gap:4px 10px;max-width:590px;font-size:12px;margin-top:4px}
+.legend{display:flex;flex-wrap:wrap;gap:4px 10px;max-width:570px;font-size:12px;margin-top:4px}
 .legend button{border:0;background:none;cursor:pointer;font:inherit;padding:0}
 .legend button.off{opacity:.35;text-decoration:line-through}
 .legend i{display:inline-block;width:12px;height:3px;margin:0 4px 3px 0;vertical-align:middle}
@@ -135,7 +136,7 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
             _td(f"{r['errors']:,}", r["errors"]),
         ]
         if baseline:
-            b = base.get((r["sweep"], r["phase"], r["op"])) or base.get(("", r["phase"], r["op"]))
+            b = baseline_for(base, r)
             for key in ("ops_per_s", "p50_us", "p99_us"):
                 if b is r:
                     cells.append(_td("--", 100))
@@ -249,12 +250,22 @@ _TIMESERIES_METRICS = (
 )
 
 
+def _phase_series(phase: dict[str, Any]) -> list[dict[str, Any]]:
+    """The client's per-second entries, and the server sampler's when the runner did not merge them in."""
+    entries = list(phase.get("timeseries") or [])
+    server = phase.get("server") or {}
+    if server.get("samples") and not any(e.get("server_cpu_pct") is not None for e in entries):
+        entries += server_timeseries(server)
+    return entries
+
+
 def _timeseries_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -> str:
     per_phase: dict[str, list[tuple[int, str, list[dict[str, Any]]]]] = defaultdict(list)
     for index, run in enumerate(document.get("runs", [])):
         for phase in run.get("phases", []):
-            if phase.get("timeseries"):
-                per_phase[phase.get("name", "main")].append((index, run_name(run), phase["timeseries"]))
+            entries = _phase_series(phase)
+            if entries:
+                per_phase[phase.get("name", "main")].append((index, run_name(run), entries))
     figures = []
     for phase_name, entries in per_phase.items():
         for key, title, unit, kind in _TIMESERIES_METRICS:
@@ -269,12 +280,14 @@ def _timeseries_charts(document: dict[str, Any], colors: dict[int, str], ids: _I
             y_fmt = _fmt_us if unit == "latency" else _fmt_num
             label = f"{title} ({phase_name})" if len(per_phase) > 1 else title
             figures.append(_figure(
-                line_chart(series, title=label, x_label="seconds into the timed phase", y_label=unit,
+                line_chart(series, title=label, x_label="seconds", y_label=unit,
                            y_kind=kind, x_fmt=lambda v: f"{v:g}", y_fmt=y_fmt, chart_id=chart_id),
                 _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])))
     if not figures:
         return ""
-    return "<h2>Per-second time series</h2><div class=\"charts\">" + "".join(figures) + "</div>"
+    return ("<h2>Per-second time series</h2><p class=\"note\">Client figures: seconds into the timed phase "
+            "(the last second may be partial). Server figures: seconds since server sampling started.</p>"
+            "<div class=\"charts\">" + "".join(figures) + "</div>")
 
 
 def _as_number(value: Any) -> float | None:

@@ -1,0 +1,82 @@
+"""Session fixtures for the report tests: results documents made by real runs.
+
+Loaded by the report test modules through ``pytest_plugins = ["report_fixtures"]`` so the
+runs happen once per session. ``report_doc`` holds three repeats of ``memory://`` and a
+three-point value-size sweep against a spawned redis-server sampled by
+:class:`~cachemark.measure.server_stats.ServerSampler` (the phase's ``server`` block; the
+runner supplies ``timeseries``), i.e. every shape the reports read.
+Nothing in it is hand-written except the ``sweep``/``repeat`` tags the runner would add.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cachemark.errors import BackendMissing
+from cachemark.lab.redis import RedisServer
+from cachemark.measure.fingerprint import calibrate, fingerprint
+from cachemark.measure.server_stats import ServerSampler
+from cachemark.results import new_document
+from cachemark.run.runner import run_target
+from cachemark.spec import Experiment, Workload
+
+SWEEP_SIZES = ("100", "1000", "10000")
+
+
+def _workload(**overrides: Any) -> Workload:
+    base = {"duration": 0.5, "warmup": 0, "workers": 1, "keys": 1000, "prefill": False, "seed": 7}
+    return Workload(**{**base, **overrides})
+
+
+def run_json(url: str, workload: Workload, label: str, *, sweep: dict[str, str] | None = None,
+             repeat: int | None = None, sampler: ServerSampler | None = None) -> dict[str, Any]:
+    """One real run as its results-file entry, with the server sampled around it when asked."""
+    if sampler is not None:
+        sampler.start()
+    outcome = run_target(url, workload, label)
+    run = outcome.to_json()
+    assert run["status"] == "ok", run["reason"]
+    if sampler is not None:
+        phase = run["phases"][0]
+        phase["server"] = sampler.stop(total_ops=sum(op["count"] for op in phase["ops"].values()))
+    run["sweep"] = sweep
+    if repeat is not None:
+        run["repeat"] = repeat
+    return run
+
+
+def document(runs: list[dict[str, Any]], targets: list[str], name: str) -> dict[str, Any]:
+    experiment = Experiment(name=name, targets=targets, workload=_workload()).model_dump(mode="json")
+    doc = new_document(experiment, fingerprint(calibrate()))
+    doc["runs"] = runs
+    return doc
+
+
+@pytest.fixture(scope="session")
+def redis_lab() -> Iterator[RedisServer]:
+    try:
+        server = RedisServer().start()
+    except BackendMissing as exc:
+        pytest.skip(f"redis not available: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def report_doc(redis_lab: RedisServer) -> dict[str, Any]:
+    runs = [run_json("memory://", _workload(duration=0.4), "memory", repeat=i) for i in range(3)]
+    for size in SWEEP_SIZES:
+        sampler = ServerSampler(redis_lab.url(), redis_lab.pid(), interval=0.2)
+        runs.append(run_json(redis_lab.url(), _workload(duration=0.8, workers=2, value_size=size), "redis",
+                             sweep={"value_size": size}, sampler=sampler))
+    return document(runs, ["memory://", "spawn:redis"], "report-tests")
+
+
+@pytest.fixture(scope="session")
+def slower_doc(redis_lab: RedisServer) -> dict[str, Any]:
+    """A run labelled "memory" that really went to redis over loopback: a real, large slowdown."""
+    runs = [run_json(redis_lab.url(), _workload(duration=0.4), "memory", repeat=0)]
+    return document(runs, ["spawn:redis"], "report-tests-slower")

@@ -1,0 +1,382 @@
+"""The network what-if proxy against real servers: a private redis-server and an echo server.
+
+Behaviour, not speed: delays are floors (an op cannot beat the configured round trip),
+a bandwidth cap makes a big value take its serialisation time, faults surface as client
+errors, configs change mid-run, and nothing outlives the proxy. Profile parsing errors
+are one clear line. Every load goes to 127.0.0.1 and is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import pytest
+
+from cachemark.errors import SpecError
+from cachemark.lab.base import free_port, wait_for_port
+from cachemark.lab.network import (
+    PROFILES,
+    NetworkProfile,
+    echo_server,
+    measure_overhead,
+    parse_bandwidth_bps,
+    parse_network,
+    start_proxy,
+)
+
+redis = pytest.importorskip("redis")
+_engine = pytest.importorskip("cachemark._engine")
+if not hasattr(_engine, "Proxy"):
+    pytest.skip("the native engine was built without the proxy", allow_module_level=True)
+Proxy = _engine.Proxy
+
+REDIS_SERVER = "/usr/bin/redis-server"
+
+
+@pytest.fixture(scope="module")
+def redis_port():
+    port = free_port()
+    proc = subprocess.Popen(
+        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for_port("127.0.0.1", port, 10, proc)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def echo():
+    with echo_server() as addr:
+        yield addr
+
+
+def client(port: int, timeout: float = 5.0) -> redis.Redis:
+    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def config(**fields) -> str:
+    import json
+
+    return json.dumps(fields)
+
+
+# --- forwarding and stats ---------------------------------------------------------------
+
+
+def test_forwards_redis_commands_and_counts_bytes(redis_port):
+    with Proxy(f"127.0.0.1:{redis_port}") as proxy:
+        r = client(proxy.port)
+        assert r.set("cm:test:proxy", b"v" * 1000)
+        assert r.get("cm:test:proxy") == b"v" * 1000
+        r.delete("cm:test:proxy")
+        stats = proxy.stats()
+        r.close()
+    assert stats["connections_total"] == 1
+    assert stats["bytes_up"] > 1000 and stats["bytes_down"] > 1000
+    assert stats["faults_fired"] == {"reset": 0, "blackhole": 0, "stall": 0}
+
+
+def test_large_stream_arrives_intact_and_in_order_with_jitter(echo):
+    # Jitter larger than the gap between segments would reorder them if the proxy let it.
+    cfg = config(delay_up_us=200, delay_down_us=200, jitter={"dist": "uniform", "us": 150})
+    payload = bytes(range(256)) * 4096  # 1 MiB with a recognisable pattern
+    with Proxy(f"{echo[0]}:{echo[1]}", cfg) as proxy, socket.create_connection((proxy.host, proxy.port)) as s:
+        s.settimeout(20)
+        for i in range(0, len(payload), 1500):  # many small writes, not one big buffer
+            s.sendall(payload[i : i + 1500])
+        got = bytearray()
+        while len(got) < len(payload):
+            chunk = s.recv(65536)
+            assert chunk, "proxy closed early"
+            got += chunk
+    assert bytes(got) == payload
+
+
+# --- delay, bandwidth, connect delay ----------------------------------------------------
+
+
+def test_20ms_one_way_delay_makes_every_op_at_least_40ms(redis_port):
+    cfg = config(delay_up_us=20_000, delay_down_us=20_000)
+    with Proxy(f"127.0.0.1:{redis_port}", cfg) as proxy:
+        r = client(proxy.port)
+        r.ping()  # connection setup out of the way
+        times = []
+        for i in range(15):
+            start = time.perf_counter()
+            r.set(f"cm:test:delay:{i}", b"x")
+            times.append(time.perf_counter() - start)
+        r.delete(*[f"cm:test:delay:{i}" for i in range(15)])
+        r.close()
+        stats = proxy.stats()
+    assert min(times) >= 0.040, f"fastest op {min(times) * 1e3:.3f} ms"
+    assert max(times) < 0.5  # the delay is 40 ms, not a stall
+    assert stats["segments_delayed"] >= 30
+
+
+def test_bandwidth_cap_1MBps_makes_1MB_value_take_at_least_0_9s(redis_port):
+    cfg = config(bandwidth_bps=8_000_000)  # 1 MB/s each way
+    value = b"b" * 1_000_000
+    with Proxy(f"127.0.0.1:{redis_port}", cfg) as proxy:
+        r = client(proxy.port, timeout=10)
+        r.ping()
+        start = time.perf_counter()
+        r.set("cm:test:bw", value)
+        up = time.perf_counter() - start
+        start = time.perf_counter()
+        assert r.get("cm:test:bw") == value
+        down = time.perf_counter() - start
+        r.delete("cm:test:bw")
+        r.close()
+    assert up >= 0.9, f"1 MB upload took {up:.3f}s"
+    assert down >= 0.9, f"1 MB download took {down:.3f}s"
+    assert up < 3 and down < 3  # a cap, not a stall
+
+
+def test_connect_delay_holds_the_first_request(redis_port):
+    with Proxy(f"127.0.0.1:{redis_port}", config(connect_delay_us=100_000)) as proxy:
+        r = client(proxy.port)
+        start = time.perf_counter()
+        r.ping()
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        r.ping()
+        second = time.perf_counter() - start
+        r.close()
+    assert first >= 0.1
+    assert second < 0.05
+
+
+def test_set_config_applies_mid_run(echo):
+    with Proxy(f"{echo[0]}:{echo[1]}") as proxy, socket.create_connection((proxy.host, proxy.port)) as s:
+        s.settimeout(5)
+
+        def rtt() -> float:
+            start = time.perf_counter()
+            s.sendall(b"ping")
+            assert s.recv(16) == b"ping"
+            return time.perf_counter() - start
+
+        assert rtt() < 0.02
+        proxy.set_config(config(delay_up_us=15_000, delay_down_us=15_000))
+        assert rtt() >= 0.030
+        proxy.set_config("{}")
+        rtt()  # drain anything released under the old config
+        assert rtt() < 0.02
+
+
+# --- faults -------------------------------------------------------------------------------
+
+
+def test_reset_fault_shows_up_as_errors(redis_port):
+    with Proxy(f"127.0.0.1:{redis_port}") as proxy:
+        r = client(proxy.port)
+        assert r.ping()
+        proxy.set_config(config(fault={"kind": "reset", "after_ms": 0}))
+        time.sleep(0.05)  # the open connection is reset now; new ones at once
+        errors = 0
+        for _ in range(5):
+            try:
+                r.ping()
+            except redis.ConnectionError:
+                errors += 1
+        stats = proxy.stats()
+        proxy.set_config("{}")
+        recovered = client(proxy.port).ping()
+    assert errors == 5
+    assert stats["faults_fired"]["reset"] >= 1
+    assert recovered
+
+
+def test_reset_sends_rst_not_fin(echo):
+    with Proxy(f"{echo[0]}:{echo[1]}", config(fault={"kind": "reset", "after_ms": 0})) as proxy:
+        s = socket.create_connection((proxy.host, proxy.port))
+        s.settimeout(5)
+        with pytest.raises(ConnectionResetError):
+            s.sendall(b"hello")
+            s.recv(16)
+            s.sendall(b"again")  # a FIN would let this through; an RST does not
+            s.recv(16)
+        s.close()
+
+
+def test_blackhole_times_out_and_counts_dropped_bytes(echo):
+    with Proxy(f"{echo[0]}:{echo[1]}", config(fault={"kind": "blackhole"})) as proxy:
+        s = socket.create_connection((proxy.host, proxy.port))
+        s.settimeout(0.3)
+        time.sleep(0.05)
+        s.sendall(b"into the void")
+        with pytest.raises(TimeoutError):
+            s.recv(16)
+        s.close()
+        stats = proxy.stats()
+    assert stats["faults_fired"]["blackhole"] == 1
+    assert stats["bytes_dropped"] == len(b"into the void")
+
+
+def test_stall_holds_then_delivers(echo):
+    cfg = config(fault={"kind": "stall", "after_ms": 0, "stall_ms": 300})
+    with Proxy(f"{echo[0]}:{echo[1]}", cfg) as proxy, socket.create_connection((proxy.host, proxy.port)) as s:
+        s.settimeout(5)
+        time.sleep(0.02)
+        start = time.perf_counter()
+        s.sendall(b"later")
+        assert s.recv(16) == b"later"
+        held = time.perf_counter() - start
+        start = time.perf_counter()
+        s.sendall(b"now")
+        assert s.recv(16) == b"now"
+        after = time.perf_counter() - start
+    assert 0.2 <= held < 2
+    assert after < 0.05
+
+
+def test_fault_probability_zero_never_fires(echo):
+    with Proxy(f"{echo[0]}:{echo[1]}", config(fault={"kind": "reset", "probability": 0})) as proxy:
+        for _ in range(3):
+            with socket.create_connection((proxy.host, proxy.port)) as s:
+                s.settimeout(5)
+                s.sendall(b"ok")
+                assert s.recv(16) == b"ok"
+        assert proxy.stats()["faults_fired"]["reset"] == 0
+
+
+# --- lifecycle ------------------------------------------------------------------------------
+
+
+def test_proxy_shuts_down_with_the_run(redis_port):
+    with start_proxy("127.0.0.1", redis_port, parse_network("1ms")[0]) as ep:
+        port = ep.port
+        r = client(port)
+        assert r.ping()
+        assert ep.stats()["connections_active"] == 1
+    # Closed: the listener is gone and the open connection was closed with it.
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    with pytest.raises(redis.ConnectionError):
+        r.ping()
+
+
+def test_close_is_idempotent_and_closed_proxy_refuses_calls(echo):
+    proxy = Proxy(f"{echo[0]}:{echo[1]}")
+    proxy.close()
+    proxy.close()
+    assert proxy.closed
+    with pytest.raises(RuntimeError):
+        proxy.stats()
+
+
+def test_bad_config_is_a_value_error_naming_the_field(echo):
+    with pytest.raises(ValueError, match="delay_us"):
+        Proxy(f"{echo[0]}:{echo[1]}", '{"delay_us": 5}')
+    with pytest.raises(ValueError, match="gamma"):
+        Proxy(f"{echo[0]}:{echo[1]}", '{"jitter": {"dist": "gamma", "us": 5}}')
+
+
+def test_upstream_down_resets_the_client():
+    dead = free_port()
+    with Proxy(f"127.0.0.1:{dead}") as proxy:
+        s = socket.create_connection((proxy.host, proxy.port))
+        s.settimeout(5)
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+            s.sendall(b"x")
+            if s.recv(16) == b"":
+                raise ConnectionResetError
+        assert proxy.stats()["upstream_errors"] == 1
+        s.close()
+
+
+def test_overhead_is_measured_and_small():
+    result = measure_overhead(samples=300, warmup=50)
+    # Behaviour, not speed: the figure exists, is finite and not absurd for loopback.
+    assert result["samples"] == 300
+    assert -1000 < result["added_p50"] < 2000
+
+
+# --- profiles ---------------------------------------------------------------------------------
+
+
+def test_named_profiles_are_ordered_and_documented():
+    names = ["same-host", "lan", "same-zone", "cross-zone", "cross-region"]
+    assert list(PROFILES) == names
+    rtts = [PROFILES[n].rtt_us for n in names]
+    assert rtts == sorted(rtts) and rtts[0] == 0
+    assert all(PROFILES[n].source for n in names)
+    assert not PROFILES["same-host"].proxied
+
+
+def test_parse_several_profiles_with_options():
+    profiles = parse_network("same-host,2ms,jitter=0.2ms,dist=pareto,bandwidth=100mbit,cross-region")
+    assert [p.name for p in profiles] == [
+        "same-host",
+        "2ms,jitter=0.2ms,dist=pareto,bandwidth=100mbit",
+        "cross-region",
+    ]
+    custom = profiles[1]
+    assert custom.rtt_us == 2000 and custom.jitter_us == 200 and custom.jitter_dist == "pareto"
+    assert custom.bandwidth_bps == 100_000_000
+    cfg = custom.to_config()
+    assert cfg["delay_up_us"] == cfg["delay_down_us"] == 1000
+    assert cfg["jitter"] == {"dist": "pareto", "us": 200}
+    assert cfg["connect_delay_us"] == 2000
+
+
+def test_options_on_a_named_profile():
+    (p,) = parse_network("cross-zone,bandwidth=10MB/s")
+    assert p.rtt_us == PROFILES["cross-zone"].rtt_us
+    assert p.bandwidth_bps == 80_000_000
+
+
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("moon", "unknown network profile 'moon'"),
+        ("2", "use a number with a unit"),
+        ("2ms,jitter=fast", "bad jitter"),
+        ("2ms,dist=gamma", "uniform, normal, pareto"),
+        ("2ms,bandwidth=100", "bad bandwidth"),
+        ("jitter=1ms", "must follow a profile"),
+        ("2ms,colour=red", "unknown network option"),
+        ("lan,,cross-zone", "empty network profile"),
+        ("lan,lan", "given twice"),
+    ],
+)
+def test_bad_specs_are_one_clear_line(spec, fragment):
+    with pytest.raises(SpecError) as info:
+        parse_network(spec)
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+
+
+def test_bandwidth_units():
+    assert parse_bandwidth_bps("1gbit") == 1_000_000_000
+    assert parse_bandwidth_bps("1MB/s") == 8_000_000
+    assert parse_bandwidth_bps("500kbit") == 500_000
+
+
+def test_same_host_uses_no_proxy(redis_port):
+    with start_proxy("127.0.0.1", redis_port, PROFILES["same-host"]) as ep:
+        assert not ep.proxied
+        assert (ep.host, ep.port) == ("127.0.0.1", redis_port)
+        assert ep.stats() == {}
+
+
+def test_endpoint_set_fault_mid_run(redis_port):
+    with start_proxy("127.0.0.1", redis_port, NetworkProfile("zero", proxied=True)) as ep:
+        r = client(ep.port)
+        assert r.ping()
+        ep.set_fault("reset")
+        time.sleep(0.05)
+        with pytest.raises(redis.ConnectionError):
+            r.ping()
+        assert ep.stats()["faults_fired"]["reset"] >= 1
+        with pytest.raises(SpecError):
+            ep.set_fault("meteor")

@@ -1,0 +1,172 @@
+"""Exports, the HTML document's structure and the report command, on results from real runs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from cachemark.errors import UserError
+from cachemark.measure.histogram import Histogram
+from cachemark.measure.summary import latency_histogram
+from cachemark.report import export
+from cachemark.report.charts import percentile_grid, percentile_to_x
+from cachemark.report.commands import compare as compare_cmd
+from cachemark.report.commands import report as report_cmd
+from cachemark.report.commands import thresholds as thresholds_cmd
+from cachemark.report.data import op_rows
+from cachemark.report.html import render_html, saturation_point, to_toml
+from cachemark.results import write_atomic
+
+pytest_plugins = ["report_fixtures"]
+
+
+def _all_ops(doc):
+    return [(run, phase, name, op) for run in doc["runs"] for phase in run["phases"]
+            for name, op in phase["ops"].items()]
+
+
+def test_markdown_tables_and_percent_of_baseline(report_doc):
+    text = export.to_markdown(report_doc, baseline="redis")
+    tables = [line for line in text.splitlines() if line.startswith("|")]
+    # summary: header + align + one line per run × op
+    assert len([t for t in tables if t.startswith("| memory #")]) == 3 * 2 * 3  # summary + baseline tables
+    assert "### Server" in text and "### Comparison to baseline (redis)" in text
+    rows = op_rows(report_doc)
+    base = {(r["sweep"], r["op"]): r for r in rows if r["label"] == "redis"}
+    # the baseline's own rows read "--"; another label's ops/s is the exact ratio to the first redis point
+    first_sweep = min(base)[0]
+    memory_get = next(r for r in rows if r["label"] == "memory" and r["op"] == "get")
+    expected = export.fmt_percent(memory_get["ops_per_s"] / base[(first_sweep, "get")]["ops_per_s"] * 100)
+    assert any(line.startswith("| memory #0 | get |") and f"| {expected} |" in line for line in tables)
+    assert any(line.startswith("| redis [value_size=100] | get |") and "| -- |" in line for line in tables)
+
+
+def test_unknown_baseline_is_a_user_error(report_doc):
+    with pytest.raises(UserError, match="baseline 'nope'"):
+        export.to_markdown(report_doc, baseline="nope")
+
+
+def test_csv_one_row_per_run_phase_op_with_every_figure(report_doc):
+    rows = list(csv.DictReader(io.StringIO(export.to_csv(report_doc))))
+    ops = _all_ops(report_doc)
+    assert len(rows) == len(ops)
+    for row, (run, phase, name, op) in zip(rows, ops, strict=True):
+        assert row["label"] == run["label"] and row["op"] == name and int(row["count"]) == op["count"]
+        for key, value in op["summary"].items():
+            assert row[key] == ("" if value is None else str(value))
+        if phase.get("server"):
+            assert float(row["server_cpu_us_per_op"]) == phase["server"]["cpu_us_per_op"]
+
+
+def test_json_export_drops_histograms_only(report_doc):
+    slim = json.loads(export.to_json(report_doc))
+    assert "histograms" not in json.dumps(slim)
+    assert len(slim["runs"]) == len(report_doc["runs"])
+    assert slim["runs"][0]["phases"][0]["ops"]["get"]["summary"] == \
+        report_doc["runs"][0]["phases"][0]["ops"]["get"]["summary"]
+    assert "histograms" in report_doc["runs"][0]["phases"][0]["ops"]["get"]  # the input is untouched
+
+
+def test_write_text_atomic_leaves_no_temp_files(tmp_path):
+    path = export.write_text_atomic(tmp_path / "sub" / "r.md", "hello\n")
+    assert path.read_text() == "hello\n" and [p.name for p in path.parent.iterdir()] == ["r.md"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="cannot write"):
+        export.write_text_atomic(tmp_path / "file" / "y.md", "x")  # a file where a directory should be
+
+
+def test_html_has_every_section_and_chart(report_doc):
+    html = render_html(report_doc, baseline="memory")
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    for heading in ("Summary", "Server", "Latency percentile spectrum", "Throughput and hit ratio",
+                    "Per-second time series", "Sweeps", "Environment", "Calibration", "Re-run this experiment"):
+        assert f">{heading}</h" in html, heading
+    ops = {name for *_, name, _ in _all_ops(report_doc)}
+    assert html.count('id="spectrum-') == len(ops)
+    assert html.count('id="sweep-') == 3  # ops/s, bandwidth, p99 vs value_size
+    assert "saturates at" in html
+    # self-contained: no external resources of any kind
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html)
+    assert "@import" not in html
+
+
+def test_spectrum_points_are_the_histogram_percentiles(report_doc):
+    op = report_doc["runs"][0]["phases"][0]["ops"]["get"]
+    hist = latency_histogram({k: Histogram.decode(v) for k, v in op["histograms"].items()})
+    grid = percentile_grid(hist.total)
+    assert grid[0] == 0.0 and percentile_to_x(90.0) == pytest.approx(1.0)
+    assert percentile_to_x(99.0) == pytest.approx(2.0)
+    # p90 of the plotted series is the summary's p90 (the grid passes exactly through the nines)
+    values = dict(zip(grid, hist.percentiles(grid), strict=True))
+    p90 = min(grid, key=lambda p: abs(p - 90.0))
+    assert values[p90] / 1000 == pytest.approx(op["summary"]["p90_us"])
+
+
+def test_saturation_point_is_first_to_reach_95_percent():
+    assert saturation_point([(1, 10.0), (2, 19.0), (4, 20.0), (8, 19.5)]) == (2, 19.0)
+    assert saturation_point([]) is None
+
+
+def test_spec_toml_round_trips(report_doc):
+    experiment = report_doc["experiment"]
+    parsed = tomllib.loads(to_toml(experiment))
+
+    def without_none(value):
+        if isinstance(value, dict):
+            return {k: without_none(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [without_none(v) for v in value]
+        return value
+
+    assert parsed == without_none(experiment)
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.command("report")(report_cmd)
+    app.command("compare")(compare_cmd)
+    app.command("thresholds")(thresholds_cmd)
+    return app
+
+
+def test_report_command_writes_each_format(report_doc, tmp_path):
+    results = write_atomic(tmp_path / "run.json", report_doc)
+    runner = CliRunner()
+    for fmt, name in (("html", "run.html"), ("markdown", "run.md"), ("csv", "run.csv"), ("json", "run.summary.json")):
+        outcome = runner.invoke(_app(), ["report", str(results), "--format", fmt])
+        assert outcome.exit_code == 0, outcome.output
+        assert (tmp_path / name).stat().st_size > 0
+    json.loads((tmp_path / "run.summary.json").read_text())
+    outcome = runner.invoke(_app(), ["report", str(results), "-o", str(tmp_path / "b.md"), "--baseline", "redis"])
+    assert outcome.exit_code == 0 and "Comparison to baseline" in (tmp_path / "b.md").read_text()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_report_command_bad_input(tmp_path):
+    not_results = tmp_path / "x.json"
+    not_results.write_text('{"hello": 1}')
+    garbage = tmp_path / "g.json"
+    garbage.write_text("{not json")
+    for args, message in (
+        ([str(tmp_path / "missing.json")], "no such results file"),
+        ([str(not_results)], "not a cachemark results file"),
+        ([str(garbage)], "not a results file"),
+    ):
+        with pytest.raises(UserError, match=message):
+            report_cmd(Path(args[0]), None, None, None)
+
+
+def test_report_command_unknown_format(report_doc, tmp_path):
+    results = write_atomic(tmp_path / "run.json", report_doc)
+    with pytest.raises(UserError, match="unknown format 'pdf'"):
+        report_cmd(results, None, "pdf", None)
+    with pytest.raises(UserError, match="refusing to overwrite"):
+        report_cmd(results, results, "json", None)
