@@ -20,13 +20,15 @@ def cachemark(*args: str, cwd: Path, timeout: float = 120) -> subprocess.Complet
 
 def test_run_prints_the_table_and_saves_results(tmp_path):
     result = cachemark("run", "-t", "memory://", "-t", "sqlite://", "--duration", "1", "--warmup", "0",
-                       "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+                       "--no-calibrate", "-o", "out.json", "--html", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "memory" in result.stdout and "sqlite" in result.stdout and "p99.9" in result.stdout
     document = json.loads((tmp_path / "out.json").read_text())
     assert document["schema"] == "cachemark.results/1"
     assert [r["status"] for r in document["runs"]] == ["ok", "ok"]
     assert document["experiment"]["workload"]["duration"] == 1.0
+    html = (tmp_path / "out.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and "sqlite" in html and "<svg" in html
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -65,3 +67,15 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     assert run["status"] == "interrupted"
     assert run["phases"][0]["ops"]["get"]["count"] > 0
     assert 0 < run["phases"][0]["wall_s"] < 30
+
+
+def test_network_profiles_print_the_percent_of_baseline_table(tmp_path):
+    result = cachemark("run", "-t", "spawn:redis", "-t", "spawn:memcached", "--network", "same-host,cross-region",
+                       "--keys", "50", "--duration", "1", "--warmup", "0", "--no-calibrate", "-o", "net.json",
+                       cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "% of baseline" in result.stdout and "cross-region" in result.stdout
+    document = json.loads((tmp_path / "net.json").read_text())
+    assert document["environment"]["proxy_overhead"]["added_p50"] < 5000  # µs: the proxy adds far less than 5 ms
+    far = [r for r in document["runs"] if r["network"]["profile"] == "cross-region"]
+    assert far and all(r["phases"][0]["ops"]["get"]["summary"]["p50_us"] > 60_000 for r in far)

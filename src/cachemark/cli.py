@@ -44,8 +44,8 @@ def _root(
 
 
 def _workload_flags(**flags: Any) -> dict[str, Any]:
-    mapping = {"key_dist": "key_dist", "value_size": "value_size"}
-    return {mapping.get(k, k): v for k, v in flags.items() if v is not None}
+    """The workload fields given on the command line (None means: not given)."""
+    return {name: value for name, value in flags.items() if value is not None}
 
 
 def resolve_source(source: str | None) -> tuple[dict[str, Any], str]:
@@ -86,6 +86,7 @@ def run(
         str | None, typer.Option(help="same-host,lan,same-zone,cross-zone,cross-region or 2ms,...")
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results JSON path.")] = None,
+    html: Annotated[bool, typer.Option("--html", help="Also write the HTML report beside the results.")] = False,
     calibrate: Annotated[
         bool, typer.Option("--calibrate/--no-calibrate", help="Measure timer and loopback RTT first.")
     ] = True,
@@ -122,6 +123,13 @@ def run(
     experiment = build_experiment(data, where)
     document, path = run_experiment(experiment, out=out, calibrate=calibrate, console=console)
     console.print(f"results: {path}")
+    if html:
+        from .report.export import write_text_atomic
+        from .report.html import render_html
+
+        report_path = path.with_suffix(".html")
+        write_text_atomic(report_path, render_html(document))
+        console.print(f"report: {report_path}")
 
 
 @app.command()

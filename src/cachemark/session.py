@@ -73,6 +73,19 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
     return runs
 
 
+def proxy_overhead(console: Console) -> dict[str, Any]:
+    """What the latency proxy itself adds with no delay configured, measured now, on this machine."""
+    from .lab.network import measure_overhead
+
+    with console.status("measuring the network proxy's own overhead"):
+        overhead = measure_overhead(samples=1000)
+    figures = {k: overhead[k] for k in ("added_p50", "added_p99", "direct_p50", "proxied_p50", "samples")
+               if k in overhead}
+    console.print(f"network proxy: adds {figures.get('added_p50', 0):.0f}µs p50, "
+                  f"{figures.get('added_p99', 0):.0f}µs p99 with no delay configured")
+    return figures
+
+
 def describe(spec: RunSpec) -> str:
     target = parse_target(spec.url)
     parts = [spec.label or (default_label(target) if target.scheme == "spawn" else target.redacted)]
@@ -98,6 +111,8 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
             f"{rtt['idle']['p50_us']:.0f}µs idle; timer resolution {calibration['timer_resolution_ns']}ns"
         )
     document = new_document(experiment_record(experiment), fingerprint(calibration))
+    if experiment.network and any(spec.network is not None and spec.network.proxied for spec in specs):
+        document["environment"]["proxy_overhead"] = proxy_overhead(console)
     path = Path(out) if out else default_path()
     interrupted = False
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),

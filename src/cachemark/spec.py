@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -263,5 +263,3 @@ def merge_overrides(data: dict[str, Any], targets: list[str] | None, workload: d
         data["workload"] = {**data.get("workload", {}), **workload}
     return data
 
-
-Mode = Literal["closed", "open"]

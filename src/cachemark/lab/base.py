@@ -151,7 +151,7 @@ class LocalServer(ABC):
         return {"kind": self.kind, "spawned": True, "version": self.version, "port": self.port}
 
     def __enter__(self) -> LocalServer:
-        return self.start()
+        return self if self.proc is not None else self.start()  # spawn_server() already started it
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
