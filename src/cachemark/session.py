@@ -86,6 +86,11 @@ def proxy_overhead(console: Console) -> dict[str, Any]:
     return figures
 
 
+def _servers(run: dict[str, Any]) -> list[dict[str, Any]]:
+    server = run.get("server") or {}
+    return server.get("servers", [server]) if server else []
+
+
 def describe(spec: RunSpec) -> str:
     target = parse_target(spec.url)
     parts = [spec.label or (default_label(target) if target.scheme == "spawn" else target.redacted)]
@@ -136,6 +141,8 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
             run["sweep"] = spec.sweep or None
             run["repeat"] = spec.repeat
             run["display"] = describe(spec)
+            if any(server.get("emulator") for server in _servers(run)):
+                run["display"] += " (emulator)"  # its absolute latency says nothing about the real service
             document["runs"].append(run)
             write_atomic(path, document)
             if outcome.status == "interrupted":

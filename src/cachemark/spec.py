@@ -217,11 +217,20 @@ class Experiment(_Model):
     @field_validator("targets", mode="before")
     @classmethod
     def _targets(cls, value: object) -> object:
-        if isinstance(value, str):
+        if isinstance(value, str | dict):
             value = [value]
         if not value:
             raise ValueError("at least one target is needed")
-        return value
+        targets = []
+        for item in value:
+            if isinstance(item, dict):  # a Django CACHES entry, as in settings.py
+                if "BACKEND" not in item:
+                    raise ValueError("a target given as a table must be a Django CACHES entry with BACKEND")
+                from .backends.django import django_url
+
+                item = django_url(item)
+            targets.append(item)
+        return targets
 
 
 def _format_validation(exc: ValidationError, source: str) -> str:

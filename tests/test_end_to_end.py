@@ -1,0 +1,83 @@
+"""Whole experiments through the command line, as a user runs them."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+CLI = [sys.executable, "-m", "cachemark"]
+
+
+def cachemark(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_sql_s3_django_and_two_level_side_by_side(tmp_path):
+    (tmp_path / "e.toml").write_text("""
+name = "side-by-side"
+targets = [
+  "spawn:postgresql",
+  "spawn:s3",
+  { BACKEND = "django.core.cache.backends.locmem.LocMemCache", OPTIONS = { MAX_ENTRIES = 500 } },
+  "twolevel://?fast=spawn:memcached&slow=file://",
+]
+[workload]
+keys = 200
+ops = 400
+workers = 1
+warmup = 0
+""")
+    result = cachemark("run", "e.toml", "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert [r["status"] for r in document["runs"]] == ["ok"] * 4
+    assert [r["backend"]["scheme"] for r in document["runs"]] == ["postgresql", "s3", "django", "twolevel"]
+    for run in document["runs"]:
+        assert sum(op["count"] for op in run["phases"][0]["ops"].values()) == 400
+    assert "(emulator)" in result.stdout  # the spawned S3 is moto: its latency is not AWS's
+    assert result.stdout.count("get ") >= 4
+
+
+def test_bandwidth_sweep_to_thresholds_in_three_formats(tmp_path):
+    result = cachemark("run", "-t", "spawn:redis", "--label", "cache.local", "--sweep",
+                       "value_size=1024,10000,100000", "--mix", "get=50,set=50", "--keys", "200",
+                       "--duration", "1", "--warmup", "0", "--no-calibrate", "-o", "sweep.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "sweep.json").read_text())
+    sizes = [run["sweep"]["value_size"] for run in document["runs"]]
+    assert sizes == ["1024", "10000", "100000"]
+    servers = [run["phases"][0]["server"] for run in document["runs"]]
+    assert all(s and s["net_mbps_p90"] > 0 for s in servers)
+    # bigger values move more bytes per op through the server
+    per_op = [s["bytes_in_per_op"] + s["bytes_out_per_op"] for s in servers]
+    assert per_op[0] < per_op[1] < per_op[2]
+    for fmt, name in (("json", "t.json"), ("cloudformation", "t.yaml"), ("prometheus", "t.rules.yaml")):
+        out = cachemark("thresholds", "sweep.json", "--levels", "100,90,80", "--metric", "bandwidth",
+                        "--format", fmt, "-o", name, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    thresholds = json.loads((tmp_path / "t.json").read_text())
+    assert "cache.local" in json.dumps(thresholds)
+    mappings = yaml.safe_load((tmp_path / "t.yaml").read_text())["Mappings"]
+    (mapping,) = mappings.values()
+    levels = mapping["cache.local"]
+    assert int(levels["100"]) > int(levels["90"]) > int(levels["80"]) > 0
+    rules = yaml.safe_load((tmp_path / "t.rules.yaml").read_text())
+    assert rules["groups"][0]["rules"]
+
+
+def test_sql_servers_report_their_own_counters():
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    workload = Workload(keys=100, mix="get=90,set=10", ops=3000, duration=None, warmup=0, workers=1)
+    for url, source in (("spawn:postgresql", "postgresql"), ("spawn:mysql", "mysql")):
+        phase = run_target(url, workload, sample_server=True).phases[0]
+        server = phase["server"]
+        assert server["source"] == source and not server["errors"]
+        assert server["cpu_us_per_op"] > 0  # the server's processes (PostgreSQL forks one per client) burned CPU
+        first, last = server["samples"][0], server["samples"][-1]
+        assert last["commands"] - first["commands"] >= 3000  # every op is at least one statement
