@@ -296,12 +296,18 @@ class ServerSampler:
     def kind(self) -> str:
         return self._source.kind if self._source else ("process" if self.pid else "none")
 
+    def connect(self) -> ServerSampler:
+        """Open the sampler's connection ahead of time, so start() only has to take a sample."""
+        if self._source is None and not self.errors:
+            try:
+                self._source = _open_source(self.target_url)
+            except Exception as exc:  # noqa: BLE001 — a sampler failure must never stop the run
+                self.errors.append(f"connect: {type(exc).__name__}: {exc}")
+        return self
+
     def start(self) -> ServerSampler:
-        """Connect and take the baseline sample now; later samples come from the thread."""
-        try:
-            self._source = _open_source(self.target_url)
-        except Exception as exc:  # noqa: BLE001 — a sampler failure must never stop the run
-            self.errors.append(f"connect: {type(exc).__name__}: {exc}")
+        """Take the baseline sample now (connecting first if needed); later ones come from the thread."""
+        self.connect()
         self._t0 = time.monotonic()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="cachemark-server-sampler", daemon=True)

@@ -86,6 +86,7 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
             run_load({**config, "prefill": False, "ops": None, "duration_s": config["warmup_s"], "warmup_s": 0.0})
         config.update({"prefill": False, "warmup_s": 0.0})
         if monitor is not None:
+            monitor.phase_coming(index)
             monitor.phase_started(index)
         result = run_load(config)
         total = sum(op["count"] for op in result["ops"].values())

@@ -204,11 +204,18 @@ class PhaseMonitor:
         self.samplers: dict[int, Any] = {}
         self.results: dict[int, dict[str, Any]] = {}
 
-    def phase_started(self, index: int) -> None:
+    def phase_coming(self, index: int) -> None:
+        """Connect the sampler before the phase starts: its baseline must not lag the first op."""
         if self.enabled:
             from ..measure.server_stats import ServerSampler
 
-            self.samplers[index] = ServerSampler(self.url, self.pid).start()
+            self.samplers[index] = ServerSampler(self.url, self.pid).connect()
+
+    def phase_started(self, index: int) -> None:
+        if index not in self.samplers:
+            self.phase_coming(index)
+        if index in self.samplers:
+            self.samplers[index].start()
 
     def phase_ended(self, index: int, total_ops: int) -> None:
         sampler = self.samplers.pop(index, None)
@@ -277,6 +284,7 @@ def _context() -> mp.context.BaseContext:
 def _phase_clock(barrier, phases: int, monitor: PhaseMonitor) -> None:
     """The parent's seat at the workers' barrier: it learns the instant each phase starts."""
     for index in range(phases):
+        monitor.phase_coming(index)
         try:
             barrier.wait(timeout=600)
         except threading.BrokenBarrierError:
