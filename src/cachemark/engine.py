@@ -21,9 +21,7 @@ try:
     from ._engine import Histogram
     from ._engine import run_load as _run_load
 except ImportError as exc:  # pragma: no cover - only without a built extension
-    raise ImportError(
-        "cachemark._engine is not built; run `maturin develop --release -m engine/Cargo.toml`"
-    ) from exc
+    raise ImportError("cachemark._engine is not built; run `maturin develop --release -m engine/Cargo.toml`") from exc
 
 __all__ = ["Histogram", "run_load", "target_config", "PROTOCOLS"]
 
@@ -83,9 +81,7 @@ def target_config(target: str | Target) -> dict[str, Any]:
     else:
         raise SpecError(f"{t.redacted}: the native engine speaks redis:// and memcached:// only")
     hosts = t.hosts or (("127.0.0.1", None),)
-    cfg["servers"] = [
-        f"{h}:{p or default_port}" if ":" not in h else f"[{h}]:{p or default_port}" for h, p in hosts
-    ]
+    cfg["servers"] = [f"{h}:{p or default_port}" if ":" not in h else f"[{h}]:{p or default_port}" for h, p in hosts]
     for knob in ("threads", "connections", "pipeline"):
         value = t.int_param(knob)
         if value is not None:

@@ -1,6 +1,15 @@
-pub mod python {
-    use pyo3::prelude::*;
-    pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
-        Ok(())
-    }
-}
+//! cachemark's native load engine (`cachemark-load`).
+//!
+//! * [`keyspace`] — keys, values (docs/contracts.md), PRNG, key distributions, server routing
+//! * [`proto`] — RESP2/3 and memcached text/meta encoders and bounded reply parsers
+//! * [`config`] — the JSON run configuration and its validation
+//! * [`hist`] — HDR histograms with the contract's parameters and V2-deflate/base64 codec
+//! * [`engine`] — the per-thread epoll load loop (closed and open loop) and run orchestration
+//! * [`python`] — the PyO3 surface: `run_load` and `Histogram`
+
+pub mod config;
+pub mod engine;
+pub mod hist;
+pub mod keyspace;
+pub mod proto;
+pub mod python;

@@ -1,0 +1,212 @@
+"""cachemark's native engine side by side with the classic load generators.
+
+For each case (connections c, pipeline P, value size d) this runs, against one local
+server started here, cachemark's engine and the peer with the same connections,
+pipeline and value size, alternately and `--repeat` times each, and prints the
+throughput ratio (engine / peer, higher is better) and the ratio of client CPU
+seconds per million ops (engine / peer, lower is better). Best run of each side.
+
+  Redis:     redis-benchmark -t get (keys prefilled by an untimed redis-benchmark -t set)
+             vs the engine's 100 % GET on the same number of prefilled keys.
+  memcached: memcaslap (90 % get / 10 % set, its own default mix) vs the engine with
+             the same mix. memcaslap cannot pipeline, so its P=16 row runs at P=1.
+
+Client CPU: getrusage of the child for the peers (memcaslap's untimed warm-up is
+subtracted using /proc samples), getrusage of this process over the engine's timed
+phase. Example:  python benchmarks/vs_peers.py --seconds 3 --repeat 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from cachemark.engine import run_load
+from cachemark.lab.base import free_port, wait_for_port
+
+CASES = [(50, 1, 100), (50, 16, 100), (50, 1, 10_000), (10, 1, 100_000)]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def key_count(d: int) -> int:
+    return 100 if d >= 100_000 else 1000
+
+
+def start(argv: list[str], port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port("127.0.0.1", port, 10, proc)
+    return proc
+
+
+def run_child(argv: list[str], sample: bool = False) -> tuple[str, float, list[tuple[float, float]], float]:
+    """Runs a peer; returns its stdout+stderr, CPU seconds, /proc CPU samples, exit time."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    samples: list[tuple[float, float]] = []
+    out = b""
+    status, ru = 0, None
+    if sample:
+        os.set_blocking(proc.stdout.fileno(), False)
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            try:
+                with open(f"/proc/{proc.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                samples.append((time.monotonic(), (int(fields[11]) + int(fields[12])) / TICK))
+            except (OSError, IndexError):
+                pass
+            out += proc.stdout.read() or b""
+            time.sleep(0.05)
+    if ru is None:
+        _, status, ru = os.wait4(proc.pid, 0)
+    end = time.monotonic()
+    out += proc.stdout.read() or b""
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed ({proc.returncode}): {out.decode(errors='replace')[-500:]}")
+    return out.decode(errors="replace"), ru.ru_utime + ru.ru_stime, samples, end
+
+
+def engine(protocol: str, port: int, c: int, p: int, d: int, seconds: float, mix: list[dict]) -> tuple[float, float]:
+    res = run_load(
+        {
+            "protocol": protocol,
+            "servers": [f"127.0.0.1:{port}"],
+            "threads": 1,
+            "connections": c,
+            "pipeline": p,
+            "duration_s": seconds,
+            "warmup_s": 0.3,
+            "keys": {"count": key_count(d), "prefix": "cm:vs:"},
+            "values": {"sizes": [[d, 1]]},
+            "mix": mix,
+            "verify_fraction": 0.01,
+        }
+    )
+    ops = sum(o["count"] for o in res["ops"].values())
+    errors = sum(sum(o["errors"].values()) for o in res["ops"].values())
+    if errors:
+        raise RuntimeError(f"engine saw {errors} errors: {res['errors_sample']}")
+    return ops / res["wall_s"], res["client_cpu_s"] / ops * 1e6
+
+
+def redis_peer(port: int, c: int, p: int, d: int, n: int) -> tuple[float, float]:
+    argv = ["redis-benchmark", "-p", str(port), "-t", "get", "-r", str(key_count(d)), "-n", str(n)]
+    out, cpu, _, _ = run_child([*argv, "-c", str(c), "-P", str(p), "-d", str(d), "--csv"])
+    m = re.search(r'"GET","([\d.]+)"', out)
+    if not m:
+        raise RuntimeError(f"cannot read redis-benchmark output: {out[-300:]}")
+    return float(m.group(1)), cpu / n * 1e6
+
+
+def memcaslap_peer(port: int, c: int, d: int, seconds: float, cfg: str) -> tuple[float, float]:
+    argv = ["memcaslap", "-s", f"127.0.0.1:{port}", "-T", "1", "-c", str(c), "-t", f"{int(seconds)}s"]
+    out, cpu, samples, end = run_child([*argv, "-X", str(d), "-F", cfg, "-w", "1k"], sample=True)
+    m = re.search(r"Run time: ([\d.]+)s Ops: (\d+) TPS: (\d+)", out)
+    if not m:
+        raise RuntimeError(f"cannot read memcaslap output: {out[-300:]}")
+    run_time, ops, tps = float(m.group(1)), int(m.group(2)), int(m.group(3))
+    # Count only the timed phase, the last `run_time` seconds of CPU activity: memcaslap
+    # warms up before it and idles (~1 s) after it before exiting.
+    busy_end = next((t for t, c in samples if c >= samples[-1][1]), end) if samples else end
+    before = [c for t, c in samples if t <= busy_end - run_time]
+    cpu_at_start = before[-1] if before else 0.0
+    return float(tps), (cpu - cpu_at_start) / max(ops, 1) * 1e6
+
+
+def best(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return max(r[0] for r in runs), min(r[1] for r in runs)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=3.0, help="length of each timed run")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per side and case (best is kept)")
+    ap.add_argument("--only", choices=["redis", "memcached"], help="one server kind only")
+    args = ap.parse_args()
+    rows = []
+    tmp = tempfile.mkdtemp(prefix="cm-vs-")
+    if args.only != "memcached":
+        if not shutil.which("redis-benchmark"):
+            print("redis-benchmark not installed (Debian: redis-tools); skipping Redis", file=sys.stderr)
+        else:
+            port = free_port()
+            srv = start(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", tmp], port)
+            try:
+                for c, p, d in CASES:
+                    k = key_count(d)
+                    subprocess.run(
+                        ["redis-benchmark", "-p", str(port), "-t", "set", "-r", str(k), "-n", str(20 * k)]
+                        + ["-d", str(d), "-c", "10", "-P", "8", "-q"],
+                        check=True,
+                        capture_output=True,
+                    )
+                    eng, peer = [], []
+                    for _ in range(args.repeat):
+                        eng.append(engine("resp2", port, c, p, d, args.seconds, [{"op": "get"}]))
+                        n = max(10_000, int(eng[-1][0] * args.seconds * 0.8))
+                        peer.append(redis_peer(port, c, p, d, n))
+                    rows.append(("redis", "redis-benchmark", c, p, p, d, best(eng), best(peer)))
+                    print_row(rows[-1], flush=True)
+            finally:
+                srv.terminate()
+                srv.wait()
+    if args.only != "redis":
+        if not shutil.which("memcaslap"):
+            print("memcaslap not installed (Debian: libmemcached-tools); skipping memcached", file=sys.stderr)
+        else:
+            port = free_port()
+            argv = ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "2048"]
+            srv = start(argv + (["-u", "root"] if os.geteuid() == 0 else []), port)
+            try:
+                for c, p, d in CASES:
+                    cfg = os.path.join(tmp, f"memcaslap-{d}.cfg")
+                    with open(cfg, "w") as f:
+                        f.write(f"key\n16 16 1\nvalue\n{d} {d} 1\ncmd\n0 0.1\n1 0.9\n")
+                    mix = [{"op": "get", "weight": 9}, {"op": "set", "weight": 1}]
+                    eng, peer = [], []
+                    for _ in range(args.repeat):
+                        eng.append(engine("memcache_text", port, c, p, d, args.seconds, mix))
+                        peer.append(memcaslap_peer(port, c, d, args.seconds, cfg))
+                    rows.append(("memcached", "memcaslap", c, p, 1, d, best(eng), best(peer)))
+                    print_row(rows[-1], flush=True)
+            finally:
+                srv.terminate()
+                srv.wait()
+    print()
+    print(
+        f"Config: {args.seconds:g} s per run, best of {args.repeat}, "
+        f"1 client thread each, loopback, {os.cpu_count()} CPUs"
+    )
+    print()
+    print(
+        "| server | peer | c | P (engine/peer) | d | engine ops/s | peer ops/s | throughput ratio "
+        "| engine CPU-s/Mop | peer CPU-s/Mop | CPU ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for server, peer, c, p, pp, d, (et, ec), (pt, pc) in rows:
+        print(
+            f"| {server} | {peer} | {c} | {p}/{pp} | {d} | {et:,.0f} | {pt:,.0f} | **{et / pt:.2f}** "
+            f"| {ec:.2f} | {pc:.2f} | **{ec / pc:.2f}** |"
+        )
+    return 0
+
+
+def print_row(row, flush: bool = False) -> None:
+    server, peer, c, p, pp, d, (et, ec), (pt, pc) = row
+    print(
+        f"{server:9} c={c:<3} P={p}/{pp:<3} d={d:<6}  engine {et:>11,.0f} ops/s {ec:6.2f} CPU-s/Mop   "
+        f"{peer} {pt:>11,.0f} ops/s {pc:6.2f} CPU-s/Mop   throughput x{et / pt:.2f}  CPU x{ec / pc:.2f}",
+        flush=flush,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,565 @@
+//! The run configuration (JSON from Python) and its validation into a [`Plan`]: the
+//! read-only description every load thread shares. Anything a user can get wrong
+//! fails here with one clear line, before a connection is opened.
+
+use crate::keyspace::{make_filler, KeyDist, ValueSizes};
+use crate::proto::{Kind, Limits};
+use serde::Deserialize;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    Resp2,
+    Resp3,
+    MemcacheText,
+    MemcacheMeta,
+}
+
+impl Protocol {
+    pub fn is_resp(self) -> bool {
+        matches!(self, Protocol::Resp2 | Protocol::Resp3)
+    }
+}
+
+/// How load threads do I/O: io_uring batches every socket's sends and receives into
+/// one system call per round; epoll is the portable fallback. `auto` picks io_uring
+/// when the kernel allows it.
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum IoBackend {
+    Auto,
+    Uring,
+    Epoll,
+}
+
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Closed,
+    Open,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct KeysConfig {
+    #[serde(default = "d_key_count")]
+    pub count: u64,
+    #[serde(default = "d_prefix")]
+    pub prefix: String,
+    #[serde(default = "d_dist")]
+    pub dist: String,
+    #[serde(default = "d_zipf")]
+    pub zipf_s: f64,
+    #[serde(default = "d_hot_fraction")]
+    pub hot_fraction: f64,
+    #[serde(default = "d_hot_prob")]
+    pub hot_prob: f64,
+}
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ValuesConfig {
+    pub sizes: Option<Vec<(usize, f64)>>,
+    pub min: Option<usize>,
+    pub max: Option<usize>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct MixEntry {
+    pub op: String,
+    #[serde(default = "d_weight")]
+    pub weight: f64,
+    pub count: Option<u32>,
+    pub name: Option<String>,
+    pub args: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub protocol: Protocol,
+    pub servers: Vec<String>,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<String>,
+    #[serde(default)]
+    pub db: u32,
+    #[serde(default = "d_one")]
+    pub threads: usize,
+    #[serde(default = "d_connections")]
+    pub connections: usize,
+    #[serde(default = "d_one")]
+    pub pipeline: usize,
+    #[serde(default = "d_mode")]
+    pub mode: Mode,
+    #[serde(default)]
+    pub rate: Option<f64>,
+    #[serde(default = "d_duration")]
+    pub duration_s: f64,
+    #[serde(default)]
+    pub ops: Option<u64>,
+    #[serde(default)]
+    pub warmup_s: f64,
+    #[serde(default = "d_true")]
+    pub prefill: bool,
+    #[serde(default = "d_keys")]
+    pub keys: KeysConfig,
+    #[serde(default)]
+    pub values: ValuesConfig,
+    #[serde(default = "d_mix")]
+    pub mix: Vec<MixEntry>,
+    #[serde(default)]
+    pub ttl_s: u64,
+    #[serde(default = "d_verify")]
+    pub verify_fraction: f64,
+    #[serde(default = "d_one_u64")]
+    pub seed: u64,
+    #[serde(default = "d_timeout")]
+    pub timeout_ms: u64,
+    #[serde(default = "d_io")]
+    pub io: IoBackend,
+}
+
+fn d_io() -> IoBackend {
+    IoBackend::Auto
+}
+
+fn d_key_count() -> u64 {
+    10_000
+}
+fn d_prefix() -> String {
+    "cm:engine:".into()
+}
+fn d_dist() -> String {
+    "uniform".into()
+}
+fn d_zipf() -> f64 {
+    0.99
+}
+fn d_hot_fraction() -> f64 {
+    0.2
+}
+fn d_hot_prob() -> f64 {
+    0.8
+}
+fn d_weight() -> f64 {
+    1.0
+}
+fn d_one() -> usize {
+    1
+}
+fn d_one_u64() -> u64 {
+    1
+}
+fn d_connections() -> usize {
+    50
+}
+fn d_mode() -> Mode {
+    Mode::Closed
+}
+fn d_duration() -> f64 {
+    5.0
+}
+fn d_true() -> bool {
+    true
+}
+fn d_keys() -> KeysConfig {
+    serde_json::from_str("{}").expect("defaults")
+}
+fn d_mix() -> Vec<MixEntry> {
+    vec![MixEntry {
+        op: "get".into(),
+        weight: 1.0,
+        count: None,
+        name: None,
+        args: None,
+    }]
+}
+fn d_verify() -> f64 {
+    0.01
+}
+fn d_timeout() -> u64 {
+    5000
+}
+
+/// One piece of a template argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seg {
+    Lit(Vec<u8>),
+    Key,
+    Value,
+    Ttl,
+    Len,
+}
+
+/// One op of the mix, ready to encode.
+#[derive(Clone, Debug)]
+pub struct OpPlan {
+    /// The name results are reported under.
+    pub name: String,
+    pub kind: Kind,
+    /// Template arguments (RESP: one bulk each; memcached: words of one line, with a
+    /// lone `{value}` sent as the data block).
+    pub template: Vec<Vec<Seg>>,
+    /// Whether the op writes a value (so it draws a size).
+    pub writes_value: bool,
+}
+
+/// Everything the load threads share, validated.
+#[derive(Debug)]
+pub struct Plan {
+    pub protocol: Protocol,
+    pub servers: Vec<SocketAddr>,
+    pub server_names: Vec<String>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub db: u32,
+    pub threads: usize,
+    pub connections: usize,
+    pub pipeline: usize,
+    pub open: bool,
+    pub rate: f64,
+    pub duration_ns: u64,
+    pub ops_limit: Option<u64>,
+    pub warmup_ns: u64,
+    pub prefill: bool,
+    pub key_count: u64,
+    pub prefix: Vec<u8>,
+    pub dist: KeyDist,
+    pub sizes: ValueSizes,
+    pub filler: Vec<u8>,
+    pub ops: Vec<OpPlan>,
+    /// Cumulative mix weights, normalised to end at 1.0.
+    pub cumulative: Vec<f64>,
+    pub ttl_s: u64,
+    pub verify_fraction: f64,
+    pub seed: u64,
+    pub timeout_ns: u64,
+    pub io: IoBackend,
+    pub limits: Limits,
+    /// Whether counters (`prefix + "ctr:" + i`) must be created before timing.
+    pub uses_counters: bool,
+}
+
+fn parse_template(args: &[String], is_resp: bool) -> Result<Vec<Vec<Seg>>, String> {
+    if args.is_empty() {
+        return Err("a template op needs a non-empty \"args\" list".into());
+    }
+    let mut out = Vec::new();
+    for a in args {
+        let mut segs = Vec::new();
+        let mut rest = a.as_str();
+        while !rest.is_empty() {
+            let next = ["{key}", "{value}", "{ttl}", "{len}"]
+                .iter()
+                .filter_map(|p| rest.find(p).map(|i| (i, *p)))
+                .min();
+            match next {
+                None => {
+                    segs.push(Seg::Lit(rest.as_bytes().to_vec()));
+                    rest = "";
+                }
+                Some((i, p)) => {
+                    if i > 0 {
+                        segs.push(Seg::Lit(rest.as_bytes()[..i].to_vec()));
+                    }
+                    segs.push(match p {
+                        "{key}" => Seg::Key,
+                        "{value}" => Seg::Value,
+                        "{ttl}" => Seg::Ttl,
+                        _ => Seg::Len,
+                    });
+                    rest = &rest[i + p.len()..];
+                }
+            }
+        }
+        if !is_resp && segs.contains(&Seg::Value) && segs.len() != 1 {
+            return Err(format!("template arg {a:?}: in memcached templates {{value}} must stand alone (it is sent as the data block)"));
+        }
+        if !is_resp && a.contains(char::is_whitespace) {
+            return Err(format!(
+                "template arg {a:?}: memcached arguments cannot contain whitespace"
+            ));
+        }
+        out.push(segs);
+    }
+    if !is_resp && out.iter().filter(|s| s.as_slice() == [Seg::Value]).count() > 1 {
+        return Err("a memcached template can carry at most one {value}".into());
+    }
+    Ok(out)
+}
+
+impl Config {
+    pub fn from_json(text: &str) -> Result<Config, String> {
+        serde_json::from_str(text).map_err(|e| format!("engine config: {e}"))
+    }
+
+    pub fn plan(&self) -> Result<Plan, String> {
+        let is_resp = self.protocol.is_resp();
+        if self.servers.is_empty() {
+            return Err("engine config: \"servers\" is empty".into());
+        }
+        if is_resp && self.servers.len() > 1 {
+            return Err(
+                "engine config: RESP targets take one server (cluster mode is not supported)"
+                    .into(),
+            );
+        }
+        let mut servers = Vec::new();
+        for s in &self.servers {
+            let addr = s
+                .to_socket_addrs()
+                .map_err(|e| format!("server {s:?} is not host:port ({e})"))?
+                .next()
+                .ok_or_else(|| format!("server {s:?} resolves to no address"))?;
+            servers.push(addr);
+        }
+        if !is_resp && (self.password.is_some() || self.username.is_some()) {
+            return Err(
+                "engine config: the engine does not support memcached authentication".into(),
+            );
+        }
+        if self.threads == 0 || self.threads > 256 {
+            return Err(format!("threads must be 1..256, not {}", self.threads));
+        }
+        if self.connections < self.threads || self.connections > 100_000 {
+            return Err(format!(
+                "connections must be at least threads ({}) and at most 100000, not {}",
+                self.threads, self.connections
+            ));
+        }
+        if self.pipeline == 0 || self.pipeline > 4096 {
+            return Err(format!("pipeline must be 1..4096, not {}", self.pipeline));
+        }
+        let open = self.mode == Mode::Open;
+        let rate = self.rate.unwrap_or(0.0);
+        if open && !(rate.is_finite() && rate > 0.0) {
+            return Err("open loop needs a positive \"rate\" (ops/s)".into());
+        }
+        if !(self.duration_s.is_finite() && self.duration_s > 0.0 && self.duration_s < 1e7) {
+            return Err(format!(
+                "duration_s must be positive, not {}",
+                self.duration_s
+            ));
+        }
+        if !(self.warmup_s.is_finite() && self.warmup_s >= 0.0) {
+            return Err(format!("warmup_s must be >= 0, not {}", self.warmup_s));
+        }
+        if self.ops == Some(0) {
+            return Err("ops must be positive when given".into());
+        }
+        let k = &self.keys;
+        if k.count == 0 || k.count > 1_000_000_000 {
+            return Err(format!("keys.count must be 1..1e9, not {}", k.count));
+        }
+        if !is_resp && (k.prefix.contains(char::is_whitespace) || k.prefix.len() > 200) {
+            return Err(
+                "keys.prefix must be shorter than 200 bytes and have no whitespace for memcached"
+                    .into(),
+            );
+        }
+        let dist = match k.dist.as_str() {
+            "uniform" => KeyDist::Uniform,
+            "sequential" => KeyDist::Sequential,
+            "zipf" | "zipfian" => {
+                if !(k.zipf_s.is_finite() && k.zipf_s > 0.0) {
+                    return Err(format!("keys.zipf_s must be positive, not {}", k.zipf_s));
+                }
+                if k.count > 50_000_000 {
+                    return Err(
+                        "zipf over more than 50M keys is not supported by the engine".into(),
+                    );
+                }
+                KeyDist::zipf(k.count, k.zipf_s)
+            }
+            "hotspot" => {
+                if !(0.0..=1.0).contains(&k.hot_fraction) || !(0.0..=1.0).contains(&k.hot_prob) {
+                    return Err("keys.hot_fraction and keys.hot_prob must be within 0..1".into());
+                }
+                KeyDist::Hotspot {
+                    hot_keys: ((k.count as f64 * k.hot_fraction).round() as u64).max(1),
+                    hot_prob: k.hot_prob,
+                }
+            }
+            other => {
+                return Err(format!(
+                    "keys.dist {other:?} is not one of uniform, zipf, sequential, hotspot"
+                ))
+            }
+        };
+        const MAX_VALUE: usize = 64 * 1024 * 1024;
+        let v = &self.values;
+        let sizes = match (&v.sizes, v.min, v.max) {
+            (Some(list), None, None) => {
+                if list.is_empty() {
+                    return Err("values.sizes is empty".into());
+                }
+                let mut acc = 0.0;
+                let mut cumulative = Vec::new();
+                for &(size, w) in list {
+                    if size > MAX_VALUE || !(w.is_finite() && w >= 0.0) {
+                        return Err(format!("values.sizes entry [{size}, {w}] is out of range"));
+                    }
+                    acc += w;
+                    cumulative.push(acc);
+                }
+                if acc <= 0.0 {
+                    return Err("values.sizes weights sum to zero".into());
+                }
+                ValueSizes::Weighted {
+                    sizes: list.iter().map(|x| x.0).collect(),
+                    cumulative,
+                }
+            }
+            (None, Some(min), Some(max)) => {
+                if min > max || max > MAX_VALUE {
+                    return Err(format!("values min {min} / max {max} are out of range"));
+                }
+                ValueSizes::Range { min, max }
+            }
+            (None, None, None) => ValueSizes::Weighted {
+                sizes: vec![100],
+                cumulative: vec![1.0],
+            },
+            _ => return Err("values takes either \"sizes\" or \"min\" and \"max\"".into()),
+        };
+        if self.mix.is_empty() {
+            return Err("mix is empty".into());
+        }
+        let mut ops = Vec::new();
+        let mut cumulative = Vec::new();
+        let mut acc = 0.0;
+        for m in &self.mix {
+            if !(m.weight.is_finite() && m.weight >= 0.0) {
+                return Err(format!("mix weight for {:?} must be >= 0", m.op));
+            }
+            let mut template = Vec::new();
+            let kind = match m.op.as_str() {
+                "get" => Kind::Get,
+                "gets" => Kind::Gets,
+                "set" => Kind::Set,
+                "delete" => Kind::Delete,
+                "exists" => Kind::Exists,
+                "incr" => Kind::Incr,
+                "touch" => Kind::Touch,
+                "mget" | "get_many" => {
+                    let n = m.count.unwrap_or(10);
+                    if n == 0 || n > 10_000 {
+                        return Err(format!("mget count must be 1..10000, not {n}"));
+                    }
+                    Kind::MGet(n)
+                }
+                "template" => {
+                    template = parse_template(m.args.as_deref().unwrap_or(&[]), is_resp)?;
+                    Kind::Template
+                }
+                other => {
+                    return Err(format!(
+                        "mix op {other:?} is not one of get, gets, set, delete, exists, incr, touch, mget, template"
+                    ))
+                }
+            };
+            let name = m.name.clone().unwrap_or_else(|| m.op.clone());
+            if ops.iter().any(|o: &OpPlan| o.name == name) {
+                return Err(format!(
+                    "mix op name {name:?} appears twice (give one a \"name\")"
+                ));
+            }
+            let writes_value = kind == Kind::Set
+                || template
+                    .iter()
+                    .flatten()
+                    .any(|s| matches!(s, Seg::Value | Seg::Len));
+            acc += m.weight;
+            cumulative.push(acc);
+            ops.push(OpPlan {
+                name,
+                kind,
+                template,
+                writes_value,
+            });
+        }
+        if acc <= 0.0 {
+            return Err("mix weights sum to zero".into());
+        }
+        for c in cumulative.iter_mut() {
+            *c /= acc;
+        }
+        if !(0.0..=1.0).contains(&self.verify_fraction) {
+            return Err("verify_fraction must be within 0..1".into());
+        }
+        if self.timeout_ms == 0 {
+            return Err("timeout_ms must be positive".into());
+        }
+        let max_value = sizes.max();
+        Ok(Plan {
+            protocol: self.protocol,
+            server_names: self.servers.clone(),
+            servers,
+            username: self.username.clone(),
+            password: self.password.clone(),
+            db: self.db,
+            threads: self.threads,
+            connections: self.connections,
+            pipeline: self.pipeline,
+            open,
+            rate,
+            duration_ns: (self.duration_s * 1e9) as u64,
+            ops_limit: self.ops,
+            warmup_ns: (self.warmup_s * 1e9) as u64,
+            prefill: self.prefill,
+            key_count: k.count,
+            prefix: k.prefix.as_bytes().to_vec(),
+            dist,
+            filler: make_filler(max_value.max(16)),
+            sizes,
+            uses_counters: ops.iter().any(|o| o.kind == Kind::Incr),
+            ops,
+            cumulative,
+            ttl_s: self.ttl_s,
+            verify_fraction: self.verify_fraction,
+            seed: self.seed,
+            timeout_ns: self.timeout_ms * 1_000_000,
+            io: self.io,
+            limits: Limits::for_values(max_value),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = Config::from_json(r#"{"protocol":"resp2","servers":["127.0.0.1:1"]}"#).unwrap();
+        let p = c.plan().unwrap();
+        assert_eq!(p.connections, 50);
+        assert_eq!(p.ops[0].kind, Kind::Get);
+        assert!(Config::from_json(r#"{"protocol":"resp9","servers":[]}"#).is_err());
+        assert!(Config::from_json(r#"{"protocol":"resp2","servers":["x:1"],"bogus":1}"#).is_err());
+        let c =
+            Config::from_json(r#"{"protocol":"resp2","servers":["127.0.0.1:1"],"mode":"open"}"#)
+                .unwrap();
+        assert!(c.plan().unwrap_err().contains("rate"));
+    }
+
+    #[test]
+    fn templates() {
+        let t = parse_template(
+            &[
+                "HSET".into(),
+                "h:{key}".into(),
+                "f".into(),
+                "{value}".into(),
+            ],
+            true,
+        )
+        .unwrap();
+        assert_eq!(t[1], vec![Seg::Lit(b"h:".to_vec()), Seg::Key]);
+        assert!(parse_template(&["append".into(), "x{value}".into()], false).is_err());
+    }
+}

@@ -1,0 +1,345 @@
+//! Keys, values and randomness: what the engine sends, following docs/contracts.md.
+//!
+//! Key `i` is `prefix + str(i)`; the value for key `k` of size `n` is
+//! `("cm:" + hex8(crc32(k)) + ":" + filler)[:n]` with filler byte `i` = `0x21 + i % 94`.
+//! Everything here is allocation-free on the hot path: keys are formatted into a
+//! caller's buffer and values are a 12-byte header plus a slice of one shared filler.
+
+/// A small, fast, seedable PRNG (SplitMix64). Statistical quality is ample for
+/// picking keys and ops, and it keeps runs reproducible without a dependency.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    #[inline]
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+    /// Uniform in [0, n) for n > 0 (multiply-shift; bias is below 2^-32 for our n).
+    #[inline]
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+}
+
+static CRC_TABLE: [u32; 256] = {
+    let mut table = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        table[i] = c;
+        i += 1;
+    }
+    table
+};
+
+/// CRC-32 (IEEE, as Python's `zlib.crc32`).
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c = CRC_TABLE[((c ^ b as u32) & 0xFF) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+/// Appends `prefix + i` to `out`.
+#[inline]
+pub fn write_key(out: &mut Vec<u8>, prefix: &[u8], i: u64) {
+    out.extend_from_slice(prefix);
+    write_u64(out, i);
+}
+
+/// Appends the decimal form of `v` without allocating.
+#[inline]
+pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut pos = 20;
+    loop {
+        pos -= 1;
+        buf[pos] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[pos..]);
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The 12-byte value header for `key`.
+pub fn value_header(key: &[u8]) -> [u8; 12] {
+    let c = crc32(key);
+    let mut h = *b"cm:00000000:";
+    for i in 0..8 {
+        h[3 + i] = HEX[((c >> (28 - 4 * i)) & 0xF) as usize];
+    }
+    h
+}
+
+/// Shared filler bytes: byte `i` is `0x21 + i % 94` for every `i` (the first 12 are
+/// overwritten by the header when a value is written).
+pub fn make_filler(max_len: usize) -> Vec<u8> {
+    (0..max_len).map(|i| 0x21 + (i % 94) as u8).collect()
+}
+
+/// Appends the value for `key` of length `n` to `out`.
+#[inline]
+pub fn write_value(out: &mut Vec<u8>, key: &[u8], n: usize, filler: &[u8]) {
+    let h = value_header(key);
+    let head = n.min(12);
+    out.extend_from_slice(&h[..head]);
+    if n > 12 {
+        out.extend_from_slice(&filler[12..n]);
+    }
+}
+
+/// True when `value` is exactly what a writer of `key` would have written at its length.
+pub fn verify_value(key: &[u8], value: &[u8], filler: &[u8]) -> bool {
+    let n = value.len();
+    if n > filler.len() {
+        return false;
+    }
+    let h = value_header(key);
+    let head = n.min(12);
+    value[..head] == h[..head] && (n <= 12 || value[12..] == filler[12..n])
+}
+
+/// How value sizes are drawn: a weighted list or a uniform range.
+#[derive(Clone, Debug)]
+pub enum ValueSizes {
+    Weighted {
+        sizes: Vec<usize>,
+        cumulative: Vec<f64>,
+    },
+    Range {
+        min: usize,
+        max: usize,
+    },
+}
+
+impl ValueSizes {
+    #[inline]
+    pub fn sample(&self, rng: &mut Rng) -> usize {
+        match self {
+            ValueSizes::Weighted { sizes, cumulative } => {
+                if sizes.len() == 1 {
+                    return sizes[0];
+                }
+                let total = *cumulative.last().unwrap();
+                let x = rng.next_f64() * total;
+                let i = cumulative.partition_point(|&c| c <= x);
+                sizes[i.min(sizes.len() - 1)]
+            }
+            ValueSizes::Range { min, max } => min + rng.below((max - min + 1) as u64) as usize,
+        }
+    }
+    pub fn max(&self) -> usize {
+        match self {
+            ValueSizes::Weighted { sizes, .. } => sizes.iter().copied().max().unwrap_or(0),
+            ValueSizes::Range { max, .. } => *max,
+        }
+    }
+    /// Whether the workload can produce a value of length `n` (part of read verification).
+    pub fn allows(&self, n: usize) -> bool {
+        match self {
+            ValueSizes::Weighted { sizes, .. } => sizes.contains(&n),
+            ValueSizes::Range { min, max } => (*min..=*max).contains(&n),
+        }
+    }
+}
+
+/// Which key index an op uses.
+#[derive(Clone, Debug)]
+pub enum KeyDist {
+    Uniform,
+    /// Cumulative Zipf probabilities over ranks; a key's rank is scrambled so the hot
+    /// keys are spread over the key space (and over memcached servers).
+    Zipf {
+        cdf: Vec<f64>,
+    },
+    /// Each generator walks the keys in order from its own offset.
+    Sequential,
+    Hotspot {
+        hot_keys: u64,
+        hot_prob: f64,
+    },
+}
+
+impl KeyDist {
+    pub fn zipf(count: u64, s: f64) -> KeyDist {
+        let mut cdf = Vec::with_capacity(count as usize);
+        let mut acc = 0.0;
+        for rank in 1..=count {
+            acc += 1.0 / (rank as f64).powf(s);
+            cdf.push(acc);
+        }
+        for c in cdf.iter_mut() {
+            *c /= acc;
+        }
+        KeyDist::Zipf { cdf }
+    }
+}
+
+/// A per-generator key picker (holds the sequential cursor).
+#[derive(Clone, Debug)]
+pub struct KeyPicker {
+    pub count: u64,
+    cursor: u64,
+}
+
+impl KeyPicker {
+    pub fn new(count: u64, start: u64) -> Self {
+        KeyPicker {
+            count,
+            cursor: start % count.max(1),
+        }
+    }
+    #[inline]
+    pub fn pick(&mut self, dist: &KeyDist, rng: &mut Rng) -> u64 {
+        match dist {
+            KeyDist::Uniform => rng.below(self.count),
+            KeyDist::Sequential => {
+                let k = self.cursor;
+                self.cursor = (self.cursor + 1) % self.count;
+                k
+            }
+            KeyDist::Zipf { cdf } => {
+                let x = rng.next_f64();
+                let rank = cdf.partition_point(|&c| c <= x).min(cdf.len() - 1) as u64;
+                scramble(rank, self.count)
+            }
+            KeyDist::Hotspot { hot_keys, hot_prob } => {
+                let hot = (*hot_keys).clamp(1, self.count);
+                if rng.next_f64() < *hot_prob || hot == self.count {
+                    rng.below(hot)
+                } else {
+                    hot + rng.below(self.count - hot)
+                }
+            }
+        }
+    }
+}
+
+/// A fixed permutation of [0, n): an affine map with a multiplier coprime to n.
+fn scramble(rank: u64, n: u64) -> u64 {
+    if n <= 2 {
+        return rank;
+    }
+    let mut a = 0x9E37_79B9u64 % n;
+    while gcd(a, n) != 1 {
+        a += 1;
+    }
+    ((rank as u128 * a as u128 + 7) % n as u128) as u64
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Client-side key distribution over memcached servers: rendezvous (highest random
+/// weight) hashing, as pymemcache's HashClient does, so adding a server moves only
+/// its share of keys. FNV-1a keeps it cheap for the handful of servers in a pool.
+pub fn route(key: &[u8], servers: usize) -> usize {
+    if servers <= 1 {
+        return 0;
+    }
+    let mut base: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        base = (base ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut best = 0;
+    let mut best_w = 0u64;
+    for s in 0..servers {
+        let mut h = base ^ (s as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        h = (h ^ (h >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        if s == 0 || h > best_w {
+            best = s;
+            best_w = h;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_matches_zlib() {
+        assert_eq!(crc32(b"hello"), 0x3610a686);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn value_follows_contract() {
+        let filler = make_filler(200);
+        let mut v = Vec::new();
+        write_value(&mut v, b"cm:x:1", 20, &filler);
+        assert_eq!(&v[..3], b"cm:");
+        assert_eq!(v[11], b':');
+        assert_eq!(v[12], 0x21 + 12);
+        assert!(verify_value(b"cm:x:1", &v, &filler));
+        assert!(!verify_value(b"cm:x:2", &v, &filler));
+        let mut short = Vec::new();
+        write_value(&mut short, b"k", 5, &filler);
+        assert_eq!(
+            short,
+            b"cm:"
+                .iter()
+                .chain(&value_header(b"k")[3..5])
+                .copied()
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn zipf_prefers_few_keys() {
+        let d = KeyDist::zipf(1000, 0.99);
+        let mut p = KeyPicker::new(1000, 0);
+        let mut rng = Rng::new(1);
+        let mut counts = vec![0u32; 1000];
+        for _ in 0..100_000 {
+            counts[p.pick(&d, &mut rng) as usize] += 1;
+        }
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let top10: u32 = counts[..10].iter().sum();
+        assert!(top10 > 30_000, "top 10 keys got {top10}");
+    }
+
+    #[test]
+    fn routing_spreads_and_is_stable() {
+        let mut per = [0u32; 3];
+        for i in 0..3000 {
+            let k = format!("cm:t:{i}");
+            per[route(k.as_bytes(), 3)] += 1;
+            assert_eq!(route(k.as_bytes(), 3), route(k.as_bytes(), 3));
+        }
+        assert!(per.iter().all(|&c| c > 800), "{per:?}");
+    }
+}

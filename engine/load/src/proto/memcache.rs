@@ -1,0 +1,405 @@
+//! memcached text and meta protocols: request encoding and reply parsing.
+//!
+//! Text replies are lines, some followed by a data block (`VALUE k f n [cas]` …
+//! `END`); meta replies are two-letter codes, `VA <n> …` followed by a data block.
+//! A multi-get in the meta protocol is sent as quiet `mg … q` requests closed by
+//! `mn`, so its reply is the hits followed by `MN`.
+
+use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply};
+use std::ops::Range;
+
+fn starts(line: &[u8], word: &[u8]) -> bool {
+    line.len() >= word.len()
+        && &line[..word.len()] == word
+        && (line.len() == word.len() || line[word.len()] == b' ')
+}
+
+fn error_line(line: &[u8]) -> bool {
+    starts(line, b"ERROR") || starts(line, b"CLIENT_ERROR") || starts(line, b"SERVER_ERROR")
+}
+
+/// Reads a data block of `len` bytes plus CRLF at `pos`; `Ok(None)` means need `Some(total)`.
+fn data_block(
+    buf: &[u8],
+    pos: usize,
+    len: i64,
+    lim: &Limits,
+) -> Result<Result<Range<usize>, usize>, String> {
+    if len < 0 {
+        return Err(format!("negative data length {len}"));
+    }
+    let len = len as usize;
+    if len > lim.max_bulk {
+        return Err(format!(
+            "value of {len} bytes exceeds the {} byte limit",
+            lim.max_bulk
+        ));
+    }
+    let end = pos + len;
+    if buf.len() < end + 2 {
+        return Ok(Err(end + 2));
+    }
+    if &buf[end..end + 2] != b"\r\n" {
+        return Err("data block not terminated by CRLF".into());
+    }
+    Ok(Ok(pos..end))
+}
+
+fn field(line: &[u8], idx: usize) -> Option<&[u8]> {
+    line.split(|&b| b == b' ')
+        .filter(|f| !f.is_empty())
+        .nth(idx)
+}
+
+fn done(consumed: usize, outcome: Outcome) -> Parse {
+    Parse::Done(Reply {
+        consumed,
+        outcome,
+        value: None,
+        payload: 0,
+        message: None,
+    })
+}
+
+fn server_error(consumed: usize, msg: Range<usize>) -> Parse {
+    Parse::Done(Reply {
+        consumed,
+        outcome: Outcome::ServerError,
+        value: None,
+        payload: 0,
+        message: Some(msg),
+    })
+}
+
+fn protocol_error(consumed: usize, msg: Range<usize>) -> Parse {
+    Parse::Done(Reply {
+        consumed,
+        outcome: Outcome::ProtocolError,
+        value: None,
+        payload: 0,
+        message: Some(msg),
+    })
+}
+
+/// Parses the text-protocol reply to one request of `kind` at the start of `buf`.
+pub fn parse_text(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
+    let mut pos = 0;
+    let mut found = 0u32;
+    let mut first: Option<Range<usize>> = None;
+    let mut payload = 0;
+    loop {
+        let cr = match find_crlf(buf, pos, lim.max_line) {
+            Err(m) => return Parse::Bad(m),
+            Ok(None) => return Parse::Need(buf.len() + 1),
+            Ok(Some(cr)) => cr,
+        };
+        let line = &buf[pos..cr];
+        let next = cr + 2;
+        if error_line(line) {
+            return server_error(next, pos..cr);
+        }
+        match kind {
+            Kind::Get | Kind::Gets | Kind::Exists | Kind::MGet(_) | Kind::Template
+                if starts(line, b"VALUE") =>
+            {
+                let Some(len) = field(line, 3).and_then(parse_int) else {
+                    return Parse::Bad(format!("bad VALUE line {:?}", printable(line)));
+                };
+                if found as usize >= lim.max_elements {
+                    return Parse::Bad(format!(
+                        "more than {} values in one reply",
+                        lim.max_elements
+                    ));
+                }
+                match data_block(buf, next, len, lim) {
+                    Err(m) => return Parse::Bad(m),
+                    Ok(Err(need)) => return Parse::Need(need),
+                    Ok(Ok(r)) => {
+                        payload += r.len();
+                        pos = r.end + 2;
+                        if first.is_none() {
+                            first = Some(r);
+                        }
+                        found += 1;
+                    }
+                }
+            }
+            Kind::Get | Kind::Gets | Kind::Exists | Kind::MGet(_) | Kind::Template
+                if line == b"END" =>
+            {
+                let outcome = match kind {
+                    Kind::MGet(n) => {
+                        if found == n {
+                            Outcome::Hit
+                        } else {
+                            Outcome::Miss
+                        }
+                    }
+                    Kind::Template => Outcome::Ok,
+                    _ if found > 1 => return protocol_error(next, pos..cr),
+                    _ if found == 1 => Outcome::Hit,
+                    _ => Outcome::Miss,
+                };
+                let value = if matches!(kind, Kind::Get | Kind::Gets) {
+                    first
+                } else {
+                    None
+                };
+                return Parse::Done(Reply {
+                    consumed: next,
+                    outcome,
+                    value,
+                    payload,
+                    message: None,
+                });
+            }
+            Kind::Set => {
+                return match line {
+                    b"STORED" => done(next, Outcome::Ok),
+                    _ => server_error(next, pos..cr),
+                }
+            }
+            Kind::Delete => {
+                return match line {
+                    b"DELETED" | b"NOT_FOUND" => done(next, Outcome::Ok),
+                    _ => protocol_error(next, pos..cr),
+                }
+            }
+            Kind::Touch => {
+                return match line {
+                    b"TOUCHED" | b"NOT_FOUND" => done(next, Outcome::Ok),
+                    _ => protocol_error(next, pos..cr),
+                }
+            }
+            Kind::Incr => {
+                return if line == b"NOT_FOUND" {
+                    done(next, Outcome::Miss)
+                } else if !line.is_empty() && line.iter().all(u8::is_ascii_digit) {
+                    done(next, Outcome::Ok)
+                } else {
+                    protocol_error(next, pos..cr)
+                }
+            }
+            Kind::Template | Kind::Setup => return done(next, Outcome::Ok),
+            _ => return protocol_error(next, pos..cr),
+        }
+    }
+}
+
+/// Parses the meta-protocol reply to one request of `kind` at the start of `buf`.
+pub fn parse_meta(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
+    let mut pos = 0;
+    let mut found = 0u32;
+    let mut payload = 0;
+    loop {
+        let cr = match find_crlf(buf, pos, lim.max_line) {
+            Err(m) => return Parse::Bad(m),
+            Ok(None) => return Parse::Need(buf.len() + 1),
+            Ok(Some(cr)) => cr,
+        };
+        let line = &buf[pos..cr];
+        let next = cr + 2;
+        if error_line(line) {
+            return server_error(next, pos..cr);
+        }
+        let code = if line.len() >= 2 && (line.len() == 2 || line[2] == b' ') {
+            &line[..2]
+        } else {
+            line
+        };
+        if code == b"VA" {
+            let Some(len) = field(line, 1).and_then(parse_int) else {
+                return Parse::Bad(format!("bad VA line {:?}", printable(line)));
+            };
+            let r = match data_block(buf, next, len, lim) {
+                Err(m) => return Parse::Bad(m),
+                Ok(Err(need)) => return Parse::Need(need),
+                Ok(Ok(r)) => r,
+            };
+            if let Kind::MGet(_) = kind {
+                if found as usize >= lim.max_elements {
+                    return Parse::Bad(format!(
+                        "more than {} values in one reply",
+                        lim.max_elements
+                    ));
+                }
+                found += 1;
+                payload += r.len();
+                pos = r.end + 2;
+                continue;
+            }
+            let consumed = r.end + 2;
+            let outcome = match kind {
+                Kind::Get | Kind::Gets | Kind::Exists => Outcome::Hit,
+                Kind::Template | Kind::Setup | Kind::Touch => Outcome::Ok,
+                _ => return protocol_error(consumed, pos..cr),
+            };
+            let value = if matches!(kind, Kind::Get | Kind::Gets) {
+                Some(r.clone())
+            } else {
+                None
+            };
+            return Parse::Done(Reply {
+                consumed,
+                outcome,
+                value,
+                payload: r.len(),
+                message: None,
+            });
+        }
+        return match (kind, code) {
+            (Kind::MGet(n), b"MN") => {
+                let outcome = if found == n {
+                    Outcome::Hit
+                } else {
+                    Outcome::Miss
+                };
+                Parse::Done(Reply {
+                    consumed: next,
+                    outcome,
+                    value: None,
+                    payload,
+                    message: None,
+                })
+            }
+            (Kind::MGet(_), b"EN") => continue_after(buf, next, kind, lim, found, payload),
+            (Kind::Get | Kind::Gets | Kind::Exists, b"EN") => done(next, Outcome::Miss),
+            (Kind::Exists, b"HD") => done(next, Outcome::Hit),
+            (Kind::Set, b"HD") => done(next, Outcome::Ok),
+            (Kind::Set, _) => server_error(next, pos..cr),
+            (Kind::Delete, b"HD" | b"NF") => done(next, Outcome::Ok),
+            (Kind::Touch, b"HD" | b"EN" | b"NF") => done(next, Outcome::Ok),
+            (Kind::Incr, b"HD" | b"VA") => done(next, Outcome::Ok),
+            (Kind::Incr, b"NF") => done(next, Outcome::Miss),
+            (Kind::Template | Kind::Setup, _) => done(next, Outcome::Ok),
+            _ => protocol_error(next, pos..cr),
+        };
+    }
+}
+
+/// A non-quiet miss inside a meta multi-get (a server that ignores `q`): keep reading.
+fn continue_after(
+    buf: &[u8],
+    pos: usize,
+    kind: Kind,
+    lim: &Limits,
+    found: u32,
+    payload: usize,
+) -> Parse {
+    match parse_meta(&buf[pos..], kind, lim) {
+        Parse::Done(mut r) => {
+            r.consumed += pos;
+            if r.outcome == Outcome::Hit || r.outcome == Outcome::Miss {
+                r.outcome = Outcome::Miss;
+            }
+            r.payload += payload;
+            let _ = found;
+            r.message = r.message.map(|m| m.start + pos..m.end + pos);
+            Parse::Done(r)
+        }
+        Parse::Need(n) => Parse::Need(n + pos),
+        Parse::Bad(m) => Parse::Bad(m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(buf: &[u8], kind: Kind) -> Parse {
+        parse_text(buf, kind, &Limits::default())
+    }
+    fn m(buf: &[u8], kind: Kind) -> Parse {
+        parse_meta(buf, kind, &Limits::default())
+    }
+
+    #[test]
+    fn text_get() {
+        let r = t(b"VALUE k 0 5\r\nhello\r\nEND\r\n", Kind::Get);
+        assert_eq!(
+            r,
+            Parse::Done(Reply {
+                consumed: 25,
+                outcome: Outcome::Hit,
+                value: Some(13..18),
+                payload: 5,
+                message: None
+            })
+        );
+        assert!(matches!(
+            t(b"END\r\n", Kind::Get),
+            Parse::Done(Reply {
+                outcome: Outcome::Miss,
+                ..
+            })
+        ));
+        assert_eq!(t(b"VALUE k 0 5\r\nhel", Kind::Get), Parse::Need(20));
+        assert!(matches!(t(b"VALUE k 0 x\r\n", Kind::Get), Parse::Bad(_)));
+        assert!(matches!(
+            t(b"SERVER_ERROR out of memory\r\n", Kind::Set),
+            Parse::Done(Reply {
+                outcome: Outcome::ServerError,
+                ..
+            })
+        ));
+        let r = t(b"VALUE a 0 1\r\nx\r\nEND\r\n", Kind::MGet(2));
+        assert!(matches!(
+            r,
+            Parse::Done(Reply {
+                outcome: Outcome::Miss,
+                payload: 1,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn meta() {
+        let r = m(b"VA 5 c9\r\nhello\r\n", Kind::Get);
+        assert!(
+            matches!(
+                r,
+                Parse::Done(Reply {
+                    outcome: Outcome::Hit,
+                    consumed: 16,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        assert!(matches!(
+            m(b"EN\r\n", Kind::Get),
+            Parse::Done(Reply {
+                outcome: Outcome::Miss,
+                ..
+            })
+        ));
+        let r = m(b"VA 1\r\nx\r\nVA 1\r\ny\r\nMN\r\n", Kind::MGet(2));
+        assert!(
+            matches!(
+                r,
+                Parse::Done(Reply {
+                    outcome: Outcome::Hit,
+                    consumed: 22,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        assert!(matches!(
+            m(b"HD\r\n", Kind::Set),
+            Parse::Done(Reply {
+                outcome: Outcome::Ok,
+                ..
+            })
+        ));
+        assert!(matches!(
+            m(b"NS\r\n", Kind::Set),
+            Parse::Done(Reply {
+                outcome: Outcome::ServerError,
+                ..
+            })
+        ));
+        assert!(matches!(m(b"VA 99999999999\r\n", Kind::Get), Parse::Bad(_)));
+    }
+}

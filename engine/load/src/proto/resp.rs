@@ -1,0 +1,356 @@
+//! RESP2/RESP3 (Redis, Valkey): command encoding and reply parsing.
+//!
+//! Commands are always sent as arrays of bulk strings (works for every server and
+//! both protocol versions). The parser understands every RESP3 type so a server that
+//! was switched to RESP3 with HELLO 3 is read correctly; out-of-band push messages and
+//! attributes are skipped.
+
+use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply};
+use crate::keyspace::{write_u64, write_value};
+use std::ops::Range;
+
+#[inline]
+pub fn array_header(out: &mut Vec<u8>, n: usize) {
+    out.push(b'*');
+    write_u64(out, n as u64);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[inline]
+pub fn bulk(out: &mut Vec<u8>, data: &[u8]) {
+    out.push(b'$');
+    write_u64(out, data.len() as u64);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[inline]
+pub fn bulk_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut pos = 20;
+    loop {
+        pos -= 1;
+        digits[pos] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    bulk(out, &digits[pos..]);
+}
+
+/// A bulk string holding the contract value for `key` of length `n`.
+#[inline]
+pub fn bulk_value(out: &mut Vec<u8>, key: &[u8], n: usize, filler: &[u8]) {
+    out.push(b'$');
+    write_u64(out, n as u64);
+    out.extend_from_slice(b"\r\n");
+    write_value(out, key, n, filler);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Encodes a whole command from parts.
+pub fn command(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    array_header(out, parts.len());
+    for p in parts {
+        bulk(out, p);
+    }
+}
+
+#[derive(Debug)]
+enum Val {
+    Simple,
+    Error(Range<usize>),
+    Int(i64),
+    Bulk(Range<usize>),
+    Null,
+    Agg {
+        n: usize,
+        nulls: usize,
+        payload: usize,
+    },
+    Push,
+    Other,
+}
+
+enum Step {
+    Done(usize, Val),
+    Need(usize),
+}
+
+fn value(buf: &[u8], pos: usize, depth: usize, lim: &Limits) -> Result<Step, String> {
+    if pos >= buf.len() {
+        return Ok(Step::Need(pos + 1));
+    }
+    let Some(cr) = find_crlf(buf, pos + 1, lim.max_line)? else {
+        return Ok(Step::Need(buf.len() + 1));
+    };
+    let line = &buf[pos + 1..cr];
+    let next = cr + 2;
+    let t = buf[pos];
+    match t {
+        b'+' => Ok(Step::Done(next, Val::Simple)),
+        b'-' => Ok(Step::Done(next, Val::Error(pos + 1..cr))),
+        b':' => match parse_int(line) {
+            Some(v) => Ok(Step::Done(next, Val::Int(v))),
+            None => Err(format!("bad integer reply {:?}", printable(line))),
+        },
+        b'_' => {
+            if line.is_empty() {
+                Ok(Step::Done(next, Val::Null))
+            } else {
+                Err(format!("bad null reply {:?}", printable(line)))
+            }
+        }
+        b',' | b'#' | b'(' => Ok(Step::Done(next, Val::Other)),
+        b'$' | b'!' | b'=' => {
+            let len =
+                parse_int(line).ok_or_else(|| format!("bad bulk length {:?}", printable(line)))?;
+            if len == -1 && t == b'$' {
+                return Ok(Step::Done(next, Val::Null));
+            }
+            if len < 0 {
+                return Err(format!("negative bulk length {len}"));
+            }
+            let len = len as usize;
+            if len > lim.max_bulk {
+                return Err(format!(
+                    "bulk reply of {len} bytes exceeds the {} byte limit",
+                    lim.max_bulk
+                ));
+            }
+            let end = next + len;
+            if buf.len() < end + 2 {
+                return Ok(Step::Need(end + 2));
+            }
+            if &buf[end..end + 2] != b"\r\n" {
+                return Err("bulk reply not terminated by CRLF".into());
+            }
+            let v = if t == b'!' {
+                Val::Error(next..end)
+            } else {
+                Val::Bulk(next..end)
+            };
+            Ok(Step::Done(end + 2, v))
+        }
+        b'*' | b'%' | b'~' | b'>' | b'|' => {
+            let n = parse_int(line)
+                .ok_or_else(|| format!("bad aggregate length {:?}", printable(line)))?;
+            if n == -1 && t == b'*' {
+                return Ok(Step::Done(next, Val::Null));
+            }
+            if n < 0 {
+                return Err(format!("negative aggregate length {n}"));
+            }
+            let n = n as usize;
+            if n > lim.max_elements {
+                return Err(format!(
+                    "aggregate reply of {n} elements exceeds the {} limit",
+                    lim.max_elements
+                ));
+            }
+            if depth >= lim.max_depth {
+                return Err(format!("reply nested deeper than {}", lim.max_depth));
+            }
+            let elems = if matches!(t, b'%' | b'|') { n * 2 } else { n };
+            let mut p = next;
+            let mut nulls = 0;
+            let mut payload = 0;
+            for _ in 0..elems {
+                match value(buf, p, depth + 1, lim)? {
+                    Step::Need(k) => return Ok(Step::Need(k)),
+                    Step::Done(e, v) => {
+                        match v {
+                            Val::Null => nulls += 1,
+                            Val::Bulk(ref r) => payload += r.len(),
+                            Val::Agg { payload: pl, .. } => payload += pl,
+                            _ => {}
+                        }
+                        p = e;
+                    }
+                }
+            }
+            if t == b'|' {
+                // An attribute annotates the value that follows it: parse that instead.
+                return value(buf, p, depth, lim);
+            }
+            if t == b'>' {
+                return Ok(Step::Done(p, Val::Push));
+            }
+            Ok(Step::Done(p, Val::Agg { n, nulls, payload }))
+        }
+        _ => Err(format!(
+            "unknown RESP type byte {:?} in {:?}",
+            t as char,
+            printable(&buf[pos..cr])
+        )),
+    }
+}
+
+/// Parses the reply to one request of `kind` at the start of `buf`.
+pub fn parse(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
+    let mut pos = 0;
+    loop {
+        match value(buf, pos, 0, lim) {
+            Err(m) => return Parse::Bad(m),
+            Ok(Step::Need(n)) => return Parse::Need(n.max(buf.len() + 1)),
+            Ok(Step::Done(end, Val::Push)) => {
+                // Out-of-band (e.g. invalidation) message: not our reply, skip it.
+                pos = end;
+            }
+            Ok(Step::Done(end, v)) => return Parse::Done(judge(kind, end, v)),
+        }
+    }
+}
+
+fn judge(kind: Kind, consumed: usize, v: Val) -> Reply {
+    let mut r = Reply {
+        consumed,
+        outcome: Outcome::Ok,
+        value: None,
+        payload: 0,
+        message: None,
+    };
+    match (kind, v) {
+        (_, Val::Error(m)) => {
+            r.outcome = Outcome::ServerError;
+            r.message = Some(m);
+        }
+        (Kind::Get | Kind::Gets, Val::Bulk(range)) => {
+            r.outcome = Outcome::Hit;
+            r.payload = range.len();
+            r.value = Some(range);
+        }
+        (Kind::Get | Kind::Gets, Val::Null) => r.outcome = Outcome::Miss,
+        (Kind::Set, Val::Simple) => r.outcome = Outcome::Ok,
+        (Kind::Delete | Kind::Incr | Kind::Touch, Val::Int(_)) => r.outcome = Outcome::Ok,
+        (Kind::Exists, Val::Int(n)) => r.outcome = if n > 0 { Outcome::Hit } else { Outcome::Miss },
+        (Kind::MGet(k), Val::Agg { n, nulls, payload }) => {
+            r.payload = payload;
+            if n != k as usize {
+                r.outcome = Outcome::ProtocolError;
+            } else {
+                r.outcome = if nulls == 0 {
+                    Outcome::Hit
+                } else {
+                    Outcome::Miss
+                };
+            }
+        }
+        (Kind::Template | Kind::Setup, Val::Bulk(range)) => {
+            r.payload = range.len();
+        }
+        (Kind::Template | Kind::Setup, Val::Agg { payload, .. }) => r.payload = payload,
+        (Kind::Template | Kind::Setup, _) => {}
+        (_, _) => r.outcome = Outcome::ProtocolError,
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(buf: &[u8], kind: Kind) -> Parse {
+        parse(buf, kind, &Limits::default())
+    }
+
+    #[test]
+    fn get_hit_miss() {
+        match p(b"$5\r\nhello\r\n+OK", Kind::Get) {
+            Parse::Done(r) => {
+                assert_eq!(r.outcome, Outcome::Hit);
+                assert_eq!(r.consumed, 11);
+                assert_eq!(r.value, Some(4..9));
+            }
+            o => panic!("{o:?}"),
+        }
+        assert!(matches!(
+            p(b"$-1\r\n", Kind::Get),
+            Parse::Done(Reply {
+                outcome: Outcome::Miss,
+                ..
+            })
+        ));
+        assert!(matches!(
+            p(b"_\r\n", Kind::Get),
+            Parse::Done(Reply {
+                outcome: Outcome::Miss,
+                ..
+            })
+        ));
+        assert_eq!(p(b"$5\r\nhel", Kind::Get), Parse::Need(11));
+    }
+
+    #[test]
+    fn mget_and_errors() {
+        let r = p(b"*3\r\n$1\r\na\r\n$-1\r\n$2\r\nbb\r\n", Kind::MGet(3));
+        assert!(
+            matches!(
+                r,
+                Parse::Done(Reply {
+                    outcome: Outcome::Miss,
+                    payload: 3,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        let r = p(b"-ERR wrong\r\n", Kind::Incr);
+        assert!(matches!(
+            r,
+            Parse::Done(Reply {
+                outcome: Outcome::ServerError,
+                message: Some(_),
+                ..
+            })
+        ));
+        assert!(matches!(p(b"?what\r\n", Kind::Get), Parse::Bad(_)));
+        assert!(matches!(p(b"$999999999999\r\n", Kind::Get), Parse::Bad(_)));
+        assert!(matches!(
+            p(b"+OK\r\n", Kind::Get),
+            Parse::Done(Reply {
+                outcome: Outcome::ProtocolError,
+                ..
+            })
+        ));
+        assert!(matches!(p(b"$3\r\nabcXY", Kind::Get), Parse::Bad(_)));
+    }
+
+    #[test]
+    fn resp3_push_and_attribute_skipped() {
+        let r = p(
+            b">2\r\n+invalidate\r\n*1\r\n$1\r\nk\r\n:1\r\n",
+            Kind::Exists,
+        );
+        assert!(
+            matches!(
+                r,
+                Parse::Done(Reply {
+                    outcome: Outcome::Hit,
+                    consumed: 32,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        let r = p(b"|1\r\n+ttl\r\n:3\r\n$1\r\nv\r\n", Kind::Get);
+        assert!(
+            matches!(
+                r,
+                Parse::Done(Reply {
+                    outcome: Outcome::Hit,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn deep_nesting_rejected() {
+        let buf = b"*1\r\n".repeat(20);
+        assert!(matches!(p(&buf, Kind::Template), Parse::Bad(_)));
+    }
+}

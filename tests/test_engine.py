@@ -1,0 +1,314 @@
+"""The native load engine against real redis-server and memcached processes.
+
+Servers are private to this module (free loopback ports, no persistence). Tests assert
+behaviour: op counts and outcomes, values as docs/contracts.md defines them, key
+routing over a memcached pool, open-loop pacing, error reporting, the Ctrl-C path.
+The SIGSTOP (coordinated omission) and misbehaving-server tests live in
+test_engine_robustness.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import zlib
+
+import numpy as np
+import pytest
+import redis
+
+from cachemark.engine import Histogram, run_load, target_config
+from cachemark.errors import BackendUnavailable, SpecError
+from cachemark.lab.base import free_port
+from engine_helpers import need_io, start_memcached, start_redis, stop
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def redis_port():
+    proc, port = start_redis()
+    yield port
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def mc_ports():
+    servers = [start_memcached(), start_memcached()]
+    yield [port for _, port in servers]
+    for proc, _ in servers:
+        stop(proc)
+
+
+def contract_value(key: bytes, n: int) -> bytes:
+    header = b"cm:" + f"{zlib.crc32(key):08x}".encode() + b":"
+    return bytes(header[i] if i < 12 else 0x21 + i % 94 for i in range(n))
+
+
+def base(protocol: str, servers: list[str], **kw) -> dict:
+    cfg = {
+        "protocol": protocol,
+        "servers": servers,
+        "connections": 8,
+        "duration_s": 0.6,
+        "keys": {"count": 200, "prefix": f"cm:t{os.getpid()}{time.monotonic_ns() % 100000}:"},
+        "values": {"sizes": [[100, 1]]},
+        "mix": [{"op": "get", "weight": 9}, {"op": "set", "weight": 1}],
+        "verify_fraction": 0.2,
+        "timeout_ms": 2000,
+    }
+    cfg.update(kw)
+    return cfg
+
+
+def hist_count(encoded: str) -> int:
+    return Histogram.decode(encoded).count
+
+
+def check_consistent(op: dict) -> None:
+    """count = hits + misses + ok-ish + errors, and histogram totals equal count."""
+    assert sum(hist_count(h) for h in op["histograms"].values()) == op["count"] - op["errors"].get("dropped_write", 0)
+
+
+# --- Histogram ---------------------------------------------------------------------------
+
+
+def test_histogram_api_and_interop_with_hdrh():
+    from hdrh.histogram import HdrHistogram
+
+    h = Histogram()
+    h.record(1000)
+    h.record_many(np.array([2000, 3000, 4_000_000], dtype=np.int64))
+    h.record_many([5, 6])
+    assert h.count == 6 and h.min == 5
+    assert 3_990_000 <= h.max <= 4_010_000
+    assert 999 <= h.value_at_quantile(0.5) <= 1001  # 3rd of 6 sorted values
+    with pytest.raises(ValueError):
+        h.record(-1)
+    with pytest.raises(ValueError):
+        Histogram.decode("not base64 !!")
+    # Rust -> hdrh
+    py = HdrHistogram.decode(h.encode())
+    assert py.get_total_count() == 6
+    assert py.get_max_value() == h.max
+    # hdrh -> Rust, then merge
+    other = HdrHistogram(1, 60_000_000_000, 3)
+    for v in (10, 20, 30):
+        other.record_value(v)
+    back = Histogram.decode(other.encode().decode())
+    assert back.count == 3
+    back.add(h)
+    assert back.count == 9 and back.max == h.max
+    assert Histogram.decode(back.encode()).count == 9
+
+
+# --- RESP --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("io", ["uring", "epoll"])
+def test_resp2_closed_loop_counts_values_and_histograms(redis_port, io):
+    need_io(io)
+    cfg = base("resp2", [f"127.0.0.1:{redis_port}"], threads=2, io=io)
+    res = run_load(cfg)
+    assert not res["interrupted"] and res["connections"] == 8
+    get, set_ = res["ops"]["get"], res["ops"]["set"]
+    assert get["count"] > 500 and set_["count"] > 50
+    # Prefill wrote every key, so every read hits and verifies.
+    assert get["hits"] == get["count"] and get["misses"] == 0 and get["errors"] == {}
+    assert set(get["histograms"]) == {"hit"} and set(set_["histograms"]) == {"ok"}
+    check_consistent(get)
+    check_consistent(set_)
+    assert get["bytes_in"] == 100 * get["hits"]
+    assert "histograms_uncorrected" not in get
+    assert 0.55 < res["wall_s"] < 3 and res["client_cpu_s"] > 0
+    assert res["wire_bytes_in"] > get["bytes_in"]
+    # What the engine wrote is the contract's value.
+    r = redis.Redis(port=redis_port)
+    key = (cfg["keys"]["prefix"] + "17").encode()
+    assert r.get(key) == contract_value(key, 100)
+
+
+def test_ops_limit_stops_exactly(redis_port):
+    res = run_load(base("resp2", [f"127.0.0.1:{redis_port}"], threads=2, duration_s=30, ops=3000))
+    assert sum(op["count"] for op in res["ops"].values()) == 3000
+    assert res["wall_s"] < 20
+
+
+def test_resp3_all_ops_and_template(redis_port):
+    mix = [
+        {"op": "get"},
+        {"op": "exists"},
+        {"op": "mget", "count": 5},
+        {"op": "incr"},
+        {"op": "delete", "weight": 0.0},
+        {"op": "touch"},
+        {"op": "set"},
+        {"op": "template", "name": "hset", "args": ["HSET", "h:{key}", "f", "{value}"]},
+    ]
+    cfg = base("resp3", [f"127.0.0.1:{redis_port}"], mix=mix, ttl_s=300, connections=4, pipeline=4)
+    res = run_load(cfg)
+    ops = res["ops"]
+    for name in ("get", "exists", "mget", "incr", "touch", "set", "hset"):
+        assert ops[name]["count"] > 20, name
+        assert ops[name]["errors"] == {}, (name, ops[name]["errors"], res["errors_sample"])
+        check_consistent(ops[name])
+    assert ops["delete"]["count"] == 0
+    for name in ("get", "exists", "mget"):
+        assert ops[name]["hits"] == ops[name]["count"], name
+    assert ops["mget"]["bytes_in"] == 5 * 100 * ops["mget"]["count"]
+    r = redis.Redis(port=redis_port)
+    prefix = cfg["keys"]["prefix"]
+    assert 0 < r.ttl(prefix + "3") <= 300
+    assert int(r.get(prefix + "ctr:" + "0") or 0) >= 0
+    hashes = [k for k in r.scan_iter(match="h:" + prefix + "*")]
+    assert hashes and r.hget(hashes[0], "f").startswith(b"cm:")
+
+
+def test_misses_deletes_and_verify_errors(redis_port):
+    r = redis.Redis(port=redis_port)
+    prefix = f"cm:bad{os.getpid()}:"
+    for i in range(50):
+        r.set(f"{prefix}{i}", b"x" * 100)  # right length, wrong content
+    cfg = base(
+        "resp2",
+        [f"127.0.0.1:{redis_port}"],
+        prefill=False,
+        keys={"count": 100, "prefix": prefix},
+        mix=[{"op": "get"}],
+        verify_fraction=1.0,
+    )
+    get = run_load(cfg)["ops"]["get"]
+    assert get["misses"] > 0  # keys 50..99 do not exist
+    assert get["errors"].get("verify", 0) > 0  # keys 0..49 hold foreign values
+    assert get["hits"] == 0
+    check_consistent(get)
+
+
+def test_unreachable_auth_and_bad_config(redis_port):
+    with pytest.raises(BackendUnavailable, match="cannot connect"):
+        run_load(base("resp2", [f"127.0.0.1:{free_port()}"]))
+    with pytest.raises(SpecError, match="pipeline"):
+        run_load(base("resp2", [f"127.0.0.1:{redis_port}"], pipeline=0))
+    with pytest.raises(SpecError, match="unknown field"):
+        run_load(base("resp2", [f"127.0.0.1:{redis_port}"], colour="blue"))
+    with pytest.raises(SpecError, match="mix op"):
+        run_load(base("resp2", [f"127.0.0.1:{redis_port}"], mix=[{"op": "frobnicate"}]))
+    proc, port = start_redis("--requirepass", "s3cret")
+    try:
+        with pytest.raises(BackendUnavailable, match="authentication"):
+            run_load(base("resp2", [f"127.0.0.1:{port}"]))
+        with pytest.raises(BackendUnavailable, match="authentication"):
+            run_load(base("resp2", [f"127.0.0.1:{port}"], password="wrong"))
+        res = run_load(base("resp3", [f"127.0.0.1:{port}"], password="s3cret", duration_s=0.3, db=3))
+        assert res["ops"]["get"]["hits"] > 0
+        assert redis.Redis(port=port, password="s3cret", db=3).dbsize() == 200
+    finally:
+        stop(proc)
+
+
+def test_open_loop_paces_and_reports_both_latencies(redis_port):
+    cfg = base("resp2", [f"127.0.0.1:{redis_port}"], mode="open", rate=2000.0, duration_s=2.0, connections=4)
+    res = run_load(cfg)
+    total = sum(op["count"] for op in res["ops"].values())
+    assert 3400 <= total <= 4100, total  # 2 s at 2000/s
+    get = res["ops"]["get"]
+    assert set(get["histograms_uncorrected"]) == {"hit"}
+    corrected = Histogram.decode(get["histograms"]["hit"])
+    uncorrected = Histogram.decode(get["histograms_uncorrected"]["hit"])
+    assert corrected.count == uncorrected.count == get["hits"]
+    assert corrected.value_at_quantile(0.5) >= uncorrected.value_at_quantile(0.5)
+
+
+def test_ctrl_c_returns_partial_results(redis_port):
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    res = run_load(base("resp2", [f"127.0.0.1:{redis_port}"], duration_s=60))
+    assert time.monotonic() - t0 < 10
+    assert res["interrupted"] is True
+    assert res["ops"]["get"]["count"] > 0
+    assert res["wall_s"] < 10
+
+
+# --- memcached ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["memcache_text", "memcache_meta"])
+@pytest.mark.parametrize("io", ["uring", "epoll"])
+def test_memcached_ops(mc_ports, protocol, io):
+    need_io(io)
+    mix = [
+        {"op": "get", "weight": 4},
+        {"op": "gets"},
+        {"op": "exists"},
+        {"op": "mget", "count": 4},
+        {"op": "incr"},
+        {"op": "touch"},
+        {"op": "set"},
+    ]
+    cfg = base(protocol, [f"127.0.0.1:{mc_ports[0]}"], mix=mix, ttl_s=600, pipeline=2, io=io)
+    ops = run_load(cfg)["ops"]
+    for name, op in ops.items():
+        assert op["count"] > 10, name
+        assert op["errors"] == {}, (name, op["errors"])
+        check_consistent(op)
+    for name in ("get", "gets", "exists", "mget"):
+        assert ops[name]["hits"] == ops[name]["count"], name
+    assert ops["get"]["bytes_in"] == 100 * ops["get"]["count"]
+
+
+def test_memcached_delete_then_miss(mc_ports):
+    cfg = base(
+        "memcache_text",
+        [f"127.0.0.1:{mc_ports[0]}"],
+        keys={"count": 50, "prefix": f"cm:del{os.getpid()}:"},
+        mix=[{"op": "delete", "weight": 1}, {"op": "get", "weight": 1}],
+        duration_s=0.5,
+    )
+    ops = run_load(cfg)["ops"]
+    assert ops["get"]["misses"] > ops["get"]["count"] // 2
+    assert ops["delete"]["errors"] == {}
+
+
+def test_memcached_pool_distributes_keys(mc_ports):
+    servers = [f"127.0.0.1:{p}" for p in mc_ports]
+    prefix = f"cm:pool{os.getpid()}:"
+    cfg = base(
+        "memcache_meta",
+        servers,
+        keys={"count": 400, "prefix": prefix},
+        mix=[{"op": "get"}, {"op": "mget", "count": 3}],
+    )
+    res = run_load(cfg)
+    assert res["connections"] == 16  # 8 clients x 2 servers
+    assert res["ops"]["get"]["hits"] == res["ops"]["get"]["count"]
+    assert res["ops"]["mget"]["hits"] == res["ops"]["mget"]["count"]
+    # Each key lives on exactly one server, and both servers hold a fair share.
+    found = []
+    for port in mc_ports:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            keys = " ".join(f"{prefix}{i}" for i in range(400))
+            s.sendall(f"get {keys}\r\n".encode())
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                data += s.recv(1 << 20)
+            found.append(data.count(b"VALUE "))
+    assert sum(found) == 400 and min(found) > 100, found
+
+
+def test_target_config_urls():
+    assert target_config("redis://:pw@127.0.0.1:6390/4?client=engine&protocol=resp3&pipeline=8") == {
+        "protocol": "resp3",
+        "db": 4,
+        "username": None,
+        "password": "pw",
+        "servers": ["127.0.0.1:6390"],
+        "pipeline": 8,
+    }
+    cfg = target_config("memcached://127.0.0.1:1,127.0.0.1:2?client=engine&protocol=meta")
+    assert cfg == {"protocol": "memcache_meta", "servers": ["127.0.0.1:1", "127.0.0.1:2"]}
+    with pytest.raises(SpecError):
+        target_config("sqlite:///x.db")

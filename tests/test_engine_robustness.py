@@ -1,0 +1,189 @@
+"""The engine under adversity: a paused server (coordinated omission) and fake
+servers that misbehave on the wire. Every case must end with counted errors of the
+right kind and a clear message, in bounded time, never a crash or a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from cachemark.engine import Histogram, run_load
+from cachemark.lab.base import free_port
+from engine_helpers import need_io, start_redis, stop
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_paused_server_shows_in_corrected_latency_only():
+    """Open loop, 10 s at 2000/s; redis-server is SIGSTOPped for 1 s in the middle.
+
+    Requests due during the pause wait for it: measured from their intended send time
+    their p99 is close to the pause, while measured from the actual send only the few
+    requests in flight at the moment of the pause see it.
+    """
+    proc, port = start_redis()
+    try:
+        pause = threading.Timer(3.0, proc.send_signal, (signal.SIGSTOP,))
+        resume = threading.Timer(4.0, proc.send_signal, (signal.SIGCONT,))
+        pause.start()
+        resume.start()
+        res = run_load(
+            {
+                "protocol": "resp2",
+                "servers": [f"127.0.0.1:{port}"],
+                "connections": 10,
+                "mode": "open",
+                "rate": 2000.0,
+                "duration_s": 10.0,
+                "keys": {"count": 1000, "prefix": "cm:pause:"},
+                "mix": [{"op": "get"}],
+                "timeout_ms": 5000,
+            }
+        )
+        resume.join()
+    finally:
+        stop(proc)
+    get = res["ops"]["get"]
+    assert get["errors"] == {}
+    assert 18_000 <= get["count"] <= 20_500
+    corrected = Histogram.decode(get["histograms"]["hit"])
+    uncorrected = Histogram.decode(get["histograms_uncorrected"]["hit"])
+    assert corrected.value_at_quantile(0.99) >= 0.8e9, corrected
+    assert uncorrected.value_at_quantile(0.99) <= 0.25e9, uncorrected
+    # The stalled in-flight requests themselves do show up uncorrected, in the tail.
+    assert uncorrected.max >= 0.8e9
+
+
+class FakeServer:
+    """A TCP server that answers the engine's handshake, then misbehaves with `reply`.
+
+    `reply(data)` returns the bytes to send for a chunk of requests (or None to stay
+    silent); returning (bytes, True) sends then closes the connection.
+    """
+
+    def __init__(self, handshake: tuple[bytes, bytes], reply):
+        self.handshake = handshake
+        self.reply = reply
+        self.port = free_port()
+        self.sock = socket.create_server(("127.0.0.1", self.port))
+        self.sock.settimeout(0.2)
+        self.stopped = False
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.stopped:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed by close()
+            self.conns.append(conn)
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def handle(self, conn: socket.socket):
+        probe, answer = self.handshake
+        buf = b""
+        try:
+            while probe not in buf:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                buf += chunk
+            conn.sendall(answer)
+            while not self.stopped:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                out = self.reply(chunk)
+                if isinstance(out, tuple):
+                    conn.sendall(out[0])
+                    conn.close()
+                    return
+                if out:
+                    conn.sendall(out)
+        except OSError:
+            return
+
+    def close(self):
+        self.stopped = True
+        for c in self.conns:
+            with contextlib.suppress(OSError):
+                c.close()
+        self.sock.close()
+
+
+RESP_HANDSHAKE = (b"PING", b"+PONG\r\n")
+MC_HANDSHAKE = (b"version", b"VERSION 1.6.0\r\n")
+
+CASES = {
+    "malformed": (RESP_HANDSHAKE, lambda d: b"?garbage\r\n", "protocol", "unknown RESP type"),
+    "truncated": (RESP_HANDSHAKE, lambda d: (b"$100\r\nabc", True), "connection", "truncated"),
+    "oversized": (RESP_HANDSHAKE, lambda d: b"$99999999999\r\n", "protocol", "exceeds"),
+    "endless_line": (RESP_HANDSHAKE, lambda d: b"+" + b"a" * 200_000, "protocol", "without CRLF"),
+    "wrong_type": (RESP_HANDSHAKE, lambda d: b":1\r\n" * d.count(b"GET"), "protocol", "unexpected reply"),
+    "server_error": (RESP_HANDSHAKE, lambda d: b"-ERR nope\r\n" * d.count(b"GET"), "server", "ERR nope"),
+    "silent": (RESP_HANDSHAKE, lambda d: None, "timeout", "no reply within"),
+    "mc_bad_value": (MC_HANDSHAKE, lambda d: b"VALUE k 0 zz\r\n", "protocol", "bad VALUE line"),
+    "mc_huge_value": (MC_HANDSHAKE, lambda d: b"VALUE k 0 999999999999\r\n", "protocol", "exceeds"),
+}
+
+
+@pytest.mark.parametrize("io", ["uring", "epoll"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_misbehaving_server_yields_counted_errors(case, io):
+    need_io(io)
+    handshake, reply, kind, message = CASES[case]
+    server = FakeServer(handshake, reply)
+    protocol = "memcache_text" if case.startswith("mc_") else "resp2"
+    try:
+        t0 = time.monotonic()
+        res = run_load(
+            {
+                "protocol": protocol,
+                "servers": [f"127.0.0.1:{server.port}"],
+                "connections": 2,
+                "pipeline": 2,
+                "duration_s": 1.0,
+                "prefill": False,
+                "keys": {"count": 10, "prefix": "cm:fake:"},
+                "mix": [{"op": "get"}],
+                "timeout_ms": 300,
+                "io": io,
+            }
+        )
+        elapsed = time.monotonic() - t0
+    finally:
+        server.close()
+    assert elapsed < 6, elapsed  # run + drain, never a hang
+    get = res["ops"]["get"]
+    assert get["errors"].get(kind, 0) >= 1, (get["errors"], res["errors_sample"])
+    assert get.get("hits", 0) == 0
+    assert any(message in m for m in res["errors_sample"]), res["errors_sample"]
+    assert sum(Histogram.decode(h).count for h in get["histograms"].values()) == get["count"]
+
+
+def test_server_that_speaks_another_protocol_is_unavailable():
+    from cachemark.errors import BackendUnavailable
+
+    server = FakeServer((b"version", b"VERSION 1.6.0\r\n"), lambda d: None)
+    try:
+        with pytest.raises(BackendUnavailable):
+            run_load(
+                {
+                    "protocol": "resp2",
+                    "servers": [f"127.0.0.1:{server.port}"],
+                    "connections": 1,
+                    "timeout_ms": 500,
+                }
+            )
+    finally:
+        server.close()
