@@ -162,7 +162,7 @@ def test_resp3_all_ops_and_template(redis_port):
     r = redis.Redis(port=redis_port)
     prefix = cfg["keys"]["prefix"]
     assert 0 < r.ttl(prefix + "3") <= 300
-    assert int(r.get(prefix + "ctr:" + "0") or 0) >= 0
+    assert int(r.get(prefix + "n:" + "0") or 0) >= 0
     hashes = [k for k in r.scan_iter(match="h:" + prefix + "*")]
     assert hashes and r.hget(hashes[0], "f").startswith(b"cm:")
 

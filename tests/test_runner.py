@@ -199,3 +199,19 @@ def test_a_network_profile_slows_every_op_by_its_round_trip(redis_server):
     assert hist.min >= 5_000_000  # every op waited at least the emulated round trip
     assert outcome.network["profile"] == profile.name and outcome.network["proxied"]
     assert outcome.network["proxy_stats"][0]["connections_total"] >= 1
+
+
+def test_engine_and_python_clients_answer_in_one_schema(redis_server):
+    workload = Workload(keys=200, value_size=100, mix="get=80,set=20", ops=4000, duration=None, warmup=0)
+    python = run_target(redis_server.url(), workload)
+    engine = run_target(redis_server.url() + "?client=engine&connections=4", workload)
+    assert engine.backend["info"]["client"] == "cachemark-engine"
+    for outcome in (python, engine):
+        ops = outcome.phases[0]["ops"]
+        assert list(ops) == ["get", "set"]
+        assert sum(op["count"] for op in ops.values()) == 4000
+        get = ops["get"]
+        assert get["misses"] == 0 and get["hits"] == get["count"]  # prefilled, and nothing deletes
+        assert get["bytes_in"] == 100 * get["hits"]
+        assert get["summary"]["p50_us"] > 0 and get["errors"] == {}
+        assert outcome.phases[0]["server"]["source"] == "redis"

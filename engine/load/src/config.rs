@@ -240,7 +240,7 @@ pub struct Plan {
     pub timeout_ns: u64,
     pub io: IoBackend,
     pub limits: Limits,
-    /// Whether counters (`prefix + "ctr:" + i`) must be created before timing.
+    /// Whether counters (`prefix + "n:" + i`) must be created before timing.
     pub uses_counters: bool,
 }
 

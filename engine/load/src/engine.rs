@@ -242,7 +242,7 @@ fn key_bytes(out: &mut Vec<u8>, prefix: &[u8], kind: Kind, i: u64) {
     out.clear();
     if kind == Kind::Incr {
         out.extend_from_slice(prefix);
-        out.extend_from_slice(b"ctr:");
+        out.extend_from_slice(b"n:");
         write_u64(out, i);
     } else {
         write_key(out, prefix, i);
