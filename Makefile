@@ -46,6 +46,10 @@ lint: setup-test
 
 bench: setup-test
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/django_overhead.py
+	$(BIN)/python benchmarks/proxy_accuracy.py
+	$(BIN)/python benchmarks/report_speed.py
+	$(BIN)/python benchmarks/vs_peers.py
 
 clean:
 	rm -rf $(VENV) engine/target
