@@ -79,3 +79,12 @@ def test_network_profiles_print_the_percent_of_baseline_table(tmp_path):
     assert document["environment"]["proxy_overhead"]["added_p50"] < 5000  # µs: the proxy adds far less than 5 ms
     far = [r for r in document["runs"] if r["network"]["profile"] == "cross-region"]
     assert far and all(r["phases"][0]["ops"]["get"]["summary"]["p50_us"] > 60_000 for r in far)
+
+
+def test_a_wrong_password_is_one_line_and_exit_2(tmp_path, redis_server_auth):
+    url = f"redis://:hunter2@127.0.0.1:{redis_server_auth.port}/0"
+    result = cachemark("run", "-t", url, "--no-calibrate", "--duration", "1", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "authentication" in lines[0], result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
