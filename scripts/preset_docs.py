@@ -20,8 +20,8 @@ SCALE = {
     "default": [],
     "rails-local-vs-remote": [],
     "django-s3-vs-memcached": [],
-    "magento-clean-by-tag": ["--ops", "40000"],
-    "diskcache-django": ["--ops", "80000", "--warmup-ops", "8008"],
+    "magento-clean-by-tag": ["--ops", "20000"],
+    "diskcache-django": ["--ops", "40000", "--warmup-ops", "8008"],
     "redis-bandwidth-sweep": ["--duration", "4s"],
 }
 

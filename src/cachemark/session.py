@@ -139,7 +139,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
             progress.update(task, completed=1.0, detail=outcome.status)
             run = outcome.to_json()
             run["sweep"] = spec.sweep or None
-            run["repeat"] = spec.repeat
+            run["repeat"] = spec.repeat if experiment.repeat > 1 else None
             run["display"] = describe(spec)
             if any(server.get("emulator") for server in _servers(run)):
                 run["display"] += " (emulator)"  # its absolute latency says nothing about the real service

@@ -27,12 +27,15 @@ def sweep_key(run: dict[str, Any]) -> str:
 
 
 def run_name(run: dict[str, Any]) -> str:
-    """The label a reader sees: label, sweep point, repeat."""
+    """The label a reader sees: label, network profile, sweep point, repeat (counted from 1)."""
     name = run["label"]
+    profile = (run.get("network") or {}).get("profile")
+    if profile:
+        name += f" [{profile}]"
     if run.get("sweep"):
         name += f" [{sweep_key(run)}]"
     if run.get("repeat") is not None:
-        name += f" #{run['repeat']}"
+        name += f" #{run['repeat'] + 1}"
     return name
 
 

@@ -135,6 +135,15 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
                 "(latency: over 100 % is slower; ops/s: over 100 % is faster).", ""]
         out.append(_md_table(["backend", "op", "ops/s", "% of baseline", "p50", "% of baseline", "p99",
                               "% of baseline"], table))
+    profiles = {(run.get("network") or {}).get("profile") for run in document.get("runs", [])}
+    if len(profiles) > 1:
+        from .table import baseline_rows as network_baseline_rows
+
+        out += ["", "### Where the cache lives: % of baseline", "",
+                "Mean latency under each network profile, as a percentage of the first profile's "
+                "for the same target and op (reference 004's table).", ""]
+        out.append(_md_table(["backend", "network", "op", "mean", "p99", "vs baseline"],
+                             network_baseline_rows(document), right_from=3))
     env = document.get("environment", {})
     if env:
         out += ["", f"cachemark {env.get('cachemark', '?')}, Python {env.get('python', '?')}, "

@@ -12,31 +12,24 @@ import contextlib
 import multiprocessing as mp
 import os
 import queue as queue_mod
-import shutil
 import signal
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
 
 from ..backends import backend_class, create_backend
 from ..errors import BackendMissing, UnsupportedOp, UserError
-from ..lab import server_class
-from ..lab.base import LocalServer
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..spec import Workload
 from ..target import Target, parse_target
 from ..workload.ops import mix_entries
+from .monitor import PhaseMonitor
+from .provide import provide
 from .worker import WorkerTask, worker_main
 
-_EMBEDDED = {"file": "", "diskcache": "", "sqlite": "cache.db"}
-# spawn: target parameters meant for the client, not the server
-NESTED = ("fast", "slow", "LOCATION", "DATABASE")  # target parameters that are targets themselves
-PASSTHROUGH = ("client", "hiredis", "tags", "threads", "connections", "pipeline", "protocol", "noreply")
 ProgressFn = Callable[[str, int, int | None, float, float | None], None]
 
 
@@ -65,57 +58,6 @@ def default_label(target: Target) -> str:
     kind = target.path if target.scheme == "spawn" else target.scheme
     details = [v for v in (target.param("client"), target.param("tags") and f"tags={target.param('tags')}") if v]
     return f"{kind}({', '.join(details)})" if details else kind
-
-
-@contextlib.contextmanager
-def provide(target: Target) -> Iterator[tuple[Target, list[LocalServer]]]:
-    """Yield a reachable target and the servers started for it, stopping them afterwards.
-
-    ``spawn:`` targets get a private server; embedded stores without a path get a temp
-    dir; targets that contain targets (``twolevel://?fast=…&slow=…``, a Django
-    ``LOCATION`` or ``DATABASE``) have those provided the same way.
-    """
-    with contextlib.ExitStack() as stack:
-        servers: list[LocalServer] = []
-        yield _provide(stack, target, servers), servers
-
-
-def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalServer]) -> Target:
-    if target.scheme == "spawn":
-        options = {k: v for k, v in target.params.items() if k not in PASSTHROUGH}
-        server = server_class(target.path)(**options).start()
-        stack.callback(server.stop)
-        servers.append(server)
-        passthrough = {k: v for k, v in target.params.items() if k in PASSTHROUGH}
-        return _with_query(parse_target(server.url()), passthrough)
-    if target.scheme in _EMBEDDED and not target.path.strip("/"):
-        tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{target.scheme}-")
-        stack.callback(shutil.rmtree, tmpdir, ignore_errors=True)
-        path = os.path.join(tmpdir, _EMBEDDED[target.scheme]) if _EMBEDDED[target.scheme] else tmpdir
-        return parse_target(f"{target.scheme}://{path}" + _query(target.params))
-    nested = {k: v for k, v in target.params.items() if k in NESTED and (v.startswith("spawn:") or "://" in v)}
-    if not nested:
-        return target
-    params = dict(target.params)
-    for key, value in nested.items():
-        inner = _provide(stack, parse_target(value), servers)
-        if key == "LOCATION" and inner.scheme == "memcached":  # Django wants host:port lists
-            params[key] = ",".join(f"{h}:{p}" for h, p in inner.hosts)
-        elif key == "LOCATION" and inner.scheme in _EMBEDDED:  # ... and directories as paths
-            params[key] = inner.path
-        else:
-            params[key] = inner.url
-    return parse_target(target.url.split("?", 1)[0] + _query(params))
-
-
-def _query(params: dict[str, str]) -> str:
-    return ("?" + urlencode(params, safe=":/,")) if params else ""
-
-
-def _with_query(target: Target, extra: dict[str, str]) -> Target:
-    if not extra:
-        return target
-    return parse_target(target.url.split("?", 1)[0] + _query({**target.params, **extra}))
 
 
 def check_ops(target: Target, workload: Workload) -> dict[str, Any]:
@@ -194,56 +136,6 @@ def _preflight_target(target: Target) -> Target:
     base = target.url.split("?", 1)[0]
     query = "&".join(f"{k}={v}" for k, v in params.items())
     return parse_target(base + (f"?{query}" if query else ""))
-
-
-class PhaseMonitor:
-    """Samples the server (INFO / stats / /proc) during exactly the timed part of each phase."""
-
-    def __init__(self, url: str, pid: int | None, enabled: bool = True) -> None:
-        self.url, self.pid, self.enabled = url, pid, enabled
-        self.samplers: dict[int, Any] = {}
-        self.results: dict[int, dict[str, Any]] = {}
-
-    def phase_coming(self, index: int) -> None:
-        """Connect the sampler before the phase starts: its baseline must not lag the first op."""
-        if self.enabled:
-            from ..measure.server_stats import ServerSampler
-
-            self.samplers[index] = ServerSampler(self.url, self.pid).connect()
-
-    def phase_started(self, index: int) -> None:
-        if index not in self.samplers:
-            self.phase_coming(index)
-        if index in self.samplers:
-            self.samplers[index].start()
-
-    def phase_ended(self, index: int, total_ops: int) -> None:
-        sampler = self.samplers.pop(index, None)
-        if sampler is not None:
-            self.results[index] = sampler.stop(total_ops=total_ops)
-
-    def stop_all(self) -> None:
-        for index in list(self.samplers):
-            self.phase_ended(index, 0)
-
-    def attach(self, index: int, phase: dict[str, Any]) -> None:
-        """Put the server figures on the phase and its per-second series (aligned at phase start)."""
-        server = self.results.get(index)
-        if server is None or server.get("source") == "none":
-            phase["server"] = None
-            return
-        from ..measure.server_stats import timeseries
-
-        phase["server"] = server
-        series = phase.setdefault("timeseries", [])
-        by_second = {entry["t"]: entry for entry in series}
-        for row in timeseries(server):
-            second = max(0, round(row["t"]) - 1)  # the sample at t=1.0 covers second 0
-            if second not in by_second:  # e.g. the engine keeps no client-side series
-                by_second[second] = {"t": second}
-                series.append(by_second[second])
-            by_second[second].update({k: v for k, v in row.items() if k != "t" and v is not None})
-        series.sort(key=lambda entry: entry["t"])
 
 
 def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progress: ProgressFn | None,

@@ -1,0 +1,77 @@
+"""Providing a target: the reachable URL a run needs, and everything started for it.
+
+``spawn:`` targets get a private server from the lab; embedded stores given without a
+path get a temp dir; targets that contain targets (``twolevel://?fast=…&slow=…``, a
+Django ``LOCATION`` or ``DATABASE``) have those provided the same way. Everything is
+stopped or removed when the run ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from urllib.parse import urlencode
+
+from ..lab import server_class
+from ..lab.base import LocalServer
+from ..target import Target, parse_target
+
+# embedded stores that get a temp dir (or this file in it) when their URL has no path
+_EMBEDDED = {"file": "", "diskcache": "", "sqlite": "cache.db"}
+NESTED = ("fast", "slow", "LOCATION", "DATABASE")  # target parameters that are targets themselves
+# spawn: target parameters meant for the client, not the server
+PASSTHROUGH = ("client", "hiredis", "tags", "threads", "connections", "pipeline", "protocol", "noreply")
+
+
+@contextlib.contextmanager
+def provide(target: Target) -> Iterator[tuple[Target, list[LocalServer]]]:
+    """Yield a reachable target and the servers started for it, stopping them afterwards.
+
+    ``spawn:`` targets get a private server; embedded stores without a path get a temp
+    dir; targets that contain targets (``twolevel://?fast=…&slow=…``, a Django
+    ``LOCATION`` or ``DATABASE``) have those provided the same way.
+    """
+    with contextlib.ExitStack() as stack:
+        servers: list[LocalServer] = []
+        yield _provide(stack, target, servers), servers
+
+
+def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalServer]) -> Target:
+    if target.scheme == "spawn":
+        options = {k: v for k, v in target.params.items() if k not in PASSTHROUGH}
+        server = server_class(target.path)(**options).start()
+        stack.callback(server.stop)
+        servers.append(server)
+        passthrough = {k: v for k, v in target.params.items() if k in PASSTHROUGH}
+        return _with_query(parse_target(server.url()), passthrough)
+    if target.scheme in _EMBEDDED and not target.path.strip("/"):
+        tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{target.scheme}-")
+        stack.callback(shutil.rmtree, tmpdir, ignore_errors=True)
+        path = os.path.join(tmpdir, _EMBEDDED[target.scheme]) if _EMBEDDED[target.scheme] else tmpdir
+        return parse_target(f"{target.scheme}://{path}" + _query(target.params))
+    nested = {k: v for k, v in target.params.items() if k in NESTED and (v.startswith("spawn:") or "://" in v)}
+    if not nested:
+        return target
+    params = dict(target.params)
+    for key, value in nested.items():
+        inner = _provide(stack, parse_target(value), servers)
+        if key == "LOCATION" and inner.scheme == "memcached":  # Django wants host:port lists
+            params[key] = ",".join(f"{h}:{p}" for h, p in inner.hosts)
+        elif key == "LOCATION" and inner.scheme in _EMBEDDED:  # ... and directories as paths
+            params[key] = inner.path
+        else:
+            params[key] = inner.url
+    return parse_target(target.url.split("?", 1)[0] + _query(params))
+
+
+def _query(params: dict[str, str]) -> str:
+    return ("?" + urlencode(params, safe=":/,")) if params else ""
+
+
+def _with_query(target: Target, extra: dict[str, str]) -> Target:
+    if not extra:
+        return target
+    return parse_target(target.url.split("?", 1)[0] + _query({**target.params, **extra}))
