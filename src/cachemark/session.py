@@ -93,7 +93,9 @@ def _servers(run: dict[str, Any]) -> list[dict[str, Any]]:
 
 def describe(spec: RunSpec) -> str:
     target = parse_target(spec.url)
-    parts = [spec.label or (default_label(target) if target.scheme == "spawn" else target.redacted)]
+    # spawned and composite targets read best by kind; a user's URL by where it points
+    short = target.scheme in ("spawn", "twolevel", "django", "memory", "null")
+    parts = [spec.label or (default_label(target) if short else target.redacted)]
     if spec.network is not None:
         parts.append(f"[{spec.network.name}]")
     parts += [f"{k}={v}" for k, v in spec.sweep.items()]

@@ -54,7 +54,12 @@ class RunOutcome:
 
 
 def default_label(target: Target) -> str:
-    """``redis``, ``redis(engine)``, ``memcached(pylibmc)``: the kind and the client."""
+    """``redis``, ``redis(engine)``, ``memcached(pylibmc)``, ``twolevel(memcached+file)``: kind and client."""
+    if target.scheme == "twolevel" and target.param("fast") and target.param("slow"):
+        inner = [default_label(parse_target(target.param(side) or "")) for side in ("fast", "slow")]
+        return f"twolevel({'+'.join(inner)})"
+    if target.scheme == "django" and target.param("BACKEND"):
+        return f"django({target.param('BACKEND', '').rsplit('.', 1)[-1]})"
     kind = target.path if target.scheme == "spawn" else target.scheme
     details = [v for v in (target.param("client"), target.param("tags") and f"tags={target.param('tags')}") if v]
     return f"{kind}({', '.join(details)})" if details else kind
