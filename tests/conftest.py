@@ -7,6 +7,9 @@ Fixtures for further servers (postgres, mysql, s3, ...) go below the marked sect
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,3 +89,18 @@ def scratch_dir(tmp_path: Path) -> Path:
 
 
 # --- further servers (postgres, mysql, s3, ...) go below -------------------------
+
+
+# --- the command line, as a user runs it -----------------------------------------
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``cachemark ARGS`` in a subprocess with a wide, non-terminal output (as in CI logs)."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "cachemark", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture
+def cachemark() -> Callable[..., subprocess.CompletedProcess]:
+    return run_cli

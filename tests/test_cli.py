@@ -6,19 +6,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-CLI = [sys.executable, "-m", "cachemark"]
 
-
-def cachemark(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "160"}
-    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def test_run_prints_the_table_and_saves_results(tmp_path):
+def test_run_prints_the_table_and_saves_results(tmp_path, cachemark):
     result = cachemark("run", "-t", "memory://", "-t", "sqlite://", "--duration", "1", "--warmup", "0",
                        "--no-calibrate", "-o", "out.json", "--html", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -40,7 +32,7 @@ def test_run_prints_the_table_and_saves_results(tmp_path):
     (["run", "no-such-preset", "--no-calibrate"], "neither an experiment file nor a preset"),
     (["show", "bad.toml"], "not a results file"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message, cachemark):
     (tmp_path / "bad.toml").write_text("[workload\nkeys = ")
     result = cachemark(*args, cwd=tmp_path)
     assert result.returncode == 2, (result.stdout, result.stderr)
@@ -49,15 +41,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert "Traceback" not in result.stderr
 
 
-def test_debug_shows_the_traceback(tmp_path):
+def test_debug_shows_the_traceback(tmp_path, cachemark):
     result = cachemark("--debug", "run", "-t", "nosuch://x", "--no-calibrate", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" in result.stderr
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path):
-    proc = subprocess.Popen([*CLI, "run", "-t", "memory://", "--duration", "30", "--warmup", "0",
-                             "--no-calibrate", "-o", "out.json"], cwd=tmp_path, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-m", "cachemark", "run", "-t", "memory://", "--duration", "30", "--warmup", "0",
+            "--no-calibrate", "-o", "out.json"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     time.sleep(4)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
     stdout, stderr = proc.communicate(timeout=60)
@@ -69,7 +62,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     assert 0 < run["phases"][0]["wall_s"] < 30
 
 
-def test_network_profiles_print_the_percent_of_baseline_table(tmp_path):
+def test_network_profiles_print_the_percent_of_baseline_table(tmp_path, cachemark):
     result = cachemark("run", "-t", "spawn:redis", "-t", "spawn:memcached", "--network", "same-host,cross-region",
                        "--keys", "50", "--duration", "1", "--warmup", "0", "--no-calibrate", "-o", "net.json",
                        cwd=tmp_path)
@@ -81,7 +74,7 @@ def test_network_profiles_print_the_percent_of_baseline_table(tmp_path):
     assert far and all(r["phases"][0]["ops"]["get"]["summary"]["p50_us"] > 60_000 for r in far)
 
 
-def test_a_wrong_password_is_one_line_and_exit_2(tmp_path, redis_server_auth):
+def test_a_wrong_password_is_one_line_and_exit_2(tmp_path, redis_server_auth, cachemark):
     url = f"redis://:hunter2@127.0.0.1:{redis_server_auth.port}/0"
     result = cachemark("run", "-t", url, "--no-calibrate", "--duration", "1", cwd=tmp_path)
     assert result.returncode == 2

@@ -1,22 +1,11 @@
 """Whole experiments through the command line, as a user runs them."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import yaml
 
-CLI = [sys.executable, "-m", "cachemark"]
 
-
-def cachemark(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def test_sql_s3_django_and_two_level_side_by_side(tmp_path):
+def test_sql_s3_django_and_two_level_side_by_side(tmp_path, cachemark):
     (tmp_path / "e.toml").write_text("""
 name = "side-by-side"
 targets = [
@@ -42,7 +31,7 @@ warmup = 0
     assert result.stdout.count("get ") >= 4
 
 
-def test_bandwidth_sweep_to_thresholds_in_three_formats(tmp_path):
+def test_bandwidth_sweep_to_thresholds_in_three_formats(tmp_path, cachemark):
     result = cachemark("run", "-t", "spawn:redis", "--label", "cache.local", "--sweep",
                        "value_size=1024,10000,100000", "--mix", "get=50,set=50", "--keys", "200",
                        "--duration", "1", "--warmup", "0", "--no-calibrate", "-o", "sweep.json", cwd=tmp_path)

@@ -172,6 +172,63 @@ def test_set_config_applies_mid_run(echo):
         assert rtt() < 0.02
 
 
+# --- busy-poll mode (opt-in) ------------------------------------------------------------
+
+
+def test_busy_poll_forwards_intact_keeps_delay_floor_and_stops_spinning_when_idle(echo, redis_port):
+    # Behaviour, not speed: the spinning path forwards the same bytes in the same order,
+    # still honours the delay floor, and gives its core back once traffic stops.
+    cfg = config(delay_up_us=200, delay_down_us=200, jitter={"dist": "uniform", "us": 150}, busy_poll_us=300)
+    payload = bytes(range(256)) * 1024
+    with Proxy(f"{echo[0]}:{echo[1]}", cfg) as proxy, socket.create_connection((proxy.host, proxy.port)) as s:
+        s.settimeout(20)
+        for i in range(0, len(payload), 1500):
+            s.sendall(payload[i : i + 1500])
+        got = bytearray()
+        while len(got) < len(payload):
+            chunk = s.recv(65536)
+            assert chunk, "proxy closed early"
+            got += chunk
+        assert bytes(got) == payload
+        time.sleep(0.05)
+        cpu_before, wall_before = time.process_time(), time.perf_counter()
+        time.sleep(0.5)  # idle: a proxy that kept spinning would burn ~0.5 s of CPU here
+        idle_cpu = time.process_time() - cpu_before
+        idle_wall = time.perf_counter() - wall_before
+    assert idle_cpu < 0.5 * idle_wall, f"{idle_cpu:.3f}s CPU in {idle_wall:.3f}s idle"
+
+    with Proxy(f"127.0.0.1:{redis_port}", config(delay_up_us=10_000, delay_down_us=10_000, busy_poll_us=100)) as proxy:
+        r = client(proxy.port)
+        r.ping()
+        times = []
+        for i in range(5):
+            start = time.perf_counter()
+            assert r.set(f"cm:test:busy:{i}", b"x")
+            times.append(time.perf_counter() - start)
+        assert r.get("cm:test:busy:4") == b"x"
+        r.delete(*[f"cm:test:busy:{i}" for i in range(5)])
+        r.close()
+        stats = proxy.stats()
+    assert min(times) >= 0.020, f"fastest op {min(times) * 1e3:.3f} ms"
+    assert stats["segments_delayed"] >= 10
+    # Spinning to the due time never releases early.
+    assert stats["release_error_min_ns"] >= 0
+
+
+def test_busy_poll_zero_delay_forwards_redis(redis_port):
+    (profile,) = parse_network("same-host,poll=50us")
+    assert profile.proxied and profile.busy_poll_us == 50
+    with start_proxy("127.0.0.1", redis_port, profile) as ep:
+        assert ep.proxied
+        r = client(ep.port)
+        for i in range(50):
+            assert r.set(f"cm:test:bz:{i}", str(i))
+        assert [int(v) for v in r.mget([f"cm:test:bz:{i}" for i in range(50)])] == list(range(50))
+        r.delete(*[f"cm:test:bz:{i}" for i in range(50)])
+        r.close()
+        assert ep.stats()["bytes_down"] > 0
+
+
 # --- faults -------------------------------------------------------------------------------
 
 
@@ -354,6 +411,26 @@ def test_bad_specs_are_one_clear_line(spec, fragment):
     message = str(info.value)
     assert fragment in message
     assert "\n" not in message
+
+
+def test_poll_option_on_custom_and_named_profiles():
+    custom, named = parse_network("2ms,jitter=0.2ms,poll=50us,same-zone,poll=0.2ms")
+    assert custom.name == "2ms,jitter=0.2ms,poll=50us"
+    assert custom.busy_poll_us == 50 and custom.jitter_us == 200
+    assert custom.to_config()["busy_poll_us"] == 50
+    assert named.name == "same-zone,poll=0.2ms"
+    assert named.rtt_us == PROFILES["same-zone"].rtt_us and named.busy_poll_us == 200
+    # Off unless asked for: no profile sends the field by default.
+    assert all("busy_poll_us" not in p.to_config() for p in PROFILES.values())
+
+
+def test_bad_busy_poll_is_rejected():
+    with pytest.raises(SpecError, match="at most 100ms"):
+        parse_network("lan,poll=1s")
+    with pytest.raises(SpecError, match="busy-poll window"):
+        parse_network("lan,poll=fast")
+    with pytest.raises(ValueError, match="busy_poll_us"):
+        Proxy("127.0.0.1:1", '{"busy_poll_us": -5}')
 
 
 def test_bandwidth_units():
