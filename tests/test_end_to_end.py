@@ -70,3 +70,21 @@ def test_sql_servers_report_their_own_counters():
         assert server["cpu_us_per_op"] > 0  # the server's processes (PostgreSQL forks one per client) burned CPU
         first, last = server["samples"][0], server["samples"][-1]
         assert last["commands"] - first["commands"] >= 3000  # every op is at least one statement
+
+
+def test_django_and_direct_clients_count_the_same_hits_and_misses(redis_server, memcached_server):
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    workload = Workload(keys=300, key_dist="uniform", mix="get=70,set=20,delete=10", ops=3000, duration=None,
+                        warmup=0, workers=1, seed=5)
+    memcached_location = memcached_server.url().removeprefix("memcached://")
+    pairs = [
+        (redis_server.url(), f"django://?BACKEND=redis&LOCATION={redis_server.url()}"),
+        (memcached_server.url(), f"django://?BACKEND=pymemcache&LOCATION={memcached_location}"),
+    ]
+    for direct_url, django_url in pairs:
+        direct = run_target(direct_url, workload).phases[0]["ops"]["get"]
+        django = run_target(django_url, workload).phases[0]["ops"]["get"]
+        assert direct["misses"] > 100  # deletes make real misses, so equality means something
+        assert (django["hits"], django["misses"]) == (direct["hits"], direct["misses"])
