@@ -92,7 +92,7 @@ def test_html_has_every_section_and_chart(report_doc):
     ops = {name for *_, name, _ in _all_ops(report_doc)}
     assert html.count('id="spectrum-') == len(ops)
     assert html.count('id="sweep-') == 3  # ops/s, bandwidth, p99 vs value_size
-    assert "saturates at" in html
+    assert "saturates at" not in html  # value_size is not a load: no saturation point to mark
     # self-contained: no external resources of any kind
     assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html)
     assert "@import" not in html
@@ -110,9 +110,11 @@ def test_spectrum_points_are_the_histogram_percentiles(report_doc):
     assert values[p90] / 1000 == pytest.approx(op["summary"]["p90_us"])
 
 
-def test_saturation_point_is_first_to_reach_95_percent():
-    assert saturation_point([(1, 10.0), (2, 19.0), (4, 20.0), (8, 19.5)]) == (2, 19.0)
-    assert saturation_point([]) is None
+def test_saturation_point_is_where_throughput_flattens_while_p99_climbs():
+    throughput = [(1, 1000.0), (2, 1900.0), (4, 1950.0), (8, 1960.0)]
+    assert saturation_point(throughput, [(1, 100.0), (2, 105.0), (4, 200.0), (8, 400.0)]) == 2
+    assert saturation_point(throughput, [(1, 100.0), (2, 100.0), (4, 101.0), (8, 102.0)]) is None
+    assert saturation_point([], []) is None
 
 
 def test_spec_toml_round_trips(report_doc):

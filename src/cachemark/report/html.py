@@ -21,12 +21,11 @@ from typing import Any
 from ..measure.histogram import Histogram
 from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
+from ..run.sweep import LOAD_PARAMS, find_saturation
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
 from .data import op_rows, phase_rows, run_name, sweep_key
 from .export import baseline_for, baseline_rows, fmt_percent
 from .table import fmt_latency, fmt_rate
-
-SATURATION_FRACTION = 0.95  # a sweep saturates at the first point reaching 95 % of its best
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;
@@ -298,15 +297,11 @@ def _as_number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def saturation_point(points: list[tuple[float, float]]) -> tuple[float, float] | None:
-    """The first (x, y) whose y reaches SATURATION_FRACTION of the best y (points sorted by x)."""
-    if not points:
-        return None
-    best = max(y for _, y in points)
-    for x, y in points:
-        if y >= SATURATION_FRACTION * best:
-            return x, y
-    return None
+def saturation_point(throughput: list[tuple[float, float]], p99: list[tuple[float, float]]) -> float | None:
+    """The swept load where throughput stopped rising while p99 climbed (run/sweep.py's rule)."""
+    by_x = dict(p99)
+    points = [(x, ops, by_x[x]) for x, ops in throughput if x in by_x]
+    return find_saturation(points) if len(points) >= 3 else None
 
 
 def _sweep_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -> str:
@@ -322,9 +317,9 @@ def _sweep_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -
     label_color: dict[str, str] = {}
     for p in phases:
         label_color.setdefault(p["label"], colors[p["run"]])
-    figures = ['<h2>Sweeps</h2><p class="note">Repeats of a point are averaged. The saturation point '
-               f"(dashed) is the first sweep value reaching {SATURATION_FRACTION:.0%} of the best "
-               "figure.</p>"]
+    figures = ['<h2>Sweeps</h2><p class="note">Repeats of a point are averaged. When the swept field is a '
+               "load (workers, rate, connections, pipeline), the saturation point (dashed) is where throughput "
+               "stopped rising (under 5 % more) while p99 latency climbed (over 25 % more).</p>"]
     for fields, members in groups.items():
         # x: the swept value; several swept fields are shown as one category per combination
         raw = [",".join(str(m["sweep_values"][f]) for f in fields) for m in members]
@@ -367,15 +362,17 @@ def _sweep_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -
              bandwidth, "linear", _fmt_num, True),
             ("sweep p99 latency (worst op)", "latency", lambda m: m["p99_us_max"], "log", _fmt_us, False),
         ]
+        load_sweep = len(fields) == 1 and fields[0] in LOAD_PARAMS and numeric
+        p99_series = {s.name: s.points for s in series_of(lambda m: m["p99_us_max"])}
+        throughput_series = {s.name: s.points for s in series_of(lambda m: m["ops_per_s"])}
         for title, unit, metric, y_kind, y_fmt, saturates in charts:
             series = series_of(metric)
             markers = []
-            if saturates:
+            if saturates and load_sweep:
                 for s in series:
-                    point = saturation_point(s.points)
-                    if point is not None and len(s.points) > 1:
-                        shown = categories[int(point[0])] if categories else f"{point[0]:g}"
-                        markers.append(Marker(point[0], f"{s.name}: saturates at {shown}", s.color))
+                    x = saturation_point(throughput_series[s.name], p99_series[s.name])
+                    if x is not None:
+                        markers.append(Marker(x, f"{s.name}: saturates at {x:g}", s.color))
             chart_id = ids("sweep")
             svg = line_chart(series, title=f"{title} vs {x_label}", x_label=x_label, y_label=unit,
                              x_kind=x_kind, y_kind=y_kind, x_fmt=x_fmt, y_fmt=y_fmt, categories=categories,
