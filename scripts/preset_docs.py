@@ -36,6 +36,13 @@ def run(name: str) -> Path:
                    stdout=subprocess.DEVNULL)
     tables = subprocess.run([sys.executable, "-m", "cachemark", "report", str(results), "-f", "markdown", "-o", "-"],
                             cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    if preset.get("sweep"):  # reference 001's end product: alarm thresholds from the sweep
+        thresholds = subprocess.run(
+            [sys.executable, "-m", "cachemark", "thresholds", str(results), "--levels", "100,90,80",
+             "--metric", "bandwidth", "--format", "cloudformation", "-o", "-"],
+            cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        tables += ("\n### Thresholds\n\n`cachemark thresholds results/preset-" + name + ".json --levels 100,90,80 "
+                   "--metric bandwidth --format cloudformation`:\n\n```yaml\n" + thresholds + "```\n")
     page = ROOT / "docs" / "presets" / f"{name}.md"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(

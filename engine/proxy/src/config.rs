@@ -14,7 +14,9 @@
 //!   "bandwidth_down_bps": 0,
 //!   "connect_delay_us": 0,         // before the proxy opens its upstream connection
 //!   "fault": {"kind": "reset", "after_ms": 0, "stall_ms": 0, "probability": 1.0},
-//!   "compensate": true             // arm timers early by the measured wake-up lateness
+//!   "compensate": true,            // arm timers early by the measured wake-up lateness
+//!   "busy_poll_us": 0              // opt-in: poll this long after a read instead of sleeping
+//!                                  // (zero-delay connections only; see docs/network.md)
 //! }
 //! ```
 //!
@@ -123,6 +125,8 @@ struct RawConfig {
     fault: Option<Fault>,
     #[serde(default)]
     compensate: Option<bool>,
+    #[serde(default)]
+    busy_poll_us: f64,
 }
 
 /// What one direction of a connection does to the bytes passing through it.
@@ -169,7 +173,16 @@ pub struct Config {
     pub connect_delay_ns: u64,
     pub fault: Option<Fault>,
     pub compensate: bool,
+    /// Opt-in busy polling (0 = off, the default): after a connection's last read its task
+    /// keeps polling its sockets without sleeping for this long, so the next segment is
+    /// forwarded without an idle-core wake-up. Applies only while both directions are
+    /// pass-through (nothing to delay): with a delay configured, spinning measured worse
+    /// (docs/network.md). Costs one proxy core busy while traffic flows.
+    pub busy_poll_ns: u64,
 }
+
+/// The longest busy-poll window accepted: beyond this it is just a busy core.
+pub const MAX_BUSY_POLL_US: f64 = 100_000.0;
 
 impl Default for Config {
     fn default() -> Self {
@@ -179,6 +192,7 @@ impl Default for Config {
             connect_delay_ns: 0,
             fault: None,
             compensate: true,
+            busy_poll_ns: 0,
         }
     }
 }
@@ -226,6 +240,14 @@ impl Config {
                 return Err("proxy config: a stall fault needs stall_ms > 0".into());
             }
         }
+        if raw.busy_poll_us > MAX_BUSY_POLL_US {
+            return Err(format!(
+                "proxy config: busy_poll_us must be at most {MAX_BUSY_POLL_US} (100 ms), got {}",
+                raw.busy_poll_us
+            ));
+        }
+        let busy_poll_ns =
+            us_to_ns("busy_poll_us", raw.busy_poll_us).map_err(|e| format!("proxy config: {e}"))?;
         let dir = |delay_us: f64, field: &str, bw: Option<u64>| -> Result<DirConfig, String> {
             Ok(DirConfig {
                 delay_ns: us_to_ns(field, delay_us).map_err(|e| format!("proxy config: {e}"))?,
@@ -240,6 +262,7 @@ impl Config {
                 .map_err(|e| format!("proxy config: {e}"))?,
             fault: raw.fault,
             compensate: raw.compensate.unwrap_or(true),
+            busy_poll_ns,
         })
     }
 }
@@ -254,6 +277,19 @@ mod tests {
         let c = Config::from_json("").unwrap();
         assert!(c.up.is_passthrough() && c.down.is_passthrough());
         assert!(c.fault.is_none());
+        assert_eq!(c.busy_poll_ns, 0, "busy polling is opt-in");
+    }
+
+    #[test]
+    fn busy_poll_parses_and_is_bounded() {
+        let c = Config::from_json(r#"{"busy_poll_us": 50, "delay_up_us": 100}"#).unwrap();
+        assert_eq!(c.busy_poll_ns, 50_000);
+        assert!(Config::from_json(r#"{"busy_poll_us": -1}"#)
+            .unwrap_err()
+            .contains("busy_poll_us"));
+        assert!(Config::from_json(r#"{"busy_poll_us": 1e9}"#)
+            .unwrap_err()
+            .contains("busy_poll_us"));
     }
 
     #[test]

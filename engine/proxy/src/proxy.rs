@@ -7,7 +7,9 @@
 //! `max(previous release, arrival [+ serialisation at the bandwidth cap] + delay + jitter)`
 //! and writes it when a [`PreciseTimer`] says so. With nothing configured for a direction
 //! and nothing queued, a segment is written straight away with no timer involved, so the
-//! zero-delay overhead is one read plus one write.
+//! zero-delay overhead is one read plus one write. With the opt-in `busy_poll_us` and
+//! nothing to delay, the task stays runnable (polling) for that long after each read
+//! instead of sleeping, so the next segment costs no idle-core wake-up.
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener, ToSocketAddrs};
@@ -127,6 +129,8 @@ impl Shared {
 struct ConnState {
     blackhole: AtomicBool,
     stall_until_ns: AtomicU64,
+    /// CLOCK_MONOTONIC of the connection's last read, either way (busy-poll mode only).
+    last_io_ns: AtomicU64,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -165,7 +169,20 @@ async fn pump(
         Dir::Down => &shared.stats.bytes_down,
     };
     loop {
-        let compensate = cfg_rx.borrow().compensate;
+        let (compensate, busy_ns) = {
+            let c = cfg_rx.borrow();
+            // Busy polling (opt-in) only while the connection adds nothing either way. With
+            // a delay configured the arrival wake-up is absorbed by the kernel's receive
+            // stamp and the timer's by `compensate`, and spinning measured *worse* (a
+            // spinning proxy keeps one of two vCPUs busy, so the client's and server's
+            // wake-ups land on the other, halted one): see docs/network.md.
+            let busy = if c.up.is_passthrough() && c.down.is_passthrough() {
+                c.busy_poll_ns
+            } else {
+                0
+            };
+            (c.compensate, busy)
+        };
         let early = if compensate {
             shared.stats.wake_lateness_ns.load(Relaxed)
         } else {
@@ -192,6 +209,9 @@ async fn pump(
         if let Some(at) = armed_at {
             timer.arm(at)?;
         }
+        // Busy-poll: stay runnable for busy_ns after the connection's last read, so the
+        // next segment either way is picked up without an idle-core wake-up.
+        let spin = busy_ns > 0 && now_ns() < conn.last_io_ns.load(Relaxed) + busy_ns;
         tokio::select! {
             biased;
             r = timer.wait(), if armed_at.is_some() => {
@@ -203,6 +223,9 @@ async fn pump(
             r = src.recv(&mut buf), if !eof && queued < MAX_QUEUED => {
                 let (n, stamp) = r?;
                 let arrival = stamp.max(started);
+                if busy_ns > 0 {
+                    conn.last_io_ns.store(now_ns(), Relaxed);
+                }
                 if n == 0 {
                     eof = true;
                     continue;
@@ -231,6 +254,14 @@ async fn pump(
                     queue.push_back(Segment { release_ns: last_release, data: piece.to_vec() });
                     queued += piece.len();
                 }
+            }
+            // Busy-poll: yield_now lets the runtime poll its epoll with a zero timeout and
+            // come straight back, so new data is seen without sleeping.
+            _ = tokio::task::yield_now(), if spin => {
+                // Let a thread the kernel woke onto this core (the server or client we
+                // just wrote to) run now, rather than wait out our time slice.
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
             }
         }
     }
