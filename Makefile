@@ -44,7 +44,7 @@ lint: setup-test
 	$(BIN)/ruff check src tests benchmarks
 	cd engine && cargo clippy --workspace --all-targets -- -D warnings
 
-bench: setup-test
+bench: packages-test setup-test
 	$(BIN)/python benchmarks/overhead.py
 	$(BIN)/python benchmarks/django_overhead.py
 	$(BIN)/python benchmarks/proxy_accuracy.py
