@@ -215,3 +215,18 @@ def test_engine_and_python_clients_answer_in_one_schema(redis_server):
         assert get["bytes_in"] == 100 * get["hits"]
         assert get["summary"]["p50_us"] > 0 and get["errors"] == {}
         assert outcome.phases[0]["server"]["source"] == "redis"
+
+
+def test_memcached_cleanup_removes_the_counters_of_an_incr_phase(memcached_server):
+    from pymemcache.client.base import Client
+
+    from cachemark.spec import Phase
+
+    workload = Workload(keys=20, ops=200, duration=None, warmup=0, workers=1,
+                        phases=[Phase(name="count", mix={"incr": 1})])
+    outcome = run_target(memcached_server.url(), workload)
+    assert _ops(outcome, "incr")["count"] == 200
+    client = Client(("127.0.0.1", memcached_server.port))
+    namespace = outcome.backend["namespace"]
+    assert all(client.get(f"{namespace}n:{i}") is None for i in range(20))
+    assert all(client.get(f"{namespace}{i}") is None for i in range(20))

@@ -89,11 +89,9 @@ def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
     """Every key a run may have written (for backends that cannot enumerate theirs)."""
     for i in range(workload.keys):
         yield f"{namespace}{i}"
-    for entry in workload.mix:
-        if "incr" in entry:
-            for i in range(workload.keys):
-                yield f"{namespace}n:{i}"
-            break
+    if any("incr" in name for phase in workload.effective_phases() for name in (phase.mix or workload.mix)):
+        for i in range(workload.keys):
+            yield f"{namespace}n:{i}"
 
 
 def run_target(url: str, workload: Workload, label: str | None = None,
