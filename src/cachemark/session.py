@@ -22,7 +22,7 @@ from .results import default_path, new_document, write_atomic
 from .run.runner import default_label, run_target
 from .run.sweep import saturation_summary, sweep_points
 from .spec import Experiment, Workload, build_experiment
-from .target import parse_target, redact
+from .target import parse_target, redact, with_params
 
 TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the workload
 
@@ -44,11 +44,11 @@ def experiment_record(experiment: Experiment) -> dict[str, Any]:
     return data
 
 
-def _with_params(url: str, params: dict[str, Any]) -> str:
+def _with_target_params(url: str, params: dict[str, Any]) -> str:
     if not params:
         return url
-    query = "&".join(f"{k}={v}" for k, v in params.items())
-    return url + ("&" if "?" in url else "?") + query
+    target = parse_target(url)
+    return with_params(target, {**target.params, **params}).url
 
 
 def plan_runs(experiment: Experiment) -> list[RunSpec]:
@@ -68,8 +68,9 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
                 workload_fields = {k: v for k, v in point.items() if k not in TARGET_PARAMS}
                 target_fields = {k: v for k, v in point.items() if k in TARGET_PARAMS}
                 workload = build_experiment({"workload": {**base, **workload_fields}}, "sweep").workload
+                point_url = _with_target_params(url, target_fields)
                 for repeat in range(experiment.repeat):
-                    runs.append(RunSpec(_with_params(url, target_fields), label, workload, point, profile, repeat))
+                    runs.append(RunSpec(point_url, label, workload, point, profile, repeat))
     return runs
 
 

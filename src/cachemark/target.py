@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, quote, unquote
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from .errors import SpecError
 
@@ -107,6 +107,12 @@ def parse_target(url: str) -> Target:
         path=unquote(path),
         params=dict(parse_qsl(query, keep_blank_values=True)),
     )
+
+
+def with_params(target: Target, params: dict[str, object]) -> Target:
+    """``target`` with its query parameters replaced by ``params`` (values may be URLs)."""
+    query = urlencode({k: str(v) for k, v in params.items()}, safe=":/,")
+    return parse_target(target.url.split("?", 1)[0] + (f"?{query}" if query else ""))
 
 
 def _split_host_port(part: str, url: str) -> tuple[str, int | None]:

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..errors import SpecError
-from ..target import Target, parse_target
+from ..target import Target, parse_target, with_params
 
 DEFAULT_PORTS = {"redis": 6379, "rediss": 6380, "memcached": 11211, "postgresql": 5432, "postgres": 5432,
                  "mysql": 3306, "mariadb": 3306}
@@ -43,9 +43,7 @@ def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -
         parts = urlsplit(endpoint)
         proxy = stack.enter_context(start_proxy(parts.hostname or "127.0.0.1", parts.port or 80, profile))
         new_endpoint = f"{parts.scheme}://{proxy.host}:{proxy.port}{parts.path}"
-        params = {**target.params, "endpoint_url": new_endpoint}
-        query = "&".join(f"{k}={quote(v, safe='/:,')}" for k, v in params.items())
-        return parse_target(target.url.split("?", 1)[0] + "?" + query), [proxy]
+        return with_params(target, {**target.params, "endpoint_url": new_endpoint}), [proxy]
     if target.scheme not in DEFAULT_PORTS:
         raise SpecError(
             f"{target.redacted}: network profiles apply to network targets "

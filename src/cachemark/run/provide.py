@@ -13,11 +13,10 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from urllib.parse import urlencode
 
 from ..lab import server_class
 from ..lab.base import LocalServer
-from ..target import Target, parse_target
+from ..target import Target, parse_target, with_params
 
 # embedded stores that get a temp dir (or this file in it) when their URL has no path
 _EMBEDDED = {"file": "", "diskcache": "", "sqlite": "cache.db"}
@@ -46,12 +45,13 @@ def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalSer
         stack.callback(server.stop)
         servers.append(server)
         passthrough = {k: v for k, v in target.params.items() if k in PASSTHROUGH}
-        return _with_query(parse_target(server.url()), passthrough)
+        inner = parse_target(server.url())
+        return with_params(inner, {**inner.params, **passthrough})
     if target.scheme in _EMBEDDED and not target.path.strip("/"):
         tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{target.scheme}-")
         stack.callback(shutil.rmtree, tmpdir, ignore_errors=True)
         path = os.path.join(tmpdir, _EMBEDDED[target.scheme]) if _EMBEDDED[target.scheme] else tmpdir
-        return parse_target(f"{target.scheme}://{path}" + _query(target.params))
+        return with_params(parse_target(f"{target.scheme}://{path}"), target.params)
     nested = {k: v for k, v in target.params.items() if k in NESTED and (v.startswith("spawn:") or "://" in v)}
     if not nested:
         return target
@@ -64,14 +64,4 @@ def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalSer
             params[key] = inner.path
         else:
             params[key] = inner.url
-    return parse_target(target.url.split("?", 1)[0] + _query(params))
-
-
-def _query(params: dict[str, str]) -> str:
-    return ("?" + urlencode(params, safe=":/,")) if params else ""
-
-
-def _with_query(target: Target, extra: dict[str, str]) -> Target:
-    if not extra:
-        return target
-    return parse_target(target.url.split("?", 1)[0] + _query({**target.params, **extra}))
+    return with_params(target, params)

@@ -191,6 +191,7 @@ class Worker:
         lat_append, code_append, lat_u_append = lat.append, codes.append, lat_u.append
         bytes_in, bytes_out = recorder.bytes_in, recorder.bytes_out
         perf = time.perf_counter_ns
+        many_count = self.workload.get_many_count
         verify_reads = self.workload.verify_reads
         read_every = int(1 / verify_reads) if verify_reads > 0 else 0
         verify_writes = self.workload.verify_writes
@@ -249,7 +250,7 @@ class Worker:
                         elif kind == BOOL:
                             outcome = HIT if result else MISS
                         else:  # MANY: a hit when every key was found
-                            outcome = HIT if len(result) == self.workload.get_many_count else MISS
+                            outcome = HIT if len(result) == many_count else MISS
                             bytes_in[op] += sum(len(v) for v in result.values())
                     if open_loop:
                         lat_append(t1 - intended)

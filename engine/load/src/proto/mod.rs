@@ -165,6 +165,42 @@ pub fn printable(bytes: &[u8]) -> String {
     s
 }
 
+/// Every request kind, for robustness checks that try each parser under each kind.
+pub const ALL_KINDS: [Kind; 10] = [
+    Kind::Get,
+    Kind::Gets,
+    Kind::Set,
+    Kind::Delete,
+    Kind::Exists,
+    Kind::Incr,
+    Kind::MGet(3),
+    Kind::Touch,
+    Kind::Template,
+    Kind::Setup,
+];
+
+/// The parsers' contract on any input, asserted: `Done` within the input (its value too),
+/// `Need(n)` asking for more than it was given, `Bad` with a message — never a panic.
+/// Shared by the randomized tests below and the cargo-fuzz target.
+pub fn check_parsers(buf: &[u8], kind: Kind, lim: &Limits) {
+    for r in [
+        resp::parse(buf, kind, lim),
+        memcache::parse_text(buf, kind, lim),
+        memcache::parse_meta(buf, kind, lim),
+    ] {
+        match r {
+            Parse::Done(rep) => {
+                assert!(rep.consumed > 0 && rep.consumed <= buf.len());
+                if let Some(v) = rep.value {
+                    assert!(v.start <= v.end && v.end <= rep.consumed);
+                }
+            }
+            Parse::Need(n) => assert!(n > buf.len()),
+            Parse::Bad(m) => assert!(!m.is_empty()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod fuzz_tests {
     //! Randomized robustness: parsers must not panic or over-read on any input, and a
@@ -172,18 +208,6 @@ mod fuzz_tests {
     use super::*;
     use crate::keyspace::Rng;
 
-    const KINDS: [Kind; 10] = [
-        Kind::Get,
-        Kind::Gets,
-        Kind::Set,
-        Kind::Delete,
-        Kind::Exists,
-        Kind::Incr,
-        Kind::MGet(3),
-        Kind::Touch,
-        Kind::Template,
-        Kind::Setup,
-    ];
 
     fn check(buf: &[u8], kind: Kind) {
         let lim = Limits {
@@ -192,22 +216,7 @@ mod fuzz_tests {
             max_elements: 50,
             max_depth: 4,
         };
-        for r in [
-            resp::parse(buf, kind, &lim),
-            memcache::parse_text(buf, kind, &lim),
-            memcache::parse_meta(buf, kind, &lim),
-        ] {
-            match r {
-                Parse::Done(rep) => {
-                    assert!(rep.consumed > 0 && rep.consumed <= buf.len());
-                    if let Some(v) = rep.value {
-                        assert!(v.end <= rep.consumed);
-                    }
-                }
-                Parse::Need(n) => assert!(n > buf.len()),
-                Parse::Bad(m) => assert!(!m.is_empty()),
-            }
-        }
+        check_parsers(buf, kind, &lim);
     }
 
     #[test]
@@ -225,7 +234,7 @@ mod fuzz_tests {
                     }
                 })
                 .collect();
-            check(&buf, KINDS[rng.below(KINDS.len() as u64) as usize]);
+            check(&buf, ALL_KINDS[rng.below(ALL_KINDS.len() as u64) as usize]);
         }
     }
 
@@ -243,7 +252,7 @@ mod fuzz_tests {
         ];
         for s in samples {
             for cut in 0..s.len() {
-                for kind in KINDS {
+                for kind in ALL_KINDS {
                     check(&s[..cut], kind);
                 }
             }
