@@ -13,6 +13,7 @@ run: packages-run setup
 	$(BIN)/cachemark run
 
 test: packages-test setup-test
+	cd engine && cargo fmt --all --check
 	cd engine && cargo clippy --workspace --all-targets --quiet -- -D warnings
 	cd engine && cargo test --workspace --quiet
 	$(BIN)/ruff check src tests benchmarks
@@ -42,6 +43,7 @@ $(VENV)/.stamp-test: $(VENV)/.stamp-install
 
 lint: setup-test
 	$(BIN)/ruff check src tests benchmarks
+	cd engine && cargo fmt --all --check
 	cd engine && cargo clippy --workspace --all-targets -- -D warnings
 
 bench: packages-test setup-test

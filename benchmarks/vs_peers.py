@@ -4,7 +4,9 @@ For each case (connections c, pipeline P, value size d) this runs, against one l
 server started here, cachemark's engine and the peer with the same connections,
 pipeline and value size, alternately and `--repeat` times each, and prints the
 throughput ratio (engine / peer, higher is better) and the ratio of client CPU
-seconds per million ops (engine / peer, lower is better). Best run of each side.
+seconds per million ops (engine / peer, lower is better): best run of each side, and
+in brackets the median of the ratios of runs made back to back (the machine is shared
+and noisy: the spread of the two says how far a ratio can be trusted).
 
   Redis:     redis-benchmark -t get (keys prefilled by an untimed redis-benchmark -t set)
              vs the engine's 100 % GET on the same number of prefilled keys.
@@ -22,6 +24,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,6 +128,14 @@ def best(runs: list[tuple[float, float]]) -> tuple[float, float]:
     return max(r[0] for r in runs), min(r[1] for r in runs)
 
 
+def paired(eng: list[tuple[float, float]], peer: list[tuple[float, float]]) -> tuple[float, float]:
+    """Median throughput and CPU ratios of runs made back to back."""
+    return (
+        statistics.median(e[0] / p[0] for e, p in zip(eng, peer)),
+        statistics.median(e[1] / p[1] for e, p in zip(eng, peer)),
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0, help="length of each timed run")
@@ -153,7 +164,7 @@ def main() -> int:
                         eng.append(engine("resp2", port, c, p, d, args.seconds, [{"op": "get"}]))
                         n = max(10_000, int(eng[-1][0] * args.seconds * 0.8))
                         peer.append(redis_peer(port, c, p, d, n))
-                    rows.append(("redis", "redis-benchmark", c, p, p, d, best(eng), best(peer)))
+                    rows.append(("redis", "redis-benchmark", c, p, p, d, best(eng), best(peer), paired(eng, peer)))
                     print_row(rows[-1], flush=True)
             finally:
                 srv.terminate()
@@ -175,7 +186,7 @@ def main() -> int:
                     for _ in range(args.repeat):
                         eng.append(engine("memcache_text", port, c, p, d, args.seconds, mix))
                         peer.append(memcaslap_peer(port, c, d, args.seconds, cfg))
-                    rows.append(("memcached", "memcaslap", c, p, 1, d, best(eng), best(peer)))
+                    rows.append(("memcached", "memcaslap", c, p, 1, d, best(eng), best(peer), paired(eng, peer)))
                     print_row(rows[-1], flush=True)
             finally:
                 srv.terminate()
@@ -187,23 +198,24 @@ def main() -> int:
     )
     print()
     print(
-        "| server | peer | c | P (engine/peer) | d | engine ops/s | peer ops/s | throughput ratio "
-        "| engine CPU-s/Mop | peer CPU-s/Mop | CPU ratio |"
+        "| server | peer | c | P (engine/peer) | d | engine ops/s | peer ops/s | throughput ratio (paired median) "
+        "| engine CPU-s/Mop | peer CPU-s/Mop | CPU ratio (paired median) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for server, peer, c, p, pp, d, (et, ec), (pt, pc) in rows:
+    for server, peer, c, p, pp, d, (et, ec), (pt, pc), (mt, mc) in rows:
         print(
-            f"| {server} | {peer} | {c} | {p}/{pp} | {d} | {et:,.0f} | {pt:,.0f} | **{et / pt:.2f}** "
-            f"| {ec:.2f} | {pc:.2f} | **{ec / pc:.2f}** |"
+            f"| {server} | {peer} | {c} | {p}/{pp} | {d} | {et:,.0f} | {pt:,.0f} | **{et / pt:.2f}** ({mt:.2f}) "
+            f"| {ec:.2f} | {pc:.2f} | **{ec / pc:.2f}** ({mc:.2f}) |"
         )
     return 0
 
 
 def print_row(row, flush: bool = False) -> None:
-    server, peer, c, p, pp, d, (et, ec), (pt, pc) = row
+    server, peer, c, p, pp, d, (et, ec), (pt, pc), (mt, mc) = row
     print(
         f"{server:9} c={c:<3} P={p}/{pp:<3} d={d:<6}  engine {et:>11,.0f} ops/s {ec:6.2f} CPU-s/Mop   "
-        f"{peer} {pt:>11,.0f} ops/s {pc:6.2f} CPU-s/Mop   throughput x{et / pt:.2f}  CPU x{ec / pc:.2f}",
+        f"{peer} {pt:>11,.0f} ops/s {pc:6.2f} CPU-s/Mop   throughput x{et / pt:.2f} ({mt:.2f})  "
+        f"CPU x{ec / pc:.2f} ({mc:.2f})",
         flush=flush,
     )
 

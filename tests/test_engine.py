@@ -233,6 +233,63 @@ def test_ctrl_c_returns_partial_results(redis_port):
     assert res["wall_s"] < 10
 
 
+@pytest.mark.parametrize("protocol", ["resp2", "memcache_text", "memcache_meta"])
+@pytest.mark.parametrize("io", ["uring", "epoll"])
+def test_large_values_round_trip_whole(redis_port, mc_ports, protocol, io):
+    """Values of 60 KB–1 MB: requests carry them spliced from the filler (partial sends
+    resume mid-value), replies span many reads (each takes at most 56 KiB) and pipelined
+    replies share reads. Every GET is verified byte for byte and its size counted."""
+    need_io(io)
+    port = redis_port if protocol == "resp2" else mc_ports[1]
+    sizes = [[60_000, 1], [300_000, 1], [1_000_000, 1]]
+    keys = {"count": 12, "prefix": f"cm:big{os.getpid()}{io}{protocol}:"}
+    mix = [{"op": "get", "weight": 4}, {"op": "set"}]
+    cfg = base(protocol, [f"127.0.0.1:{port}"], connections=2, pipeline=3, io=io, keys=keys, mix=mix)
+    cfg.update(values={"sizes": sizes}, verify_fraction=1.0, duration_s=0.8)
+    res = run_load(cfg)
+    get, set_ = res["ops"]["get"], res["ops"]["set"]
+    assert get["count"] > 20 and set_["count"] > 3
+    assert get["errors"] == {} and set_["errors"] == {}
+    assert get["hits"] == get["count"]
+    check_consistent(get)
+    mean = get["bytes_in"] / get["count"]
+    assert 60_000 <= mean <= 1_000_000 and get["bytes_in"] % 20_000 == 0
+    assert res["wire_bytes_in"] > get["bytes_in"]
+    if protocol == "resp2":  # and, read by another client, what was written is the contract's
+        r = redis.Redis(port=redis_port)
+        for i in range(keys["count"]):
+            key = (keys["prefix"] + str(i)).encode()
+            v = r.get(key)
+            assert len(v) in (60_000, 300_000, 1_000_000) and v == contract_value(key, len(v))
+
+
+@pytest.mark.parametrize("io", ["uring", "epoll"])
+def test_sends_resume_mid_value_after_the_server_stalls(io):
+    """redis-server is SIGSTOPped while 1 MB SETs are in flight: the socket buffers fill,
+    sends come back short and resume in the middle of a value once it runs again. What
+    the server ends up holding must still be the contract value of every key."""
+    need_io(io)
+    proc, port = start_redis()
+    try:
+        keys = {"count": 6, "prefix": f"cm:stall{io}:"}
+        cfg = base("resp2", [f"127.0.0.1:{port}"], connections=2, pipeline=16, io=io, keys=keys)
+        cfg.update(values={"sizes": [[1_000_000, 1]]}, mix=[{"op": "set"}], duration_s=1.2, timeout_ms=3000)
+        threading.Timer(0.4, proc.send_signal, (signal.SIGSTOP,)).start()
+        resume = threading.Timer(0.7, proc.send_signal, (signal.SIGCONT,))
+        resume.start()
+        res = run_load(cfg)
+        resume.join()
+        set_ = res["ops"]["set"]
+        assert set_["count"] > 10 and set_["errors"] == {}
+        r = redis.Redis(port=port)
+        for i in range(keys["count"]):
+            key = (keys["prefix"] + str(i)).encode()
+            assert r.get(key) == contract_value(key, 1_000_000)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        stop(proc)
+
+
 # --- memcached ---------------------------------------------------------------------------
 
 

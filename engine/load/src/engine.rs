@@ -20,6 +20,7 @@
 use crate::config::{IoBackend, OpPlan, Plan, Protocol, Seg};
 use crate::hist::{self, Hist};
 use crate::keyspace::{route, verify_value, write_key, write_u64, write_value, KeyPicker, Rng};
+use crate::outbuf::OutBuf;
 use crate::proto::{self, memcache, printable, resp, Kind, Outcome, Parse};
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
@@ -188,7 +189,7 @@ struct Sock {
     fd: i32,
     server: usize,
     client: usize,
-    wbuf: Vec<u8>,
+    wbuf: OutBuf,
     wpos: usize,
     rbuf: Vec<u8>,
     rpos: usize,
@@ -198,14 +199,42 @@ struct Sock {
     unstamped: usize,
     want_out: bool,
     retry_at: u64,
+    /// The iovecs of the last gathered write (`writev`, or io_uring's SENDMSG: then with
+    /// its header, both untouched until it completes) when large values are spliced in.
+    iov: Vec<libc::iovec>,
+    msg: Box<libc::msghdr>,
     // io_uring only: the buffer a SEND in flight reads (never touched until it completes),
     // the in-flight flags, and a closed connection whose operations have not completed yet.
-    sending: Vec<u8>,
+    sending: OutBuf,
     spos: usize,
     send_busy: bool,
     recv_busy: bool,
     dirty: bool,
     zombie: Option<TcpStream>,
+}
+
+/// Most bytes taken from a socket by one read: a little less than one 64 KiB loopback (or
+/// GRO) segment. Reading whole segments at once (100 KB GETs from Redis) often left the last
+/// reference to the server's socket pages with the client, so they were freed on the
+/// client's CPU and the server copied its next replies into pages cold in its cache (page
+/// frees on the client's side per GET: 0.35–0.5 unbounded, 0.16–0.23 at 48–56 KiB). 56 KiB
+/// still takes a 100 KB reply in two reads; 48 KiB took three, costing memcached runs ~25 %
+/// more client CPU per op (docs/engine.md).
+const MAX_READ: usize = 56 * 1024;
+
+impl Sock {
+    /// Makes room at the end of `rbuf` for the next read; returns how much it may take.
+    fn read_room(&mut self) -> usize {
+        if self.rpos > 0
+            && (self.rpos == self.rbuf.len() || self.rbuf.capacity() - self.rbuf.len() < MAX_READ)
+        {
+            self.rbuf.drain(..self.rpos);
+            self.need = self.need.saturating_sub(self.rpos);
+            self.rpos = 0;
+        }
+        self.rbuf.reserve(MAX_READ);
+        (self.rbuf.capacity() - self.rbuf.len()).min(MAX_READ)
+    }
 }
 
 struct Client {
@@ -255,7 +284,7 @@ fn encode(
     plan: &Plan,
     prefix: &[u8],
     op: &OpPlan,
-    out: &mut Vec<u8>,
+    out: &mut OutBuf,
     keys: &[u64],
     size: usize,
     kb: &mut Vec<u8>,
@@ -279,7 +308,7 @@ fn encode(
                     out.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
                 }
                 resp::bulk(out, kb);
-                resp::bulk_value(out, kb, size, f);
+                bulk_value(out, kb, size, f);
                 if ttl > 0 {
                     out.extend_from_slice(b"$2\r\nEX\r\n");
                     resp::bulk_u64(out, ttl);
@@ -334,7 +363,7 @@ fn encode(
                             n += klen;
                         }
                         [Seg::Value] => {
-                            resp::bulk_value(out, kb, size, f);
+                            bulk_value(out, kb, size, f);
                             n += size;
                         }
                         segs => {
@@ -359,7 +388,7 @@ fn encode(
                     out.push(b' ');
                     write_u64(out, size as u64);
                     out.extend_from_slice(b"\r\n");
-                    write_value(out, kb, size, f);
+                    out.value(kb, size, f);
                     out.extend_from_slice(b"\r\n");
                     return klen + size;
                 }
@@ -405,7 +434,7 @@ fn encode(
                         write_u64(out, ttl);
                     }
                     out.extend_from_slice(b"\r\n");
-                    write_value(out, kb, size, f);
+                    out.value(kb, size, f);
                     out.extend_from_slice(b"\r\n");
                     return klen + size;
                 }
@@ -437,6 +466,15 @@ fn encode(
     }
 }
 
+/// A RESP bulk string holding the contract value for `key` of length `n`.
+fn bulk_value(out: &mut OutBuf, key: &[u8], n: usize, filler: &[u8]) {
+    out.push(b'$');
+    write_u64(out, n as u64);
+    out.extend_from_slice(b"\r\n");
+    out.value(key, n, filler);
+    out.extend_from_slice(b"\r\n");
+}
+
 #[inline]
 fn line(out: &mut Vec<u8>, head: &[u8], key: &[u8], tail: &[u8]) {
     out.extend_from_slice(head);
@@ -458,7 +496,7 @@ fn render(out: &mut Vec<u8>, segs: &[Seg], key: &[u8], size: usize, ttl: u64, fi
 }
 
 fn memcache_template(
-    out: &mut Vec<u8>,
+    out: &mut OutBuf,
     op: &OpPlan,
     key: &[u8],
     size: usize,
@@ -480,7 +518,7 @@ fn memcache_template(
     }
     out.extend_from_slice(b"\r\n");
     if data {
-        write_value(out, key, size, f);
+        out.value(key, size, f);
         out.extend_from_slice(b"\r\n");
         return key.len() + size;
     }
@@ -623,9 +661,6 @@ struct Worker<'a> {
     interval: u64,
     inflight_total: usize,
     uring: Option<Uring>,
-    /// Least free space offered to each read (more when a parser asked for more). Sizing
-    /// it to whole large replies did not measurably help here, so it stays at 64 KiB.
-    read_chunk: usize,
 }
 
 /// The io_uring backend's state: the ring and the sockets with data to send.
@@ -732,13 +767,14 @@ impl<'a> Worker<'a> {
         if s.wpos >= s.wbuf.len() {
             return;
         }
-        // SAFETY: the slice is valid for its length; fd is an open socket we own.
-        let n = unsafe {
-            libc::write(
-                s.fd,
-                s.wbuf[s.wpos..].as_ptr() as *const libc::c_void,
-                s.wbuf.len() - s.wpos,
-            )
+        let n = if s.wbuf.is_contiguous() {
+            let rest = &s.wbuf.inline()[s.wpos..];
+            // SAFETY: the slice is valid for its length; fd is an open socket we own.
+            unsafe { libc::write(s.fd, rest.as_ptr() as *const libc::c_void, rest.len()) }
+        } else {
+            s.wbuf.iovecs(s.wpos, &self.plan.filler, &mut s.iov);
+            // SAFETY: the iovecs point into wbuf and the filler, both alive and unchanged here.
+            unsafe { libc::writev(s.fd, s.iov.as_ptr(), s.iov.len() as i32) }
         };
         if n > 0 {
             s.wpos += n as usize;
@@ -775,18 +811,8 @@ impl<'a> Worker<'a> {
         if s.fd < 0 {
             return;
         }
-        if s.rpos > 0 && (s.rpos == s.rbuf.len() || s.rbuf.capacity() - s.rbuf.len() < 16 * 1024) {
-            s.rbuf.drain(..s.rpos);
-            s.need = s.need.saturating_sub(s.rpos);
-            s.rpos = 0;
-        }
-        let want = s
-            .need
-            .saturating_sub(s.rbuf.len())
-            .clamp(self.read_chunk, 4 * 1024 * 1024);
-        s.rbuf.reserve(want);
+        let spare = s.read_room();
         let len = s.rbuf.len();
-        let spare = s.rbuf.capacity() - len;
         // SAFETY: reading into the vector's spare capacity; set_len only covers bytes read.
         let n = unsafe {
             libc::read(
@@ -1209,20 +1235,8 @@ impl<'a> Worker<'a> {
             if s.fd < 0 || s.recv_busy {
                 continue;
             }
-            if s.rpos > 0
-                && (s.rpos == s.rbuf.len() || s.rbuf.capacity() - s.rbuf.len() < 16 * 1024)
-            {
-                s.rbuf.drain(..s.rpos);
-                s.need = s.need.saturating_sub(s.rpos);
-                s.rpos = 0;
-            }
-            let want = s
-                .need
-                .saturating_sub(s.rbuf.len())
-                .clamp(self.read_chunk, 4 * 1024 * 1024);
-            s.rbuf.reserve(want);
+            let spare = s.read_room() as u32;
             let len = s.rbuf.len();
-            let spare = (s.rbuf.capacity() - len).min(u32::MAX as usize) as u32;
             // SAFETY: the spare capacity stays allocated and untouched until this RECV
             // completes (rbuf is only compacted or grown while no RECV is in flight).
             let sqe = io_uring::opcode::Recv::new(
@@ -1234,7 +1248,7 @@ impl<'a> Worker<'a> {
             // armed right after its replies were consumed and before its next requests are
             // sent, so an immediate attempt would find nothing and only cost a socket lock.
             // Arm the poll first; the kernel receives when data arrives. Measured: ~5 % less
-            // client CPU per op at pipeline 1.
+            // client CPU per op at pipeline 1 (and no difference in the middle of a reply).
             .ioprio(u.recv_ioprio)
             .build()
             .user_data(((si as u64) << 8) | TAG_RECV);
@@ -1256,14 +1270,22 @@ impl<'a> Worker<'a> {
                 std::mem::swap(&mut s.sending, &mut s.wbuf);
                 s.spos = 0;
             }
-            let rest = &s.sending[s.spos..];
-            // SAFETY: `sending` is neither written nor reallocated until this SEND completes.
-            let sqe = io_uring::opcode::Send::new(
-                io_uring::types::Fd(s.fd),
-                rest.as_ptr(),
-                rest.len().min(u32::MAX as usize) as u32,
-            )
-            .build()
+            // SAFETY (both): `sending`, `iov` and `msg` are neither written nor reallocated
+            // until this SEND completes; the filler lives as long as the plan.
+            let sqe = if s.sending.is_contiguous() {
+                let rest = &s.sending.inline()[s.spos..];
+                io_uring::opcode::Send::new(
+                    io_uring::types::Fd(s.fd),
+                    rest.as_ptr(),
+                    rest.len().min(u32::MAX as usize) as u32,
+                )
+                .build()
+            } else {
+                s.sending.iovecs(s.spos, &self.plan.filler, &mut s.iov);
+                s.msg.msg_iov = s.iov.as_mut_ptr();
+                s.msg.msg_iovlen = s.iov.len();
+                io_uring::opcode::SendMsg::new(io_uring::types::Fd(s.fd), &*s.msg).build()
+            }
             .user_data(((si as u64) << 8) | TAG_SEND);
             push(&mut u.ring, &sqe);
             s.send_busy = true;
@@ -1592,7 +1614,7 @@ fn canaries(plan: &Plan, n: usize, rng: &mut Rng) -> (u64, Vec<String>) {
     let mut conns: Vec<Option<TcpStream>> = (0..plan.servers.len()).map(|_| None).collect();
     let mut prefix = plan.prefix.clone();
     prefix.extend_from_slice(b"verify:");
-    let (mut kb, mut tmp, mut req) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut kb, mut tmp, mut req) = (Vec::new(), Vec::new(), OutBuf::default());
     let op = |kind| OpPlan {
         name: String::new(),
         kind,
@@ -1619,8 +1641,9 @@ fn canaries(plan: &Plan, n: usize, rng: &mut Rng) -> (u64, Vec<String>) {
         let s = conns[server].as_mut().expect("connected above");
         let size = plan.sizes.sample(rng);
         let mut call =
-            |req: &mut Vec<u8>, kind: Kind| -> Result<(Outcome, Option<Vec<u8>>), String> {
-                s.write_all(req).map_err(|e| e.to_string())?;
+            |req: &mut OutBuf, kind: Kind| -> Result<(Outcome, Option<Vec<u8>>), String> {
+                s.write_all(&req.to_bytes(&plan.filler))
+                    .map_err(|e| e.to_string())?;
                 req.clear();
                 let mut buf = Vec::new();
                 loop {
@@ -1857,7 +1880,6 @@ fn worker(
         interval: 0,
         inflight_total: 0,
         uring: None,
-        read_chunk: 64 * 1024,
     };
     if plan.io != IoBackend::Epoll {
         let entries = (2 * plan.servers.len() * (plan.connections / plan.threads + 1) + 16)
@@ -1885,7 +1907,7 @@ fn worker(
                 fd: -1,
                 server,
                 client: c,
-                wbuf: Vec::with_capacity(16 * 1024),
+                wbuf: OutBuf::with_capacity(16 * 1024),
                 wpos: 0,
                 rbuf: Vec::with_capacity(64 * 1024),
                 rpos: 0,
@@ -1894,8 +1916,11 @@ fn worker(
                 unstamped: 0,
                 want_out: false,
                 retry_at: 0,
-                sending: Vec::with_capacity(16 * 1024),
+                sending: OutBuf::with_capacity(16 * 1024),
                 spos: 0,
+                iov: Vec::new(),
+                // SAFETY: an all-zero msghdr is a valid empty one.
+                msg: Box::new(unsafe { std::mem::zeroed() }),
                 send_busy: false,
                 recv_busy: false,
                 dirty: false,

@@ -4,6 +4,7 @@
 //! * [`proto`] — RESP2/3 and memcached text/meta encoders and bounded reply parsers
 //! * [`config`] — the JSON run configuration and its validation
 //! * [`hist`] — HDR histograms with the contract's parameters and V2-deflate/base64 codec
+//! * [`outbuf`] — outgoing requests with large values sent from the filler in place
 //! * [`engine`] — the per-thread epoll load loop (closed and open loop) and run orchestration
 //! * [`python`] — the PyO3 surface: `run_load` and `Histogram`
 
@@ -11,5 +12,6 @@ pub mod config;
 pub mod engine;
 pub mod hist;
 pub mod keyspace;
+pub mod outbuf;
 pub mod proto;
 pub mod python;

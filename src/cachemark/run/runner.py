@@ -171,8 +171,10 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
 
 
 def _context() -> mp.context.BaseContext:
+    """Worker processes come from a fork server that has imported the worker module once
+    (through `preload`, which first makes it deaf to the terminal's Ctrl-C)."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["cachemark.run.worker"])
+    ctx.set_forkserver_preload(["cachemark.run.preload"])
     return ctx
 
 
@@ -195,11 +197,8 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
     barrier = ctx.Barrier(n + 1)
     counters = ctx.RawArray("q", n)
     procs = [ctx.Process(target=worker_main, args=(t, results, barrier, counters), daemon=True) for t in tasks]
-    for p in procs:
-        p.start()
     phases = workload.effective_phases()
     clock = threading.Thread(target=_phase_clock, args=(barrier, len(phases), monitor), daemon=True)
-    clock.start()
     per_phase: dict[int, list[dict[str, Any]]] = {}
     finished: set[int] = set()
     fatal: list[str] = []
@@ -207,6 +206,11 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
     current = 0
     phase_started: float | None = None
     try:
+        # Inside the try: a Ctrl-C while workers start must still wait for the started ones,
+        # or they would find the queue and barrier gone when they unpickle them.
+        for p in procs:
+            p.start()
+        clock.start()
         while len(finished) < n:
             try:
                 message = results.get(timeout=0.1)
@@ -248,10 +252,13 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
     except KeyboardInterrupt:
         interrupted = True
         _signal_all(procs, signal.SIGINT)
+        barrier.abort()  # workers not yet in a phase stop at the barrier instead of starting one
         _drain(results, per_phase, finished, n, timeout=10)
     finally:
         barrier.abort()  # releases the clock thread if a phase never started
         for p in procs:
+            if p.pid is None:
+                continue  # never started
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()

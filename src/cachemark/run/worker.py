@@ -371,6 +371,9 @@ def worker_main(task: WorkerTask, queue, barrier, progress) -> None:
         queue.put(("fatal", task.worker, f"{type(exc).__name__}: {exc}", "crash",
                    traceback.format_exc()))
     finally:
+        # Ending anyway: a second Ctrl-C (the terminal's and the parent's forwarded one) must
+        # not cut the clean-up short with a traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if worker is not None:
             with contextlib.suppress(Exception):
                 worker.backend.close()

@@ -208,7 +208,6 @@ mod fuzz_tests {
     use super::*;
     use crate::keyspace::Rng;
 
-
     fn check(buf: &[u8], kind: Kind) {
         let lim = Limits {
             max_line: 64,

@@ -6,7 +6,7 @@
 //! attributes are skipped.
 
 use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply};
-use crate::keyspace::{write_u64, write_value};
+use crate::keyspace::write_u64;
 use std::ops::Range;
 
 #[inline]
@@ -38,16 +38,6 @@ pub fn bulk_u64(out: &mut Vec<u8>, mut v: u64) {
         }
     }
     bulk(out, &digits[pos..]);
-}
-
-/// A bulk string holding the contract value for `key` of length `n`.
-#[inline]
-pub fn bulk_value(out: &mut Vec<u8>, key: &[u8], n: usize, filler: &[u8]) {
-    out.push(b'$');
-    write_u64(out, n as u64);
-    out.extend_from_slice(b"\r\n");
-    write_value(out, key, n, filler);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// Encodes a whole command from parts.
