@@ -72,48 +72,48 @@ impl OutBuf {
         self.spliced += n - 12;
     }
 
+    /// The stream's pieces in order: inline runs and filler slices (some may be empty).
+    fn parts<'b>(&'b self, filler: &'b [u8]) -> impl Iterator<Item = &'b [u8]> + 'b {
+        let mut at = 0;
+        self.splices
+            .iter()
+            .flat_map(move |&(to, start, len)| {
+                let inline = &self.bytes[at..to];
+                at = to;
+                [inline, &filler[start..start + len]]
+            })
+            .chain(std::iter::once_with(move || {
+                let last = self.splices.last().map_or(0, |s| s.0);
+                &self.bytes[last..]
+            }))
+    }
+
     /// Fills `iov` with the stream from byte `from` on (at most `MAX_IOV` entries).
     /// The entries point into `self` and `filler`: both must stay untouched until the
     /// send that uses them has completed.
     pub fn iovecs(&self, from: usize, filler: &[u8], iov: &mut Vec<libc::iovec>) {
         iov.clear();
         let mut skip = from;
-        let mut take = |iov: &mut Vec<libc::iovec>, part: &[u8]| {
+        for part in self.parts(filler) {
             if skip >= part.len() {
                 skip -= part.len();
-                return;
+                continue;
             }
             let part = &part[skip..];
             skip = 0;
-            if iov.len() < MAX_IOV {
-                iov.push(libc::iovec {
-                    iov_base: part.as_ptr() as *mut libc::c_void,
-                    iov_len: part.len(),
-                });
+            if iov.len() == MAX_IOV {
+                break;
             }
-        };
-        let mut at = 0;
-        for &(to, start, len) in &self.splices {
-            take(iov, &self.bytes[at..to]);
-            take(iov, &filler[start..start + len]);
-            at = to;
+            iov.push(libc::iovec {
+                iov_base: part.as_ptr() as *mut libc::c_void,
+                iov_len: part.len(),
+            });
         }
-        take(iov, &self.bytes[at..]);
     }
-}
 
-impl OutBuf {
     /// The whole stream as one vector (for the few blocking writes outside the load loop).
     pub fn to_bytes(&self, filler: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.len());
-        let mut at = 0;
-        for &(to, start, len) in &self.splices {
-            out.extend_from_slice(&self.bytes[at..to]);
-            out.extend_from_slice(&filler[start..start + len]);
-            at = to;
-        }
-        out.extend_from_slice(&self.bytes[at..]);
-        out
+        self.parts(filler).collect::<Vec<_>>().concat()
     }
 }
 
