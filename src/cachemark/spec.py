@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -21,6 +21,8 @@ from .workload.keys import KeyDist
 from .workload.values import ValueSizes
 
 DEFAULT_TARGETS = ["memory://", "file://", "diskcache://", "sqlite://", "spawn:redis", "spawn:memcached"]
+Arrival = Literal["fixed", "poisson"]
+OnError = Literal["stop", "continue"]
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|us)?\s*$")
 
 
@@ -100,6 +102,7 @@ class Phase(_Model):
     warmup: float | None = None
     warmup_ops: int | None = Field(None, ge=0)
     rate: float | None = Field(None, gt=0)
+    arrival: Arrival | None = None
 
     @field_validator("mix", mode="before")
     @classmethod
@@ -131,6 +134,9 @@ class Workload(_Model):
     duration: float | None = 4.0
     ops: int | None = Field(None, ge=1)
     rate: float | None = Field(None, gt=0)
+    arrival: Arrival = "fixed"  # open loop: fixed intervals, or a Poisson process (exponential gaps)
+    on_error: OnError = "stop"  # stop a phase after `error_grace` seconds of nothing but errors
+    error_grace: float = Field(2.0, gt=0, le=3600)
     workers: int = Field(2, ge=1, le=512)
     seed: int = 1
     get_many_count: int = Field(10, ge=1, le=10_000)
@@ -184,6 +190,7 @@ class Workload(_Model):
             data["warmup"] = phase.warmup if phase.warmup is not None else self.warmup
             data["warmup_ops"] = phase.warmup_ops if phase.warmup_ops is not None else self.warmup_ops
             data["rate"] = phase.rate if phase.rate is not None else self.rate
+            data["arrival"] = phase.arrival or self.arrival
             out.append(Phase.model_validate(data))
         return out
 
