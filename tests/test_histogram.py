@@ -66,3 +66,45 @@ def test_decode_refuses_foreign_parameters():
     ref.record_value(5)
     with pytest.raises(ValueError, match="parameters"):
         Histogram.decode(ref.encode().decode())
+
+
+def test_decode_matches_the_reference_library_for_huge_counts():
+    """Counts of 2**56 and more take HdrHistogram's 9-byte form: the vectorised decoder hands them to the loop."""
+    ref = HdrHistogram(1, HIGHEST, 3)
+    for value, count in ((1, 3), (5000, 2**57 + 1), (10**9, 2**40), (HIGHEST, 1)):
+        ref.record_value(value, count)
+    ours = Histogram.decode(ref.encode().decode())
+    assert ours.total == ref.get_total_count()
+    assert ours.max == ref.get_max_value() and ours.percentile(50) == ref.get_value_at_percentile(50)
+
+
+@pytest.mark.parametrize("encoded", [
+    "", "!!!!", "HISTFAAAAB", "AAAA" * 10, "é", 12,
+    Histogram.of([1, 2, 3]).encode()[:-12],  # truncated deflate stream
+    HdrHistogram(1, 3_600_000_000_000, 3).encode().decode(),  # another tool's parameters
+    HdrHistogram(1, HIGHEST, 2).encode().decode(),
+])
+def test_decode_refuses_what_is_not_one_of_ours_with_a_one_line_value_error(encoded):
+    with pytest.raises(ValueError) as caught:
+        Histogram.decode(encoded)
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_decode_refuses_counts_past_the_last_slot_and_deflate_bombs():
+    import base64
+    import struct
+    import zlib
+
+    def wrap(payload: bytes) -> str:
+        header = struct.pack(">iiiiqqd", 0x1C849313, len(payload), 0, 3, 1, HIGHEST, 1.0)
+        deflated = zlib.compress(header + payload)
+        return base64.b64encode(struct.pack(">ii", 0x1C849314, len(deflated)) + deflated).decode()
+
+    with pytest.raises(ValueError, match="past the histogram's range"):
+        Histogram.decode(wrap(b"\x02" * (COUNTS_LEN + 1)))
+    with pytest.raises(ValueError, match="past the histogram's range"):
+        Histogram.decode(wrap(b"\xff" * 8 + b"\x7f"))  # a skip of ~2**62 empty slots
+    bomb = zlib.compress(b"\x00" * 50_000_000)
+    with pytest.raises(ValueError, match="inflates beyond"):
+        Histogram.decode(base64.b64encode(struct.pack(">ii", 0x1C849314, len(bomb)) + bomb).decode())
+    assert Histogram.decode(wrap(b"")).total == 0

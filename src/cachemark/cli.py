@@ -13,20 +13,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from . import __version__
 from .errors import SpecError, UserError
 from .report.commands import compare as compare_command
 from .report.commands import report as report_command
 from .report.commands import thresholds as thresholds_command
+from .report.terminal import make_console
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
     help="Benchmark any cache backend a web application uses, with numbers worth trusting.",
 )
-# Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160")))
+# Piped output (CI logs, files) gets a wide table; a bad COLUMNS cannot break any command.
+console = make_console()
 
 
 def _debug_requested() -> bool:
@@ -122,14 +122,14 @@ def run(
         data["network"] = network
     experiment = build_experiment(data, where)
     document, path = run_experiment(experiment, out=out, calibrate=calibrate, console=console)
-    console.print(f"results: {path}")
+    console.print(f"results: {path}", markup=False, highlight=False)
     if html:
         from .report.export import write_text_atomic
         from .report.html import render_html
 
         report_path = path.with_suffix(".html")
         write_text_atomic(report_path, render_html(document))
-        console.print(f"report: {report_path}")
+        console.print(f"report: {report_path}", markup=False, highlight=False)
 
 
 @app.command()
@@ -166,12 +166,17 @@ app.command("thresholds")(thresholds_command)
 
 
 def main() -> None:
+    from .proctitle import hide_secrets
+
+    hide_secrets()  # `ps` shows other users our command line: its target URLs redacted
     try:
         app()
     except UserError as exc:
         if _debug_requested():
             traceback.print_exc()
-        print(f"cachemark: error: {exc}", file=sys.stderr)
+        from .target import redact_text
+
+        print(f"cachemark: error: {redact_text(str(exc))}", file=sys.stderr)  # one line, no secret
         sys.exit(2)
     except KeyboardInterrupt:
         print("cachemark: interrupted", file=sys.stderr)

@@ -164,8 +164,9 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
     for item in document.get("saturation", []):
         where = item["saturation"]
         console.print(f"{item['label']}: " + (f"saturates at {item['param']}={where}" if where is not None
-                                               else f"throughput still rising at the largest {item['param']}"))
+                                               else f"throughput still rising at the largest {item['param']}"),
+                      markup=False, highlight=False)
     if interrupted:
-        console.print(f"interrupted: partial results saved to {path}")
+        console.print(f"interrupted: partial results saved to {path}", markup=False, highlight=False)
         raise KeyboardInterrupt
     return document, path

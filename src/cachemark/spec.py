@@ -8,6 +8,7 @@ allowed values, and surface as one line (:class:`~cachemark.errors.SpecError`).
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .backends.base import OPS
 from .errors import SpecError
+from .textfile import MAX_DEPTH, check_tree, location, one_line, read_text
 from .workload.keys import KeyDist
 from .workload.values import ValueSizes
 
@@ -36,6 +38,8 @@ def parse_duration(value: object, field: str = "duration") -> float:
             raise SpecError(f"{field} {value!r}: expected seconds or a duration like 5s, 500ms, 2m")
         number, unit = float(match.group(1)), match.group(2) or "s"
         seconds = number * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+    if not math.isfinite(seconds):  # TOML and JSON have inf and nan; a phase must end
+        raise SpecError(f"{field} must be a finite number of seconds")
     if seconds < 0:
         raise SpecError(f"{field} must not be negative")
     return seconds
@@ -68,6 +72,10 @@ def parse_mix(value: object) -> dict[str, float]:
                 raise SpecError(f"mix op {op!r} is unknown; allowed: {', '.join(OPS)} (sequences as exists+get)")
         if weight < 0:
             raise SpecError(f"mix weight for {name!r} must not be negative")
+        if not math.isfinite(weight):  # nan passes every comparison; inf makes every share nan
+            raise SpecError(f"mix weight for {name!r} must be a finite number")
+    if mix and not math.isfinite(sum(mix.values())):
+        raise SpecError("mix weights are too large: their sum must be a finite number")
     if not mix or sum(mix.values()) <= 0:
         raise SpecError("mix weights sum to 0: give at least one op a positive weight, e.g. get=90,set=10")
     return {name: weight for name, weight in mix.items() if weight > 0}
@@ -101,7 +109,7 @@ class Phase(_Model):
     duration: float | None = None
     warmup: float | None = None
     warmup_ops: int | None = Field(None, ge=0)
-    rate: float | None = Field(None, gt=0)
+    rate: float | None = Field(None, gt=0, allow_inf_nan=False)
     arrival: Arrival | None = None
 
     @field_validator("mix", mode="before")
@@ -127,13 +135,13 @@ class Workload(_Model):
     key_dist: str = "zipf:0.99"
     value_size: str = "100-1000"
     mix: dict[str, float] = Field(default_factory=lambda: {"get": 90.0, "set": 9.0, "delete": 1.0})
-    ttl: float = Field(0.0, ge=0)
+    ttl: float = Field(0.0, ge=0, allow_inf_nan=False)
     prefill: bool = True
     warmup: float = 1.0
     warmup_ops: int | None = Field(None, ge=0)
     duration: float | None = 4.0
     ops: int | None = Field(None, ge=1)
-    rate: float | None = Field(None, gt=0)
+    rate: float | None = Field(None, gt=0, allow_inf_nan=False)
     arrival: Arrival = "fixed"  # open loop: fixed intervals, or a Poisson process (exponential gaps)
     on_error: OnError = "stop"  # stop a phase after `error_grace` seconds of nothing but errors
     error_grace: float = Field(2.0, gt=0, le=3600)
@@ -226,6 +234,8 @@ class Experiment(_Model):
     def _targets(cls, value: object) -> object:
         if isinstance(value, str | dict):
             value = [value]
+        if not isinstance(value, list):
+            raise ValueError("expected a target URL or a list of them")
         if not value:
             raise ValueError("at least one target is needed")
         targets = []
@@ -242,31 +252,58 @@ class Experiment(_Model):
 
 def _format_validation(exc: ValidationError, source: str) -> str:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "experiment"
-    message = err["msg"].removeprefix("Value error, ")
+    where = one_line(".".join(str(p) for p in err["loc"]), 120) or "experiment"  # keys may hold newlines
+    message = one_line(err["msg"].removeprefix("Value error, "), 300)
     if err["type"] == "extra_forbidden":
         message = "unknown field"
     return f"{source}: {where}: {message}"
 
 
 def build_experiment(data: dict[str, Any], source: str = "experiment") -> Experiment:
+    check_tree(data, source, SpecError)  # e.g. an argument that was not UTF-8 (a lone surrogate from argv)
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_format_validation(exc, source)) from None
 
 
+MAX_TOML_BYTES = 4 << 20  # the largest preset is 2 KB; a bigger "experiment" is some other file
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')"""
+# where a key can start: a line, a [table] header, an inline { table }
+_LONG_DOTTED_KEY = re.compile(rf"(?m)(?:^|[\[{{,])[ \t]*(?:{_KEY_PART}[ \t]*\.[ \t]*){{{MAX_DEPTH}}}")
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
+    """An experiment file's fields; any problem with the file is one line naming it (SpecError)."""
+    name = one_line(path)
+    return parse_toml(read_text(path, "experiment file", SpecError, max_bytes=MAX_TOML_BYTES), name)
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """TOML text → experiment fields: not empty, bounded nesting, only the experiment's top-level fields.
+
+    An empty file is refused rather than read as "all defaults": running the whole default
+    comparison because a file came out empty is never what was meant.
+    """
+    dotted = _LONG_DOTTED_KEY.search(text)
+    if dotted:  # tomllib takes time quadratic in a key's parts: 8,000 take a second, a 4 MB file hours
+        line = text.count("\n", 0, dotted.start()) + 1
+        raise SpecError(f"{source}: line {line}: a dotted key of more than {MAX_DEPTH} parts (nested too deeply)")
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such experiment file") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: malformed TOML: {exc}") from None
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+        raise SpecError(f"{source}: malformed TOML: {one_line(exc, 200)}") from None
+    except RecursionError:
+        raise SpecError(f"{source}: malformed TOML: nested too deeply to read") from None
+    if not data:
+        raise SpecError(f"{source}: empty experiment file: give at least one field, "
+                        'e.g. targets = ["spawn:redis"] (with no file, cachemark runs the default comparison)')
+    check_tree(data, source, SpecError)
+    unknown = [key for key in data if key not in Experiment.model_fields]
+    if unknown:
+        raise SpecError(f"{source}: {location([unknown[0]])}: unknown field at the top level of an experiment; "
+                        f"known: {', '.join(Experiment.model_fields)}")
+    return data
 
 
 def merge_overrides(data: dict[str, Any], targets: list[str] | None, workload: dict[str, Any]) -> dict[str, Any]:

@@ -16,10 +16,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..errors import UserError
 from ..target import Target
 
 #: The operations a workload may ask for. ``clean`` is clean-by-tag.
 OPS = ("get", "set", "delete", "exists", "get_many", "set_many", "incr", "clean")
+
+
+class CleanupFailed(RuntimeError):
+    """``clear_namespace`` could not finish; the one-line message says what may remain.
+
+    The runner records it as the run's ``cleanup_error``: the results stand, the user
+    learns what was left behind and where.
+    """
+
+
+def cleanup_failed(where: str, exc: BaseException, left: str) -> CleanupFailed:
+    """``cleanup failed: <where>: <reason>; <left> may remain`` as one line."""
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    return CleanupFailed(f"cleanup failed: {where}: {reason}; {left} may remain")
+
+
+class ForeignData(UserError):
+    """A target whose culling or settings would reach data the run did not write (exit 2)."""
 
 
 @dataclass

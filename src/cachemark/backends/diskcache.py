@@ -3,15 +3,19 @@
 Owns :class:`DiskCacheBackend`: ``diskcache.Cache`` without ``shards``, ``FanoutCache``
 with it (each shard is its own SQLite file, so writers contend less). Values are
 stored raw (bytes) through the library's own calls; nothing here adds work per op
-beyond turning a refused write into an exception. ``diskcache://`` (no path) uses a
-temp directory derived from the namespace so all workers of a run share it.
+beyond turning a refused write into an exception.
+
+DiskCache persists its settings (``size_limit``, ``eviction_policy``, …) inside the cache
+and culls the whole cache to them, so the run's cache is always a DiskCache of its own:
+``<path>/<namespace dir>``, created by the run and removed at cleanup. A user's cache in
+``<path>`` is never opened, let alone culled or re-configured. ``diskcache://`` (no
+path) puts that directory under a temp directory derived from the namespace, so all
+workers of a run share it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,7 +24,7 @@ import diskcache
 from ..errors import BackendUnavailable, SpecError
 from ..target import Target
 from .base import Backend, Capabilities
-from .file import local_path, run_temp_dir
+from .file import PrivateDir, local_path, run_temp_dir
 
 
 class WriteRejected(RuntimeError):
@@ -33,8 +37,8 @@ class DiskCacheBackend(Backend):
     def __init__(self, target: Target, namespace: str) -> None:
         super().__init__(target, namespace)
         path = local_path(target)
-        self._auto_root = not path
-        self.directory = path or run_temp_dir("diskcache", namespace)
+        self.private = PrivateDir(path or run_temp_dir("diskcache", namespace), namespace, temp_root=not path)
+        self.directory = self.private.path
         self.shards = target.int_param("shards")
         if self.shards is not None and self.shards < 1:
             raise SpecError(f"{target.redacted}: shards must be at least 1")
@@ -69,12 +73,13 @@ class DiskCacheBackend(Backend):
             "client_version": diskcache.__version__,
             "class": "FanoutCache" if self.shards is not None else "Cache",
             "shards": self.shards,
+            "directory": self.directory,
             **{k: v for k, v in self.settings.items()},
         }
 
     def open(self) -> None:
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            self.private.create()
             if self.shards is not None:
                 self.cache = diskcache.FanoutCache(self.directory, shards=self.shards, **self.settings)
             else:
@@ -131,18 +136,11 @@ class DiskCacheBackend(Backend):
         return number
 
     def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
-        # Walking the keys (in key order, 100 rows a query inside diskcache) is untimed
-        # and catches every write path, including incr, which has no tag argument.
-        cache = self.cache
-        if cache is None:
+        # The whole cache is the run's own. Emptied through the library first, so this
+        # handle keeps answering (misses) until close(); then its directory is unlinked.
+        if self.cache is None:
             self.open()
-            cache = self.cache
-        assert cache is not None
-        prefix = self.namespace
-        doomed = [key for key in cache if isinstance(key, str) and key.startswith(prefix)]
-        removed = sum(1 for key in doomed if cache.delete(key))
-        if self._auto_root:
-            # The temp directory was derived from this namespace alone: it is ours.
-            self.close()
-            shutil.rmtree(self.directory, ignore_errors=True)
+        assert self.cache is not None
+        removed = self.cache.clear(retry=True)
+        self.private.remove(f"the run's DiskCache (namespace {self.namespace})")
         return removed

@@ -14,8 +14,16 @@ pymemcache, pylibmc, redis, django_redis, diskcache), ``LOCATION``, ``TIMEOUT``,
 entry (e.g. diskcache's ``SHARDS``), ``MAX_ENTRIES`` and ``CULL_FREQUENCY`` (these go into
 OPTIONS, where Django reads them), ``OPTIONS`` (a JSON object) and ``OPTIONS.<name>=<value>``.
 The database cache also takes ``DATABASE=<postgresql://…|mysql://…|sqlite:///path>``; its
-table (``LOCATION``, default ``cachemark_django_cache``) is created like
-``createcachetable`` does and never dropped. Pinned to the Django 5.2 LTS line.
+table is created like ``createcachetable`` does. Pinned to the Django 5.2 LTS line.
+
+Django's own cull (``MAX_ENTRIES``, default 300; ``CULL_FREQUENCY=0`` clears everything)
+deletes any entry in its directory or table, not only the run's, so these caches get a
+place of their own: the file-based and DiskCache caches write in ``<LOCATION>/<namespace
+dir>`` (created and removed by the run; whatever else ``LOCATION`` holds is never
+touched), and the database cache uses a table named after the run (dropped at cleanup)
+unless ``LOCATION`` names one. A named table that holds rows the run did not write is
+refused (:class:`ForeignData`, exit 2) before anything is written; a named table the run
+created is dropped again.
 """
 
 from __future__ import annotations
@@ -23,16 +31,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from ..errors import BackendMissing, BackendUnavailable, SpecError
+from ..errors import BackendMissing, BackendUnavailable, SpecError, UserError
 from ..target import Target, parse_target, redact
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, CleanupFailed, ForeignData
+from .file import PrivateDir, run_temp_dir
 
 SHORT_NAMES = {
     "locmem": "django.core.cache.backends.locmem.LocMemCache",
@@ -119,22 +127,28 @@ class DjangoBackend(Backend):
             elif name.isupper() and name not in _NOT_PARAMS:
                 # TIMEOUT, VERSION, and backend-specific ones such as diskcache's SHARDS.
                 self.params[name] = None if value.lower() == "none" else _parse_option(value)
-        self._owns_dir = False  # set by _default_location when it picks a directory itself
-        self.location = params.get("LOCATION") or self._default_location()
+        self.private: PrivateDir | None = None  # file-based caches: the run's own directory
+        self._own_table = False  # database cache: a table named after the run
+        self._created_table = False  # database cache: a named table this instance created
+        self._drop_on_close = False  # set by clear_namespace: the run's table goes with the handle
+        self.location = self._location(params.get("LOCATION") or "")
         self.database_url = params.get("DATABASE")
         if self.database_url and not self.backend_path.endswith(".DatabaseCache"):
             raise SpecError(f"{target.redacted}: DATABASE= only applies to the database cache (BACKEND=db)")
         self.cache: Any = None
         self.db_alias: str | None = None
 
-    def _default_location(self) -> str:
+    def _location(self, given: str) -> str:
+        """Where the cache lives: never a place whose other entries Django's cull could reach."""
         if self.backend_path.endswith("FileBasedCache") or self.backend_path == "diskcache.DjangoCache":
-            from .file import run_temp_dir
-
-            self._owns_dir = True  # a directory we named, so cleanup may remove it
-            return run_temp_dir("django", self.namespace)
+            root = given or run_temp_dir("django", self.namespace)
+            self.private = PrivateDir(root, self.namespace, temp_root=not given)
+            return self.private.path
+        if given:
+            return given
         if self.backend_path.endswith("DatabaseCache"):
-            return "cachemark_django_cache"
+            self._own_table = True
+            return "cachemark_django_" + hashlib.sha1(self.namespace.encode()).hexdigest()[:12]
         return "cachemark"  # locmem: the name of the in-process cache
 
     @classmethod
@@ -163,12 +177,17 @@ class DjangoBackend(Backend):
             backend_cls = import_string(self.backend_path)
         except ImportError as exc:
             raise BackendMissing(f"django: cannot import BACKEND {self.backend_path!r}: {exc}") from None
-        if self.location and self._owns_dir:
-            os.makedirs(self.location, exist_ok=True)
+        if self.private is not None:
+            try:
+                self.private.create()
+            except OSError as exc:
+                raise BackendUnavailable(f"django: cannot create {self.location}: {exc.strerror}") from None
         try:
             self.cache = backend_cls(self.location, self.params)
             self._probe()
-        except BackendUnavailable:
+            if self.db_alias:
+                self._refuse_foreign_rows()
+        except UserError:
             raise
         except ImportError as exc:
             raise BackendMissing(f"django: {self.backend_path} needs a client library: {exc}") from None
@@ -216,6 +235,7 @@ class DjangoBackend(Backend):
             names = connections[alias].introspection.table_names()
             if self.location not in names:
                 Command().create_table(alias, self.location, dry_run=False)
+                self._created_table = True
         except Exception as exc:  # noqa: BLE001
             # Workers race to create the table; losing the race is fine, anything else is not.
             try:
@@ -227,6 +247,34 @@ class DjangoBackend(Backend):
                 f"django db cache on {parse_target(self.database_url or '').redacted}: "
                 f"{' '.join(str(exc).split())}"
             ) from None
+
+    def _refuse_foreign_rows(self) -> None:
+        """A named cache table with rows the run did not write: refuse before writing any.
+
+        Django's cull deletes by expiry and key order over the whole table (all of it with
+        CULL_FREQUENCY=0), so another application's rows, or a concurrent run's, would go.
+        """
+        if self._own_table:
+            return
+        from django.db import connections
+
+        connection = connections[self.db_alias]
+        # The run's rows are the keys Django makes from the namespace (KEY_PREFIX:VERSION:ns…).
+        prefix = self.cache.make_key(self.namespace)
+        pattern = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+        table = connection.ops.quote_name(self.location)
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE cache_key NOT LIKE %s ESCAPE '!'", [pattern])
+            (foreign,) = cursor.fetchone()
+        if foreign:
+            where = parse_target(self.database_url or "").redacted
+            cull = f"MAX_ENTRIES={self.cache._max_entries}, CULL_FREQUENCY={self.cache._cull_frequency}"
+            self.close()
+            raise ForeignData(
+                f"django db cache table {self.location!r} on {where} holds {foreign:,} rows cachemark did not "
+                f"write, and Django's cull ({cull}) may delete any row of it: leave LOCATION out (the run then "
+                f"uses a table of its own) or name a new or empty table"
+            )
 
     def _probe(self) -> None:
         # Constructing a Django cache never connects; one read proves the server is there.
@@ -240,6 +288,12 @@ class DjangoBackend(Backend):
         if self.db_alias:
             from django.db import connections
 
+            if self._drop_on_close:
+                # Emptied by clear_namespace (which reported any failure); an empty table
+                # left by a failed DROP holds nothing of anyone's.
+                self._drop_on_close = False
+                with contextlib.suppress(Exception):
+                    self._drop_table()
             connections[self.db_alias].close()
 
     def info(self) -> dict[str, Any]:
@@ -283,16 +337,38 @@ class DjangoBackend(Backend):
         raise RuntimeError(f"django cache lost counter {key!r} between add and incr three times")
 
     def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
-        if self.cache is None:
-            self.open()
+        name = self.backend_path.rsplit(".", 1)[-1]
+        if self.private is not None:  # the whole directory is the run's
+            if self.cache is not None:
+                self.cache.clear()  # this handle then answers misses until close()
+            self.private.remove(f"the files of namespace {self.namespace}")
+            return -1
         keys = [k for k in written_keys if k.startswith(self.namespace)]
-        for start in range(0, len(keys), _DELETE_BATCH):
-            self.cache.delete_many(keys[start:start + _DELETE_BATCH])
-        if self._owns_dir and os.path.isdir(self.location):
-            import shutil
-
-            shutil.rmtree(self.location, ignore_errors=True)
+        try:
+            if self.cache is None:
+                self.open()
+            if self._own_table or self._created_table:  # the whole table is the run's
+                self.cache.clear()  # this handle then answers misses; close() drops the table
+                self._drop_on_close = True
+                return -1
+            for start in range(0, len(keys), _DELETE_BATCH):
+                self.cache.delete_many(keys[start:start + _DELETE_BATCH])
+        except UserError as exc:
+            raise CleanupFailed(f"cleanup failed: {exc}; up to {len(keys):,} keys of namespace "
+                                f"{self.namespace} may remain") from None
+        except Exception as exc:  # noqa: BLE001 - any client's error: say what is left
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            left = f"table {self.location!r}" if self._own_table or self._created_table else (
+                f"up to {len(keys):,} keys of namespace {self.namespace}")
+            raise CleanupFailed(f"cleanup failed: django {name}: {reason}; {left} may remain") from None
         return -1  # Django's API cannot count what it removed
+
+    def _drop_table(self) -> None:
+        from django.db import connections
+
+        connection = connections[self.db_alias]
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {connection.ops.quote_name(self.location)}")
 
 
 def _database_config(url: str) -> dict[str, Any]:

@@ -1,12 +1,15 @@
 """``file:///path?fanout=1`` — one file per key, the way file-based web caches work.
 
-Owns :class:`FileBackend` and :func:`local_path` (the path rules shared with the
-diskcache and sqlite adapters). Layout: ``<root>/<namespace dir>/<fan-out>/<sha1(key)>``;
-each file is an 8-byte big-endian expiry time (0.0 = never) followed by the value.
-Writes go to a temp file in the same directory and are ``os.replace``-d into place, so
-readers in other worker processes never see half a value. ``file://`` (no path) uses a
-directory under the system temp dir named after the namespace, so every worker of a
-run finds the same one; only :meth:`clear_namespace` removes anything.
+Owns :class:`FileBackend`, :func:`local_path` (the path rules shared with the diskcache,
+sqlite and Django adapters) and the run's private directory (:class:`PrivateDir`).
+Layout: ``<root>/<namespace dir>/<fan-out>/<sha1(key)>``; each file is an 8-byte
+big-endian expiry time (0.0 = never) followed by the value. Writes go to a temp file in
+the same directory and are ``os.replace``-d into place, so readers in other worker
+processes never see half a value. The run writes only inside its own namespace
+directory, which it creates and removes, so whatever else ``<root>`` holds is never
+touched; ``<root>`` itself is removed again only when the run created it. ``file://``
+(no path) uses a directory under the system temp dir named after the namespace, so every
+worker of a run finds the same one.
 """
 
 from __future__ import annotations
@@ -25,18 +28,37 @@ from typing import Any
 
 from ..errors import BackendUnavailable, SpecError
 from ..target import Target
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, CleanupFailed
 
 _HEADER = struct.Struct(">d")
 _NEVER = _HEADER.pack(0.0)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+# Linux's PATH_MAX and NAME_MAX: longer paths fail in the kernel with a less clear message.
+_PATH_MAX = 4096
+_NAME_MAX = 255
 
 
 def local_path(target: Target) -> str:
-    """The filesystem path of a ``scheme:///abs/path`` or ``scheme://rel/path`` target ("" if none)."""
+    """The filesystem path of a ``scheme:///abs/path`` or ``scheme://rel/path`` target ("" if none).
+
+    A path no filesystem accepts (a NUL byte, over 4096 bytes, a name over 255) is a
+    SpecError here, before any worker starts, naming the problem rather than echoing it.
+    """
     path = target.path
     if target.hosts:  # scheme://relative/dir puts the first segment in the netloc
         path = target.hosts[0][0] + path
+    where = f"{target.scheme}:// target"
+    if "\x00" in path:
+        raise SpecError(f"{where}: the path contains a NUL byte (%00), which no file name may hold")
+    size = len(os.fsencode(path))
+    if size > _PATH_MAX:
+        raise SpecError(f"{where}: the path is {size:,} bytes long; a path may have at most {_PATH_MAX} bytes")
+    longest = max((len(os.fsencode(name)) for name in path.split("/")), default=0)
+    if longest > _NAME_MAX:
+        raise SpecError(
+            f"{where}: the path has a {longest:,}-byte name; a file or directory name may have at most "
+            f"{_NAME_MAX} bytes"
+        )
     return path
 
 
@@ -52,6 +74,51 @@ def namespace_dirname(namespace: str) -> str:
     return f"{readable}-{hashlib.sha1(namespace.encode()).hexdigest()[:10]}"
 
 
+class PrivateDir:
+    """``<root>/<namespace dir>``: the only place a run writes in a directory it is given.
+
+    :meth:`create` also notes which missing ancestors it made (the runner's preflight
+    opens first, so its instance is the one that sees them missing), and :meth:`remove`
+    takes those away again once empty. Anything else in ``root`` is never listed, read
+    or removed: another application's files there are safe by construction.
+    """
+
+    def __init__(self, root: str, namespace: str, temp_root: bool = False) -> None:
+        self.root = root
+        self.path = os.path.join(root, namespace_dirname(namespace))
+        # A temp root is derived from the namespace alone: it is the run's, whichever instance made it.
+        self._made: list[str] = [root] if temp_root else []
+
+    def create(self) -> None:
+        missing = []
+        parent = os.path.abspath(self.root)
+        while parent and not os.path.exists(parent):
+            missing.append(parent)
+            parent = os.path.dirname(parent) if os.path.dirname(parent) != parent else ""
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+        for made in missing:
+            if made not in self._made:
+                self._made.append(made)
+
+    def remove(self, what: str) -> None:
+        """Remove the run's directory (``what`` names its content for the error); raise CleanupFailed."""
+        failures: list[str] = []
+
+        def failed(_func: object, path: str, exc: BaseException | tuple) -> None:
+            error = exc[1] if isinstance(exc, tuple) else exc
+            failures.append(f"{path}: {getattr(error, 'strerror', None) or error}")
+
+        shutil.rmtree(self.path, onerror=failed)  # type: ignore[arg-type]
+        if os.path.exists(self.path):
+            reason = failures[0] if failures else "it is still there"
+            raise CleanupFailed(f"cleanup failed: cannot remove {reason}; {what} under {self.path} may remain")
+        for made in self._made:  # innermost first; stops at the first one holding anything else
+            try:
+                os.rmdir(made)
+            except OSError:
+                break
+
+
 class FileBackend(Backend):
     scheme = "file"
 
@@ -63,7 +130,8 @@ class FileBackend(Backend):
         self.fanout = target.int_param("fanout", 1)
         if self.fanout not in (0, 1, 2):
             raise SpecError(f"{target.redacted}: fanout must be 0, 1 or 2")
-        self.dir = os.path.join(self.root, namespace_dirname(namespace))
+        self.private = PrivateDir(self.root, namespace, temp_root=self._auto_root)
+        self.dir = self.private.path
         self._tmp_names = count()
         self._tmp_tag = ""
 
@@ -83,7 +151,7 @@ class FileBackend(Backend):
 
     def open(self) -> None:
         try:
-            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            self.private.create()
         except OSError as exc:
             raise BackendUnavailable(
                 f"{self.target.redacted}: cannot create {self.dir}: {exc.strerror}"
@@ -129,10 +197,17 @@ class FileBackend(Backend):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            try:
+                written = os.write(fd, data)
+                while written < len(data):  # a short write (a nearly full disk): the next one says why
+                    written += os.write(fd, data[written:])
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # a full disk must not also keep half a value
+            raise
 
     def delete(self, key: str) -> bool:
         try:
@@ -169,8 +244,5 @@ class FileBackend(Backend):
         removed = 0
         for _, _, files in os.walk(self.dir):
             removed += sum(1 for name in files if not name.endswith(".tmp"))
-        shutil.rmtree(self.dir, ignore_errors=True)
-        if self._auto_root:
-            with contextlib.suppress(OSError):
-                os.rmdir(self.root)  # only if no other namespace still lives there
+        self.private.remove(f"up to {removed:,} files of namespace {self.namespace}")
         return removed

@@ -9,7 +9,10 @@ HashClient neither retries nor silently answers "miss" for a failing server.
 
 memcached cannot do everything natively: ``incr`` needs an existing key, so a missing
 counter is created with ``add 0`` and incremented again; ``exists`` is a ``get``; and it
-cannot list keys, so cleanup deletes the ``written_keys`` the runner passes in.
+cannot list keys, so cleanup deletes the ``written_keys`` the runner passes in. The
+cleanup connection sat idle through the run, so a server restart in between is normal:
+a failed batch is retried once on a fresh connection, and if that fails too,
+:class:`CleanupFailed` says how many keys of which namespace may remain.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
 from ..target import Target
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, CleanupFailed
 
 _CLIENTS = ("pymemcache", "pylibmc")
 _DELETE_BATCH = 1000
@@ -236,18 +239,38 @@ class MemcachedBackend(Backend):
 
     def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
         """Delete the run's written keys (memcached cannot enumerate); returns -1 (not counted)."""
-        if self.client is None:
-            self.open()
+        # never touch a key outside the namespace
+        keys = (key for key in written_keys if key.startswith(self.namespace))
         batch: list[str] = []
-        for key in written_keys:
-            if key.startswith(self.namespace):  # never touch a key outside the namespace
+        try:
+            if self.client is None:
+                self.open()
+            for key in keys:
                 batch.append(key)
                 if len(batch) >= _DELETE_BATCH:
-                    self._delete_batch(batch)
+                    self._delete_with_retry(batch)
                     batch = []
-        if batch:
-            self._delete_batch(batch)
+            if batch:
+                self._delete_with_retry(batch)
+        except Exception as exc:  # noqa: BLE001 - any client's failure: say what may be left
+            left = len(batch) + sum(1 for _ in keys)
+            if isinstance(exc, BackendUnavailable):  # the reconnect failed: it names the server
+                reason = str(exc)
+            else:
+                reason = f"memcached at {self._where()}: {_one_line(exc)}"
+            raise CleanupFailed(
+                f"cleanup failed: {reason}; up to {left:,} keys of namespace {self.namespace} may remain "
+                f"(they expire or are evicted normally)"
+            ) from None
         return -1
+
+    def _delete_with_retry(self, keys: list[str]) -> None:
+        try:
+            self._delete_batch(keys)
+        except Exception:  # noqa: BLE001 - e.g. the server restarted under an idle connection
+            self.close()
+            self.open()  # a fresh client; BackendUnavailable if the server is really gone
+            self._delete_batch(keys)
 
     def _delete_batch(self, keys: list[str]) -> None:
         if self.client_name == "pymemcache":

@@ -23,7 +23,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
 from ..target import Target
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, cleanup_failed
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 _CLIENTS = ("redis-py",)
@@ -163,18 +163,23 @@ class RedisBackend(Backend):
         return self._incrby(key, delta)
 
     def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
-        if self.client is None:
-            self.open()
-        client = self.client
-        assert client is not None
-        pattern = _GLOB_SPECIAL.sub(r"\\\1", self.namespace) + "*"
         removed = 0
-        batch: list[bytes] = []
-        for key in client.scan_iter(match=pattern, count=1000):
-            batch.append(key)
-            if len(batch) >= _UNLINK_BATCH:
+        try:
+            if self.client is None:
+                self.open()
+            client = self.client
+            assert client is not None
+            pattern = _GLOB_SPECIAL.sub(r"\\\1", self.namespace) + "*"
+            batch: list[bytes] = []
+            for key in client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= _UNLINK_BATCH:
+                    removed += client.unlink(*batch)
+                    batch.clear()
+            if batch:
                 removed += client.unlink(*batch)
-                batch.clear()
-        if batch:
-            removed += client.unlink(*batch)
+        except Exception as exc:  # noqa: BLE001 - redis-py already reconnected once; say what is left
+            where = f"redis at {self.target.host}:{self.target.port(6379)}"
+            raise cleanup_failed(where, exc, f"keys of namespace {self.namespace} ({removed:,} removed before)"
+                                 ) from None
         return removed

@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
 from ..target import Target
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, CleanupFailed, cleanup_failed
 
 _EXPIRES = "cm-expires"  # object metadata key (sent as x-amz-meta-cm-expires)
 _DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys
@@ -255,7 +255,16 @@ class S3Backend(Backend):
             self._delete_names(random.sample(names, len(names) // self.cull_frequency))
 
     def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
-        if self.client is None:
-            self.open()
-        # Only objects under <prefix><namespace>: never the rest of the bucket.
-        return self._delete_names(self._list())
+        where = f"s3://{self.bucket}/{self._root}"
+        try:
+            if self.client is None:
+                self.open()
+            # Only objects under <prefix><namespace>: never the rest of the bucket.
+            names = self._list()
+            removed = self._delete_names(names)
+        except Exception as exc:  # noqa: BLE001 - boto3 has retried already; say what is left
+            raise cleanup_failed(where, exc, f"the objects under {where}") from None
+        if removed < len(names):
+            raise CleanupFailed(f"cleanup failed: {where}: the server refused to delete "
+                                f"{len(names) - removed:,} objects; they remain under {where}")
+        return removed

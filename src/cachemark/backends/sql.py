@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
 from ..target import Target
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, cleanup_failed
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _NATIVE = frozenset({"get", "set", "delete", "exists", "get_many", "set_many", "incr"})
@@ -123,7 +123,7 @@ class _SqlBackend(Backend):
         if num <= self.max_entries:
             return
         if self.cull_frequency == 0:
-            self.clear_namespace()
+            self._delete_namespace()
             return
         cur = self._execute(
             f"DELETE FROM {t} WHERE cache_key >= %s AND cache_key < %s AND expires < %s",
@@ -189,6 +189,18 @@ class _SqlBackend(Backend):
         cur.executemany(self._upsert_sql(), [(k, v, expires) for k, v in items.items()])
 
     def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
+        try:
+            return self._delete_namespace()
+        except Exception:  # noqa: BLE001 - the idle connection may have died with a server restart
+            self.close()
+        try:
+            return self._delete_namespace()
+        except Exception as exc:  # noqa: BLE001 - a fresh connection failed too: say what is left
+            where = f"{self.scheme} at {self.target.host}:{self.target.port(self.default_port)}"
+            raise cleanup_failed(where, exc, f"the rows of namespace {self.namespace} in table {self.table}"
+                                 ) from None
+
+    def _delete_namespace(self) -> int:
         if self.conn is None:
             self.open()
         cur = self._execute(f"DELETE FROM {self.table} WHERE cache_key >= %s AND cache_key < %s",

@@ -1,16 +1,21 @@
 """``sqlite:///path.db?max_entries=…&cull_frequency=3&timeout=5&synchronous=normal`` — a SQLite table.
 
 Owns :class:`SqliteBackend`: one table it creates, ``cachemark_cache(key TEXT PRIMARY KEY,
-value BLOB, expires REAL)``, in WAL mode with a busy timeout so worker processes can
-share the file. With ``max_entries`` every write first counts the rows and, when full,
-culls the way Django's database cache does (delete expired rows, then the first
-1/``cull_frequency`` of keys in key order; ``cull_frequency=0`` empties the table) —
-deliberately, so that cost shows in the numbers. Cleanup deletes the namespace's key
-range only and never drops a table.
+value BLOB, expires REAL)``, with a busy timeout so worker processes can share the file.
+With ``max_entries`` every write first counts the run's rows and, when full, culls the
+way Django's database cache does (delete expired rows, then the first 1/``cull_frequency``
+of keys in key order; ``cull_frequency=0`` empties) — deliberately, so that cost shows in
+the numbers — but only ever within the run's namespace (a key range, so the primary-key
+index serves it): rows of another application or of a concurrent run in the same table
+are neither counted nor culled. Cleanup deletes the namespace's key range only and never
+drops a table. A new database (or one holding only this table) is switched to WAL; a
+database with other tables keeps its journal mode, a persistent setting that is its
+owner's to choose (``info()`` records the mode the run had).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -19,7 +24,7 @@ from typing import Any
 
 from ..errors import BackendUnavailable, SpecError
 from ..target import Target
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, CleanupFailed
 from .file import local_path
 
 TABLE = "cachemark_cache"
@@ -53,6 +58,8 @@ class SqliteBackend(Backend):
         if self.synchronous not in _SYNC:
             raise SpecError(f"{target.redacted}: synchronous must be one of {', '.join(_SYNC)}")
         self.conn: sqlite3.Connection | None = None
+        self.journal_mode = ""
+        self._lo, self._hi = namespace, next_prefix(namespace)
 
     @classmethod
     def capabilities(cls, target: Target) -> Capabilities:
@@ -67,6 +74,7 @@ class SqliteBackend(Backend):
             "max_entries": self.max_entries,
             "cull_frequency": self.cull_frequency,
             "synchronous": self.synchronous,
+            "journal_mode": self.journal_mode,
         }
 
     def open(self) -> None:
@@ -81,7 +89,7 @@ class SqliteBackend(Backend):
             conn = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            self.journal_mode = self._journal_mode(conn)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {TABLE} (key TEXT PRIMARY KEY, value BLOB, expires REAL)"
@@ -90,6 +98,20 @@ class SqliteBackend(Backend):
             reason = " ".join(str(exc).split())
             raise BackendUnavailable(f"{self.target.redacted}: cannot open {self.path}: {reason}") from None
         self.conn = conn
+
+    @staticmethod
+    def _journal_mode(conn: sqlite3.Connection) -> str:
+        """WAL unless the database holds someone else's tables (then their mode stays)."""
+        (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+        if mode.lower() == "wal":
+            return "wal"
+        others = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name != ? AND name NOT LIKE 'sqlite_%' LIMIT 1", (TABLE,)
+        ).fetchone()
+        if others is not None:
+            return str(mode).lower()
+        (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+        return str(mode).lower()
 
     def close(self) -> None:
         conn, self.conn = self.conn, None
@@ -141,7 +163,7 @@ class SqliteBackend(Backend):
             )
             conn.execute("COMMIT")  # type: ignore[union-attr]
         except BaseException:
-            conn.execute("ROLLBACK")  # type: ignore[union-attr]
+            _rollback(conn)  # type: ignore[arg-type]
             raise
 
     def set_many(self, items: Mapping[str, bytes], ttl: float | None = None) -> None:
@@ -164,29 +186,32 @@ class SqliteBackend(Backend):
                     )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     def _cull_if_full(self) -> None:
-        """Make room for one more row, Django-style. Runs inside the caller's transaction."""
+        """Make room for one more row of the run, Django-style, among the run's own rows.
+
+        Runs inside the caller's transaction. Every statement is bounded by the namespace's
+        key range: another application's rows, or a concurrent run's, are never touched.
+        """
         conn = self.conn
         assert conn is not None and self.max_entries is not None
-        (rows,) = conn.execute(f"SELECT COUNT(*) FROM {TABLE}").fetchone()
+        ns = f"{TABLE} WHERE key >= ? AND key < ?"
+        lo, hi = self._lo, self._hi
+        (rows,) = conn.execute(f"SELECT COUNT(*) FROM {ns}", (lo, hi)).fetchone()
         if rows < self.max_entries:
             return
         if self.cull_frequency == 0:
-            conn.execute(f"DELETE FROM {TABLE}")
+            conn.execute(f"DELETE FROM {ns}", (lo, hi))
             return
-        rows -= conn.execute(f"DELETE FROM {TABLE} WHERE expires <= ?", (time.time(),)).rowcount
+        rows -= conn.execute(f"DELETE FROM {ns} AND expires <= ?", (lo, hi, time.time())).rowcount
         if rows < self.max_entries:
             return
         # Cull at least one row so the insert that follows keeps count <= max_entries.
         cull = max(1, rows // self.cull_frequency)
-        row = conn.execute(f"SELECT key FROM {TABLE} ORDER BY key LIMIT 1 OFFSET ?", (cull,)).fetchone()
-        if row is None:
-            conn.execute(f"DELETE FROM {TABLE}")
-        else:
-            conn.execute(f"DELETE FROM {TABLE} WHERE key < ?", (row[0],))
+        row = conn.execute(f"SELECT key FROM {ns} ORDER BY key LIMIT 1 OFFSET ?", (lo, hi, cull)).fetchone()
+        conn.execute(f"DELETE FROM {ns}", (lo, row[0] if row is not None else hi))
 
     def delete(self, key: str) -> bool:
         return self.conn.execute(f"DELETE FROM {TABLE} WHERE key = ?", (key,)).rowcount > 0  # type: ignore[union-attr]
@@ -207,8 +232,26 @@ class SqliteBackend(Backend):
         return row[0]
 
     def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
-        if self.conn is None:
-            self.open()
-        return self.conn.execute(  # type: ignore[union-attr]
-            f"DELETE FROM {TABLE} WHERE key >= ? AND key < ?", (self.namespace, next_prefix(self.namespace))
-        ).rowcount
+        try:
+            if self.conn is None:
+                self.open()
+            return self.conn.execute(  # type: ignore[union-attr]
+                f"DELETE FROM {TABLE} WHERE key >= ? AND key < ?", (self._lo, self._hi)
+            ).rowcount
+        except (sqlite3.Error, BackendUnavailable) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise CleanupFailed(
+                f"cleanup failed: {self.path}: {reason}; the rows of namespace {self.namespace} "
+                f"may remain in table {TABLE}"
+            ) from None
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open, never masking the error that got us here.
+
+    SQLite rolls back by itself on some errors (SQLITE_FULL among them); a second
+    ROLLBACK would then raise "no transaction is active" in place of "disk is full".
+    """
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")

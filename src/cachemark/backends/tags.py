@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import time
 from collections.abc import Iterable, Mapping
@@ -234,6 +233,15 @@ _U16 = struct.Struct(">H")
 _VERSION_LEN = 8
 
 
+def version_key(namespace: str, tag: str) -> str:
+    """The key holding a tag's current version under tags=versioned.
+
+    Backends that cannot list keys (memcached) clean up only what the runner names, so
+    the runner names these too (one per tag of the workload's pool).
+    """
+    return f"{namespace}tagv:{tag}"
+
+
 def _encode(value: bytes, versions: Mapping[str, bytes]) -> bytes:
     parts = [_MAGIC, _U16.pack(len(versions))]
     for tag, version in versions.items():
@@ -267,7 +275,7 @@ class VersionedTagBackend(_TagWrapper):
 
     def __init__(self, inner: Backend) -> None:
         super().__init__(inner)
-        self._tag_prefix = inner.namespace + "tagv:"
+        self._tag_prefix = version_key(inner.namespace, "")
         self._seen_tags: set[str] = set()  # tag keys this process used, for cleanup on memcached
 
     def _tag_key(self, tag: str) -> str:
@@ -373,18 +381,20 @@ class ScanTagBackend(_TagWrapper):
     }
 
     def __init__(self, inner: Backend) -> None:
-        from .file import local_path, namespace_dirname, run_temp_dir
+        from .file import PrivateDir, local_path, run_temp_dir
 
         if inner.scheme != "file":
             raise SpecError(f"{inner.target.redacted}: tags=scan is a file backend; use a file:// target")
         super().__init__(inner)
-        self.root = local_path(inner.target) or run_temp_dir("zendfile", inner.namespace)
-        self.dir = os.path.join(self.root, namespace_dirname(inner.namespace))
+        path = local_path(inner.target)
+        self.root = path or run_temp_dir("zendfile", inner.namespace)
+        self.private = PrivateDir(self.root, inner.namespace, temp_root=not path)
+        self.dir = self.private.path
         self._tmp_names = count()
 
     def open(self) -> None:
         try:
-            os.makedirs(self.dir, exist_ok=True)
+            self.private.create()
         except OSError as exc:
             reason = f"cannot create {self.dir}: {exc.strerror}"
             raise BackendUnavailable(f"{self.target.redacted}: {reason}") from None
@@ -481,6 +491,6 @@ class ScanTagBackend(_TagWrapper):
         try:
             removed = sum(1 for name in os.listdir(self.dir) if name.startswith(_META))
         except FileNotFoundError:
-            return 0
-        shutil.rmtree(self.dir, ignore_errors=True)
+            removed = 0
+        self.private.remove(f"up to {removed:,} entries of namespace {self.namespace}")
         return removed

@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import SpecError
 from ..target import Target, parse_target
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, CleanupFailed
 
 _HEADER = struct.Struct(">dB")  # lifetime in s (-1 = none), priority
 _THIRTY_DAYS = 2592000.0
@@ -162,6 +162,12 @@ class TwoLevelBackend(Backend):
 
     def clear_namespace(self, written_keys: Iterable[str] = ()) -> int:
         written = list(written_keys)
-        fast = self.fast.clear_namespace(written)
-        slow = self.slow.clear_namespace(written)
-        return -1 if fast < 0 or slow < 0 else fast + slow
+        counts, failures = [], []
+        for level in (self.fast, self.slow):  # a failing level must not keep the other one dirty
+            try:
+                counts.append(level.clear_namespace(written))
+            except Exception as exc:  # noqa: BLE001 - reported below, with what remains
+                failures.append(str(exc) if isinstance(exc, CleanupFailed) else f"{type(exc).__name__}: {exc}")
+        if failures:
+            raise CleanupFailed("; ".join(failures))
+        return -1 if min(counts) < 0 else sum(counts)

@@ -1,9 +1,12 @@
 """``spawn:memcached`` — a private memcached on a free loopback port.
 
 Owns :class:`MemcachedServer`: TCP only (``-U 0``), bound to 127.0.0.1, ``memory_mb``
-of cache (default 256), optional ``threads=`` and ``max_connections=``. memcached
-refuses to run as root unless told which user to be, so ``-u root`` is added only
-then. Ready means it answers ``version``.
+of cache (default 256), optional ``threads=``, ``max_connections=`` and
+``max_item_size=`` (``-I``: bytes, or ``1k``/``4m``). Options come from a
+``spawn:memcached?…`` URL as text: each is checked when the server object is made, so a
+bad value is one line (exit 2) before anything starts, and an unknown option is refused
+rather than ignored. memcached refuses to run as root unless told which user to be, so
+``-u root`` is added only then. Ready means it answers ``version``.
 """
 
 from __future__ import annotations
@@ -13,12 +16,48 @@ import socket
 import time
 from typing import Any
 
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, SpecError
+from ..textfile import one_line
 from .base import LocalServer, find_binary, wait_for_port
+
+# option -> (smallest, largest) accepted; memcached itself refuses -I above 1 GiB or below 1 KiB
+_LIMITS = {
+    "memory_mb": (1, 1 << 20),
+    "threads": (1, 256),
+    "max_connections": (1, 1 << 20),
+    "max_item_size": (1024, 1 << 30),
+}
+_SUFFIX = {"k": 1 << 10, "m": 1 << 20}
+_SLAB_CHUNK_MAX = 512 << 10
+
+
+def _whole(name: str, value: object) -> int:
+    low, high = _LIMITS[name]
+    text = str(value).strip().lower()
+    scale = 1
+    if name == "max_item_size" and text[-1:] in _SUFFIX:
+        text, scale = text[:-1], _SUFFIX[text[-1]]
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or len(text) > 12:
+        number = None
+    else:
+        number = int(text) * scale
+    if number is None or not low <= number <= high:
+        unit = " (bytes, or with k or m)" if name == "max_item_size" else ""
+        raise SpecError(f"spawn:memcached: {name}={one_line(repr(value), 40)} must be a whole number "
+                        f"from {low} to {high}{unit}")
+    return number
 
 
 class MemcachedServer(LocalServer):
     kind = "memcached"
+
+    def __init__(self, **options: Any) -> None:
+        unknown = sorted(set(options) - set(_LIMITS))
+        if unknown:
+            raise SpecError(f"spawn:memcached: unknown option {one_line(repr(unknown[0]), 40)}; "
+                            f"known: {', '.join(_LIMITS)}")
+        checked = {name: _whole(name, value) for name, value in options.items() if value not in (None, "")}
+        super().__init__(**checked)
 
     def command(self) -> list[str]:
         argv = [
@@ -29,9 +68,14 @@ class MemcachedServer(LocalServer):
             "-m", str(int(self.options.get("memory_mb", 256))),
         ]  # fmt: skip
         if self.options.get("threads"):
-            argv += ["-t", str(int(self.options["threads"]))]
+            argv += ["-t", str(self.options["threads"])]
         if self.options.get("max_connections"):
-            argv += ["-c", str(int(self.options["max_connections"]))]
+            argv += ["-c", str(self.options["max_connections"])]
+        size = self.options.get("max_item_size")
+        if size:
+            argv += ["-I", str(size)]
+            if size < _SLAB_CHUNK_MAX:  # memcached refuses an -I below its slab chunk size (512 KiB)
+                argv += ["-o", f"slab_chunk_max={size}"]
         if os.geteuid() == 0:
             argv += ["-u", "root"]
         return argv

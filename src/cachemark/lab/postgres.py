@@ -23,6 +23,7 @@ from .base import LocalServer, find_binary, wait_for_port
 _PG_DIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in (17, 16, 15, 14, 13))
 _USER = "cachemark"
 _RUN_AS = "nobody"
+_ENV_KEPT = ("PATH", "LANG", "TZ", "TMPDIR")
 
 
 class PostgresServer(LocalServer):
@@ -63,8 +64,9 @@ class PostgresServer(LocalServer):
             raise BackendUnavailable(f"postgresql: initdb failed: {last[0]}")
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("PGDATA", None)
+        # Only what the server needs: run as nobody, its /proc/<pid>/environ is readable by
+        # every other process of nobody, and ours may hold PGPASSWORD or cloud keys.
+        env = {k: v for k, v in os.environ.items() if k in _ENV_KEPT or k.startswith("LC_")}
         env["HOME"] = self.tmpdir  # nobody's home may not exist
         return env
 

@@ -4,10 +4,15 @@ Owns :class:`RedisServer`: no persistence (``--save "" --appendonly no``), bound
 127.0.0.1 with protected mode on, optional ``password=`` (requirepass) and
 ``maxmemory=`` (with ``maxmemory_policy=``, default allkeys-lru). Ready means it
 answers PING over RESP, not merely that the port accepts connections.
+
+The password goes into a config file (mode 0600, in the server's private temp dir)
+whose path is the first argument, never onto the command line: any local user can
+read a process's argv (``ps``, /proc/<pid>/cmdline) until redis rewrites its title.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -36,7 +41,8 @@ class RedisServer(LocalServer):
 
     @property
     def password(self) -> str | None:
-        return self.options.get("password") or None
+        password = self.options.get("password")
+        return str(password) if password not in (None, "") else None
 
     def command(self) -> list[str]:
         self.binary = find_binary("redis-server")
@@ -51,11 +57,20 @@ class RedisServer(LocalServer):
             "--daemonize", "no",
         ]  # fmt: skip
         if self.password:
-            argv += ["--requirepass", self.password]
+            argv.insert(1, self._write_secret_config())  # a config file must come first
         if self.options.get("maxmemory"):
             argv += ["--maxmemory", str(self.options["maxmemory"])]
             argv += ["--maxmemory-policy", str(self.options.get("maxmemory_policy", "allkeys-lru"))]
         return argv
+
+    def _write_secret_config(self) -> str:
+        """A config file readable by us alone, holding ``requirepass``; returns its path."""
+        path = os.path.join(self.tmpdir, "secret.conf")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o600)  # an existing file keeps its mode through O_CREAT
+            f.write(f"requirepass {_config_quote(self.password or '')}\n")
+        return path
 
     def url(self) -> str:
         auth = f":{quote(self.password, safe='')}@" if self.password else ""
@@ -87,6 +102,18 @@ class RedisServer(LocalServer):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "maxmemory": self.options.get("maxmemory"), "auth": bool(self.password)}
+
+
+def _config_quote(value: str) -> str:
+    """``value`` as a double-quoted redis.conf string (redis decodes ``\\xHH`` escapes there)."""
+    out = []
+    for byte in value.encode():
+        char = chr(byte)
+        if char in '\\"' or not 0x20 <= byte < 0x7F:
+            out.append(f"\\x{byte:02x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
 
 
 def _read_replies(sock: socket.socket, lines: int) -> bytes:

@@ -18,13 +18,15 @@ from rich.console import Console
 
 from ..errors import UserError
 from ..results import load, write_atomic
+from ..textfile import one_line
+from .terminal import make_console
 
 _SUFFIXES = {"html": ".html", "markdown": ".md", "csv": ".csv", "json": ".summary.json"}
 _BY_SUFFIX = {".html": "html", ".htm": "html", ".md": "markdown", ".csv": "csv", ".json": "json"}
 
 
 def _console() -> Console:
-    return Console(stderr=True)
+    return make_console(stderr=True)
 
 
 def _emit(text: str, out: Path | None) -> None:
@@ -34,7 +36,7 @@ def _emit(text: str, out: Path | None) -> None:
     from .export import write_text_atomic
 
     write_text_atomic(out, text)
-    _console().print(f"wrote {out}", highlight=False)
+    _console().print(f"wrote {out}", markup=False, highlight=False)
 
 
 def report(
@@ -63,9 +65,9 @@ def report(
         if baseline is not None:
             raise UserError("--baseline applies to the markdown and html formats")
         if out.resolve() == results.resolve():
-            raise UserError(f"{out}: refusing to overwrite the results file with its summary")
+            raise UserError(f"{one_line(out)}: refusing to overwrite the results file with its summary")
         write_atomic(out, strip_histograms(document))
-        _console().print(f"wrote {out}", highlight=False)
+        _console().print(f"wrote {out}", markup=False, highlight=False)
         return
     _emit(render(document, format, baseline), out)
 
@@ -89,17 +91,17 @@ def compare(
     new_docs = [load(path) for path in new]
     rows = cmp.compare(base_doc, new_docs)
     if not rows:
-        raise UserError(f"nothing to compare: no label and op appears in both {base} and the new results")
+        raise UserError(f"nothing to compare: no label and op appears in both {one_line(base)} and the new results")
     if format == "table":
-        console = Console()
+        console = make_console()
         cmp.render_table(rows, console, names=[p.name for p in new])
         missing = cmp.unmatched(base_doc, new_docs)
         if missing:
-            console.print("not compared (on one side only): " + ", ".join(missing), highlight=False)
+            console.print("not compared (on one side only): " + ", ".join(missing), markup=False, highlight=False)
         return
     if format == "json" and out is not None and str(out) != "-":
         write_atomic(out, {"base": str(base), "new": [str(p) for p in new], "rows": rows})
-        _console().print(f"wrote {out}", highlight=False)
+        _console().print(f"wrote {out}", markup=False, highlight=False)
         return
     _emit(cmp.to_json(rows) if format == "json" else cmp.to_markdown(rows), out)
 
@@ -132,6 +134,6 @@ def thresholds(
     as_json = out is not None and out.suffix.lower() == ".json"
     if format == "json" and out is not None and str(out) != "-":
         write_atomic(out, result)
-        _console().print(f"wrote {out}", highlight=False)
+        _console().print(f"wrote {out}", markup=False, highlight=False)
         return
     _emit(th.render(result, format, as_json=as_json), out)

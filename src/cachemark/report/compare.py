@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .data import op_rows
@@ -113,9 +114,10 @@ def render_table(rows: list[dict[str, Any]], console: Console | None = None,
     for row in rows:
         backend = row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
         op = row["op"] if row["phase"] == "main" else f"{row['phase']}:{row['op']}"
-        table.add_row(names[row["new"]] if names else str(row["new"]), backend, op,
-                      fmt_rate(row["base_ops_per_s"] or 0.0), fmt_rate(row["new_ops_per_s"] or 0.0),
-                      *[_verdict(row, m) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")])
+        cells = [names[row["new"]] if names else str(row["new"]), backend, op,
+                 fmt_rate(row["base_ops_per_s"] or 0.0), fmt_rate(row["new_ops_per_s"] or 0.0),
+                 *[_verdict(row, m) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")]]
+        table.add_row(*(escape(cell) for cell in cells))  # labels and file names are not markup
     console.print(table)
     if any(r["base_repeats"] > 1 or r["new_repeats"] > 1 for r in rows):
         console.print("~noise: the difference is within the spread across repeats of the same run.")

@@ -294,7 +294,7 @@ def _as_number(value: Any) -> float | None:
         number = float(value)
     except (TypeError, ValueError):
         return None
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) and abs(number) <= 1e15 else None  # axis spans stay finite
 
 
 def saturation_point(throughput: list[tuple[float, float]], p99: list[tuple[float, float]]) -> float | None:
@@ -437,10 +437,10 @@ def _environment(document: dict[str, Any]) -> str:
     out.append("</table>")
     calibration = env.get("calibration")
     if calibration:
-        rtt = calibration.get("loopback_rtt", {})
+        rtt = calibration.get("loopback_rtt") or {}
         out.append("<h3>Calibration</h3><table><tr><th class=l>measure</th><th>p50</th><th>p99</th></tr>")
         for mode in ("busy", "idle"):
-            if mode in rtt:
+            if rtt.get(mode):
                 out.append(f"<tr><td class=l>loopback round trip, {mode} core</td>"
                            f"<td>{escape(fmt_latency(rtt[mode].get('p50_us')))}</td>"
                            f"<td>{escape(fmt_latency(rtt[mode].get('p99_us')))}</td></tr>")

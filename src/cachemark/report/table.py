@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .data import op_summary
+
 COLUMNS = ("backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors")
 
 
@@ -32,32 +34,37 @@ def fmt_rate(value: float) -> str:
 
 
 def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]:
-    """One row per (run, phase, op); skipped and failed runs get one row with the reason."""
+    """One row per (run, phase, op); skipped and failed runs get one row with the reason.
+
+    Reads only what the results schema guarantees (cachemark.results.schema): optional
+    fields by ``get``, summaries recomputed from the histograms when a file has none.
+    """
     out: list[list[str]] = []
-    for run in document["runs"]:
-        if run["status"] in ("skipped", "failed") and not run["phases"]:
-            out.append([run.get("display", run["label"]), run["status"], run["reason"],
-                        *[""] * (len(COLUMNS) - 3)])
+    for run in document.get("runs", []):
+        name = run.get("display") or run["label"]
+        phases = run.get("phases", [])
+        if run["status"] in ("skipped", "failed") and not phases:
+            out.append([name, run["status"], run.get("reason", ""), *[""] * (len(COLUMNS) - 3)])
             continue
-        many_phases = len(run["phases"]) > 1
-        for phase in run["phases"]:
-            for name, op in phase["ops"].items():
+        many_phases = len(phases) > 1
+        for phase in phases:
+            for op_name, op in phase.get("ops", {}).items():
                 if not op["count"]:
                     continue
-                summary = op.get("summary_uncorrected" if uncorrected else "summary") or op["summary"]
-                hit = summary["hit_ratio"]
-                errors = sum(op.get("errors", {}).values())
+                summary = op_summary(op, phase.get("wall_s") or 0.0, uncorrected)
+                hit = summary.get("hit_ratio")
+                errors = sum((op.get("errors") or {}).values())
                 out.append([
-                    run.get("display", run["label"]),
-                    f"{phase['name']}:{name}" if many_phases else name,
+                    name,
+                    f"{phase.get('name', 'main')}:{op_name}" if many_phases else op_name,
                     f"{op['count']:,}",
                     "-" if hit is None else f"{hit * 100:.1f}",
-                    fmt_rate(summary["ops_per_s"]),
-                    fmt_latency(summary["p50_us"]),
-                    fmt_latency(summary["p90_us"]),
-                    fmt_latency(summary["p99_us"]),
-                    fmt_latency(summary["p999_us"]),
-                    fmt_latency(summary["max_us"]),
+                    fmt_rate(summary.get("ops_per_s") or 0.0),
+                    fmt_latency(summary.get("p50_us")),
+                    fmt_latency(summary.get("p90_us")),
+                    fmt_latency(summary.get("p99_us")),
+                    fmt_latency(summary.get("p999_us")),
+                    fmt_latency(summary.get("max_us")),
                     f"{errors:,}" if errors else "0",
                 ])
     return out
@@ -65,7 +72,7 @@ def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]
 
 def render(document: dict[str, Any], console: Console | None = None, title: str | None = None) -> None:
     console = console or Console()
-    table = Table(title=title, header_style="bold", title_justify="left")
+    table = Table(title=None if title is None else escape(title), header_style="bold", title_justify="left")
     for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("backend", "op") else "right")
     last = None
@@ -75,9 +82,10 @@ def render(document: dict[str, Any], console: Console | None = None, title: str 
         last = row[0]
         table.add_row(*(escape(cell) for cell in row))
     console.print(table)
-    if len({(run.get("network") or {}).get("profile") for run in document["runs"]}) > 1:
+    runs = document.get("runs", [])
+    if len({(run.get("network") or {}).get("profile") for run in runs}) > 1:
         render_baseline(document, console)
-    if any(p.get("mode") == "open" for r in document["runs"] for p in r["phases"]):
+    if any(p.get("mode") == "open" for r in runs for p in r.get("phases", [])):
         console.print("open loop: latency measured from each op's intended start (coordinated-omission "
                       "corrected); the uncorrected figures are in the results file.")
 
@@ -89,21 +97,25 @@ def baseline_rows(document: dict[str, Any]) -> list[list[str]]:
     to the cache on the application's own host.
     """
     out: list[list[str]] = []
-    baselines: dict[tuple[str, str, str], float] = {}
-    for run in document["runs"]:
-        profile = (run.get("network") or {}).get("profile", "-")
-        for phase in run["phases"]:
-            for name, op in phase["ops"].items():
+    baselines: dict[tuple[str, str, str], float | None] = {}
+    for run in document.get("runs", []):
+        profile = (run.get("network") or {}).get("profile") or "-"
+        phases = run.get("phases", [])
+        for phase in phases:
+            phase_name = phase.get("name", "main")
+            for name, op in phase.get("ops", {}).items():
                 if not op["count"]:
                     continue
-                mean = op["summary"]["mean_us"]
-                key = (run["label"], phase["name"], name)
+                summary = op_summary(op, phase.get("wall_s") or 0.0)
+                mean = summary.get("mean_us")
+                key = (run["label"], phase_name, name)
                 if key in baselines:
-                    relative = f"{100 * mean / baselines[key]:.0f}%" if baselines[key] else "-"
+                    base = baselines[key]
+                    relative = f"{100 * mean / base:.0f}%" if base and mean is not None else "-"
                 else:
                     baselines[key], relative = mean, "baseline"
-                op_name = f"{phase['name']}:{name}" if len(run["phases"]) > 1 else name
-                out.append([run["label"], profile, op_name, fmt_latency(mean), fmt_latency(op["summary"]["p99_us"]),
+                op_name = f"{phase_name}:{name}" if len(phases) > 1 else name
+                out.append([run["label"], profile, op_name, fmt_latency(mean), fmt_latency(summary.get("p99_us")),
                             relative])
     return out
 

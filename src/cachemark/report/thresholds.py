@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from ..errors import UserError
+from ..textfile import one_line
 from .data import phase_rows
 
 METRICS = ("bandwidth", "ops", "cpu")
@@ -136,7 +137,7 @@ _CFN_KEY = re.compile(r"^[A-Za-z0-9.\-]+$")
 def to_cloudformation(result: dict[str, Any], as_json: bool = False) -> str:
     for label in result["targets"]:
         if not _CFN_KEY.match(label):
-            raise UserError(f"label {label!r} cannot be a CloudFormation mapping key "
+            raise UserError(f"label {one_line(repr(label), 80)} cannot be a CloudFormation mapping key "
                             "(use letters, digits, . and -); rename it with --label")
     mapping = cloudformation_mapping(result)
     if as_json:

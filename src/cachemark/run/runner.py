@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends import backend_class, create_backend
+from ..backends.base import CleanupFailed
 from ..errors import BackendMissing, UnsupportedOp, UserError
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..spec import Workload
-from ..target import Target, parse_target
+from ..target import Target, parse_target, redact, scrub
 from ..workload.ops import mix_entries
 from .monitor import PhaseMonitor
 from .provide import provide
@@ -47,10 +48,11 @@ class RunOutcome:
     phases: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        # scrub: client exceptions in reason/error_samples may echo a DSN or a password
+        return scrub({
             "label": self.label, "target": self.target, "status": self.status, "reason": self.reason,
             "backend": self.backend, "server": self.server, "network": self.network, "phases": self.phases,
-        }
+        })
 
 
 def default_label(target: Target) -> str:
@@ -92,6 +94,11 @@ def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
     if any("incr" in name for phase in workload.effective_phases() for name in (phase.mix or workload.mix)):
         for i in range(workload.keys):
             yield f"{namespace}n:{i}"
+    if workload.tags is not None:  # tags=versioned keeps one version key per tag of the pool
+        from ..backends.tags import version_key
+
+        for j in range(workload.tags.pool):
+            yield version_key(namespace, f"t{j}")
 
 
 def run_target(url: str, workload: Workload, label: str | None = None,
@@ -99,7 +106,7 @@ def run_target(url: str, workload: Workload, label: str | None = None,
     """Run ``workload`` against ``url``; a missing server binary yields a skipped outcome."""
     target = parse_target(url)
     label = label or default_label(target)
-    outcome = RunOutcome(label=label, target=target.redacted)
+    outcome = RunOutcome(label=label, target=redact(url))  # whole, not cut as in messages
     try:
         with provide(target) as (reachable, servers):
             outcome.server = servers[0].describe() if len(servers) == 1 else None
@@ -166,7 +173,9 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
             removed = preflight.clear_namespace(written_keys(namespace, workload))
             outcome.backend["cleanup_removed"] = removed
         except Exception as exc:  # noqa: BLE001 — cleanup failure must not hide results
-            outcome.backend["cleanup_error"] = f"{type(exc).__name__}: {exc}"
+            # CleanupFailed already reads "cleanup failed: …; what may remain".
+            outcome.backend["cleanup_error"] = str(exc) if isinstance(exc, CleanupFailed) else (
+                f"{type(exc).__name__}: {exc}")
         preflight.close()
 
 

@@ -6,6 +6,7 @@ value without knowing who wrote it: ``cm:<crc32 of key>:`` then printable filler
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -68,7 +69,7 @@ class ValueSizes:
                 low, high = text.split("-", 1)
                 return cls._checked((_size(low), _size(high)), (), "range")
             return cls._checked((_size(text),), (), "fixed")
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):  # OverflowError: int(float("1e400"))
             raise SpecError(
                 f"value_size {spec!r}: expected a size (100, 4k), a range (100-1000) "
                 "or sizes with weights (100:9,10000:1)"
@@ -80,8 +81,9 @@ class ValueSizes:
             raise SpecError(f"value sizes must be between 0 and {MAX_VALUE_SIZE} bytes, got {sizes}")
         if kind == "range" and sizes[0] > sizes[1]:
             raise SpecError(f"value_size range {sizes[0]}-{sizes[1]} is empty")
-        if kind == "choice" and (any(w < 0 for w in weights) or sum(weights) <= 0):
-            raise SpecError("value_size weights must be non-negative and not all zero")
+        # NaN passes every comparison and an infinite sum makes every probability NaN: refuse both
+        if kind == "choice" and not (all(0 <= w < math.inf for w in weights) and 0 < sum(weights) < math.inf):
+            raise SpecError("value_size weights must be finite, non-negative and not all zero")
         return cls(sizes, weights, kind)
 
     @property

@@ -1,0 +1,272 @@
+"""The results schema ``cachemark.results/1`` as typed models: what every report may rely on.
+
+One model per part of the document — :class:`ResultsDocument` ⊃ :class:`Environment`,
+:class:`ExperimentRecord` and :class:`Run` ⊃ :class:`Phase` ⊃ :class:`OpResult` (with its
+:class:`OpSummary` and encoded histograms), :class:`TimeseriesEntry` and
+:class:`ServerFigures` — documented field by field in docs/results.md.
+
+The models are lenient where files differ by age: fields added over time are optional,
+and fields we do not know are kept (a newer cachemark may add some; a report ignores
+them). They are strict on every type a report reads: no ``"5"`` for 5, no ``null``
+where a count is needed, numbers finite and within ±1e15 (so sums, ratios and chart
+axes stay finite), counts whole and ≥ 0, histograms that decode. :func:`validate`
+raises one line naming the path to the first bad field:
+``results.json: runs[0].phases[1].ops.get.count: expected an integer, not a string``.
+Validation does not change the document.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import UserError
+from ..measure.histogram import Histogram
+from ..textfile import location, one_line
+
+SCHEMA = "cachemark.results/1"
+SCHEMA_FAMILY = "cachemark.results/"
+FIGURE_MAX = 1e15  # no figure cachemark measures comes near; sums and ratios of these stay finite
+
+
+@functools.lru_cache(maxsize=4096)
+def _decodes(text: str) -> None:
+    """Raise ValueError unless ``text`` decodes; remembered for valid ones (compare loads files twice)."""
+    Histogram.decode(text)
+
+
+def _histogram(text: str) -> str:
+    try:
+        _decodes(text)
+    except ValueError as exc:
+        raise ValueError(f"not a cachemark histogram: {exc}") from None
+    return text
+
+
+Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+Figure = Annotated[float, Field(ge=-FIGURE_MAX, le=FIGURE_MAX, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)]
+HistogramText = Annotated[str, AfterValidator(_histogram)]
+
+
+class _Record(BaseModel):
+    # strict: the reports format and add these values as they are; extra: newer fields pass
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class OpSummary(_Record):
+    """Figures over one op's successful outcomes (errors counted apart); null when not measured."""
+
+    ops_per_s: Figure | None = None
+    hit_ratio: Figure | None = None
+    error_count: Count | None = None
+    p50_us: Figure | None = None
+    p90_us: Figure | None = None
+    p99_us: Figure | None = None
+    p999_us: Figure | None = None
+    max_us: Figure | None = None
+    mean_us: Figure | None = None
+    ops_per_latency_s: Figure | None = None
+
+
+class OpResult(_Record):
+    """One op of one phase (docs/contracts.md, ``OpResult``); summaries are recomputed when absent."""
+
+    count: Count
+    hits: Count = 0
+    misses: Count = 0
+    errors: dict[str, Count] = Field(default_factory=dict)
+    bytes_out: Count = 0
+    bytes_in: Count = 0
+    histograms: dict[str, HistogramText] = Field(default_factory=dict)
+    histograms_uncorrected: dict[str, HistogramText] | None = None
+    summary: OpSummary | None = None
+    summary_uncorrected: OpSummary | None = None
+
+
+class TimeseriesEntry(_Record):
+    """One second of a timed phase: the client's figures, and the server's when sampled."""
+
+    t: Figure
+    ops: Count | None = None
+    errors: Count | None = None
+    p50_us: Figure | None = None
+    p99_us: Figure | None = None
+    server_ops_per_s: Figure | None = None
+    server_cpu_pct: Figure | None = None
+    server_rss_bytes: Figure | None = None
+    net_in_mbps: Figure | None = None
+    net_out_mbps: Figure | None = None
+
+
+class ServerSample(_Record):
+    """One raw reading of the server's counters; rates are per interval since the previous one."""
+
+    t: Figure
+    ops_per_s: Figure | None = None
+    cpu_pct: Figure | None = None
+    rss_bytes: Figure | None = None
+    net_in_mbps: Figure | None = None
+    net_out_mbps: Figure | None = None
+
+
+class ServerFigures(_Record):
+    """What the server said about one phase (measure/server_stats.py), where it can tell."""
+
+    source: str | None = None
+    cpu_us_per_op: Figure | None = None
+    bytes_in_per_op: Figure | None = None
+    bytes_out_per_op: Figure | None = None
+    net_mbps_p90: Figure | None = None
+    net_mbps_p70: Figure | None = None
+    net_in_mbps_p90: Figure | None = None
+    net_out_mbps_p90: Figure | None = None
+    cpu_pct_p90: Figure | None = None
+    used_memory_bytes: Figure | None = None
+    evictions: Figure | None = None
+    samples: list[ServerSample] = Field(default_factory=list)
+
+
+class Phase(_Record):
+    """One timed phase of a run."""
+
+    name: str = "main"
+    mode: str = "closed"  # closed | open
+    rate: Figure | None = None
+    workers: Count | None = None
+    wall_s: Seconds = 0.0
+    client_cpu_s: Figure | None = None
+    interrupted: bool = False
+    stopped_on_errors: str | None = None
+    error_samples: list[str] = Field(default_factory=list)
+    ops: dict[str, OpResult] = Field(default_factory=dict)
+    timeseries: list[TimeseriesEntry] | None = None
+    server: ServerFigures | None = None
+
+
+class ServerRecord(_Record):
+    """The server a run measured: a spawned one, the user's, or several (``servers``)."""
+
+    kind: str | None = None
+    spawned: bool | None = None
+    emulator: bool | None = None
+    servers: list[dict[str, Any]] | None = None
+
+
+class BackendRecord(_Record):
+    scheme: str | None = None
+    namespace: str | None = None
+    info: dict[str, Any] | None = None
+    capabilities: dict[str, Any] | None = None
+
+
+class NetworkRecord(_Record):
+    profile: str | None = None
+
+
+class Run(_Record):
+    """One target × network profile × sweep point × repeat."""
+
+    label: str
+    target: str = ""
+    status: str  # ok | skipped | failed | interrupted
+    reason: str = ""
+    display: str | None = None
+    backend: BackendRecord | None = None
+    server: ServerRecord | None = None
+    network: NetworkRecord | None = None
+    sweep: dict[str, Any] | None = None
+    repeat: Count | None = None
+    phases: list[Phase] = Field(default_factory=list)
+
+
+class RttFigures(_Record):
+    p50_us: Figure | None = None
+    p99_us: Figure | None = None
+
+
+class LoopbackRtt(_Record):
+    busy: RttFigures | None = None
+    idle: RttFigures | None = None
+    idle_gap_ms: Figure | None = None
+
+
+class Calibration(_Record):
+    timer_resolution_ns: Figure | None = None
+    loopback_rtt: LoopbackRtt | None = None
+
+
+class Environment(_Record):
+    """The machine and software a run was measured on (measure/fingerprint.py)."""
+
+    cachemark: str | None = None
+    python: str | None = None
+    os: str | None = None
+    cpu: str | None = None
+    cpus: Count | None = None
+    packages: dict[str, Any] | None = None
+    calibration: Calibration | None = None
+
+
+class ExperimentRecord(_Record):
+    """The spec as run (spec.Experiment, targets redacted); kept loose: it is re-run, not reported."""
+
+    name: str = "cachemark"
+    description: str | None = None
+
+
+class ResultsDocument(_Record):
+    schema_: str = Field(alias="schema")
+    created: str | None = None
+    environment: Environment = Field(default_factory=Environment)
+    experiment: ExperimentRecord = Field(default_factory=ExperimentRecord)
+    runs: list[Run] = Field(default_factory=list)
+
+
+_EXPECTED = {
+    "int_type": "expected an integer",
+    "float_type": "expected a number",
+    "finite_number": "expected a finite number",
+    "string_type": "expected a string",
+    "bool_type": "expected true or false",
+    "list_type": "expected a list",
+    "dict_type": "expected an object",
+    "model_type": "expected an object",
+    "model_attributes_type": "expected an object",
+    "missing": "missing",
+}
+_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "an integer",
+               float: "a number", type(None): "null"}
+
+
+def _message(error: Any) -> str:
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind in ("greater_than_equal", "greater_than"):
+        text = "must not be negative" if ctx.get("ge") == 0 else f"must be at least {ctx.get('ge', ctx.get('gt'))}"
+    elif kind in ("less_than_equal", "less_than"):
+        text = f"too large (at most {ctx.get('le', ctx.get('lt')):g})"
+    elif kind == "value_error":
+        text = str(error["msg"]).removeprefix("Value error, ")
+    else:
+        text = _EXPECTED.get(kind, str(error["msg"]))
+    if kind.endswith("_type") or kind == "finite_number":
+        got = _JSON_TYPES.get(type(error.get("input")))
+        if got and not text.endswith(got):
+            text += f", not {got}"
+    return one_line(text, 200)
+
+
+def validate(document: dict[str, Any], source: str) -> None:
+    """Raise :class:`UserError` (one line, the path to the first bad field) unless ``document`` fits."""
+    schema = document.get("schema")
+    if not isinstance(schema, str) or not schema.startswith(SCHEMA_FAMILY):
+        raise UserError(f"{source}: not a cachemark results file (no {SCHEMA_FAMILY} schema)")
+    if schema != SCHEMA:
+        raise UserError(f"{source}: schema {one_line(schema, 40)} is not one this cachemark reads ({SCHEMA})")
+    try:
+        ResultsDocument.model_validate(document)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        raise UserError(f"{source}: {location(error['loc'])}: {_message(error)}") from None

@@ -1,0 +1,94 @@
+"""Saving and loading results files: atomic writes, and loads that end in one line or a valid document.
+
+Writes go to a temp file in the same directory, are flushed to disk and renamed into
+place, so a reader never sees a half-written file and a crash never truncates an
+earlier result; when the write fails (a full disk), the temp file is removed and the
+error is one line. Loads read bytes, decode UTF-8, parse JSON (``NaN``/``Infinity``,
+which Python's encoder writes for a figure that could not be computed, read as null:
+no figure), bound the nesting and check every field against :mod:`.schema`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..textfile import check_tree, one_line, read_text
+from .schema import SCHEMA, validate
+
+
+def new_document(experiment: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "environment": environment,
+        "experiment": experiment,
+        "runs": [],
+    }
+
+
+def default_path(directory: str | Path = "results") -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(directory) / f"cachemark-{stamp}.json"
+
+
+def write_atomic(path: str | Path, document: dict[str, Any]) -> Path:
+    """Write ``document`` as JSON to ``path`` all at once, or leave ``path`` (and its directory) as it was."""
+    path = Path(path)
+    text = json.dumps(document, indent=1, default=str) + "\n"
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise UserError(f"cannot write results to {one_line(path)}: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL byte in the path
+        raise UserError(f"cannot write results to {one_line(path)}: not a valid file name") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return path
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _no_figure(constant: str) -> None:
+    return None
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """The results document at ``path``, checked against the schema; else one-line :class:`UserError`."""
+    name = one_line(path)
+    text = read_text(path, "results file")
+    try:
+        document = json.loads(text, parse_constant=_no_figure)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{name}: not a results file (invalid JSON at line {exc.lineno}, column {exc.colno}: "
+                        f"{exc.msg})") from None
+    except RecursionError:
+        raise UserError(f"{name}: not a results file (JSON nested too deeply to read)") from None
+    except ValueError:  # an integer of thousands of digits
+        raise UserError(f"{name}: not a results file (a number too long to read)") from None
+    if not isinstance(document, dict):
+        raise UserError(f"{name}: not a cachemark results file (expected a JSON object at the top level)")
+    # Decoded UTF-8 holds no lone surrogate; only a "\\udXXX" escape can make one.
+    check_tree(document, name, strings=_SURROGATE_ESCAPE.search(text) is not None)
+    validate(document, name)
+    from ..target import scrub
+
+    return scrub(document)  # a file written before secrets were redacted everywhere

@@ -1,0 +1,208 @@
+"""The results file: what cachemark writes loads back unchanged; a bad file is one line naming the bad field.
+
+Ground truth for "every file the current code writes" is real runs: the report fixtures
+(memory repeats, a redis sweep with server sampling), a command-line run through the
+Python workers, the engine and open loop, and the three files from real runs the fuzz
+starts from (``tests/data``). The full-disk test mounts a 64 KiB tmpfs (root only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachemark.errors import UserError
+from cachemark.report.export import write_text_atomic
+from cachemark.results import SCHEMA, load, write_atomic
+
+pytest_plugins = ["report_fixtures"]
+
+DATA = Path(__file__).parent / "data"
+SEEDS = sorted(DATA.glob("results-*.json"))
+
+
+def _through_disk(document: dict[str, Any], directory: Path) -> dict[str, Any]:
+    path = write_atomic(directory / f"{uuid.uuid4().hex}.json", document)
+    assert load(path) == json.loads(path.read_text()), "load must return what the file holds (no secrets in these)"
+    return load(path)
+
+
+def test_files_written_by_real_runs_load_unchanged(report_doc, slower_doc, tmp_path):
+    for document in (report_doc, slower_doc):
+        assert _through_disk(document, tmp_path) == json.loads(json.dumps(document, default=str))
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda p: p.name)
+def test_the_fuzz_seed_files_from_real_runs_load(seed):
+    document = load(seed)
+    assert document["schema"] == SCHEMA and document["runs"]
+
+
+def test_a_command_line_run_loads_and_every_report_reads_it(tmp_path):
+    """Python workers with server sampling, the native engine, open loop and two phases: all load."""
+    (tmp_path / "two.toml").write_text(
+        'targets = ["memory://", "spawn:redis", "spawn:memcached?client=engine"]\n'
+        "[workload]\nkeys = 200\nwarmup = 0\nworkers = 1\nrate = 400.0\n"
+        '[[workload.phases]]\nname = "fill"\nmix = { set = 1 }\nduration = "0.3s"\n'
+        '[[workload.phases]]\nname = "read"\nmix = { exists = 1, get = 3, get_many = 1 }\nduration = "0.3s"\n')
+    run = subprocess.run([sys.executable, "-m", "cachemark", "run", "two.toml", "--no-calibrate", "-o", "r.json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    document = load(tmp_path / "r.json")
+    assert [r["status"] for r in document["runs"]] == ["ok", "ok", "ok"]
+    assert all(p["mode"] == "open" for r in document["runs"] for p in r["phases"])
+    for args in (["show", "r.json"], ["report", "r.json"], ["report", "r.json", "-f", "csv", "-o", "-"],
+                 ["compare", "r.json", "r.json"], ["thresholds", "r.json", "--metric", "ops"]):
+        result = subprocess.run([sys.executable, "-m", "cachemark", *args], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, (args, result.stderr)
+
+
+def _seed() -> dict[str, Any]:
+    return json.loads((DATA / "results-closed-server.json").read_text())
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Any:
+    def mutate(document: dict[str, Any]) -> None:
+        node = document
+        for key in path[:-1]:
+            node = node[key]
+        if value is KeyError:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+    return mutate
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (_set(("runs", 0, "phases", 0, "ops", "get", "count"), "5"),
+     "runs[0].phases[0].ops.get.count: expected an integer, not a string"),
+    (_set(("runs", 0, "phases", 0, "ops", "get", "count"), -1),
+     "runs[0].phases[0].ops.get.count: must not be negative"),
+    (_set(("runs", 0, "phases", 0, "ops", "get", "count"), 1.0),
+     "runs[0].phases[0].ops.get.count: expected an integer, not a number"),
+    (_set(("runs", 0, "phases", 0, "wall_s"), None), "runs[0].phases[0].wall_s: expected a number, not null"),
+    (_set(("runs", 0, "label"), KeyError), "runs[0].label: missing"),
+    (_set(("runs", 0, "label"), 7), "runs[0].label: expected a string, not an integer"),
+    (_set(("runs", 0, "repeat"), True), "runs[0].repeat: expected an integer, not true or false"),
+    (_set(("runs", 1, "phases", 0, "ops", "set", "summary", "p99_us"), "fast"),
+     "runs[1].phases[0].ops.set.summary.p99_us: expected a number, not a string"),
+    (_set(("runs", 1, "phases", 0, "ops", "get", "summary", "p50_us"), 1e300),
+     "runs[1].phases[0].ops.get.summary.p50_us: too large"),
+    (_set(("runs", 1, "phases", 0, "ops", "get", "errors"), {"timeout": "3"}),
+     "runs[1].phases[0].ops.get.errors.timeout: expected an integer, not a string"),
+    (_set(("runs", 1, "phases", 0, "ops", "get", "histograms", "hit"), "HISTFAAAAB"),
+     "runs[1].phases[0].ops.get.histograms.hit: not a cachemark histogram"),
+    (_set(("runs", 1, "phases", 0, "server", "samples", 0, "t"), []),
+     "runs[1].phases[0].server.samples[0].t: expected a number, not a list"),
+    (_set(("runs", 1, "phases", 0, "timeseries", 0, "ops"), 1.5),
+     "runs[1].phases[0].timeseries[0].ops: expected an integer, not a number"),
+    (_set(("runs", 1, "phases", 0, "ops", "exists+get"), {"count": None}),
+     "runs[1].phases[0].ops['exists+get'].count: expected an integer, not null"),
+    (_set(("runs",), {}), "runs: expected a list, not an object"),
+    (_set(("environment", "calibration"), 5), "environment.calibration: expected an object, not an integer"),
+    (_set(("experiment", "name"), ["x"]), "experiment.name: expected a string, not a list"),
+    (_set(("runs", 0, "label"), "\ud800"), "runs[0].label: text holds an invalid character (lone surrogate \\ud800"),
+    (_set(("extra",), json.loads("[" * 70 + "]" * 70)), "extra" + "[0]" * 63 + ": nested deeper than 64 levels"),
+    (_set(("schema",), "cachemark.results/2"), "schema cachemark.results/2 is not one this cachemark reads"),
+    (_set(("schema",), KeyError), "not a cachemark results file (no cachemark.results/ schema)"),
+])
+def test_a_bad_field_is_one_line_naming_its_path(tmp_path, mutate, message):
+    document = _seed()
+    mutate(document)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(UserError) as caught:
+        load(path)
+    text = str(caught.value)
+    assert len(text.splitlines()) == 1 and text.startswith(f"{path}: "), text
+    assert message in text, text
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b'{"schema": "cachemark.results/1", "runs": "\xff"}', "not UTF-8 text (byte 0xff at offset 43)"),
+    (b"[" * 100_000, "not a results file (JSON nested too deeply to read)"),
+    (b'{"schema": "cachemark.results/1"', "invalid JSON at line 1, column 33"),
+    (b"", "invalid JSON at line 1, column 1"),
+    (b"[]", "expected a JSON object at the top level"),
+    (b'{"schema": "cachemark.results/1", "n": ' + b"9" * 5000 + b"}", "a number too long to read"),
+])
+def test_unreadable_files_are_one_line(tmp_path, data, message):
+    path = tmp_path / "r.json"
+    path.write_bytes(data)
+    with pytest.raises(UserError, match="^" + str(path).replace(".", r"\.") + ": ") as caught:
+        load(path)
+    assert message in str(caught.value) and len(str(caught.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("no-such.json", "no such results file"), (".", "is a directory"), ("a\x00b.json", "holds a NUL byte"),
+    ("x" * 5000 + ".json", "File name too long"),
+])
+def test_bad_paths_are_one_line(tmp_path, monkeypatch, path, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=message) as caught:
+        load(path)
+    assert len(str(caught.value).splitlines()) == 1 and len(str(caught.value)) < 300
+
+
+def test_nan_that_python_writes_reads_as_no_figure(tmp_path):
+    document = _seed()
+    document["runs"][1]["phases"][0]["server"]["cpu_us_per_op"] = float("nan")
+    document["runs"][1]["phases"][0]["server"]["net_mbps_p90"] = float("inf")
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(document))  # Python writes NaN and Infinity, which JSON lacks
+    server = load(path)["runs"][1]["phases"][0]["server"]
+    assert server["cpu_us_per_op"] is None and server["net_mbps_p90"] is None
+
+
+def test_a_bom_is_tolerated(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_bytes(b"\xef\xbb\xbf" + (DATA / "results-closed-server.json").read_bytes())
+    assert load(path)["runs"]
+
+
+def test_writing_to_a_bad_path_is_one_line_and_leaves_nothing(tmp_path):
+    with pytest.raises(UserError, match="not a valid file name"):
+        write_atomic(tmp_path / "a\x00b.json", _seed())
+    with pytest.raises(UserError, match="not a valid file name"):
+        write_text_atomic(tmp_path / "a\x00b.html", "x")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path):
+    """A 64 KiB tmpfs, mounted for this test (root only)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a 64 KiB tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_temp_file(full_disk):
+    earlier = write_atomic(full_disk / "results.json", _seed())  # ~13 KB: fits
+    before = earlier.read_bytes()
+    big = _seed()
+    big["runs"] = big["runs"] * 12  # ~150 KB: does not
+    with pytest.raises(UserError) as caught:
+        write_atomic(full_disk / "results.json", big)
+    assert str(caught.value) == f"cannot write results to {full_disk / 'results.json'}: No space left on device"
+    with pytest.raises(UserError, match="No space left on device"):
+        write_text_atomic(full_disk / "report.html", "x" * 200_000)
+    assert sorted(p.name for p in full_disk.iterdir()) == ["results.json"]  # no .tmp left behind
+    assert earlier.read_bytes() == before  # the earlier result is intact
