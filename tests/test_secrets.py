@@ -220,9 +220,10 @@ def test_a_spawned_redis_password_appears_nowhere(tmp_path, cachemark) -> None:
     seen_server = False
     listings = []
     while proc.poll() is None:  # what any local user sees with ps, all through the run
-        listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-        if "redis-server" in listing:
-            # cachemark hid the URL in its own command line before it started the server; only
+        listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+        rows = [line.split(None, 2) for line in listing.splitlines() if len(line.split(None, 2)) == 3]
+        if any(ppid == str(proc.pid) and "redis-server" in args for _, ppid, args in rows):
+            # cachemark hid the URL in its own command line before it started its server; only
             # the interpreter's start-up, before that, shows what the user typed
             seen_server = True
             listings.append(listing)

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from . import __version__
-from .errors import SpecError, UserError
+from .errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
 from .report.commands import compare as compare_command
 from .report.commands import report as report_command
 from .report.commands import thresholds as thresholds_command
@@ -78,6 +78,13 @@ def run(
     ops: Annotated[int | None, typer.Option(help="Timed ops per phase (all workers together).")] = None,
     workers: Annotated[int | None, typer.Option(help="Worker processes.")] = None,
     rate: Annotated[float | None, typer.Option(help="Open loop: total ops/s (latency from intended start).")] = None,
+    arrival: Annotated[str | None, typer.Option(help="Open loop arrivals: fixed (even gaps) | poisson.")] = None,
+    on_error: Annotated[
+        str | None, typer.Option(help="stop (default): end the run after --error-grace of only errors | continue")
+    ] = None,
+    error_grace: Annotated[
+        str | None, typer.Option(help="How long only errors may last before stopping, e.g. 2s.")
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for every random choice.")] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="Label per target (same order).")] = None,
     sweep: Annotated[list[str] | None, typer.Option(help="Sweep a field: value_size=1024,10000 (repeatable).")] = None,
@@ -106,6 +113,7 @@ def run(
     flags = _workload_flags(
         keys=keys, key_dist=key_dist, value_size=value_size, mix=mix, ttl=ttl, prefill=prefill, warmup=warmup,
         warmup_ops=warmup_ops, duration=duration, ops=ops, workers=workers, rate=rate, seed=seed,
+        arrival=arrival, on_error=on_error, error_grace=error_grace,
     )
     if ops is not None and duration is None:
         flags["duration"] = None
@@ -130,6 +138,9 @@ def run(
         report_path = path.with_suffix(".html")
         write_text_atomic(report_path, render_html(document))
         console.print(f"report: {report_path}", markup=False, highlight=False)
+    failed = [run for run in document["runs"] if run["status"] == "failed"]
+    if failed:
+        raise typer.Exit(EXIT_RUN_FAILED)  # each failed run's reason is already on the screen
 
 
 @app.command()
@@ -165,22 +176,40 @@ app.command("compare")(compare_command)
 app.command("thresholds")(thresholds_command)
 
 
+def _interrupt_on(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # the path Ctrl-C takes: workers stopped, servers and temp dirs removed
+
+
 def main() -> None:
+    import signal
+
     from .proctitle import hide_secrets
 
     hide_secrets()  # `ps` shows other users our command line: its target URLs redacted
+    # `timeout`, a CI cancel or a closed terminal must clean up like Ctrl-C does
+    for name in ("SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, name), _interrupt_on)
     try:
-        app()
+        app()  # typer: usage errors exit 2, KeyboardInterrupt exits 130
     except UserError as exc:
         if _debug_requested():
             traceback.print_exc()
         from .target import redact_text
 
         print(f"cachemark: error: {redact_text(str(exc))}", file=sys.stderr)  # one line, no secret
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     except KeyboardInterrupt:
         print("cachemark: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 — a bug of ours: one line, the traceback kept in a file
+        from .crash import crash_line
+
+        if _debug_requested():
+            traceback.print_exc()
+        details = exc.details if isinstance(exc, Crash) and exc.details else traceback.format_exc()
+        message = str(exc) if isinstance(exc, Crash) else f"{type(exc).__name__}: {exc}"
+        print(crash_line(message, details), file=sys.stderr)
+        sys.exit(EXIT_CRASH)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .errors import UserError
+from .errors import Crash, UserError
 from .measure.fingerprint import calibrate as run_calibration
 from .measure.fingerprint import fingerprint
 from .report.table import render
@@ -135,7 +135,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
 
             try:
                 outcome = run_target(spec.url, spec.workload, spec.label, on_progress, network=spec.network)
-            except UserError:
+            except (UserError, Crash):
                 if document["runs"]:
                     write_atomic(path, document)
                 raise

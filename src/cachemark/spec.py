@@ -168,7 +168,7 @@ class Workload(_Model):
     def _value_size(cls, value: object) -> str:
         return str(ValueSizes.parse(value))
 
-    @field_validator("duration", "warmup", mode="before")
+    @field_validator("duration", "warmup", "error_grace", mode="before")
     @classmethod
     def _duration(cls, value: object, info: Any) -> object:
         return None if value is None else parse_duration(value, info.field_name)

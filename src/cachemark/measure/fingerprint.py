@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import platform
+import signal
 import socket
 import time
 from importlib import metadata
@@ -67,13 +68,19 @@ def timer_resolution_ns(samples: int = 20000) -> int:
 
 
 def _echo_server(sock: socket.socket) -> None:
-    conn, _ = sock.accept()
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    while True:
-        data = conn.recv(64)
-        if not data:
-            return
-        conn.sendall(data)
+    # Deaf to the terminal's signals: the parent ends the calibration (and us, by closing).
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    try:
+        conn, _ = sock.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while True:
+            data = conn.recv(64)
+            if not data:
+                return
+            conn.sendall(data)
+    except OSError:
+        return  # the parent went away mid-trip (Ctrl-C): nothing to report
 
 
 def loopback_rtt(busy_samples: int = 2000, idle_samples: int = 200, idle_gap_s: float = 0.002) -> dict[str, Any]:
@@ -83,6 +90,7 @@ def loopback_rtt(busy_samples: int = 2000, idle_samples: int = 200, idle_gap_s: 
     listener.listen(1)
     proc = mp.get_context("fork").Process(target=_echo_server, args=(listener,), daemon=True)
     proc.start()
+    client = None
     try:
         client = socket.create_connection(listener.getsockname(), timeout=5)
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -104,8 +112,9 @@ def loopback_rtt(busy_samples: int = 2000, idle_samples: int = 200, idle_gap_s: 
         for _ in range(idle_samples):
             time.sleep(idle_gap_s)
             idle.append(trip())
-        client.close()
     finally:
+        if client is not None:
+            client.close()  # the echo process ends when it sees this
         listener.close()
         proc.join(timeout=2)
         if proc.is_alive():

@@ -118,3 +118,19 @@ def fmt_value(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}" if abs(value) < 1e15 else f"{value:.0f}"
     return str(value)
+
+
+def load_notes(document: dict[str, Any]) -> list[str]:
+    """What the load itself could not do, per run and phase: ops of an open-loop schedule
+    that fell due but were never sent (the client fell behind its rate), which the latency
+    figures cannot show, since they cover only the ops that were sent."""
+    notes = []
+    for run in document.get("runs", []):
+        for phase in run.get("phases", []):
+            missed = phase.get("missed") or 0
+            if missed > 0:
+                sent = sum(op.get("count", 0) for op in phase.get("ops", {}).values())
+                notes.append(f"{run_name(run)}: {phase.get('name', 'main')}: the load fell behind its rate: "
+                             f"{missed:,} ops due were never sent ({missed / max(missed + sent, 1):.0%} of the "
+                             "schedule); the latencies cover the ops that were sent")
+    return notes

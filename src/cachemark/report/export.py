@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..textfile import one_line
-from .data import op_rows, phase_rows, run_name
+from .data import load_notes, op_rows, phase_rows, run_name
 from .table import fmt_latency, fmt_rate
 
 FORMATS = ("markdown", "csv", "json", "html")
@@ -109,8 +109,10 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
           fmt_latency(r["p99_us"]), fmt_latency(r["p999_us"]), fmt_latency(r["max_us"]), f"{r['errors']:,}"]
          for r in rows]))
     skipped = [r for r in document.get("runs", []) if r.get("status") in ("skipped", "failed")]
-    if skipped:
-        out += ["", *[f"- {run_name(r)}: {r['status']} — {r.get('reason', '')}" for r in skipped]]
+    notes = [f"- {run_name(r)}: {r['status']} — {r.get('reason', '')}" for r in skipped]
+    notes += [f"- {note}" for note in load_notes(document)]
+    if notes:
+        out += ["", *notes]
     server = [p for p in phase_rows(document) if p["has_server"]]
     if server:
         out += ["", "### Server", ""]

@@ -23,7 +23,7 @@ from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
 from ..run.sweep import LOAD_PARAMS, find_saturation
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
-from .data import op_rows, phase_rows, run_name, sweep_key
+from .data import load_notes, op_rows, phase_rows, run_name, sweep_key
 from .export import baseline_for, baseline_rows, fmt_percent
 from .table import fmt_latency, fmt_rate
 
@@ -147,9 +147,9 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
         out.append(f"<tr{sep}>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     skipped = [r for r in document.get("runs", []) if r.get("status") in ("skipped", "failed")]
-    if skipped:
-        out.append("<ul>" + "".join(f"<li>{escape(run_name(r))}: {escape(r['status'])} — "
-                                    f"{escape(r.get('reason', ''))}</li>" for r in skipped) + "</ul>")
+    items = [f"{run_name(r)}: {r['status']} — {r.get('reason', '')}" for r in skipped] + load_notes(document)
+    if items:
+        out.append("<ul>" + "".join(f"<li>{escape(item)}</li>" for item in items) + "</ul>")
     if baseline:
         out.append(f'<p class="note">Baseline: {escape(baseline)}. Percentages are of the baseline\'s '
                    "figure for the same op: ops/s over 100 % is faster, latency over 100 % is slower.</p>")

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .data import op_summary
+from .data import load_notes, op_summary
 
 COLUMNS = ("backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors")
 
@@ -88,6 +88,8 @@ def render(document: dict[str, Any], console: Console | None = None, title: str 
     if any(p.get("mode") == "open" for r in runs for p in r.get("phases", [])):
         console.print("open loop: latency measured from each op's intended start (coordinated-omission "
                       "corrected); the uncorrected figures are in the results file.")
+    for note in load_notes(document):
+        console.print(note, markup=False, highlight=False)
 
 
 def baseline_rows(document: dict[str, Any]) -> list[list[str]]:

@@ -139,7 +139,8 @@ class Phase(_Record):
     wall_s: Seconds = 0.0
     client_cpu_s: Figure | None = None
     interrupted: bool = False
-    stopped_on_errors: str | None = None
+    stopped_on_errors: str | None = None  # the on-error policy ended the phase: why
+    missed: Count = 0  # open loop: ops due before the phase ended but never sent
     error_samples: list[str] = Field(default_factory=list)
     ops: dict[str, OpResult] = Field(default_factory=dict)
     timeseries: list[TimeseriesEntry] | None = None

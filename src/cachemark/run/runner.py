@@ -22,14 +22,15 @@ from typing import Any
 
 from ..backends import backend_class, create_backend
 from ..backends.base import CleanupFailed
-from ..errors import BackendMissing, UnsupportedOp, UserError
+from ..errors import BackendMissing, Crash, UnsupportedOp, UserError
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..spec import Workload
 from ..target import Target, parse_target, redact, scrub
 from ..workload.ops import mix_entries
+from .error_policy import ErrorWatch
 from .monitor import PhaseMonitor
 from .provide import provide
-from .worker import WorkerTask, worker_main
+from .worker import Board, WorkerTask, worker_main
 
 ProgressFn = Callable[[str, int, int | None, float, float | None], None]
 
@@ -162,11 +163,13 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
             outcome.phases = run_engine_phases(target, workload, namespace, monitor)
             if any(p["interrupted"] for p in outcome.phases):
                 outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
+            _fail_on_errors(outcome)
             return
         shared = outcome.backend["capabilities"].get("shared", True)
         tasks = [WorkerTask(target.url, namespace, workload.model_dump(), w, workload.workers, shared)
                  for w in range(workload.workers)]
         outcome.phases = _supervise(tasks, workload, outcome, progress, monitor)
+        _fail_on_errors(outcome)
     finally:
         monitor.stop_all()
         try:
@@ -179,12 +182,53 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
         preflight.close()
 
 
+def _fail_on_errors(outcome: RunOutcome) -> None:
+    """A phase the on-error policy stopped fails the run (exit 1), with its reason."""
+    stopped = [p["stopped_on_errors"] for p in outcome.phases if p.get("stopped_on_errors")]
+    if stopped:
+        outcome.status, outcome.reason = "failed", stopped[0]
+
+
 def _context() -> mp.context.BaseContext:
     """Worker processes come from a fork server that has imported the worker module once
     (through `preload`, which first makes it deaf to the terminal's Ctrl-C)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["cachemark.run.preload"])
+    _start_helpers_deaf()
     return ctx
+
+
+def _start_helpers_deaf() -> None:
+    """Start multiprocessing's fork server and resource tracker with the terminal's signals
+    blocked: a Ctrl-C (or SIGHUP) sent to the process group while they start would kill
+    them (the tracker ignores SIGINT and SIGTERM, not SIGHUP; the fork server is deaf only
+    after its imports), and the run then waited for workers that never came. A blocked
+    signal stays blocked in the children; ours, pending meanwhile, arrives when we unblock."""
+    from multiprocessing import forkserver, resource_tracker
+
+    terminal = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, terminal)
+    try:
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, terminal)  # the tracker's start unblocks SIGINT and SIGTERM
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP noted, and raised as KeyboardInterrupt only at the end."""
+    pending: list[int] = []
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if pending:
+        raise KeyboardInterrupt
 
 
 def _phase_clock(barrier, phases: int, monitor: PhaseMonitor) -> None:
@@ -204,21 +248,24 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
     n = len(tasks)
     results: queue_mod.Queue = ctx.Queue()
     barrier = ctx.Barrier(n + 1)
-    counters = ctx.RawArray("q", n)
-    procs = [ctx.Process(target=worker_main, args=(t, results, barrier, counters), daemon=True) for t in tasks]
+    board = Board(ctx.RawArray("q", n), ctx.RawArray("q", n), ctx.RawArray("b", 1))
+    procs = [ctx.Process(target=worker_main, args=(t, results, barrier, board), daemon=True) for t in tasks]
+    watch = ErrorWatch(workload)
+    halted: dict[int, float] = {}  # phase index -> when (wall clock) its ops began to fail only
     phases = workload.effective_phases()
     clock = threading.Thread(target=_phase_clock, args=(barrier, len(phases), monitor), daemon=True)
     per_phase: dict[int, list[dict[str, Any]]] = {}
     finished: set[int] = set()
-    fatal: list[str] = []
+    fatal: list[tuple[str, str, str]] = []  # (message, kind, traceback)
     interrupted = False
     current = 0
     phase_started: float | None = None
     try:
-        # Inside the try: a Ctrl-C while workers start must still wait for the started ones,
-        # or they would find the queue and barrier gone when they unpickle them.
-        for p in procs:
-            p.start()
+        # Ctrl-C waits until every worker has started: one half started (its pid unknown to
+        # us) would find the queue and barrier gone when it unpickles them.
+        with _interrupts_deferred():
+            for p in procs:
+                p.start()
         clock.start()
         while len(finished) < n:
             try:
@@ -232,7 +279,8 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                     per_phase.setdefault(index, []).append(data)
                     interrupted |= data["interrupted"]
                 elif kind == "fatal":
-                    fatal.append(message[2] if message[3] != "crash" else message[4].strip())
+                    fatal.append((message[2], message[3], message[4] if len(message) > 4 else ""))
+                    board.halt[0] = 1
                     barrier.abort()
                     _signal_all(procs, signal.SIGINT)
                 elif kind == "done":
@@ -241,11 +289,17 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                 dead = [i for i, p in enumerate(procs) if not p.is_alive() and i not in finished]
                 time.sleep(0.2)  # its last messages may still be in flight
                 if results.empty():
-                    fatal.append(f"worker {dead[0]} died (exit code {procs[dead[0]].exitcode})")
+                    code = procs[dead[0]].exitcode
+                    # killed by a signal (the OOM killer, a user): the run failed; an exit code: a bug of ours
+                    fatal.append((f"worker {dead[0]} died ({_death(code)})",
+                                  "killed" if code is not None and code < 0 else "crash", ""))
                     barrier.abort()
                     finished.update(dead)
+            if current not in halted and watch.should_stop(sum(board.done), sum(board.failed)):
+                halted[current] = watch.failing_since_wall or time.time()
+                board.halt[0] = 1
             if progress is not None:
-                done = sum(counters)
+                done = sum(board.done)
                 if phase_started is None and done:
                     phase_started = time.monotonic()
                 phase = phases[min(current, len(phases) - 1)]
@@ -256,13 +310,14 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                                                  for op in part["ops"].values()))
                 current += 1
                 phase_started = None
-                for i in range(n):
-                    counters[i] = 0
+                board.reset()
+                watch.reset()
     except KeyboardInterrupt:
         interrupted = True
+        board.halt[0] = 1  # for a worker whose SIGINT came before its handler
         _signal_all(procs, signal.SIGINT)
         barrier.abort()  # workers not yet in a phase stop at the barrier instead of starting one
-        _drain(results, per_phase, finished, n, timeout=10)
+        _drain(results, per_phase, finished, procs, timeout=10)
     finally:
         barrier.abort()  # releases the clock thread if a phase never started
         for p in procs:
@@ -273,26 +328,42 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                 p.kill()
                 p.join()
         monitor.stop_all()
+    crashes = [f for f in fatal if f[1] == "crash"]
+    if crashes:
+        raise Crash(f"{outcome.target}: {crashes[0][0]}", crashes[0][2])
     if fatal and not per_phase:
-        raise UserError(f"{outcome.target}: {fatal[0]}")
+        raise UserError(f"{outcome.target}: {fatal[0][0]}")
     if fatal:
-        outcome.status, outcome.reason = "failed", fatal[0]
-    elif interrupted:
+        outcome.status, outcome.reason = "failed", fatal[0][0]
+    elif interrupted and not halted:
         outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
     merged = []
     for i in sorted(per_phase):
         phase = _merge_phase(phases[i], per_phase[i], workload)
+        phase["stopped_on_errors"] = watch.reason(phase, halted[i]) if i in halted else None
         monitor.attach(i, phase)
         merged.append(phase)
     return merged
 
 
-def _drain(results, per_phase, finished, n, timeout: float) -> None:
+def _death(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            pass
+    return f"exit code {exitcode}"
+
+
+def _drain(results, per_phase, finished, procs, timeout: float) -> None:
+    """After Ctrl-C: collect what the workers still send, until each is done or gone."""
     deadline = time.monotonic() + timeout
-    while len(finished) < n and time.monotonic() < deadline:
+    while len(finished) < len(procs) and time.monotonic() < deadline:
         try:
             message = results.get(timeout=0.2)
         except (queue_mod.Empty, KeyboardInterrupt):
+            if not any(p.pid is not None and p.is_alive() for p in procs):
+                return  # nobody left to send anything
             continue
         if message[0] == "phase":
             per_phase.setdefault(message[2], []).append(message[3])
@@ -322,6 +393,7 @@ def _merge_phase(phase, parts: list[dict[str, Any]], workload: Workload) -> dict
         "wall_s": wall_s,
         "client_cpu_s": sum(p["cpu_s"] for p in parts),
         "interrupted": any(p["interrupted"] for p in parts),
+        "missed": sum(p.get("missed", 0) for p in parts),
         "error_samples": samples,
         "ops": ops,
         "timeseries": merge_timeseries([p.get("timeseries", []) for p in parts]),

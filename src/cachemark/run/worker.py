@@ -9,21 +9,29 @@ bookkeeping, progress) happens off the clock or every few thousand ops.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import itertools
 import os
 import resource
 import signal
+import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..backends import create_backend
 from ..backends.base import Backend
-from ..errors import UserError
+from ..errors import PrefillFailed, UserError, is_bug
 from ..measure.recorder import ERROR, FLUSH_AT, HIT, MISS, OK, Recorder
 from ..spec import Phase, Workload
 from ..target import parse_target
+from ..textfile import one_line
 from ..workload.ops import MixEntry, OpStream, mix_entries, split_ops, stream_seed, tags_for_key
 from ..workload.values import make_value, value_header, value_matches
 
@@ -42,6 +50,36 @@ class WorkerTask:
     worker: int
     workers: int
     shared: bool = True  # False: each worker has a private cache, so each prefills all keys
+
+
+@dataclass
+class Board:
+    """What workers and the parent share while a phase runs (RawArrays, one slot per worker).
+
+    ``done`` and ``failed`` are op counts a worker publishes at its checkpoints (about
+    every 100 ms); ``halt`` is set by the parent to end the phase early (the on-error
+    policy), which workers notice at their next checkpoint.
+    """
+
+    done: Any
+    failed: Any
+    halt: Any
+
+    def reset(self) -> None:
+        for i in range(len(self.done)):
+            self.done[i] = self.failed[i] = 0
+
+
+def arrival_gaps(arrival: str, interval_ns: int, rng: np.random.Generator) -> Iterator[int]:
+    """Nanoseconds between one worker's intended starts: even, or exponential (Poisson)."""
+    if arrival != "poisson":
+        return itertools.repeat(interval_ns)
+
+    def exponential() -> Iterator[int]:
+        while True:
+            yield from rng.exponential(interval_ns, 65_536).astype(np.int64).tolist()
+
+    return exponential()
 
 
 class _Keys:
@@ -83,30 +121,58 @@ class Worker:
         self.ttl = self.workload.ttl or None
         self.canaries = 0
         self.interrupted = False
+        self.prefilled = self.prefill_total = 0
+        self.missed = 0  # open loop: ops due before the deadline but never sent
 
     # -- untimed phases ------------------------------------------------------------
-    def prefill(self) -> int:
+    def prefill(self, halt=None) -> int:
+        """Write this worker's share of the keys; a refusal becomes one PrefillFailed line.
+        ``halt`` (the parent's stop flag) is checked between batches."""
+        try:
+            return self._prefill(halt)
+        except Exception as exc:
+            if is_bug(exc):
+                raise
+            raise PrefillFailed(self._refusal(exc)) from exc
+
+    def _refusal(self, exc: Exception) -> str:
+        sizes = self.sizes
+        values = f"{sizes.sizes[0]:,}-byte values" if len(set(sizes.sizes)) == 1 else (
+            f"values of {min(sizes.sizes):,}–{max(sizes.sizes):,} bytes")
+        text = str(exc)
+        if text.startswith(("b'", 'b"')) and text.endswith(text[1]):
+            text = text[2:-1]  # pymemcache's messages are bytes reprs
+        server = parse_target(self.task.target_url).scheme
+        full = getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in text or "No space left" in text
+        what = f"ran out of space storing {values}" if full else f"refused {values}"
+        return (f"{server} {what} during prefill ({self.prefilled:,} of {self.prefill_total:,} keys "
+                f"written by worker {self.task.worker}): {type(exc).__name__}: {one_line(text, 300)}")
+
+    def _prefill(self, halt) -> int:
         wl, task = self.workload, self.task
         ids = range(wl.keys) if not task.shared else range(task.worker, wl.keys, task.workers)
         rng = stream_seed(wl.seed, "prefill", task.worker)
         sizes = self.sizes.draw(rng, len(ids)).tolist()
         tagged = wl.tags is not None
         batch: dict[str, bytes] = {}
-        written = 0
+        written = self.prefilled = 0
+        self.prefill_total = len(ids)
         for size, k in zip(sizes, ids, strict=True):
             value = make_value(self.headers[k], size)
             if tagged:
                 self.backend.set_tagged(self.keys[k], value, self._tags(k), self.ttl)
-                written += 1
+                written = self.prefilled = written + 1
                 continue
             batch[self.keys[k]] = value
             if len(batch) >= 100:
                 self.backend.set_many(batch, self.ttl)
-                written += len(batch)
+                written = self.prefilled = written + len(batch)
                 batch = {}
+                if halt is not None and halt[0]:
+                    raise KeyboardInterrupt
         if batch:
             self.backend.set_many(batch, self.ttl)
-            written += len(batch)
+            written = self.prefilled = written + len(batch)
         return written
 
     def _tags(self, k: int) -> list[str]:
@@ -174,8 +240,10 @@ class Worker:
 
     # -- the timed loop -------------------------------------------------------------
     def run_phase(self, phase: Phase, limit: int | None, deadline_ns: int | None,
-                  progress=None, purpose: str = "timed") -> Recorder:
-        """Run ops until ``limit`` ops are done or the clock passes ``deadline_ns``."""
+                  board: Board | None = None, purpose: str = "timed") -> Recorder:
+        """Run ops until ``limit`` ops are done, the clock passes ``deadline_ns`` or the
+        parent raises ``board.halt``. In open loop, ``self.missed`` is then the number of
+        ops that fell due before the deadline but were never sent (the load fell behind)."""
         task = self.task
         entries = mix_entries(phase.mix or self.workload.mix)
         open_loop = phase.rate is not None
@@ -198,6 +266,13 @@ class Worker:
         write_every = int(1 / verify_writes) if verify_writes > 0 else 0
         read_count = write_count = 0
         interval = int(1e9 * task.workers / phase.rate) if open_loop else 0
+        arrivals_rng = stream_seed(self.workload.seed, phase.name, task.worker, purpose + "/arrivals")
+        next_gap = arrival_gaps(phase.arrival or "fixed", interval, arrivals_rng).__next__
+        timed = board is not None and purpose == "timed"  # only the timed phase publishes its counts
+        progress, failures = (board.done, board.failed) if timed else (None, None)
+        halt = board.halt if board is not None else None
+        failed = 0
+        self.missed = 0
         start = perf()
         intended = start
         second = 0
@@ -221,6 +296,7 @@ class Worker:
                         t1 = perf()
                     except Exception as exc:  # noqa: BLE001 — every failure is a measured error
                         t1 = perf()
+                        failed += 1
                         outcome = ERROR
                         recorder.error(op, classify_error(exc), str(exc))
                     else:
@@ -255,7 +331,7 @@ class Worker:
                     if open_loop:
                         lat_append(t1 - intended)
                         lat_u_append(t1 - t0)
-                        intended += interval
+                        intended += next_gap()
                     else:
                         lat_append(t1 - t0)
                     code_append(op * 4 + outcome)
@@ -271,7 +347,12 @@ class Worker:
                             recorder.flush()
                         if progress is not None:
                             progress[task.worker] = done
+                            failures[task.worker] = failed
+                        if halt is not None and halt[0]:
+                            return recorder
                         if deadline_ns is not None and t1 >= deadline_ns:
+                            if open_loop and intended < deadline_ns:
+                                self.missed = _due_before(intended, deadline_ns, interval)
                             return recorder
                         checkpoint = min(t1 + PROGRESS_EVERY_NS, next_second)
                         if deadline_ns is not None:
@@ -286,6 +367,7 @@ class Worker:
         finally:
             if progress is not None:
                 progress[task.worker] = done + len(codes)
+                failures[task.worker] = failed
             if recorder.codes or recorder.second_ops:
                 recorder.end_second(second)  # the last, partial second
         return recorder
@@ -308,6 +390,11 @@ class Worker:
             recorder.error(op, "dropped_write", f"{key}: a value just written read back different")
 
 
+def _due_before(intended: int, deadline: int, interval: int) -> int:
+    """Ops of the schedule that fell due in [intended, deadline): never sent, so missed."""
+    return (deadline - intended + interval - 1) // interval if interval > 0 else 0
+
+
 def classify_error(exc: BaseException) -> str:
     """Map a client exception onto the error kinds of docs/contracts.md."""
     name = type(exc).__name__
@@ -323,30 +410,59 @@ def classify_error(exc: BaseException) -> str:
     return name
 
 
+def _die_with_parent() -> None:
+    """If the fork server goes (the run's process was killed outright), so do we: workers
+    ignore SIGTERM and must not outlive it, running ops against the user's server."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            if os.getppid() == 1:  # the parent was already gone
+                os._exit(1)
+
+
+def _final(queue, message: tuple) -> None:
+    """Send a fatal report; the parent answers it with SIGINT to every worker, which must
+    not cut this very send (or the clean-up after it) short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    queue.put(message)
+
+
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
-def worker_main(task: WorkerTask, queue, barrier, progress) -> None:
+def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
     """Process entry point: report each phase's result, or one fatal message."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _die_with_parent()
     worker = None
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # The fork server was started with the terminal's signals blocked (runner): a Ctrl-C
+        # that came meanwhile arrives here, as KeyboardInterrupt. SIGTERM and SIGHUP stay
+        # ignored (preload); SIGINT is how the parent stops us.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
         try:
             worker = Worker(task)
             worker.backend.open()
         except UserError as exc:
-            queue.put(("fatal", task.worker, str(exc), type(exc).__name__))
+            _final(queue, ("fatal", task.worker, str(exc), type(exc).__name__))
             return
         wl = worker.workload
+        if board.halt[0]:
+            return  # stopped before we started (our SIGINT may have come before our handler)
         if wl.prefill:
-            worker.prefill()
+            try:
+                worker.prefill(board.halt)
+            except PrefillFailed as exc:
+                _final(queue, ("fatal", task.worker, str(exc), type(exc).__name__))
+                return
         for index, phase in enumerate(wl.effective_phases()):
             if phase.warmup_ops or (phase.warmup and phase.warmup_ops is None):
                 warm_limit = split_ops(phase.warmup_ops, task.worker, task.workers)
                 warm_deadline = None if warm_limit else time.perf_counter_ns() + int(phase.warmup * 1e9)
-                worker.run_phase(phase, warm_limit, warm_deadline, None, purpose="warmup")
+                worker.run_phase(phase, warm_limit, warm_deadline, board, purpose="warmup")
                 if worker.interrupted:
                     break
             barrier.wait(timeout=600)
@@ -354,22 +470,21 @@ def worker_main(task: WorkerTask, queue, barrier, progress) -> None:
             start = time.perf_counter_ns()
             limit = split_ops(phase.ops, task.worker, task.workers)
             deadline = start + int(phase.duration * 1e9) if phase.duration else None
-            recorder = worker.run_phase(phase, limit, deadline, progress)
+            recorder = worker.run_phase(phase, limit, deadline, board)
             end = time.perf_counter_ns()
             queue.put(("phase", task.worker, index, {
                 "start_ns": start, "end_ns": end, "cpu_s": cpu_seconds() - cpu0,
-                "ops": recorder.result(), "interrupted": worker.interrupted,
+                "ops": recorder.result(), "interrupted": worker.interrupted, "missed": worker.missed,
                 "error_samples": recorder.error_samples, "timeseries": recorder.series(),
             }))
-            if worker.interrupted:
+            if worker.interrupted or board.halt[0]:
                 break
     except KeyboardInterrupt:
         pass
     except threading.BrokenBarrierError:
         pass
     except Exception as exc:  # noqa: BLE001 — reported to the parent, which decides
-        queue.put(("fatal", task.worker, f"{type(exc).__name__}: {exc}", "crash",
-                   traceback.format_exc()))
+        _final(queue, ("fatal", task.worker, f"{type(exc).__name__}: {exc}", "crash", traceback.format_exc()))
     finally:
         # Ending anyway: a second Ctrl-C (the terminal's and the parent's forwarded one) must
         # not cut the clean-up short with a traceback.

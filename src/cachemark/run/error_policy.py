@@ -1,0 +1,55 @@
+"""The on-error policy: a run whose server is gone ends, marked failed, instead of
+recording errors until its deadline.
+
+``on_error = "stop"`` (the default) ends a phase once ``error_grace`` seconds have passed
+in which ops failed and none succeeded; the measured part is kept and the run is failed
+with a one-line reason. ``"continue"`` runs on; the error rate per second is in the series.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..spec import Workload
+
+
+class ErrorWatch:
+    """Watches the workers' published counts (ops done, ops failed) for one phase at a time."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.grace = workload.error_grace if workload.on_error == "stop" else None
+        self.reset()
+
+    def reset(self) -> None:
+        self.ok = self.failed = 0
+        self.last_ok = time.monotonic()
+        self.failing_since: float | None = None  # monotonic time of the first failure after the last success
+        self.failing_since_wall: float | None = None
+
+    def should_stop(self, done: int, failed: int) -> bool:
+        """Feed the current totals; True once only failures have come in for ``grace`` seconds."""
+        now = time.monotonic()
+        ok = done - failed
+        if ok > self.ok:
+            self.ok, self.last_ok, self.failing_since = ok, now, None
+        if failed > self.failed:
+            self.failed = failed
+            if self.failing_since is None:
+                self.failing_since, self.failing_since_wall = now, time.time()
+        if self.grace is None or self.failing_since is None:
+            return False
+        return now - max(self.last_ok, self.failing_since) >= self.grace
+
+    def reason(self, phase: dict[str, Any], since_wall: float) -> str:
+        """``connection errors from 12:01:03: only failures for 2 s (last: …)``, from the merged phase."""
+        kinds: dict[str, int] = {}
+        for op in phase["ops"].values():
+            for kind, count in (op.get("errors") or {}).items():
+                kinds[kind] = kinds.get(kind, 0) + count
+        kind = max(kinds, key=kinds.__getitem__) if kinds else "op"
+        since = time.strftime("%H:%M:%S", time.localtime(since_wall))
+        last = phase["error_samples"][-1] if phase.get("error_samples") else ""
+        grace = f"{self.grace:g}" if self.grace is not None else "?"
+        return (f"{kind} errors from {since}: 100 % of ops failed for {grace} s, so the run stopped "
+                f"(--on-error continue runs on)" + (f"; last: {last}" if last else ""))

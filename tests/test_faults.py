@@ -1,0 +1,207 @@
+"""Faults end a run the way a user needs: a dead server stops it (failed, exit 1), a refused
+prefill is one line (exit 2), a bug of ours is a crash (exit 70, traceback in a file), and
+SIGTERM/SIGHUP clean up like Ctrl-C (exit 130). Real servers, killed for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+
+
+def _start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """cachemark in its own process group, as a terminal or CI would start it."""
+    return subprocess.Popen([sys.executable, "-m", "cachemark", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "COLUMNS": "200", **(env or {})})
+
+
+def _wait_for_ops(server, minimum: int = 1000, timeout: float = 30) -> None:
+    """Until the server has served ``minimum`` commands: the timed phase is under way."""
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=server.port)
+    deadline = time.monotonic() + timeout
+    while client.info("stats")["total_commands_processed"] < minimum:
+        assert time.monotonic() < deadline, "the run never got going"
+        time.sleep(0.1)
+    client.close()
+
+
+def _results(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_killed_server_stops_the_run_and_fails_it(tmp_path, spawn, workers) -> None:
+    server = spawn("redis")
+    proc = _start(["run", "-t", server.url(), "--duration", "30s", "--warmup", "0", "--no-calibrate",
+                   "--workers", str(workers), "--keys", "1000", "-o", "out.json"], tmp_path)
+    _wait_for_ops(server)
+    time.sleep(0.5)
+    os.kill(server.pid(), signal.SIGKILL)
+    killed = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=60)
+    took = time.monotonic() - killed
+    assert proc.returncode == 1, stderr
+    assert took < 10, f"the run went on for {took:.1f} s after the server died"
+    run = _results(tmp_path / "out.json")["runs"][0]
+    assert run["status"] == "failed"
+    assert "connection errors from" in run["reason"] and "100 % of ops failed for 2 s" in run["reason"]
+    phase = run["phases"][0]
+    assert phase["stopped_on_errors"] == run["reason"]
+    assert phase["ops"]["get"]["hits"] + phase["ops"]["get"]["misses"] > 0  # what was measured is kept
+    assert "Traceback" not in stderr
+    assert "failed: connection errors from" in stdout.replace("\n", " ")
+
+
+def test_on_error_continue_runs_to_the_deadline_with_errors_in_the_series(tmp_path, spawn) -> None:
+    server = spawn("redis")
+    proc = _start(["run", "-t", server.url(), "--duration", "5s", "--warmup", "0", "--no-calibrate",
+                   "--workers", "1", "--keys", "1000", "--on-error", "continue", "-o", "out.json"], tmp_path)
+    _wait_for_ops(server)
+    os.kill(server.pid(), signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    phase = _results(tmp_path / "out.json")["runs"][0]["phases"][0]
+    assert phase["wall_s"] > 4.5
+    assert not phase["stopped_on_errors"]
+    seconds = phase["timeseries"]
+    assert seconds[-1]["errors"] == seconds[-1]["ops"] > 100  # after the kill: every op of a second failed
+
+
+def test_a_refused_prefill_is_one_line(tmp_path, cachemark) -> None:
+    result = cachemark("run", "-t", "spawn:memcached?max_item_size=1k", "--value-size", "2048", "--duration", "1s",
+                       "--warmup", "0", "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "memcached refused 2,048-byte values during prefill" in lines[0]
+    assert "object too large for cache" in lines[0]
+
+
+def test_a_full_redis_refuses_the_prefill_in_one_line(tmp_path, cachemark) -> None:
+    result = cachemark("run", "-t", "spawn:redis?maxmemory=1mb&maxmemory_policy=noeviction", "--keys", "5000",
+                       "--value-size", "2048", "--duration", "1s", "--warmup", "0", "--no-calibrate", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "redis refused 2,048-byte values during prefill" in lines[0], result.stderr
+    assert "maxmemory" in lines[0]
+
+
+def test_a_bug_in_a_worker_is_a_crash_with_its_traceback_saved(tmp_path, cachemark) -> None:
+    # A cache class whose set_many has a bug: the worker's prefill raises TypeError.
+    (tmp_path / "buggy_cache.py").write_text(
+        "from django.core.cache.backends.locmem import LocMemCache\n"
+        "class BuggyCache(LocMemCache):\n"
+        "    def set_many(self, data, timeout=None, version=None):\n"
+        "        return len(None)\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "COLUMNS": "200"}
+    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", "django://?BACKEND=buggy_cache.BuggyCache",
+                             "--duration", "1s", "--warmup", "0", "--no-calibrate"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 70, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("cachemark: crash (a bug in cachemark")
+    assert "TypeError" in lines[0]
+    saved = Path(lines[0].rsplit("traceback saved to ", 1)[1])
+    try:
+        assert "Traceback (most recent call last)" in saved.read_text() and "set_many" in saved.read_text()
+        assert saved.stat().st_mode & 0o077 == 0  # private: it may hold paths and arguments
+    finally:
+        saved.unlink()
+
+
+def test_a_bug_in_the_cli_is_a_crash(tmp_path, monkeypatch, capsys) -> None:
+    from cachemark import cli, session
+
+    def broken(*args, **kwargs):
+        raise KeyError("phases")
+
+    monkeypatch.setattr(session, "run_experiment", broken)
+    monkeypatch.setattr(sys, "argv", ["cachemark", "run", "-t", "memory://", "--no-calibrate"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 70
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "crash (a bug in cachemark" in err and "KeyError" in err
+    Path(err.rsplit("traceback saved to ", 1)[1]).unlink()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_spawned_servers_and_save_partial_results(tmp_path, sig) -> None:
+    proc = _start(["run", "-t", "spawn:redis", "--duration", "30s", "--warmup", "0", "--no-calibrate",
+                   "--workers", "2", "-o", "out.json"], tmp_path)
+    server_pid, server_dir = None, None
+    deadline = time.monotonic() + 30
+    while server_pid is None and time.monotonic() < deadline:  # the server cachemark spawned
+        listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+        for line in listing.splitlines():
+            pid, ppid, args = line.split(None, 2)
+            if int(ppid) == proc.pid and "redis-server" in args:
+                server_pid, server_dir = int(pid), os.readlink(f"/proc/{pid}/cwd")
+        time.sleep(0.1)
+    assert server_pid is not None and "cachemark-redis-" in server_dir
+    time.sleep(2.5)  # into the timed phase
+    os.killpg(proc.pid, sig)  # the whole group, as a closed terminal or a CI cancel does
+    sent = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert time.monotonic() - sent < 15
+    assert "Traceback" not in stderr
+    assert not Path(f"/proc/{server_pid}").exists()  # stopped (and reaped) by cachemark
+    assert not Path(server_dir).exists()
+    run = _results(tmp_path / "out.json")["runs"][0]
+    assert run["status"] == "interrupted"
+    assert run["phases"] and run["phases"][0]["ops"]["get"]["count"] > 0
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs (root only): a disk that fills up during the prefill."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.mark.parametrize("scheme", ["file", "sqlite"])
+def test_a_full_disk_is_one_line_and_earlier_results_are_kept(tmp_path, tiny_disk, cachemark, scheme) -> None:
+    target = f"{scheme}://{tiny_disk}/cache" + (".db" if scheme == "sqlite" else "")
+    result = cachemark("run", "-t", "memory://", "-t", target, "--value-size", "2000", "--duration", "1s",
+                       "--warmup", "0", "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"{scheme} ran out of space storing 2,000-byte values during prefill" in lines[0]
+    assert "No space left on device" in lines[0] or "database or disk is full" in lines[0]
+    runs = _results(tmp_path / "out.json")["runs"]
+    assert [r["target"] for r in runs] == ["memory://"]  # the run before the full disk, saved
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path) -> None:
+    """Start-up, calibration, server spawn, worker start, prefill, warm-up, timed phase:
+    a Ctrl-C to the process group at each moment exits 130 promptly, never a traceback."""
+    outcomes = []
+    for delay in (0.3, 0.9, 1.4, 1.8, 1.9, 2.0, 2.2, 3.0):
+        proc = _start(["run", "-t", "spawn:redis", "--duration", "3s", "--warmup", "1s", "--workers", "2",
+                       "-o", "out.json"], tmp_path)
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        sent = time.monotonic()
+        _, stderr = proc.communicate(timeout=60)
+        outcomes.append((delay, proc.returncode, round(time.monotonic() - sent, 1), "Traceback" in stderr))
+    assert all(code == 130 and took < 5 and not traceback for _, code, took, traceback in outcomes), outcomes
