@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -104,3 +105,21 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Completed
 @pytest.fixture
 def cachemark() -> Callable[..., subprocess.CompletedProcess]:
     return run_cli
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs (needs root and mount rights; skipped with the reason otherwise)."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {proc.stderr.strip() or proc.returncode}")
+    try:
+        yield mount
+    finally:
+        for _ in range(20):
+            if subprocess.run(["umount", str(mount)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)

@@ -63,6 +63,24 @@ def test_a_killed_server_stops_the_run_and_fails_it(tmp_path, spawn, workers) ->
     assert "failed: connection errors from" in stdout.replace("\n", " ")
 
 
+def test_a_hung_server_stops_the_run_after_its_timeouts(tmp_path, spawn) -> None:
+    server = spawn("redis")
+    proc = _start(["run", "-t", f"{server.url()}?socket_timeout=1", "--duration", "30s", "--warmup", "0",
+                   "--no-calibrate", "--workers", "2", "--keys", "1000", "-o", "out.json"], tmp_path)
+    _wait_for_ops(server)
+    os.kill(server.pid(), signal.SIGSTOP)  # alive, connected, silent
+    stopped = time.monotonic()
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        os.kill(server.pid(), signal.SIGCONT)
+    assert proc.returncode == 1, stderr
+    assert time.monotonic() - stopped < 15
+    run = _results(tmp_path / "out.json")["runs"][0]
+    assert run["status"] == "failed" and run["reason"].startswith("timeout errors from")
+    assert "cleanup failed" in run["backend"].get("cleanup_error", "")  # said, not hidden
+
+
 def test_on_error_continue_runs_to_the_deadline_with_errors_in_the_series(tmp_path, spawn) -> None:
     server = spawn("redis")
     proc = _start(["run", "-t", server.url(), "--duration", "5s", "--warmup", "0", "--no-calibrate",
@@ -163,18 +181,6 @@ def test_sigterm_and_sighup_stop_spawned_servers_and_save_partial_results(tmp_pa
     run = _results(tmp_path / "out.json")["runs"][0]
     assert run["status"] == "interrupted"
     assert run["phases"] and run["phases"][0]["ops"]["get"]["count"] > 0
-
-
-@pytest.fixture
-def tiny_disk(tmp_path):
-    """A 64 KiB tmpfs (root only): a disk that fills up during the prefill."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    yield where
-    subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 @pytest.mark.parametrize("scheme", ["file", "sqlite"])

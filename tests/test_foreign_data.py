@@ -13,8 +13,6 @@ import contextlib
 import os
 import socket
 import sqlite3
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,7 @@ from cachemark.backends import create_backend
 from cachemark.backends.base import Backend, CleanupFailed
 from cachemark.backends.django import django_url
 from cachemark.errors import SpecError, UserError
-from cachemark.lab.base import find_binary, free_port, wait_for_port
+from cachemark.lab import LocalServer
 from cachemark.run.runner import run_target
 from cachemark.spec import TagSpec, Workload
 from cachemark.target import parse_target
@@ -316,41 +314,14 @@ def test_versioned_tags_leave_no_key_on_memcached(memcached_server) -> None:
     assert _memcached_keys(memcached_server.port, namespace) == []
 
 
-class _Memcached:
-    """A memcached on a fixed port that a test can kill and start again (a restart mid-run)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        argv = [find_binary("memcached"), "-l", "127.0.0.1", "-p", str(self.port), "-U", "0"]
-        if os.geteuid() == 0:
-            argv += ["-u", "root"]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port("127.0.0.1", self.port, 10, self.proc)
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
 @pytest.fixture
-def restartable_memcached() -> Iterator[_Memcached]:
-    try:
-        find_binary("memcached")
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"memcached not available: {exc}")
-    server = _Memcached()
-    server.start()
-    yield server
-    server.kill()
+def restartable_memcached(spawn) -> LocalServer:
+    """A private memcached that a test can kill, and start again on its port (a restart mid-run)."""
+    return spawn("memcached")
 
 
 @pytest.mark.parametrize("client", ["pymemcache", "pylibmc"])
-def test_memcached_cleanup_survives_a_server_restart(restartable_memcached: _Memcached, client: str) -> None:
+def test_memcached_cleanup_survives_a_server_restart(restartable_memcached: LocalServer, client: str) -> None:
     server, ns = restartable_memcached, "cm:ab12cd34:"
     url = f"memcached://127.0.0.1:{server.port}?client={client}"
     cleaner = _open(url, ns)  # the runner's preflight connection, idle during the run
@@ -358,8 +329,7 @@ def test_memcached_cleanup_survives_a_server_restart(restartable_memcached: _Mem
     for i in range(1000):
         writer.set(f"{ns}{i}", b"x")
     writer.close()
-    server.kill()
-    server.start()
+    server.restart()
     writer = _open(url, ns)
     for i in range(900):  # written after the restart: the ones cleanup must still remove
         writer.set(f"{ns}{i}", b"y")
@@ -371,7 +341,7 @@ def test_memcached_cleanup_survives_a_server_restart(restartable_memcached: _Mem
 
 
 @pytest.mark.parametrize("client", ["pymemcache", "pylibmc"])
-def test_memcached_cleanup_failure_says_what_remains(restartable_memcached: _Memcached, client: str) -> None:
+def test_memcached_cleanup_failure_says_what_remains(restartable_memcached: LocalServer, client: str) -> None:
     server, ns = restartable_memcached, "cm:ab12cd34:"
     cleaner = _open(f"memcached://127.0.0.1:{server.port}?client={client}&connect_timeout=1&timeout=1", ns)
     server.kill()
@@ -383,7 +353,7 @@ def test_memcached_cleanup_failure_says_what_remains(restartable_memcached: _Mem
     assert "900 keys of namespace cm:ab12cd34: may remain" in message and "\n" not in message
 
 
-def test_runner_reports_the_cleanup_failure_line(restartable_memcached: _Memcached,
+def test_runner_reports_the_cleanup_failure_line(restartable_memcached: LocalServer,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The run itself ends before the server dies; the line is what the user then reads."""
     from cachemark.run import runner
@@ -410,24 +380,6 @@ def test_runner_reports_the_cleanup_failure_line(restartable_memcached: _Memcach
 
 
 # --- item 11: the real error surfaces, bad paths are one line -----------------------------
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs (needs root and mount rights; skipped with the reason otherwise)."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {proc.stderr.strip() or proc.returncode}")
-    try:
-        yield mount
-    finally:
-        for _ in range(20):
-            if subprocess.run(["umount", str(mount)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
 
 
 @pytest.mark.parametrize("query", ["", "?max_entries=100000"])

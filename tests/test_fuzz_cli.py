@@ -117,6 +117,9 @@ FLAGS: dict[str, list[Any]] = {
     "workers": [-1, 0, 1, 2, 512, 513, 10**6],
     "rate": [-1.0, 0.0, 1.0, 1e3, 1e8, 1e308, math.nan, math.inf],
     "seed": [-1, 0, 1, 2**64, -(2**70)],
+    "arrival": ["fixed", "poisson", "Poisson", "", "exp\n"],
+    "on_error": ["stop", "continue", "halt", ""],
+    "error_grace": ["2s", "0", "-1s", "1e9", "abc", "0.001s"],
 }
 SWEEPS = ["value_size=1024,10000", "workers=1,2", "workers=", "nosuch=1", "=", "mix=get=1;set=2", "connections=1,2",
           "pipeline=1,4", "keys=0,1", "rate=1,abc", "duration=1s", "value_size", "workers=1,2,3,4,5,6,7,8",
@@ -153,7 +156,7 @@ GOOD_FLAGS: dict[str, list[Any]] = {
             "set_many=1,get_many=1", "clean=1,set=9"],
     "ttl": [0.0, 1.0, 60.0], "prefill": [True, False], "warmup": ["0", "1s", "500ms"], "warmup_ops": [0, 10],
     "duration": ["0.05s", "1s", "5"], "ops": [1, 100], "workers": [1, 2, 4], "rate": [1.0, 1e3, 1e5],
-    "seed": [0, 1, 2**64],
+    "seed": [0, 1, 2**64], "arrival": ["fixed", "poisson"], "on_error": ["stop", "continue"], "error_grace": ["2s"],
 }
 
 
@@ -238,8 +241,6 @@ def _check_run(url: str, workload: Any) -> None:
 
 
 def target_case(rng: random.Random, tmp: Path) -> Callable[[], None]:
-    from cachemark.spec import build_experiment, merge_overrides
-
     targets = [_url(rng) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
     flags = _flags(rng)
     labels = [_text(rng) for _ in targets] if rng.random() < 0.1 else None
@@ -247,22 +248,10 @@ def target_case(rng: random.Random, tmp: Path) -> Callable[[], None]:
     repeat = rng.choice([0, 1, 2, 101, -1]) if rng.random() < 0.05 else None
     network = rng.choice(NETWORKS) if rng.random() < 0.1 else None
 
-    def run() -> None:  # cli.run's order, minus the run itself
-        from cachemark.run.sweep import parse_sweep
+    def run() -> None:  # what cli.run builds, minus the run itself
+        from cachemark.cli import experiment_from
 
-        given = dict(flags)
-        if given.get("ops") is not None and given.get("duration") is None:
-            given["duration"] = None
-        data = merge_overrides({}, targets, given)
-        if labels:
-            data["labels"] = labels
-        if sweep:
-            data["sweep"] = parse_sweep(sweep)
-        if repeat is not None:
-            data["repeat"] = repeat
-        if network is not None:
-            data["network"] = network
-        _check_experiment(build_experiment(data, "command line"))
+        _check_experiment(experiment_from({}, "command line", targets, flags, labels, sweep, repeat, network))
 
     return run
 

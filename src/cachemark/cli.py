@@ -10,7 +10,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,6 +20,9 @@ from .report.commands import compare as compare_command
 from .report.commands import report as report_command
 from .report.commands import thresholds as thresholds_command
 from .report.terminal import make_console
+
+if TYPE_CHECKING:
+    from .spec import Experiment
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -46,6 +49,29 @@ def _root(
 def _workload_flags(**flags: Any) -> dict[str, Any]:
     """The workload fields given on the command line (None means: not given)."""
     return {name: value for name, value in flags.items() if value is not None}
+
+
+def experiment_from(data: dict[str, Any], where: str, targets: list[str] | None, flags: dict[str, Any],
+                    labels: list[str] | None = None, sweep: list[str] | None = None, repeat: int | None = None,
+                    network: str | None = None) -> Experiment:
+    """The experiment ``cachemark run`` runs: a file or preset's data with the command line's flags over it."""
+    from .spec import build_experiment, merge_overrides
+
+    flags = dict(flags)
+    if flags.get("ops") is not None and flags.get("duration") is None:
+        flags["duration"] = None  # --ops alone: the phase ends by count, not by the default duration
+    data = merge_overrides(data, targets, flags)
+    if labels:
+        data["labels"] = labels
+    if sweep:
+        from .run.sweep import parse_sweep
+
+        data["sweep"] = parse_sweep(sweep)
+    if repeat is not None:
+        data["repeat"] = repeat
+    if network is not None:
+        data["network"] = network
+    return build_experiment(data, where)
 
 
 def resolve_source(source: str | None) -> tuple[dict[str, Any], str]:
@@ -107,7 +133,6 @@ def run(
     Example: cachemark run -t redis://127.0.0.1:6379 -t spawn:memcached --mix get=80,set=20 --duration 10s
     """
     from .session import run_experiment
-    from .spec import build_experiment, merge_overrides
 
     data, where = resolve_source(source)
     flags = _workload_flags(
@@ -115,20 +140,7 @@ def run(
         warmup_ops=warmup_ops, duration=duration, ops=ops, workers=workers, rate=rate, seed=seed,
         arrival=arrival, on_error=on_error, error_grace=error_grace,
     )
-    if ops is not None and duration is None:
-        flags["duration"] = None
-    data = merge_overrides(data, target, flags)
-    if label:
-        data["labels"] = label
-    if sweep:
-        from .run.sweep import parse_sweep
-
-        data["sweep"] = parse_sweep(sweep)
-    if repeat is not None:
-        data["repeat"] = repeat
-    if network is not None:
-        data["network"] = network
-    experiment = build_experiment(data, where)
+    experiment = experiment_from(data, where, target, flags, label, sweep, repeat, network)
     document, path = run_experiment(experiment, out=out, calibrate=calibrate, console=console)
     console.print(f"results: {path}", markup=False, highlight=False)
     if html:

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlencode, urlsplit
 
 from .errors import SpecError
+from .textfile import one_line
 
 # Query parameter (and JSON option) names whose values are secrets: password, passwd,
 # PASSWORD, sasl_password, secret, client_secret, aws_secret_access_key, token,
@@ -438,18 +439,3 @@ def scrub(data: Any) -> Any:
     if isinstance(data, str):
         return redact_text(data, limit=None) if data and not data.startswith("HISTF") else data
     return data
-
-
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-# C0, DEL, C1, and the Unicode line/paragraph separators and bidi controls a terminal obeys
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def one_line(text: str, limit: int | None = MAX_SHOWN) -> str:
-    """``text`` on one line: control characters escaped (``\\n``, ``\\x1b``), cut to ``limit``."""
-    text = _CONTROL.sub(lambda m: _ESCAPES.get(m.group(0)) or (
-        f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100 else f"\\u{ord(m.group(0)):04x}"), str(text))
-    if limit is not None and len(text) > limit:
-        keep = max(limit - 1, 2)
-        text = text[: keep - keep // 4] + "…" + text[len(text) - keep // 4:]
-    return text

@@ -98,19 +98,7 @@ class LocalServer(ABC):
         self.port = free_port()
         try:
             self.prepare()
-            self._log = open(os.path.join(self.tmpdir, "server.log"), "wb")  # noqa: SIM115
-            self.proc = subprocess.Popen(
-                self.command(),
-                cwd=self.tmpdir,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env(),
-                start_new_session=True,  # Ctrl-C in the terminal goes to us, not straight to the server
-            )
-            _LIVE.add(self)
-            self.wait_ready()
-            self.version = self.detect_version()
+            self._launch()
         except BaseException as exc:
             log = self.log_tail()
             self.stop()
@@ -118,6 +106,36 @@ class LocalServer(ABC):
                 raise BackendUnavailable(f"{self.kind}: {exc}; last log line: {log}") from None
             raise
         return self
+
+    def kill(self) -> None:
+        """End the server outright (SIGKILL), as a crash would; its port and directory stay
+        for :meth:`restart`. For fault tests: a run's server dying, or restarting, mid-run."""
+        if self.proc is not None and self.proc.poll() is None:
+            with _suppress():
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Start the server again on the same port and directory, after :meth:`kill`."""
+        self.kill()
+        self._launch()
+
+    def _launch(self) -> None:
+        if getattr(self, "_log", None):
+            self._log.close()
+        self._log = open(os.path.join(self.tmpdir, "server.log"), "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            self.command(),
+            cwd=self.tmpdir,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env(),
+            start_new_session=True,  # Ctrl-C in the terminal goes to us, not straight to the server
+        )
+        _LIVE.add(self)
+        self.wait_ready()
+        self.version = self.detect_version()
 
     def log_tail(self) -> str:
         try:
