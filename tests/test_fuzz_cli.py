@@ -823,7 +823,7 @@ def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess
     (lambda d: None, ["run", "-t", "spawn:memcached?memory_mb=lots", "--no-calibrate"],
      "spawn:memcached: memory_mb='lots' must be a whole number"),
     (lambda d: None, ["run", "-t", "spawn:memcached?settings=-X", "--no-calibrate"],
-     "spawn:memcached: unknown option 'settings'"),
+     "spawn:memcached: unknown parameter 'settings'"),
 ])
 def test_the_command_prints_one_line_and_exits_2(tmp_path, setup, args, message):
     setup(tmp_path)

@@ -205,7 +205,9 @@ def test_a_wrong_password_is_never_printed_or_saved(tmp_path, redis_server_auth,
                        "-o", "out.json", "--html", cwd=tmp_path, timeout=120)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert (tmp_path / "out.json").exists()
+    # the plain one fails connecting (after memory:// ran); the nested one already when the
+    # experiment is planned (its decoded password holds a bare '/'), before anything runs
+    assert (tmp_path / "out.json").exists() == (form == "plain")
     written = _everything_written(tmp_path, result, cachemark)
     assert SECRET not in written
 

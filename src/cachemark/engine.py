@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from .errors import BackendUnavailable, SpecError
+from .schemes import scheme
 from .target import Target, parse_target
 
 try:
@@ -57,12 +58,14 @@ def target_config(target: str | Target) -> dict[str, Any]:
     """
     t = parse_target(target) if isinstance(target, str) else target
     cfg: dict[str, Any] = {}
-    if t.scheme in ("redis", "valkey"):
+    family = scheme(t.scheme, t.redacted).engine
+    if family == "resp":
+        if scheme(t.scheme).tls:
+            raise SpecError(f"{t.redacted}: the engine does not speak TLS yet; use client=redis-py")
         proto = (t.param("protocol") or "resp2").lower()
         cfg["protocol"] = {"2": "resp2", "3": "resp3"}.get(proto, proto)
         if cfg["protocol"] not in ("resp2", "resp3"):
             raise SpecError(f"{t.redacted}: protocol must be resp2 or resp3")
-        default_port = 6379
         db = t.path.strip("/")
         if db:
             if not db.isdigit():
@@ -72,14 +75,14 @@ def target_config(target: str | Target) -> dict[str, Any]:
         cfg["password"] = t.password
         if len(t.hosts) > 1:
             raise SpecError(f"{t.redacted}: the engine takes one Redis server (no cluster mode)")
-    elif t.scheme == "memcached":
+    elif family == "memcache":
         proto = (t.param("protocol") or "text").lower()
         cfg["protocol"] = {"text": "memcache_text", "meta": "memcache_meta"}.get(proto, proto)
         if cfg["protocol"] not in ("memcache_text", "memcache_meta"):
             raise SpecError(f"{t.redacted}: protocol must be text or meta")
-        default_port = 11211
     else:
         raise SpecError(f"{t.redacted}: the native engine speaks redis:// and memcached:// only")
+    default_port = scheme(t.scheme).default_port
     hosts = t.hosts or (("127.0.0.1", None),)
     cfg["servers"] = [f"{h}:{p or default_port}" if ":" not in h else f"[{h}]:{p or default_port}" for h, p in hosts]
     for knob in ("threads", "connections", "pipeline"):

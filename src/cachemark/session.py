@@ -21,6 +21,7 @@ from .report.table import render
 from .results import default_path, new_document, write_atomic
 from .run.runner import default_label, run_target
 from .run.sweep import saturation_summary, sweep_points
+from .schemes import check_params
 from .spec import Experiment, Workload, build_experiment
 from .target import parse_target, redact, with_params
 
@@ -69,6 +70,7 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
                 target_fields = {k: v for k, v in point.items() if k in TARGET_PARAMS}
                 workload = build_experiment({"workload": {**base, **workload_fields}}, "sweep").workload
                 point_url = _with_target_params(url, target_fields)
+                check_params(parse_target(point_url))  # every run's URL, before the first one starts
                 for repeat in range(experiment.repeat):
                     runs.append(RunSpec(point_url, label, workload, point, profile, repeat))
     return runs

@@ -175,6 +175,8 @@ class Workload(_Model):
 
     @model_validator(mode="after")
     def _bounded(self) -> Workload:
+        if self.ops is not None and "duration" not in self.model_fields_set:
+            self.duration = None  # `ops = 400` alone ends by count, as `--ops 400` alone does
         for phase in self.effective_phases():
             if phase.ops is None and not phase.duration:
                 raise ValueError(f"phase {phase.name!r} needs ops or a duration (else it would never end)")

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
+from ..schemes import scheme
 from ..target import Target
 from .base import Backend, Capabilities, CleanupFailed
 
@@ -53,9 +54,8 @@ class MemcachedBackend(Backend):
             raise SpecError(
                 f"{target.redacted}: client={self.client_name!r}; use one of {', '.join(_CLIENTS)}"
             )
-        self.servers = [(host or "127.0.0.1", port or 11211) for host, port in target.hosts] or [
-            ("127.0.0.1", 11211)
-        ]
+        port = scheme(target.scheme).default_port
+        self.servers = [(host or "127.0.0.1", given or port) for host, given in target.hosts] or [("127.0.0.1", port)]
         self.timeout = target.float_param("timeout", 5.0)
         self.connect_timeout = target.float_param("connect_timeout", 2.0)
         self.no_delay = target.bool_param("no_delay", True)

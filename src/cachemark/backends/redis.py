@@ -22,6 +22,7 @@ from redis.retry import Retry
 from redis.utils import HIREDIS_AVAILABLE
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
+from ..schemes import scheme
 from ..target import Target
 from .base import Backend, Capabilities, cleanup_failed
 
@@ -54,11 +55,12 @@ class RedisBackend(Backend):
             db = int(path) if path else 0
         except ValueError:
             raise SpecError(f"{target.redacted}: database {path!r} must be a number") from None
-        self.tls = target.scheme == "rediss"
+        row = scheme(target.scheme)
+        self.tls = row.tls
         # Connection settings only; nothing connects until open().
         self._kwargs: dict[str, Any] = {
             "host": target.host,
-            "port": target.port(6379),
+            "port": target.port(row.default_port),
             "db": db,
             "username": target.username,
             "password": target.password,
@@ -96,7 +98,7 @@ class RedisBackend(Backend):
             return
         pool = redis.ConnectionPool(**self._kwargs)
         client = redis.Redis(connection_pool=pool)
-        where = f"{self.target.host}:{self.target.port(6379)}"
+        where = f"{self.target.host}:{self._kwargs['port']}"
         try:
             client.ping()
             self.server_version = str(client.info("server").get("redis_version", ""))
@@ -179,7 +181,7 @@ class RedisBackend(Backend):
             if batch:
                 removed += client.unlink(*batch)
         except Exception as exc:  # noqa: BLE001 - redis-py already reconnected once; say what is left
-            where = f"redis at {self.target.host}:{self.target.port(6379)}"
+            where = f"redis at {self.target.host}:{self._kwargs['port']}"
             raise cleanup_failed(where, exc, f"keys of namespace {self.namespace} ({removed:,} removed before)"
                                  ) from None
         return removed

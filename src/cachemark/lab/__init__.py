@@ -8,29 +8,16 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import SpecError
+from ..schemes import lab_kind, lab_kinds
 from .base import LocalServer, free_port
-
-_KINDS: dict[str, tuple[str, str]] = {
-    "redis": ("cachemark.lab.redis", "RedisServer"),
-    "memcached": ("cachemark.lab.memcached", "MemcachedServer"),
-    "postgresql": ("cachemark.lab.postgres", "PostgresServer"),
-    "postgres": ("cachemark.lab.postgres", "PostgresServer"),
-    "mysql": ("cachemark.lab.mysql", "MysqlServer"),
-    "mariadb": ("cachemark.lab.mysql", "MysqlServer"),
-    "s3": ("cachemark.lab.s3", "S3Server"),
-}
 
 
 def kinds() -> list[str]:
-    return sorted(_KINDS)
+    return lab_kinds()
 
 
 def server_class(kind: str) -> type[LocalServer]:
-    try:
-        module_name, class_name = _KINDS[kind]
-    except KeyError:
-        raise SpecError(f"cannot spawn {kind!r}; the lab knows: {', '.join(kinds())}") from None
+    module_name, class_name = lab_kind(kind).server.split(":")
     return getattr(importlib.import_module(module_name), class_name)
 
 

@@ -13,10 +13,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..errors import SpecError
+from ..schemes import network_schemes, scheme
 from ..target import Target, parse_target, with_params
-
-DEFAULT_PORTS = {"redis": 6379, "rediss": 6380, "memcached": 11211, "postgresql": 5432, "postgres": 5432,
-                 "mysql": 3306, "mariadb": 3306}
 
 
 def _rebuild(target: Target, hosts: list[tuple[str, int]]) -> Target:
@@ -36,23 +34,24 @@ def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -
     """The target rewritten to go through proxies playing ``profile``, and the proxies."""
     from ..lab.network import start_proxy
 
-    if target.scheme == "s3":
-        endpoint = target.param("endpoint_url")
+    row = scheme(target.scheme, target.redacted)
+    if row.proxy_param:
+        endpoint = target.param(row.proxy_param)
         if not endpoint:
-            raise SpecError(f"{target.redacted}: a network profile needs endpoint_url (a local S3 server)")
+            raise SpecError(f"{target.redacted}: a network profile needs {row.proxy_param} (a local server)")
         parts = urlsplit(endpoint)
         proxy = stack.enter_context(start_proxy(parts.hostname or "127.0.0.1", parts.port or 80, profile))
         new_endpoint = f"{parts.scheme}://{proxy.host}:{proxy.port}{parts.path}"
-        return with_params(target, {**target.params, "endpoint_url": new_endpoint}), [proxy]
-    if target.scheme not in DEFAULT_PORTS:
+        return with_params(target, {**target.params, row.proxy_param: new_endpoint}), [proxy]
+    if row.default_port is None:
         raise SpecError(
             f"{target.redacted}: network profiles apply to network targets "
-            f"({', '.join(sorted(DEFAULT_PORTS))}, s3), not to {target.scheme}://"
+            f"({', '.join(network_schemes())}), not to {target.scheme}://"
         )
     proxies = []
     hosts = []
     for host, port in target.hosts or (("127.0.0.1", None),):
-        proxy = stack.enter_context(start_proxy(host, port or DEFAULT_PORTS[target.scheme], profile))
+        proxy = stack.enter_context(start_proxy(host, port or row.default_port, profile))
         proxies.append(proxy)
         hosts.append((proxy.host, proxy.port))
     return _rebuild(target, hosts), proxies

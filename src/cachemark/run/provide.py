@@ -16,13 +16,8 @@ from collections.abc import Iterator
 
 from ..lab import server_class
 from ..lab.base import LocalServer
+from ..schemes import scheme, split_spawn_params
 from ..target import Target, parse_target, with_params
-
-# embedded stores that get a temp dir (or this file in it) when their URL has no path
-_EMBEDDED = {"file": "", "diskcache": "", "sqlite": "cache.db"}
-NESTED = ("fast", "slow", "LOCATION", "DATABASE")  # target parameters that are targets themselves
-# spawn: target parameters meant for the client, not the server
-PASSTHROUGH = ("client", "hiredis", "tags", "threads", "connections", "pipeline", "protocol", "noreply")
 
 
 @contextlib.contextmanager
@@ -40,19 +35,20 @@ def provide(target: Target) -> Iterator[tuple[Target, list[LocalServer]]]:
 
 def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalServer]) -> Target:
     if target.scheme == "spawn":
-        options = {k: v for k, v in target.params.items() if k not in PASSTHROUGH}
+        options, for_client = split_spawn_params(target)
         server = server_class(target.path)(**options).start()
         stack.callback(server.stop)
         servers.append(server)
-        passthrough = {k: v for k, v in target.params.items() if k in PASSTHROUGH}
         inner = parse_target(server.url())
-        return with_params(inner, {**inner.params, **passthrough})
-    if target.scheme in _EMBEDDED and not target.path.strip("/"):
+        return with_params(inner, {**inner.params, **for_client})
+    row = scheme(target.scheme, target.redacted)
+    if row.embedded is not None and not target.path.strip("/"):
         tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{target.scheme}-")
         stack.callback(shutil.rmtree, tmpdir, ignore_errors=True)
-        path = os.path.join(tmpdir, _EMBEDDED[target.scheme]) if _EMBEDDED[target.scheme] else tmpdir
+        path = os.path.join(tmpdir, row.embedded) if row.embedded else tmpdir
         return with_params(parse_target(f"{target.scheme}://{path}"), target.params)
-    nested = {k: v for k, v in target.params.items() if k in NESTED and (v.startswith("spawn:") or "://" in v)}
+    nested = {k: v for k, v in target.params.items()
+              if k in row.nested and (v.startswith("spawn:") or "://" in v)}
     if not nested:
         return target
     params = dict(target.params)
@@ -60,7 +56,7 @@ def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalSer
         inner = _provide(stack, parse_target(value), servers)
         if key == "LOCATION" and inner.scheme == "memcached":  # Django wants host:port lists
             params[key] = ",".join(f"{h}:{p}" for h, p in inner.hosts)
-        elif key == "LOCATION" and inner.scheme in _EMBEDDED:  # ... and directories as paths
+        elif key == "LOCATION" and scheme(inner.scheme).embedded is not None:  # ... and directories as paths
             params[key] = inner.path
         else:
             params[key] = inner.url

@@ -1,0 +1,191 @@
+"""Every fact about a target URL scheme, in one row: what adapter runs it, what to install,
+its default port, how a network profile proxies it, where its server figures come from,
+whether the native engine speaks it, and which URL parameters it takes.
+
+Before this table the same facts lived in six (the backend registry, the lab's kinds, the
+network proxy's ports, the server sampler's sources, the engine's config, the spawn
+passthrough list) and they disagreed: ``rediss://host`` changed port when ``--network``
+was added, ``valkey://`` was accepted by the engine and refused by the registry,
+``spawn:memcached?threads=`` never reached memcached. Adding a backend is now a row here,
+its adapter, and (if it has a server) a lab row.
+
+This module imports nothing of cachemark's but errors and text helpers, so every room
+may consult it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .errors import SpecError
+
+if TYPE_CHECKING:
+    from .target import Target
+
+# Parameters of the native engine (``?client=engine``), for the schemes it speaks.
+ENGINE_PARAMS = frozenset({"threads", "connections", "pipeline", "protocol"})
+# Parameters every scheme takes: ``tags=versioned|native|scan`` wraps any backend with tag support.
+COMMON_PARAMS = frozenset({"tags"})
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One URL scheme: ``redis``, ``sqlite``, ``django``, …"""
+
+    name: str
+    adapter: str  # "module:Class" of its Backend, imported only when used
+    package: str = ""  # what to pip install when the adapter's import fails
+    params: frozenset[str] = frozenset()  # URL parameters it takes (besides COMMON_PARAMS)
+    default_port: int | None = None  # a network scheme: the port when the URL gives none (and proxyable)
+    proxy_param: str | None = None  # a network service reached through a URL parameter (s3: endpoint_url)
+    stats: str | None = None  # where server figures come from: redis | memcached | postgres | mysql
+    engine: str | None = None  # the native engine's protocol family: resp | memcache
+    embedded: str | None = None  # a local store: "" (a directory) or a file name a temp dir gets
+    nested: tuple[str, ...] = ()  # parameters that are target URLs themselves
+    open_params: str | None = None  # a regex for open-ended parameter names (Django's settings)
+    tls: bool = False
+
+    def allowed(self) -> list[str]:
+        names = set(self.params | COMMON_PARAMS)
+        if self.engine:
+            names |= ENGINE_PARAMS | {"client"}
+        return sorted(names)
+
+    def takes(self, name: str) -> bool:
+        return name in self.params or name in COMMON_PARAMS or (
+            self.engine is not None and (name in ENGINE_PARAMS or name == "client")) or (
+            self.open_params is not None and re.fullmatch(self.open_params, name) is not None)
+
+
+@dataclass(frozen=True)
+class LabKind:
+    """A server the lab can spawn (``spawn:<name>``) and the scheme its URL has."""
+
+    name: str
+    server: str  # "module:Class" of its LocalServer
+    serves: str  # the scheme of the URL the started server gives
+    options: frozenset[str] = field(default_factory=frozenset)  # server options in the spawn: URL
+
+
+_REDIS = frozenset({"client", "hiredis", "socket_timeout", "socket_connect_timeout"})
+_REDIS_TLS = _REDIS | {"ssl_cert_reqs", "ssl_ca_certs"}
+_MEMCACHED = frozenset({"client", "binary", "connect_timeout", "no_delay", "noreply", "timeout"})
+_SQL = frozenset({"client", "connect_timeout", "create", "cull_frequency", "max_entries", "sslmode", "table"})
+_S3 = frozenset({"addressing", "aws_access_key_id", "aws_secret_access_key", "connect_timeout", "cull_frequency",
+                 "emulator", "encoding", "endpoint_url", "key_naming", "max_entries", "read_timeout", "region",
+                 "retries"})
+
+
+def _redis(name: str, tls: bool = False) -> Scheme:
+    return Scheme(name, "cachemark.backends.redis:RedisBackend", "redis", _REDIS_TLS if tls else _REDIS,
+                  default_port=6379, stats="redis", engine="resp", tls=tls)
+
+
+def _postgres(name: str) -> Scheme:
+    return Scheme(name, "cachemark.backends.sql:PostgresBackend", "psycopg[binary]", _SQL, default_port=5432,
+                  stats="postgres")
+
+
+def _mysql(name: str) -> Scheme:
+    return Scheme(name, "cachemark.backends.sql:MysqlBackend", "pymysql", _SQL, default_port=3306, stats="mysql")
+
+
+_SCHEMES = {s.name: s for s in (
+    Scheme("memory", "cachemark.backends.memory:MemoryBackend", params=frozenset({"max_entries"})),
+    Scheme("null", "cachemark.backends.null:NullBackend", params=frozenset({"hit", "size"})),
+    Scheme("file", "cachemark.backends.file:FileBackend", params=frozenset({"fanout"}), embedded=""),
+    Scheme("diskcache", "cachemark.backends.diskcache:DiskCacheBackend", "diskcache",
+           frozenset({"eviction_policy", "shards", "size_limit", "timeout"}), embedded=""),
+    Scheme("sqlite", "cachemark.backends.sqlite:SqliteBackend",
+           params=frozenset({"cull_frequency", "max_entries", "synchronous", "timeout"}), embedded="cache.db"),
+    # redis-py's default port is 6379 for rediss:// too, so it is here: the proxy must agree with the client
+    _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True),
+    Scheme("memcached", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED,
+           default_port=11211, stats="memcached", engine="memcache"),
+    _postgres("postgresql"), _postgres("postgres"), _mysql("mysql"), _mysql("mariadb"),
+    Scheme("s3", "cachemark.backends.s3:S3Backend", "boto3", _S3, proxy_param="endpoint_url"),
+    Scheme("django", "cachemark.backends.django:DjangoBackend", "django", nested=("LOCATION", "DATABASE"),
+           open_params=r"[A-Z][A-Z0-9_]*|OPTIONS\..+"),
+    Scheme("twolevel", "cachemark.backends.twolevel:TwoLevelBackend",
+           params=frozenset({"fast", "slow", "priority"}), nested=("fast", "slow")),
+)}
+
+_LAB = {k.name: k for k in (
+    LabKind("redis", "cachemark.lab.redis:RedisServer", "redis",
+            frozenset({"password", "maxmemory", "maxmemory_policy"})),
+    LabKind("memcached", "cachemark.lab.memcached:MemcachedServer", "memcached",
+            frozenset({"memory_mb", "threads", "max_connections", "max_item_size"})),
+    LabKind("postgresql", "cachemark.lab.postgres:PostgresServer", "postgresql"),
+    LabKind("postgres", "cachemark.lab.postgres:PostgresServer", "postgresql"),
+    LabKind("mysql", "cachemark.lab.mysql:MysqlServer", "mysql"),
+    LabKind("mariadb", "cachemark.lab.mysql:MysqlServer", "mysql"),
+    LabKind("s3", "cachemark.lab.s3:S3Server", "s3"),
+)}
+
+
+def schemes() -> list[str]:
+    """Every scheme a target URL may have (``spawn`` included)."""
+    return sorted([*_SCHEMES, "spawn"])
+
+
+def lab_kinds() -> list[str]:
+    return sorted(_LAB)
+
+
+def scheme(name: str, shown: str = "") -> Scheme:
+    """The row of a scheme, or one line naming the known ones."""
+    try:
+        return _SCHEMES[name]
+    except KeyError:
+        where = f" in {shown!r}" if shown else ""
+        raise SpecError(f"unknown backend scheme {name!r}{where}; known: {', '.join(schemes())}") from None
+
+
+def lab_kind(name: str) -> LabKind:
+    try:
+        return _LAB[name]
+    except KeyError:
+        raise SpecError(f"cannot spawn {name!r}; the lab knows: {', '.join(lab_kinds())}") from None
+
+
+def network_schemes() -> list[str]:
+    """Schemes a network profile can put a proxy in front of."""
+    return sorted(n for n, s in _SCHEMES.items() if s.default_port is not None or s.proxy_param)
+
+
+def split_spawn_params(target: Target) -> tuple[dict[str, str], dict[str, str]]:
+    """A ``spawn:`` target's parameters: (for the server, for the client of the scheme it serves).
+
+    A name the lab server declares goes to the server (``spawn:memcached?threads=4`` is
+    memcached's ``-t 4``); every other one must be a parameter of the served scheme.
+    """
+    kind = lab_kind(target.path)
+    served = scheme(kind.serves)
+    server, client = {}, {}
+    for name, value in target.params.items():
+        if name in kind.options:
+            server[name] = value
+        elif served.takes(name):
+            client[name] = value
+        else:
+            raise SpecError(f"spawn:{kind.name}: unknown parameter {name!r}; the server takes "
+                            f"{', '.join(sorted(kind.options)) or 'none'}, the client {', '.join(served.allowed())}")
+    return server, client
+
+
+def check_params(target: Target) -> None:
+    """Refuse a parameter the target's scheme does not take (nested targets too), naming the allowed ones."""
+    from .target import parse_target
+
+    if target.scheme == "spawn":
+        split_spawn_params(target)
+        return
+    row = scheme(target.scheme, target.redacted)
+    for name, value in target.params.items():
+        if not row.takes(name):
+            raise SpecError(f"{target.redacted}: unknown parameter {name!r} for {row.name}://; "
+                            f"it takes {', '.join(row.allowed())}")
+        if name in row.nested and (value.startswith("spawn:") or "://" in value):
+            check_params(parse_target(value))
