@@ -28,6 +28,7 @@ from ..spec import Workload
 from ..target import Target, parse_target, redact, scrub
 from ..workload.ops import mix_entries
 from .error_policy import ErrorWatch
+from .messages import Done, Fatal, PhaseReport
 from .monitor import PhaseMonitor
 from .provide import provide
 from .worker import Board, WorkerTask, worker_main
@@ -254,9 +255,9 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
     halted: dict[int, float] = {}  # phase index -> when (wall clock) its ops began to fail only
     phases = workload.effective_phases()
     clock = threading.Thread(target=_phase_clock, args=(barrier, len(phases), monitor), daemon=True)
-    per_phase: dict[int, list[dict[str, Any]]] = {}
+    per_phase: dict[int, list[PhaseReport]] = {}
     finished: set[int] = set()
-    fatal: list[tuple[str, str, str]] = []  # (message, kind, traceback)
+    fatal: list[Fatal] = []
     interrupted = False
     current = 0
     phase_started: float | None = None
@@ -272,27 +273,24 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                 message = results.get(timeout=0.1)
             except queue_mod.Empty:
                 message = None
-            if message is not None:
-                kind = message[0]
-                if kind == "phase":
-                    _, w, index, data = message
-                    per_phase.setdefault(index, []).append(data)
-                    interrupted |= data["interrupted"]
-                elif kind == "fatal":
-                    fatal.append((message[2], message[3], message[4] if len(message) > 4 else ""))
-                    board.halt[0] = 1
-                    barrier.abort()
-                    _signal_all(procs, signal.SIGINT)
-                elif kind == "done":
-                    finished.add(message[1])
+            if isinstance(message, PhaseReport):
+                per_phase.setdefault(message.index, []).append(message)
+                interrupted |= message.interrupted
+            elif isinstance(message, Fatal):
+                fatal.append(message)
+                board.halt[0] = 1
+                barrier.abort()
+                _signal_all(procs, signal.SIGINT)
+            elif isinstance(message, Done):
+                finished.add(message.worker)
             if any(not p.is_alive() and i not in finished for i, p in enumerate(procs)):
                 dead = [i for i, p in enumerate(procs) if not p.is_alive() and i not in finished]
                 time.sleep(0.2)  # its last messages may still be in flight
                 if results.empty():
                     code = procs[dead[0]].exitcode
                     # killed by a signal (the OOM killer, a user): the run failed; an exit code: a bug of ours
-                    fatal.append((f"worker {dead[0]} died ({_death(code)})",
-                                  "killed" if code is not None and code < 0 else "crash", ""))
+                    fatal.append(Fatal(dead[0], f"worker {dead[0]} died ({_death(code)})",
+                                       "killed" if code is not None and code < 0 else "crash"))
                     barrier.abort()
                     finished.update(dead)
             if current not in halted and watch.should_stop(sum(board.done), sum(board.failed)):
@@ -307,7 +305,7 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                 progress(phase.name, done, phase.ops, elapsed, phase.duration)
             if len(per_phase.get(current, [])) == n:
                 monitor.phase_ended(current, sum(op["count"] for part in per_phase[current]
-                                                 for op in part["ops"].values()))
+                                                 for op in part.ops.values()))
                 current += 1
                 phase_started = None
                 board.reset()
@@ -328,13 +326,13 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                 p.kill()
                 p.join()
         monitor.stop_all()
-    crashes = [f for f in fatal if f[1] == "crash"]
+    crashes = [f for f in fatal if f.kind == "crash"]
     if crashes:
-        raise Crash(f"{outcome.target}: {crashes[0][0]}", crashes[0][2])
+        raise Crash(f"{outcome.target}: {crashes[0].message}", crashes[0].traceback)
     if fatal and not per_phase:
-        raise UserError(f"{outcome.target}: {fatal[0][0]}")
+        raise UserError(f"{outcome.target}: {fatal[0].message}")
     if fatal:
-        outcome.status, outcome.reason = "failed", fatal[0][0]
+        outcome.status, outcome.reason = "failed", fatal[0].message
     elif interrupted and not halted:
         outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
     merged = []
@@ -365,10 +363,10 @@ def _drain(results, per_phase, finished, procs, timeout: float) -> None:
             if not any(p.pid is not None and p.is_alive() for p in procs):
                 return  # nobody left to send anything
             continue
-        if message[0] == "phase":
-            per_phase.setdefault(message[2], []).append(message[3])
-        elif message[0] == "done":
-            finished.add(message[1])
+        if isinstance(message, PhaseReport):
+            per_phase.setdefault(message.index, []).append(message)
+        elif isinstance(message, Done):
+            finished.add(message.worker)
 
 
 def _signal_all(procs, sig) -> None:
@@ -378,12 +376,11 @@ def _signal_all(procs, sig) -> None:
                 os.kill(p.pid, sig)
 
 
-def _merge_phase(phase, parts: list[dict[str, Any]], workload: Workload) -> dict[str, Any]:
-    start = min(p["start_ns"] for p in parts)
-    end = max(p["end_ns"] for p in parts)
+def _merge_phase(phase, parts: list[PhaseReport], workload: Workload) -> dict[str, Any]:
+    start = min(p.start_ns for p in parts)
+    end = max(p.end_ns for p in parts)
     wall_s = (end - start) / 1e9
-    ops = summarize_ops(merge_ops([p["ops"] for p in parts]), wall_s)
-    samples = [s for p in parts for s in p["error_samples"]][:5]
+    ops = summarize_ops(merge_ops([p.ops for p in parts]), wall_s)
     return {
         "name": phase.name,
         "mode": "open" if phase.rate else "closed",
@@ -391,10 +388,10 @@ def _merge_phase(phase, parts: list[dict[str, Any]], workload: Workload) -> dict
         "workers": workload.workers,
         "workers_reported": len(parts),
         "wall_s": wall_s,
-        "client_cpu_s": sum(p["cpu_s"] for p in parts),
-        "interrupted": any(p["interrupted"] for p in parts),
-        "missed": sum(p.get("missed", 0) for p in parts),
-        "error_samples": samples,
+        "client_cpu_s": sum(p.cpu_s for p in parts),
+        "interrupted": any(p.interrupted for p in parts),
+        "missed": sum(p.missed for p in parts),
+        "error_samples": [s for p in parts for s in p.error_samples][:5],
         "ops": ops,
-        "timeseries": merge_timeseries([p.get("timeseries", []) for p in parts]),
+        "timeseries": merge_timeseries([p.timeseries for p in parts]),
     }

@@ -34,6 +34,7 @@ from ..target import parse_target
 from ..textfile import one_line
 from ..workload.ops import MixEntry, OpStream, mix_entries, split_ops, stream_seed, tags_for_key
 from ..workload.values import make_value, value_header, value_matches
+from .messages import Done, Fatal, PhaseReport
 
 READ, WRITE, BOOL, MANY = 0, 1, 2, 3
 PRECOMPUTE_KEYS = 2_000_000
@@ -421,7 +422,7 @@ def _die_with_parent() -> None:
                 os._exit(1)
 
 
-def _final(queue, message: tuple) -> None:
+def _final(queue, message: Fatal) -> None:
     """Send a fatal report; the parent answers it with SIGINT to every worker, which must
     not cut this very send (or the clean-up after it) short."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -447,7 +448,7 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
             worker = Worker(task)
             worker.backend.open()
         except UserError as exc:
-            _final(queue, ("fatal", task.worker, str(exc), type(exc).__name__))
+            _final(queue, Fatal(task.worker, str(exc), "user"))
             return
         wl = worker.workload
         if board.halt[0]:
@@ -456,7 +457,7 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
             try:
                 worker.prefill(board.halt)
             except PrefillFailed as exc:
-                _final(queue, ("fatal", task.worker, str(exc), type(exc).__name__))
+                _final(queue, Fatal(task.worker, str(exc), "user"))
                 return
         for index, phase in enumerate(wl.effective_phases()):
             if phase.warmup_ops or (phase.warmup and phase.warmup_ops is None):
@@ -472,11 +473,11 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
             deadline = start + int(phase.duration * 1e9) if phase.duration else None
             recorder = worker.run_phase(phase, limit, deadline, board)
             end = time.perf_counter_ns()
-            queue.put(("phase", task.worker, index, {
-                "start_ns": start, "end_ns": end, "cpu_s": cpu_seconds() - cpu0,
-                "ops": recorder.result(), "interrupted": worker.interrupted, "missed": worker.missed,
-                "error_samples": recorder.error_samples, "timeseries": recorder.series(),
-            }))
+            queue.put(PhaseReport(
+                task.worker, index, start_ns=start, end_ns=end, cpu_s=cpu_seconds() - cpu0, ops=recorder.result(),
+                interrupted=worker.interrupted, missed=worker.missed, error_samples=recorder.error_samples,
+                timeseries=recorder.series(),
+            ))
             if worker.interrupted or board.halt[0]:
                 break
     except KeyboardInterrupt:
@@ -484,7 +485,7 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
     except threading.BrokenBarrierError:
         pass
     except Exception as exc:  # noqa: BLE001 — reported to the parent, which decides
-        _final(queue, ("fatal", task.worker, f"{type(exc).__name__}: {exc}", "crash", traceback.format_exc()))
+        _final(queue, Fatal(task.worker, f"{type(exc).__name__}: {exc}", "crash", traceback.format_exc()))
     finally:
         # Ending anyway: a second Ctrl-C (the terminal's and the parent's forwarded one) must
         # not cut the clean-up short with a traceback.
@@ -492,4 +493,4 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
         if worker is not None:
             with contextlib.suppress(Exception):
                 worker.backend.close()
-        queue.put(("done", task.worker, os.getpid()))
+        queue.put(Done(task.worker, os.getpid()))

@@ -1,0 +1,51 @@
+"""What a worker process tells the parent, one typed message per event.
+
+They cross a multiprocessing queue (pickled), so they are plain frozen dataclasses.
+A worker sends, in order: a :class:`PhaseReport` per timed phase it ran, at most one
+:class:`Fatal`, and always a final :class:`Done`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+FatalKind = Literal["user", "crash", "killed"]  # killed: by a signal (the OOM killer, a user)
+
+
+@dataclass(frozen=True)
+class PhaseReport:
+    """One worker's measurement of one timed phase."""
+
+    worker: int
+    index: int  # the phase's position in the workload
+    start_ns: int
+    end_ns: int
+    cpu_s: float
+    ops: dict[str, Any]  # op name -> OpResult (histograms encoded)
+    interrupted: bool
+    missed: int  # open loop: ops due before the deadline that were never sent
+    error_samples: list[str]
+    timeseries: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """The worker cannot go on: a user error (one line, exit 2), a crash (a bug: exit 70), or
+    killed from outside (the run failed)."""
+
+    worker: int
+    message: str
+    kind: FatalKind
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The worker has finished (whatever happened) and closed its backend."""
+
+    worker: int
+    pid: int
+
+
+Message = PhaseReport | Fatal | Done
