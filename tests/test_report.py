@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from cachemark.errors import UserError
 from cachemark.measure.histogram import Histogram
 from cachemark.measure.summary import latency_histogram
-from cachemark.report import export
+from cachemark.report import data, export
 from cachemark.report.charts import percentile_grid, percentile_to_x
 from cachemark.report.commands import compare as compare_cmd
 from cachemark.report.commands import report as report_cmd
@@ -44,7 +44,7 @@ def test_markdown_tables_and_percent_of_baseline(report_doc):
     # the baseline's own rows read "--"; another label's ops/s is the exact ratio to the first redis point
     first_sweep = min(base)[0]
     memory_get = next(r for r in rows if r["label"] == "memory" and r["op"] == "get")
-    expected = export.fmt_percent(memory_get["ops_per_s"] / base[(first_sweep, "get")]["ops_per_s"] * 100)
+    expected = data.fmt_percent(memory_get["ops_per_s"] / base[(first_sweep, "get")]["ops_per_s"] * 100)
     assert any(line.startswith("| memory #1 | get |") and f"| {expected} |" in line for line in tables)
     assert any(line.startswith("| redis [value_size=100] | get |") and "| -- |" in line for line in tables)
 

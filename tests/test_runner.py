@@ -177,7 +177,8 @@ def test_missing_server_binary_skips(monkeypatch):
 
 
 def test_saturation_is_where_throughput_flattens_and_latency_climbs():
-    from cachemark.run.sweep import find_saturation, parse_sweep, sweep_points
+    from cachemark.measure.saturation import find_saturation
+    from cachemark.sweep import parse_sweep, sweep_points
 
     rising = [(1, 1000, 100), (2, 1900, 105), (4, 3700, 110)]
     assert find_saturation(rising) is None

@@ -64,7 +64,7 @@ def experiment_from(data: dict[str, Any], where: str, targets: list[str] | None,
     if labels:
         data["labels"] = labels
     if sweep:
-        from .run.sweep import parse_sweep
+        from .sweep import parse_sweep
 
         data["sweep"] = parse_sweep(sweep)
     if repeat is not None:

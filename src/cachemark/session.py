@@ -17,12 +17,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from .errors import Crash, UserError
 from .measure.fingerprint import calibrate as run_calibration
 from .measure.fingerprint import fingerprint
+from .measure.saturation import saturation_summary
 from .report.table import render
 from .results import default_path, new_document, write_atomic
 from .run.runner import default_label, run_target
-from .run.sweep import saturation_summary, sweep_points
 from .schemes import check_params
 from .spec import Experiment, Workload, build_experiment
+from .sweep import sweep_points
 from .target import parse_target, redact, with_params
 
 TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the workload

@@ -220,7 +220,7 @@ class Experiment(_Model):
     @field_validator("sweep", mode="before")
     @classmethod
     def _sweep(cls, value: object) -> object:
-        from .run.sweep import parse_sweep
+        from .sweep import parse_sweep
 
         if isinstance(value, dict):
             items = []

@@ -52,7 +52,8 @@ def report(
 
     Example: cachemark report results/cachemark-20261122-080904.json -f markdown --baseline redis -o bench.md
     """
-    from .export import FORMATS, render, strip_histograms
+    from .export import strip_histograms
+    from .formats import FORMATS, render
 
     if format is None:
         format = _BY_SUFFIX.get(out.suffix.lower(), "html") if out is not None and str(out) != "-" else "html"

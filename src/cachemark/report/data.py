@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import UserError
 from ..measure.summary import summary_from_result
+from ..textfile import one_line
 
 SUMMARY_FIELDS = ("ops_per_s", "hit_ratio", "error_count", "p50_us", "p90_us", "p99_us", "p999_us",
                   "max_us", "mean_us", "ops_per_latency_s")
@@ -134,3 +136,37 @@ def load_notes(document: dict[str, Any]) -> list[str]:
                              f"{missed:,} ops due were never sent ({missed / max(missed + sent, 1):.0%} of the "
                              "schedule); the latencies cover the ops that were sent")
     return notes
+
+
+def fmt_percent(pct: float) -> str:
+    """A percentage with enough digits to tell 0.4 % from 0.04 % (memory vs a network hop)."""
+    if pct >= 10:
+        return f"{pct:.0f}%"
+    if pct >= 1:
+        return f"{pct:.1f}%"
+    return f"{pct:.2g}%"
+
+
+def pct_of(value: float | None, base: float | None) -> str:
+    if value is None or not base:
+        return "-"
+    return fmt_percent(value / base * 100)
+
+
+def baseline_rows(rows: list[dict[str, Any]], baseline: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The baseline label's row per (sweep point, phase, op); the first repeat stands for the others."""
+    chosen: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in rows:
+        if row["label"] == baseline:
+            chosen.setdefault((row["sweep"], row["phase"], row["op"]), row)
+            # for rows of another sweep point (or none), the baseline's first point stands in
+            chosen.setdefault(("*", row["phase"], row["op"]), row)
+    if not chosen:
+        labels = sorted({r["label"] for r in rows})
+        raise UserError(f"baseline {one_line(repr(baseline), 80)} is not a label in the results; "
+                        f"labels: {one_line(', '.join(labels), 300)}")
+    return chosen
+
+
+def baseline_for(base: dict[tuple[str, str, str], dict[str, Any]], row: dict[str, Any]) -> dict[str, Any] | None:
+    return base.get((row["sweep"], row["phase"], row["op"])) or base.get(("*", row["phase"], row["op"]))

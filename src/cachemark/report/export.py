@@ -19,10 +19,8 @@ from typing import Any
 
 from ..errors import UserError
 from ..textfile import one_line
-from .data import load_notes, op_rows, phase_rows, run_name
+from .data import baseline_for, baseline_rows, load_notes, op_rows, pct_of, phase_rows, run_name
 from .table import fmt_latency, fmt_rate
-
-FORMATS = ("markdown", "csv", "json", "html")
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -62,40 +60,6 @@ def _op_name(row: dict[str, Any], many_phases: bool) -> str:
     return f"{row['phase']}:{row['op']}" if many_phases else row["op"]
 
 
-def fmt_percent(pct: float) -> str:
-    """A percentage with enough digits to tell 0.4 % from 0.04 % (memory vs a network hop)."""
-    if pct >= 10:
-        return f"{pct:.0f}%"
-    if pct >= 1:
-        return f"{pct:.1f}%"
-    return f"{pct:.2g}%"
-
-
-def _pct(value: float | None, base: float | None) -> str:
-    if value is None or not base:
-        return "-"
-    return fmt_percent(value / base * 100)
-
-
-def baseline_rows(rows: list[dict[str, Any]], baseline: str) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """The baseline label's row per (sweep point, phase, op); the first repeat stands for the others."""
-    chosen: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for row in rows:
-        if row["label"] == baseline:
-            chosen.setdefault((row["sweep"], row["phase"], row["op"]), row)
-            # for rows of another sweep point (or none), the baseline's first point stands in
-            chosen.setdefault(("*", row["phase"], row["op"]), row)
-    if not chosen:
-        labels = sorted({r["label"] for r in rows})
-        raise UserError(f"baseline {one_line(repr(baseline), 80)} is not a label in the results; "
-                        f"labels: {one_line(', '.join(labels), 300)}")
-    return chosen
-
-
-def baseline_for(base: dict[tuple[str, str, str], dict[str, Any]], row: dict[str, Any]) -> dict[str, Any] | None:
-    return base.get((row["sweep"], row["phase"], row["op"])) or base.get(("*", row["phase"], row["op"]))
-
-
 def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
     rows = op_rows(document)
     many_phases = len({r["phase"] for r in rows}) > 1
@@ -131,9 +95,9 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
             same = b is r
             table.append([
                 r["name"], _op_name(r, many_phases),
-                fmt_rate(r["ops_per_s"] or 0.0), "--" if same else _pct(r["ops_per_s"], b and b["ops_per_s"]),
-                fmt_latency(r["p50_us"]), "--" if same else _pct(r["p50_us"], b and b["p50_us"]),
-                fmt_latency(r["p99_us"]), "--" if same else _pct(r["p99_us"], b and b["p99_us"]),
+                fmt_rate(r["ops_per_s"] or 0.0), "--" if same else pct_of(r["ops_per_s"], b and b["ops_per_s"]),
+                fmt_latency(r["p50_us"]), "--" if same else pct_of(r["p50_us"], b and b["p50_us"]),
+                fmt_latency(r["p99_us"]), "--" if same else pct_of(r["p99_us"], b and b["p99_us"]),
             ])
         out += ["", f"### Comparison to baseline ({baseline})", "",
                 "Each figure as a percentage of the baseline's for the same op "
@@ -206,19 +170,3 @@ def strip_histograms(document: dict[str, Any]) -> dict[str, Any]:
 def to_json(document: dict[str, Any]) -> str:
     return json.dumps(strip_histograms(document), indent=1, default=str) + "\n"
 
-
-def render(document: dict[str, Any], fmt: str, baseline: str | None = None) -> str:
-    """The document in ``fmt`` (markdown, csv, json, html)."""
-    if fmt == "markdown":
-        return to_markdown(document, baseline)
-    if baseline is not None and fmt != "html":
-        raise UserError("--baseline applies to the markdown and html formats")
-    if fmt == "csv":
-        return to_csv(document)
-    if fmt == "json":
-        return to_json(document)
-    if fmt == "html":
-        from .html import render_html
-
-        return render_html(document, baseline=baseline)
-    raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

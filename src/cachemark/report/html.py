@@ -19,12 +19,12 @@ from html import escape
 from typing import Any
 
 from ..measure.histogram import Histogram
+from ..measure.saturation import find_saturation
 from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
-from ..run.sweep import LOAD_PARAMS, find_saturation
+from ..sweep import LOAD_PARAMS
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
-from .data import load_notes, op_rows, phase_rows, run_name, sweep_key
-from .export import baseline_for, baseline_rows, fmt_percent
+from .data import baseline_for, baseline_rows, fmt_percent, load_notes, op_rows, phase_rows, run_name, sweep_key
 from .table import fmt_latency, fmt_rate
 
 _CSS = """
@@ -298,7 +298,7 @@ def _as_number(value: Any) -> float | None:
 
 
 def saturation_point(throughput: list[tuple[float, float]], p99: list[tuple[float, float]]) -> float | None:
-    """The swept load where throughput stopped rising while p99 climbed (run/sweep.py's rule)."""
+    """The swept load where throughput stopped rising while p99 climbed (measure/saturation.py's rule)."""
     by_x = dict(p99)
     points = [(x, ops, by_x[x]) for x, ops in throughput if x in by_x]
     return find_saturation(points) if len(points) >= 3 else None

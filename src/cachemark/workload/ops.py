@@ -10,11 +10,14 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..spec import Phase, Workload
 from .keys import KeyChooser, KeyDist
+
+if TYPE_CHECKING:
+    from ..spec import Phase, Workload
 
 BATCH = 4096
 
