@@ -205,7 +205,7 @@ def _flags(rng: random.Random) -> dict[str, Any]:
 
 
 def _check_experiment(experiment: Any) -> None:
-    from cachemark.session import describe, experiment_record, plan_runs
+    from cachemark.plan import describe, experiment_record, plan_runs
 
     specs = plan_runs(experiment)
     json.dumps(experiment_record(experiment))
@@ -217,9 +217,10 @@ def _check_experiment(experiment: Any) -> None:
 def _check_run(url: str, workload: Any) -> None:
     """The runner's steps up to its first op, with nothing started and nothing connected."""
     from cachemark.backends import create_backend
+    from cachemark.plan import default_label
     from cachemark.run.engine_runner import phase_config
     from cachemark.run.provide import provide
-    from cachemark.run.runner import _preflight_target, _uses_engine, check_ops, default_label
+    from cachemark.run.runner import _preflight_target, _uses_engine, check_ops
     from cachemark.target import parse_target
     from cachemark.workload.ops import OpStream
 

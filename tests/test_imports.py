@@ -18,7 +18,7 @@ LAYERS = [
     {"workload"},
     {"spec", "backends", "engine", "measure"},
     {"lab", "results"},
-    {"run", "presets"},
+    {"plan", "run", "presets"},
     {"report"},
     {"session"},
     {"cli", "entry", "__main__", "__init__"},

@@ -7,7 +7,6 @@ loses what was already measured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,63 +17,12 @@ from .errors import Crash, UserError
 from .measure.fingerprint import calibrate as run_calibration
 from .measure.fingerprint import fingerprint
 from .measure.saturation import saturation_summary
+from .plan import describe, experiment_record, plan_runs
 from .report.table import render
 from .results import default_path, new_document, write_atomic
-from .run.runner import default_label, run_target
-from .schemes import check_params
-from .spec import Experiment, Workload, build_experiment
-from .sweep import sweep_points
-from .target import parse_target, redact, with_params
-
-TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the workload
-
-
-@dataclass
-class RunSpec:
-    url: str
-    label: str | None
-    workload: Workload
-    sweep: dict[str, Any]
-    network: Any  # a lab.network profile, or None
-    repeat: int
-
-
-def experiment_record(experiment: Experiment) -> dict[str, Any]:
-    """The spec as saved: complete enough to re-run, with credentials redacted."""
-    data = experiment.model_dump(mode="json")
-    data["targets"] = [redact(t) for t in experiment.targets]
-    return data
-
-
-def _with_target_params(url: str, params: dict[str, Any]) -> str:
-    if not params:
-        return url
-    target = parse_target(url)
-    return with_params(target, {**target.params, **params}).url
-
-
-def plan_runs(experiment: Experiment) -> list[RunSpec]:
-    labels = experiment.labels or [None] * len(experiment.targets)
-    if len(labels) != len(experiment.targets):
-        raise UserError(f"{len(labels)} labels for {len(experiment.targets)} targets: give one label per target")
-    profiles: list[Any] = [None]
-    if experiment.network:
-        from .lab.network import parse_network
-
-        profiles = parse_network(experiment.network)
-    runs = []
-    base = experiment.workload.model_dump()
-    for url, label in zip(experiment.targets, labels, strict=True):
-        for profile in profiles:
-            for point in sweep_points(experiment.sweep):
-                workload_fields = {k: v for k, v in point.items() if k not in TARGET_PARAMS}
-                target_fields = {k: v for k, v in point.items() if k in TARGET_PARAMS}
-                workload = build_experiment({"workload": {**base, **workload_fields}}, "sweep").workload
-                point_url = _with_target_params(url, target_fields)
-                check_params(parse_target(point_url))  # every run's URL, before the first one starts
-                for repeat in range(experiment.repeat):
-                    runs.append(RunSpec(point_url, label, workload, point, profile, repeat))
-    return runs
+from .results.names import run_name
+from .run.runner import run_target
+from .spec import Experiment
 
 
 def proxy_overhead(console: Console) -> dict[str, Any]:
@@ -88,24 +36,6 @@ def proxy_overhead(console: Console) -> dict[str, Any]:
     console.print(f"network proxy: adds {figures.get('added_p50', 0):.0f}µs p50, "
                   f"{figures.get('added_p99', 0):.0f}µs p99 with no delay configured")
     return figures
-
-
-def _servers(run: dict[str, Any]) -> list[dict[str, Any]]:
-    server = run.get("server") or {}
-    return server.get("servers", [server]) if server else []
-
-
-def describe(spec: RunSpec) -> str:
-    target = parse_target(spec.url)
-    # spawned and composite targets read best by kind; a user's URL by where it points
-    short = target.scheme in ("spawn", "twolevel", "django", "memory", "null")
-    parts = [spec.label or (default_label(target) if short else target.redacted)]
-    if spec.network is not None:
-        parts.append(f"[{spec.network.name}]")
-    parts += [f"{k}={v}" for k, v in spec.sweep.items()]
-    if spec.repeat:
-        parts.append(f"#{spec.repeat + 1}")
-    return " ".join(parts)
 
 
 def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: bool = True,
@@ -129,7 +59,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         for spec in specs:
-            task = progress.add_task(describe(spec), total=1.0, detail="starting")
+            task = progress.add_task(describe(spec, experiment.repeat), total=1.0, detail="starting")
 
             def on_progress(phase: str, done: int, ops: int | None, elapsed: float, duration: float | None,
                             task=task) -> None:
@@ -146,9 +76,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
             run = outcome.to_json()
             run["sweep"] = spec.sweep or None
             run["repeat"] = spec.repeat if experiment.repeat > 1 else None
-            run["display"] = describe(spec)
-            if any(server.get("emulator") for server in _servers(run)):
-                run["display"] += " (emulator)"  # its absolute latency says nothing about the real service
+            run["display"] = run_name(run)
             document["runs"].append(run)
             write_atomic(path, document)
             if outcome.status == "interrupted":

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..measure.summary import summary_from_result
+from ..results.names import run_name, sweep_key
 from ..textfile import one_line
 
 SUMMARY_FIELDS = ("ops_per_s", "hit_ratio", "error_count", "p50_us", "p90_us", "p99_us", "p999_us",
@@ -20,25 +21,6 @@ SUMMARY_FIELDS = ("ops_per_s", "hit_ratio", "error_count", "p50_us", "p90_us", "
 LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 SERVER_FIELDS = ("cpu_us_per_op", "bytes_in_per_op", "bytes_out_per_op", "net_mbps_p90", "net_mbps_p70",
                  "net_in_mbps_p90", "net_out_mbps_p90", "cpu_pct_p90", "used_memory_bytes", "evictions")
-
-
-def sweep_key(run: dict[str, Any]) -> str:
-    """``value_size=1024`` (several swept fields joined by ``,``); empty when not a sweep."""
-    sweep = run.get("sweep") or {}
-    return ",".join(f"{k}={v}" for k, v in sorted(sweep.items()))
-
-
-def run_name(run: dict[str, Any]) -> str:
-    """The label a reader sees: label, network profile, sweep point, repeat (counted from 1)."""
-    name = run["label"]
-    profile = (run.get("network") or {}).get("profile")
-    if profile:
-        name += f" [{profile}]"
-    if run.get("sweep"):
-        name += f" [{sweep_key(run)}]"
-    if run.get("repeat") is not None:
-        name += f" #{run['repeat'] + 1}"
-    return name
 
 
 def op_summary(op: dict[str, Any], wall_s: float, uncorrected: bool = False) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .data import load_notes, op_summary
+from .data import load_notes, op_summary, run_name
 
 COLUMNS = ("backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors")
 
@@ -41,7 +41,7 @@ def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]
     """
     out: list[list[str]] = []
     for run in document.get("runs", []):
-        name = run.get("display") or run["label"]
+        name = run_name(run)
         phases = run.get("phases", [])
         if run["status"] in ("skipped", "failed") and not phases:
             out.append([name, run["status"], run.get("reason", ""), *[""] * (len(COLUMNS) - 3)])

@@ -24,6 +24,7 @@ from ..backends import backend_class, create_backend
 from ..backends.base import CleanupFailed
 from ..errors import BackendMissing, Crash, UnsupportedOp, UserError
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
+from ..plan import default_label
 from ..spec import Workload
 from ..target import Target, parse_target, redact, scrub
 from ..workload.ops import mix_entries
@@ -55,18 +56,6 @@ class RunOutcome:
             "label": self.label, "target": self.target, "status": self.status, "reason": self.reason,
             "backend": self.backend, "server": self.server, "network": self.network, "phases": self.phases,
         })
-
-
-def default_label(target: Target) -> str:
-    """``redis``, ``redis(engine)``, ``memcached(pylibmc)``, ``twolevel(memcached+file)``: kind and client."""
-    if target.scheme == "twolevel" and target.param("fast") and target.param("slow"):
-        inner = [default_label(parse_target(target.param(side) or "")) for side in ("fast", "slow")]
-        return f"twolevel({'+'.join(inner)})"
-    if target.scheme == "django" and target.param("BACKEND"):
-        return f"django({target.param('BACKEND', '').rsplit('.', 1)[-1]})"
-    kind = target.path if target.scheme == "spawn" else target.scheme
-    details = [v for v in (target.param("client"), target.param("tags") and f"tags={target.param('tags')}") if v]
-    return f"{kind}({', '.join(details)})" if details else kind
 
 
 def check_ops(target: Target, workload: Workload) -> dict[str, Any]:

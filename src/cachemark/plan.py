@@ -1,0 +1,105 @@
+"""The plan of an experiment: the runs it expands into (targets × network profiles × sweep
+points × repeats), each with its URL, label and workload, all checked before any starts.
+
+Every run gets a label here: the user's, or one from the target's kind (``redis``,
+``memcached(pylibmc)``, ``twolevel(memcached+file)``); two targets that would share a
+label are told apart by where they point (``redis@10.0.0.5:6379``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import UserError
+from .results.names import run_name
+from .schemes import check_params
+from .spec import Experiment, Workload, build_experiment
+from .sweep import sweep_points
+from .target import Target, parse_target, redact, with_params
+
+TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the workload
+
+
+@dataclass
+class RunSpec:
+    url: str
+    label: str
+    workload: Workload
+    sweep: dict[str, Any]
+    network: Any  # a lab.network profile, or None
+    repeat: int
+
+
+def default_label(target: Target) -> str:
+    """``redis``, ``redis(engine)``, ``memcached(pylibmc)``, ``twolevel(memcached+file)``: kind and client."""
+    if target.scheme == "twolevel" and target.param("fast") and target.param("slow"):
+        inner = [default_label(parse_target(target.param(side) or "")) for side in ("fast", "slow")]
+        return f"twolevel({'+'.join(inner)})"
+    if target.scheme == "django" and target.param("BACKEND"):
+        return f"django({target.param('BACKEND', '').rsplit('.', 1)[-1]})"
+    kind = target.path if target.scheme == "spawn" else target.scheme
+    details = [v for v in (target.param("client"), target.param("tags") and f"tags={target.param('tags')}") if v]
+    return f"{kind}({', '.join(details)})" if details else kind
+
+
+def labels_for(urls: list[str], given: list[str] | None) -> list[str]:
+    """The user's labels, or kind labels made unique by where each target points."""
+    if given:
+        if len(given) != len(urls):
+            raise UserError(f"{len(given)} labels for {len(urls)} targets: give one label per target")
+        return list(given)
+    targets = [parse_target(url) for url in urls]
+    labels = [default_label(t) for t in targets]
+    for i, (label, target) in enumerate(zip(labels, targets, strict=True)):
+        if labels.count(label) > 1 and target.hosts:
+            host, port = target.hosts[0]
+            labels[i] = f"{label}@{host}" + (f":{port}" if port else "")
+    seen: dict[str, int] = {}
+    for i, label in enumerate(labels):  # still equal (the same URL twice): number them
+        seen[label] = seen.get(label, 0) + 1
+        if labels.count(label) > 1:
+            labels[i] = f"{label}#{seen[label]}"
+    return labels
+
+
+def experiment_record(experiment: Experiment) -> dict[str, Any]:
+    """The spec as saved: complete enough to re-run, with credentials redacted."""
+    data = experiment.model_dump(mode="json")
+    data["targets"] = [redact(t) for t in experiment.targets]
+    return data
+
+
+def _with_target_params(url: str, params: dict[str, Any]) -> str:
+    if not params:
+        return url
+    target = parse_target(url)
+    return with_params(target, {**target.params, **params}).url
+
+
+def plan_runs(experiment: Experiment) -> list[RunSpec]:
+    labels = labels_for(list(experiment.targets), experiment.labels)
+    profiles: list[Any] = [None]
+    if experiment.network:
+        from .lab.network import parse_network
+
+        profiles = parse_network(experiment.network)
+    runs = []
+    base = experiment.workload.model_dump()
+    for url, label in zip(experiment.targets, labels, strict=True):
+        for profile in profiles:
+            for point in sweep_points(experiment.sweep):
+                workload_fields = {k: v for k, v in point.items() if k not in TARGET_PARAMS}
+                target_fields = {k: v for k, v in point.items() if k in TARGET_PARAMS}
+                workload = build_experiment({"workload": {**base, **workload_fields}}, "sweep").workload
+                point_url = _with_target_params(url, target_fields)
+                check_params(parse_target(point_url))  # every run's URL, before the first one starts
+                for repeat in range(experiment.repeat):
+                    runs.append(RunSpec(point_url, label, workload, point, profile, repeat))
+    return runs
+
+
+def describe(spec: RunSpec, repeats: int = 1) -> str:
+    """The run's name before it has results (progress line): the same as :func:`run_name`'s."""
+    return run_name({"label": spec.label, "network": {"profile": spec.network.name} if spec.network else None,
+                     "sweep": spec.sweep or None, "repeat": spec.repeat if repeats > 1 else None})
