@@ -50,17 +50,19 @@ def labels_for(urls: list[str], given: list[str] | None) -> list[str]:
             raise UserError(f"{len(given)} labels for {len(urls)} targets: give one label per target")
         return list(given)
     targets = [parse_target(url) for url in urls]
-    labels = [default_label(t) for t in targets]
-    for i, (label, target) in enumerate(zip(labels, targets, strict=True)):
-        if labels.count(label) > 1 and target.hosts:
+    kinds = [default_label(t) for t in targets]
+    labels = list(kinds)
+    for i, (kind, target) in enumerate(zip(kinds, targets, strict=True)):
+        if kinds.count(kind) > 1 and target.hosts:
             host, port = target.hosts[0]
-            labels[i] = f"{label}@{host}" + (f":{port}" if port else "")
+            labels[i] = f"{kind}@{host}" + (f":{port}" if port else "")
     seen: dict[str, int] = {}
+    numbered = list(labels)
     for i, label in enumerate(labels):  # still equal (the same URL twice): number them
         seen[label] = seen.get(label, 0) + 1
         if labels.count(label) > 1:
-            labels[i] = f"{label}#{seen[label]}"
-    return labels
+            numbered[i] = f"{label}#{seen[label]}"
+    return numbered
 
 
 def experiment_record(experiment: Experiment) -> dict[str, Any]:
