@@ -1,7 +1,9 @@
-"""Session fixtures for the report tests: results documents made by real runs.
+"""Session fixtures for the report tests: results documents made by real runs, checked in
+(``tests/data/report-doc.json``, ``slower-doc.json``), so the report tests need no server.
+``python tests/report_fixtures.py`` runs the experiments again and rewrites them.
 
-Loaded by the report test modules through ``pytest_plugins = ["report_fixtures"]`` so the
-runs happen once per session. ``report_doc`` holds three repeats of ``memory://`` and a
+Loaded by the report test modules through ``pytest_plugins = ["report_fixtures"]``.
+``report_doc`` holds three repeats of ``memory://`` and a
 three-point value-size sweep against a spawned redis-server sampled by
 :class:`~cachemark.measure.server_stats.ServerSampler` (the phase's ``server`` block; the
 runner supplies ``timeseries``), i.e. every shape the reports read.
@@ -10,13 +12,12 @@ Nothing in it is hand-written except the ``sweep``/``repeat`` tags the runner wo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cachemark.errors import BackendMissing
-from cachemark.lab.redis import RedisServer
 from cachemark.measure.fingerprint import calibrate, fingerprint
 from cachemark.measure.server_stats import ServerSampler
 from cachemark.results import new_document
@@ -55,28 +56,44 @@ def document(runs: list[dict[str, Any]], targets: list[str], name: str) -> dict[
     return doc
 
 
-@pytest.fixture(scope="session")
-def redis_lab() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer().start()
-    except BackendMissing as exc:
-        pytest.skip(f"redis not available: {exc}")
-    yield server
-    server.stop()
+DATA = Path(__file__).parent / "data"
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((DATA / f"{name}.json").read_text())
 
 
 @pytest.fixture(scope="session")
-def report_doc(redis_lab: RedisServer) -> dict[str, Any]:
-    runs = [run_json("memory://", _workload(duration=0.4), "memory", repeat=i) for i in range(3)]
-    for size in SWEEP_SIZES:
-        sampler = ServerSampler(redis_lab.url(), redis_lab.pid(), interval=0.2)
-        runs.append(run_json(redis_lab.url(), _workload(duration=0.8, workers=2, value_size=size), "redis",
-                             sweep={"value_size": size}, sampler=sampler))
-    return document(runs, ["memory://", "spawn:redis"], "report-tests")
+def report_doc() -> dict[str, Any]:
+    return _load("report-doc")
 
 
 @pytest.fixture(scope="session")
-def slower_doc(redis_lab: RedisServer) -> dict[str, Any]:
+def slower_doc() -> dict[str, Any]:
     """A run labelled "memory" that really went to redis over loopback: a real, large slowdown."""
-    runs = [run_json(redis_lab.url(), _workload(duration=0.4), "memory", repeat=0)]
-    return document(runs, ["spawn:redis"], "report-tests-slower")
+    return _load("slower-doc")
+
+
+def regenerate() -> None:
+    """Run the experiments again and rewrite the two files (``python tests/report_fixtures.py``)."""
+    from cachemark.lab.redis import RedisServer
+    from cachemark.measure.server_stats import ServerSampler
+
+    server = RedisServer().start()
+    try:
+        runs = [run_json("memory://", _workload(duration=0.4), "memory", repeat=i) for i in range(3)]
+        for size in SWEEP_SIZES:
+            sampler = ServerSampler(server.url(), server.pid(), interval=0.2)
+            runs.append(run_json(server.url(), _workload(duration=0.8, workers=2, value_size=size), "redis",
+                                 sweep={"value_size": size}, sampler=sampler))
+        report = document(runs, ["memory://", "spawn:redis"], "report-tests")
+        slower = document([run_json(server.url(), _workload(duration=0.4), "memory", repeat=0)],
+                          ["spawn:redis"], "report-tests-slower")
+    finally:
+        server.stop()
+    for name, doc in (("report-doc", report), ("slower-doc", slower)):
+        (DATA / f"{name}.json").write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    regenerate()

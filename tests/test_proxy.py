@@ -9,13 +9,12 @@ are one clear line. Every load goes to 127.0.0.1 and is bounded in count and tim
 from __future__ import annotations
 
 import socket
-import subprocess
 import time
 
 import pytest
 
 from cachemark.errors import SpecError
-from cachemark.lab.base import free_port, wait_for_port
+from cachemark.lab.base import free_port
 from cachemark.lab.network import (
     PROFILES,
     NetworkProfile,
@@ -32,24 +31,9 @@ if not hasattr(_engine, "Proxy"):
     pytest.skip("the native engine was built without the proxy", allow_module_level=True)
 Proxy = _engine.Proxy
 
-REDIS_SERVER = "/usr/bin/redis-server"
-
-
 @pytest.fixture(scope="module")
-def redis_port():
-    port = free_port()
-    proc = subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_for_port("127.0.0.1", port, 10, proc)
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def redis_port(redis_server):
+    return redis_server.port
 
 
 @pytest.fixture(scope="module")
