@@ -89,6 +89,11 @@ def django_url(config: Mapping[str, Any]) -> str:
     return "django://?" + "&".join(parts)
 
 
+def _as_bytes(value: Any) -> Any:
+    """A counter written by incr comes back from Django as an int; every get returns bytes."""
+    return str(value).encode() if type(value) is int else value
+
+
 def _parse_option(raw: str) -> Any:
     try:
         return json.loads(raw)
@@ -306,7 +311,7 @@ class DjangoBackend(Backend):
 
     # -- operations ------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
-        return self.cache.get(key)
+        return _as_bytes(self.cache.get(key))
 
     def set(self, key: str, value: bytes, ttl: float | None = None) -> None:
         # Django's default timeout is 300 s; a cachemark "no TTL" means forever (None).
@@ -319,7 +324,7 @@ class DjangoBackend(Backend):
         return self.cache.has_key(key)
 
     def get_many(self, keys: list[str]) -> dict[str, bytes]:
-        return self.cache.get_many(keys)
+        return {key: _as_bytes(value) for key, value in self.cache.get_many(keys).items()}
 
     def set_many(self, items: Mapping[str, bytes], ttl: float | None = None) -> None:
         failed = self.cache.set_many(dict(items), timeout=ttl)
