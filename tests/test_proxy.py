@@ -135,7 +135,7 @@ def test_connect_delay_holds_the_first_request(redis_port):
         second = time.perf_counter() - start
         r.close()
     assert first >= 0.1
-    assert second < 0.05
+    assert second < first / 2  # the delay is per connection, not per request (wide: a busy CI host)
 
 
 def test_set_config_applies_mid_run(echo):
@@ -148,12 +148,12 @@ def test_set_config_applies_mid_run(echo):
             assert s.recv(16) == b"ping"
             return time.perf_counter() - start
 
-        assert rtt() < 0.02
-        proxy.set_config(config(delay_up_us=15_000, delay_down_us=15_000))
-        assert rtt() >= 0.030
+        assert rtt() < 0.1
+        proxy.set_config(config(delay_up_us=100_000, delay_down_us=100_000))
+        assert rtt() >= 0.2
         proxy.set_config("{}")
         rtt()  # drain anything released under the old config
-        assert rtt() < 0.02
+        assert rtt() < 0.1
 
 
 # --- busy-poll mode (opt-in) ------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_stall_holds_then_delivers(echo):
         assert s.recv(16) == b"now"
         after = time.perf_counter() - start
     assert 0.2 <= held < 2
-    assert after < 0.05
+    assert after < held / 2
 
 
 def test_fault_probability_zero_never_fires(echo):
