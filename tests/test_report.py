@@ -22,8 +22,9 @@ from cachemark.report.commands import compare as compare_cmd
 from cachemark.report.commands import report as report_cmd
 from cachemark.report.commands import thresholds as thresholds_cmd
 from cachemark.report.data import op_rows
-from cachemark.report.html import render_html, saturation_point, to_toml
+from cachemark.report.html import render_html, saturation_point
 from cachemark.results import write_atomic
+from cachemark.spec import to_toml
 
 pytest_plugins = ["report_fixtures"]
 

@@ -8,6 +8,7 @@ allowed values, and surface as one line (:class:`~cachemark.errors.SpecError`).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
@@ -318,3 +319,46 @@ def merge_overrides(data: dict[str, Any], targets: list[str] | None, workload: d
         data["workload"] = {**data.get("workload", {}), **workload}
     return data
 
+
+# --- TOML out: the saved spec as an experiment file (the HTML report shows it) ---------------
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value if v is not None) + "]"
+    if isinstance(value, dict):
+        items = (f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        return "{" + ", ".join(items) + "}"
+    return json.dumps(str(value), ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
+
+
+def _toml_key(key: str) -> str:
+    bare = key.replace("_", "").replace("-", "").isalnum() and key.isascii()
+    return key if bare else json.dumps(key)
+
+
+def to_toml(data: dict[str, Any], prefix: str = "") -> str:
+    """A small TOML writer for the saved spec (nulls are omitted: TOML has none)."""
+    scalars, tables, arrays = [], [], []
+    for key, value in data.items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            tables.append((key, value))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            arrays.append((key, value))
+        else:
+            scalars.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    out = "\n".join(scalars) + ("\n" if scalars else "")
+    for key, value in tables:
+        name = f"{prefix}{_toml_key(key)}"
+        out += f"\n[{name}]\n" + to_toml(value, name + ".")
+    for key, items in arrays:
+        name = f"{prefix}{_toml_key(key)}"
+        for item in items:
+            out += f"\n[[{name}]]\n" + to_toml(item, name + ".")
+    return out

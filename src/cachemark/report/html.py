@@ -22,6 +22,7 @@ from ..measure.histogram import Histogram
 from ..measure.saturation import find_saturation
 from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
+from ..spec import to_toml
 from ..sweep import LOAD_PARAMS
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
 from .data import baseline_for, baseline_rows, fmt_percent, load_notes, op_rows, phase_rows, run_name, sweep_key
@@ -380,47 +381,6 @@ def _sweep_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -
             legend = _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])
             figures.append(_figure(svg, legend))
     return figures[0] + '<div class="charts">' + "".join(figures[1:]) + "</div>"
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value if v is not None) + "]"
-    if isinstance(value, dict):
-        items = (f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
-        return "{" + ", ".join(items) + "}"
-    return json.dumps(str(value), ensure_ascii=False)  # JSON string escapes are valid TOML basic strings
-
-
-def _toml_key(key: str) -> str:
-    bare = key.replace("_", "").replace("-", "").isalnum() and key.isascii()
-    return key if bare else json.dumps(key)
-
-
-def to_toml(data: dict[str, Any], prefix: str = "") -> str:
-    """A small TOML writer for the saved spec (nulls are omitted: TOML has none)."""
-    scalars, tables, arrays = [], [], []
-    for key, value in data.items():
-        if value is None:
-            continue
-        if isinstance(value, dict):
-            tables.append((key, value))
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            arrays.append((key, value))
-        else:
-            scalars.append(f"{_toml_key(key)} = {_toml_value(value)}")
-    out = "\n".join(scalars) + ("\n" if scalars else "")
-    for key, value in tables:
-        name = f"{prefix}{_toml_key(key)}"
-        out += f"\n[{name}]\n" + to_toml(value, name + ".")
-    for key, items in arrays:
-        name = f"{prefix}{_toml_key(key)}"
-        for item in items:
-            out += f"\n[[{name}]]\n" + to_toml(item, name + ".")
-    return out
 
 
 def _environment(document: dict[str, Any]) -> str:
