@@ -24,7 +24,7 @@ import platform
 import statistics
 import sys
 
-from cachemark.lab.network import measure_added_latency, release_late_quantile
+from cachemark.lab.proxy import measure_added_latency, release_late_quantile
 
 # Round trips (µs) and the samples per round that keep each round well under 2 s.
 CASES = [(0, 1500), (200, 1000), (1000, 500), (5000, 150)]

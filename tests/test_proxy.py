@@ -15,15 +15,8 @@ import pytest
 
 from cachemark.errors import SpecError
 from cachemark.lab.base import free_port
-from cachemark.lab.network import (
-    PROFILES,
-    NetworkProfile,
-    echo_server,
-    measure_overhead,
-    parse_bandwidth_bps,
-    parse_network,
-    start_proxy,
-)
+from cachemark.lab.network import PROFILES, NetworkProfile, parse_bandwidth_bps, parse_network
+from cachemark.lab.proxy import echo_server, measure_overhead, start_proxy
 
 redis = pytest.importorskip("redis")
 _engine = pytest.importorskip("cachemark._engine")

@@ -27,7 +27,7 @@ from .spec import Experiment
 
 def proxy_overhead(console: Console) -> dict[str, Any]:
     """What the latency proxy itself adds with no delay configured, measured now, on this machine."""
-    from .lab.network import measure_overhead
+    from .lab.proxy import measure_overhead
 
     with console.status("measuring the network proxy's own overhead"):
         overhead = measure_overhead(samples=1000)

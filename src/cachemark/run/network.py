@@ -1,6 +1,6 @@
 """Putting a run behind a network profile: one latency proxy per server the target uses.
 
-The lab's proxy (``cachemark.lab.network``) sits between the client and each host of
+The lab's proxy (``cachemark.lab.proxy``) sits between the client and each host of
 the target URL (several for a memcached pool; S3's ``endpoint_url``); the rewritten URL
 sends every connection through it. What the proxy was asked for and what it counted go
 into the run's ``network`` record.
@@ -32,7 +32,7 @@ def _rebuild(target: Target, hosts: list[tuple[str, int]]) -> Target:
 
 def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -> tuple[Target, list[Any]]:
     """The target rewritten to go through proxies playing ``profile``, and the proxies."""
-    from ..lab.network import start_proxy
+    from ..lab.proxy import start_proxy
 
     row = scheme(target.scheme, target.redacted)
     if row.proxy_param:
