@@ -211,7 +211,7 @@ def _check_experiment(experiment: Any) -> None:
     json.dumps(experiment_record(experiment))
     for spec in specs[:4]:
         describe(spec)
-        _check_run(spec.url, spec.workload)
+        _check_run(spec.target.url, spec.workload)
 
 
 def _check_run(url: str, workload: Any) -> None:

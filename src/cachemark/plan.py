@@ -23,7 +23,7 @@ TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the 
 
 @dataclass
 class RunSpec:
-    url: str
+    target: Target  # parsed once, here; everything after takes it as it is
     label: str
     workload: Workload
     sweep: dict[str, Any]
@@ -72,11 +72,8 @@ def experiment_record(experiment: Experiment) -> dict[str, Any]:
     return data
 
 
-def _with_target_params(url: str, params: dict[str, Any]) -> str:
-    if not params:
-        return url
-    target = parse_target(url)
-    return with_params(target, {**target.params, **params}).url
+def _with_target_params(target: Target, params: dict[str, Any]) -> Target:
+    return with_params(target, {**target.params, **{k: str(v) for k, v in params.items()}}) if params else target
 
 
 def plan_runs(experiment: Experiment) -> list[RunSpec]:
@@ -94,10 +91,10 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
                 workload_fields = {k: v for k, v in point.items() if k not in TARGET_PARAMS}
                 target_fields = {k: v for k, v in point.items() if k in TARGET_PARAMS}
                 workload = build_experiment({"workload": {**base, **workload_fields}}, "sweep").workload
-                point_url = _with_target_params(url, target_fields)
-                check_params(parse_target(point_url))  # every run's URL, before the first one starts
+                target = _with_target_params(parse_target(url), target_fields)
+                check_params(target)  # every run's URL, before the first one starts
                 for repeat in range(experiment.repeat):
-                    runs.append(RunSpec(point_url, label, workload, point, profile, repeat))
+                    runs.append(RunSpec(target, label, workload, point, profile, repeat))
     return runs
 
 

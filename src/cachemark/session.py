@@ -67,7 +67,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
                 progress.update(task, completed=min(fraction, 1.0), detail=f"{phase}: {done:,} ops")
 
             try:
-                outcome = run_target(spec.url, spec.workload, spec.label, on_progress, network=spec.network)
+                outcome = run_target(spec.target, spec.workload, spec.label, on_progress, network=spec.network)
             except (UserError, Crash):
                 if document["runs"]:
                     write_atomic(path, document)

@@ -79,6 +79,11 @@ class Target:
         return shown(self.url)
 
     @property
+    def redacted_whole(self) -> str:
+        """The URL for a results file: secrets hidden, on one line, never cut."""
+        return redact(self.url)
+
+    @property
     def host(self) -> str:
         return self.hosts[0][0] if self.hosts else "127.0.0.1"
 

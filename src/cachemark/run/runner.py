@@ -26,7 +26,7 @@ from ..errors import BackendMissing, Crash, UnsupportedOp, UserError
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..plan import default_label
 from ..spec import Workload
-from ..target import Target, parse_target, redact, scrub
+from ..target import Target, parse_target, scrub
 from ..workload.ops import mix_entries
 from .error_policy import ErrorWatch
 from .messages import Done, Fatal, PhaseReport
@@ -92,12 +92,13 @@ def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
             yield version_key(namespace, f"t{j}")
 
 
-def run_target(url: str, workload: Workload, label: str | None = None,
+def run_target(target: Target | str, workload: Workload, label: str | None = None,
                progress: ProgressFn | None = None, network: Any = None, sample_server: bool = True) -> RunOutcome:
-    """Run ``workload`` against ``url``; a missing server binary yields a skipped outcome."""
-    target = parse_target(url)
+    """Run ``workload`` against ``target`` (parsed by the plan; a URL string is parsed here,
+    for callers outside one); a missing server binary yields a skipped outcome."""
+    target = parse_target(target) if isinstance(target, str) else target
     label = label or default_label(target)
-    outcome = RunOutcome(label=label, target=redact(url))  # whole, not cut as in messages
+    outcome = RunOutcome(label=label, target=target.redacted_whole)  # whole, not cut as in messages
     try:
         with provide(target) as (reachable, servers):
             outcome.server = servers[0].describe() if len(servers) == 1 else None
@@ -156,7 +157,7 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
             _fail_on_errors(outcome)
             return
         shared = outcome.backend["capabilities"].get("shared", True)
-        tasks = [WorkerTask(target.url, namespace, workload.model_dump(), w, workload.workers, shared)
+        tasks = [WorkerTask(target, namespace, workload.model_dump(), w, workload.workers, shared)
                  for w in range(workload.workers)]
         outcome.phases = _supervise(tasks, workload, outcome, progress, monitor)
         _fail_on_errors(outcome)

@@ -30,7 +30,7 @@ from ..backends.base import Backend
 from ..errors import PrefillFailed, UserError, is_bug
 from ..measure.recorder import ERROR, FLUSH_AT, HIT, MISS, OK, Recorder
 from ..spec import Phase, Workload
-from ..target import parse_target
+from ..target import Target
 from ..textfile import one_line
 from ..workload.ops import MixEntry, OpStream, mix_entries, split_ops, stream_seed, tags_for_key
 from ..workload.values import make_value, value_header, value_matches
@@ -45,7 +45,7 @@ PROGRESS_EVERY_NS = 100_000_000
 class WorkerTask:
     """Everything a worker needs; picklable, so it crosses into the process."""
 
-    target_url: str
+    target: Target  # parsed once, by the plan; pickled whole into the worker
     namespace: str
     workload: dict[str, Any]
     worker: int
@@ -113,7 +113,7 @@ class Worker:
     def __init__(self, task: WorkerTask, backend: Backend | None = None) -> None:
         self.task = task
         self.workload = Workload.model_validate(task.workload)
-        self.backend = backend or create_backend(parse_target(task.target_url), task.namespace)
+        self.backend = backend or create_backend(task.target, task.namespace)
         self.keys = key_table(task.namespace, self.workload.keys)
         self.headers = (
             [value_header(k) for k in self.keys] if isinstance(self.keys, list) else _Headers(self.keys)
@@ -143,7 +143,7 @@ class Worker:
         text = str(exc)
         if text.startswith(("b'", 'b"')) and text.endswith(text[1]):
             text = text[2:-1]  # pymemcache's messages are bytes reprs
-        server = parse_target(self.task.target_url).scheme
+        server = self.task.target.scheme
         full = getattr(exc, "errno", None) == errno.ENOSPC or "disk is full" in text or "No space left" in text
         what = f"ran out of space storing {values}" if full else f"refused {values}"
         return (f"{server} {what} during prefill ({self.prefilled:,} of {self.prefill_total:,} keys "
