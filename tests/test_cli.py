@@ -107,3 +107,21 @@ def test_a_wrong_password_is_one_line_and_exit_2(tmp_path, redis_server_auth, ca
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "authentication" in lines[0], result.stderr
     assert "hunter2" not in result.stderr + result.stdout
+
+
+def test_version_and_short_help(tmp_path, cachemark):
+    version = cachemark("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("cachemark ")
+    for args in (["-h"], ["run", "-h"]):
+        result = cachemark(*args, cwd=tmp_path)
+        assert result.returncode == 0 and "Usage" in result.stdout, args
+
+
+def test_positional_targets_count_as_dash_t(tmp_path, cachemark):
+    result = cachemark("run", "memory://", "null://", "--duration", "0.2s", "--warmup", "0", "--no-calibrate",
+                       "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    runs = json.loads((tmp_path / "out.json").read_text())["runs"]
+    assert [r["target"] for r in runs] == ["memory://", "null://"]
+    two = cachemark("run", "a.toml", "b.toml", cwd=tmp_path)
+    assert two.returncode == 2 and "one experiment file or preset at a time" in two.stderr

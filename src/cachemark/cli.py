@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Benchmark any cache backend a web application uses, with numbers worth trusting.",
 )
 # Piped output (CI logs, files) gets a wide table; a bad COLUMNS cannot break any command.
@@ -36,14 +37,20 @@ def _debug_requested() -> bool:
     return "--debug" in sys.argv or os.environ.get("CACHEMARK_DEBUG") == "1"
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"cachemark {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version)
+    ] = False,
 ) -> None:
-    if version:
-        console.print(f"cachemark {__version__}")
-        raise typer.Exit()
+    """Benchmark any cache backend a web application uses, with numbers worth trusting."""
 
 
 def _workload_flags(**flags: Any) -> dict[str, Any]:
@@ -74,6 +81,16 @@ def experiment_from(data: dict[str, Any], where: str, targets: list[str] | None,
     return build_experiment(data, where)
 
 
+def split_sources(sources: list[str]) -> tuple[str | None, list[str]]:
+    """``cachemark run spawn:redis spawn:memcached`` means what ``-t`` means; at most one file or preset."""
+    targets = [s for s in sources if s.startswith("spawn:") or "://" in s]
+    rest = [s for s in sources if s not in targets]
+    if len(rest) > 1:
+        raise SpecError(f"one experiment file or preset at a time, not {len(rest)}: {', '.join(map(repr, rest[:3]))}"
+                        "; targets are URLs (spawn:redis, redis://host:6379) or -t URL")
+    return (rest[0] if rest else None), targets
+
+
 def resolve_source(source: str | None) -> tuple[dict[str, Any], str]:
     """An experiment file path or a preset name -> (data, where it came from)."""
     from .presets import load_preset, preset_names
@@ -90,7 +107,10 @@ def resolve_source(source: str | None) -> tuple[dict[str, Any], str]:
 
 @app.command()
 def run(
-    source: Annotated[str | None, typer.Argument(help="Experiment TOML file or preset name.")] = None,
+    sources: Annotated[
+        list[str] | None,
+        typer.Argument(help="An experiment TOML file or a preset name; target URLs given here count as -t."),
+    ] = None,
     target: Annotated[list[str] | None, typer.Option("--target", "-t", help="Target URL (repeat for several).")] = None,
     keys: Annotated[int | None, typer.Option(help="Number of distinct keys.")] = None,
     key_dist: Annotated[str | None, typer.Option(help="uniform | zipf[:S] | sequential | hotspot[:F,P]")] = None,
@@ -134,6 +154,9 @@ def run(
     """
     from .session import run_experiment
 
+    source, positional_targets = split_sources(sources or [])
+    if positional_targets:
+        target = [*positional_targets, *(target or [])]
     data, where = resolve_source(source)
     flags = _workload_flags(
         keys=keys, key_dist=key_dist, value_size=value_size, mix=mix, ttl=ttl, prefill=prefill, warmup=warmup,
