@@ -3,7 +3,8 @@
 :func:`run_load` hands a config dict to the Rust engine (``cachemark._engine``; see
 docs/engine.md for every key) and returns its result dict: ``wall_s``,
 ``client_cpu_s``, ``ops`` (one OpResult per op, docs/contracts.md), wire bytes,
-``interrupted`` and ``errors_sample``. :func:`target_config` turns a
+``interrupted``, ``stopped_on_errors`` (why the on-error policy ended the run, or None),
+``missed`` (open loop: ops due but never sent) and ``errors_sample``. :func:`target_config` turns a
 ``redis://…?client=engine`` / ``memcached://…?client=engine`` target into the
 connection part of that config. :class:`Histogram` is the engine's HDR histogram,
 usable by the Python workers so both sides produce the same, mergeable histograms.
@@ -35,6 +36,8 @@ def run_load(config: dict[str, Any]) -> dict[str, Any]:
     Raises :class:`SpecError` for an invalid config and :class:`BackendUnavailable`
     when a server cannot be reached, refuses the credentials, or speaks another
     protocol. Ctrl-C ends the run early; the result then has ``"interrupted": True``.
+    With ``on_error: "stop"`` (the default) a run whose ops all failed for ``error_grace_s``
+    stops too, and says why in ``"stopped_on_errors"``.
     """
     try:
         text = json.dumps(config)

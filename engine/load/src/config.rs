@@ -40,6 +40,23 @@ pub enum Mode {
     Open,
 }
 
+/// What a phase does when its server stops answering: `stop` once every op of the last
+/// `error_grace_s` seconds failed (the result says why), or `continue` to the deadline.
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    Stop,
+    Continue,
+}
+
+/// Open-loop arrivals: evenly spaced, or a Poisson process (exponential gaps).
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Arrival {
+    Fixed,
+    Poisson,
+}
+
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct KeysConfig {
@@ -121,6 +138,22 @@ pub struct Config {
     pub timeout_ms: u64,
     #[serde(default = "d_io")]
     pub io: IoBackend,
+    #[serde(default = "d_on_error")]
+    pub on_error: OnError,
+    #[serde(default = "d_grace")]
+    pub error_grace_s: f64,
+    #[serde(default = "d_arrival")]
+    pub arrival: Arrival,
+}
+
+fn d_on_error() -> OnError {
+    OnError::Stop
+}
+fn d_grace() -> f64 {
+    2.0
+}
+fn d_arrival() -> Arrival {
+    Arrival::Fixed
 }
 
 fn d_io() -> IoBackend {
@@ -222,6 +255,9 @@ pub struct Plan {
     pub pipeline: usize,
     pub open: bool,
     pub rate: f64,
+    pub arrival: Arrival,
+    /// `on_error: stop`: how long only errors may last before the phase stops (ns).
+    pub error_grace_ns: Option<u64>,
     pub duration_ns: u64,
     pub ops_limit: Option<u64>,
     pub warmup_ns: u64,
@@ -339,10 +375,23 @@ impl Config {
         if open && !(rate.is_finite() && rate > 0.0) {
             return Err("open loop needs a positive \"rate\" (ops/s)".into());
         }
+        if open && rate > 1e9 {
+            // Far beyond any one host; gaps under a nanosecond per client would stall the schedule.
+            return Err(format!("rate must be at most 1e9 ops/s, not {rate}"));
+        }
         if !(self.duration_s.is_finite() && self.duration_s > 0.0 && self.duration_s < 1e7) {
             return Err(format!(
                 "duration_s must be positive, not {}",
                 self.duration_s
+            ));
+        }
+        if !(self.error_grace_s.is_finite()
+            && self.error_grace_s > 0.0
+            && self.error_grace_s <= 3600.0)
+        {
+            return Err(format!(
+                "error_grace_s must be within (0, 3600], not {}",
+                self.error_grace_s
             ));
         }
         if !(self.warmup_s.is_finite() && self.warmup_s >= 0.0) {
@@ -507,6 +556,9 @@ impl Config {
             pipeline: self.pipeline,
             open,
             rate,
+            arrival: self.arrival,
+            error_grace_ns: (self.on_error == OnError::Stop)
+                .then_some((self.error_grace_s * 1e9) as u64),
             duration_ns: (self.duration_s * 1e9) as u64,
             ops_limit: self.ops,
             warmup_ns: (self.warmup_s * 1e9) as u64,
@@ -545,6 +597,23 @@ mod tests {
             Config::from_json(r#"{"protocol":"resp2","servers":["127.0.0.1:1"],"mode":"open"}"#)
                 .unwrap();
         assert!(c.plan().unwrap_err().contains("rate"));
+        assert_eq!(p.error_grace_ns, Some(2_000_000_000));
+        assert_eq!(p.arrival, Arrival::Fixed);
+        let c = Config::from_json(
+            r#"{"protocol":"resp2","servers":["127.0.0.1:1"],"on_error":"continue","arrival":"poisson"}"#,
+        )
+        .unwrap();
+        let p = c.plan().unwrap();
+        assert_eq!((p.error_grace_ns, p.arrival), (None, Arrival::Poisson));
+        let c = Config::from_json(
+            r#"{"protocol":"resp2","servers":["127.0.0.1:1"],"error_grace_s":0}"#,
+        )
+        .unwrap();
+        assert!(c.plan().unwrap_err().contains("error_grace_s"));
+        assert!(Config::from_json(
+            r#"{"protocol":"resp2","servers":["127.0.0.1:1"],"on_error":"ignore"}"#
+        )
+        .is_err());
     }
 
     #[test]

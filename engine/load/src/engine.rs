@@ -12,22 +12,34 @@
 //!
 //! A logical client holds one socket per server (as a memcached pool client does)
 //! and keeps at most `pipeline` requests in flight. Closed loop: it refills as soon
-//! as replies arrive. Open loop: each client follows a fixed schedule of intended
-//! send times (rate / clients apart, clients interleaved); a request due while the
+//! as replies arrive. Open loop: each client follows a schedule of intended send times
+//! (fixed gaps, clients interleaved, or Poisson; `arrivals.rs`); a request due while the
 //! client is at its in-flight cap waits, and its latency is counted from the intended
-//! time (corrected) as well as from the actual send (uncorrected).
+//! time (corrected) as well as from the actual send (uncorrected). The schedule is cut
+//! at the phase's end: what fell due and was never sent is counted as `missed`.
+//!
+//! An op that cannot be sent because its connection is down is an error (connection),
+//! counted once per op the load attempted: closed loop, each attempt reconnects at once
+//! (a failed connect is a completed op, and the client goes on as after any reply);
+//! open loop, every op that falls due while the connection is down is an error, and
+//! reconnects are tried at most every 100 ms. With `on_error: "stop"` the orchestrating
+//! thread stops every load thread once nothing but errors has come in for
+//! `error_grace_s` (`watch.rs`).
 
-use crate::config::{IoBackend, OpPlan, Plan, Protocol, Seg};
+use crate::arrivals::Arrivals;
+use crate::config::{Arrival, IoBackend, OpPlan, Plan, Protocol, Seg};
 use crate::hist::{self, Hist};
 use crate::keyspace::{route, verify_value, write_key, write_u64, write_value, KeyPicker, Rng};
 use crate::outbuf::OutBuf;
 use crate::proto::{self, memcache, printable, resp, Kind, Outcome, Parse};
+use crate::watch::{ErrorWatch, Kinds};
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Error kinds of docs/contracts.md, in the order of `OpStats::errors`.
@@ -53,6 +65,7 @@ const O_ERROR: usize = 3;
 /// `Pending::op` of untimed internal requests (prefill).
 const INTERNAL: u16 = u16::MAX;
 const NO_KEY: u64 = u64::MAX;
+/// Open loop: least time between two reconnects of one socket (the ops due meanwhile fail).
 const RETRY_NS: u64 = 100_000_000;
 const TICK_NS: u64 = 10_000_000;
 const MAX_SAMPLES: usize = 8;
@@ -160,15 +173,27 @@ struct Recorder {
     wire_in: u64,
     prefill_errors: u64,
     last_done: u64,
+    /// Open loop: ops that fell due before the phase ended but were never sent.
+    missed: u64,
+    /// Ops completed (all phases) since the counts were last published to `Shared`.
+    tally_ok: u64,
+    tally_failed: Kinds,
+    /// The latest error message, taken at most once per publication (formatting one per
+    /// error would cost the measured path).
+    last: Option<String>,
+    want_last: bool,
 }
 
 impl Recorder {
     fn sample(&mut self, msg: impl FnOnce() -> String) {
-        if self.samples.len() < MAX_SAMPLES {
+        let keep = self.samples.len() < MAX_SAMPLES;
+        if keep || self.want_last {
             let m = msg();
-            if !self.samples.contains(&m) {
-                self.samples.push(m);
+            if keep && !self.samples.contains(&m) {
+                self.samples.push(m.clone());
             }
+            self.last = Some(m);
+            self.want_last = false;
         }
     }
 }
@@ -241,6 +266,7 @@ struct Client {
     socks: Vec<usize>,
     inflight: usize,
     next_intended: u64,
+    arrivals: Arrivals,
     picker: KeyPicker,
     prefill_next: u64,
 }
@@ -252,13 +278,60 @@ struct Shared {
     ready: AtomicUsize,
     /// Start of the run phase (warm-up first), ns since `epoch`; 0 until set.
     run_start: AtomicU64,
+    /// Ops completed by all threads (every phase), published every tick: the on-error watch.
+    ok: AtomicU64,
+    failed: [AtomicU64; 6],
+    last_error: Mutex<Option<String>>,
 }
 
 impl Shared {
+    fn new() -> Self {
+        Shared {
+            epoch: Instant::now(),
+            stop: AtomicBool::new(false),
+            ready: AtomicUsize::new(0),
+            run_start: AtomicU64::new(0),
+            ok: AtomicU64::new(0),
+            failed: Default::default(),
+            last_error: Mutex::new(None),
+        }
+    }
+
     #[inline]
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Adds a thread's counts since its last publication.
+    fn publish(&self, rec: &mut Recorder) {
+        self.ok
+            .fetch_add(std::mem::take(&mut rec.tally_ok), Ordering::Relaxed);
+        for (total, n) in self.failed.iter().zip(&mut rec.tally_failed) {
+            total.fetch_add(std::mem::take(n), Ordering::Relaxed);
+        }
+        if let Some(m) = rec.last.take() {
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+        }
+        rec.want_last = true;
+    }
+
+    fn totals(&self) -> (u64, Kinds) {
+        let failed = std::array::from_fn(|k| self.failed[k].load(Ordering::Relaxed));
+        (self.ok.load(Ordering::Relaxed), failed)
+    }
+}
+
+/// What `Worker::issue` did.
+#[derive(PartialEq, Eq)]
+enum Issue {
+    /// A request is queued.
+    Queued,
+    /// The op failed at once (its connection is down), and is counted.
+    Failed,
 }
 
 #[derive(PartialEq, Eq, Clone, Copy)]
@@ -534,6 +607,18 @@ fn parse_reply(proto: Protocol, buf: &[u8], kind: Kind, lim: &proto::Limits) -> 
     }
 }
 
+/// One blocking read, retried when a signal interrupts it: Python installs its handlers
+/// without SA_RESTART, and a read on a socket with a timeout is never restarted anyway.
+/// (`connect_timeout` and `write_all` retry on EINTR themselves.)
+fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
 /// Opens and sets up one connection (blocking), then makes it non-blocking.
 fn connect(plan: &Plan, server: usize, timeout: Duration) -> Result<TcpStream, String> {
     let name = &plan.server_names[server];
@@ -619,9 +704,16 @@ fn connect(plan: &Plan, server: usize, timeout: Duration) -> Result<TcpStream, S
                 }
                 Parse::Need(_) => {
                     let mut chunk = [0u8; 4096];
-                    let n = s
-                        .read(&mut chunk)
-                        .map_err(|e| format!("{name}: no reply to {what}: {e}"))?;
+                    let n = read_some(&mut s, &mut chunk).map_err(|e| match e.kind() {
+                        // SO_RCVTIMEO expired (EAGAIN): say so rather than "temporarily unavailable".
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                            format!(
+                                "{name}: no reply to {what} within {} ms",
+                                timeout.as_millis()
+                            )
+                        }
+                        _ => format!("{name}: no reply to {what}: {e}"),
+                    })?;
                     if n == 0 {
                         return Err(format!("{name}: connection closed during {what}"));
                     }
@@ -657,10 +749,11 @@ struct Worker<'a> {
     end: u64,
     quota: Option<u64>,
     issued: u64,
-    /// ns between one client's intended sends (open loop).
-    interval: u64,
     inflight_total: usize,
     uring: Option<Uring>,
+    /// Closed loop: a client's op failed at once (connection down); it tries again on the
+    /// next pass of the loop, without sleeping.
+    retry_soon: bool,
 }
 
 /// The io_uring backend's state: the ring and the sockets with data to send.
@@ -906,24 +999,18 @@ impl<'a> Worker<'a> {
     #[inline]
     fn may_issue(&self, c: usize, now: u64) -> bool {
         let cl = &self.clients[c];
-        if cl.inflight >= self.depth {
-            return false;
-        }
-        match self.phase {
-            Phase::Prefill => {
-                cl.prefill_next < self.prefill_total() && !self.shared.stop.load(Ordering::Relaxed)
-            }
-            Phase::Run => {
-                if self.quota.is_some_and(|q| self.issued >= q) {
-                    return false;
-                }
-                if self.plan.open {
-                    cl.next_intended <= now && cl.next_intended < self.end
-                } else {
-                    now < self.end
+        cl.inflight < self.depth
+            && match self.phase {
+                Phase::Prefill => cl.prefill_next < self.prefill_total() && !self.shared.stopping(),
+                // Nothing is sent once the phase has ended, however far behind its schedule
+                // the open loop is (the rest is `missed`), nor once it is told to stop.
+                Phase::Run => {
+                    self.quota.is_none_or(|q| self.issued < q)
+                        && now < self.end
+                        && !self.shared.stopping()
+                        && (!self.plan.open || cl.next_intended <= now)
                 }
             }
-        }
     }
 
     fn prefill_total(&self) -> u64 {
@@ -933,11 +1020,21 @@ impl<'a> Worker<'a> {
     /// Issues requests for client `c` while it may, then writes them.
     fn top_up(&mut self, c: usize, now: u64) {
         let mut any = false;
+        let mut failed = 0;
+        let open = self.plan.open && self.phase == Phase::Run;
         while self.may_issue(c, now) {
-            if !self.issue(c, now) {
+            if self.issue(c, now) == Issue::Queued {
+                any = true;
+                continue;
+            }
+            // Its connection is down. Open loop: every op already due fails the same way
+            // (a few at a time, so that the clock is read again). Closed loop: the client
+            // tries again at once, after the other clients had their turn.
+            failed += 1;
+            if !open || failed >= 1024 {
+                self.retry_soon = true;
                 break;
             }
-            any = true;
         }
         if any {
             for k in 0..self.clients[c].socks.len() {
@@ -949,8 +1046,8 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Queues one request for client `c`; false when it cannot (server down, backing off).
-    fn issue(&mut self, c: usize, now: u64) -> bool {
+    /// Queues one request for client `c`, or counts it failed when its connection is down.
+    fn issue(&mut self, c: usize, now: u64) -> Issue {
         let plan = self.plan;
         let (op_idx, kind, intended, size) = match self.phase {
             Phase::Prefill => {
@@ -1018,32 +1115,22 @@ impl<'a> Worker<'a> {
         let si = self.clients[c].socks[server];
         let timed = self.phase == Phase::Run && intended >= self.measure_start;
         if self.socks[si].fd < 0 {
-            if now < self.socks[si].retry_at {
-                return false;
-            }
-            match connect(
-                plan,
-                server,
-                Duration::from_nanos(plan.timeout_ns.min(1_000_000_000)),
-            ) {
-                Ok(stream) => self.attach(si, stream),
-                Err(m) => {
-                    let now2 = self.shared.now();
-                    self.socks[si].retry_at = now2 + RETRY_NS;
-                    let p = Pending {
-                        op: op_idx,
-                        kind,
-                        timed,
-                        intended,
-                        sent: now,
-                        verify_key: NO_KEY,
-                        bytes_out: 0,
-                    };
-                    record_error(&mut self.rec, plan, &p, E_CONNECTION, now2);
+            if let Err(m) = self.reconnect(si, now) {
+                let p = Pending {
+                    op: op_idx,
+                    kind,
+                    timed,
+                    intended,
+                    sent: now,
+                    verify_key: NO_KEY,
+                    bytes_out: 0,
+                };
+                record_error(&mut self.rec, plan, &p, E_CONNECTION, self.shared.now());
+                if let Some(m) = m {
                     self.rec.sample(|| m);
-                    self.after_issue(c, timed);
-                    return false;
                 }
+                self.after_issue(c, timed);
+                return Issue::Failed;
             }
         }
         let verify_key = if matches!(kind, Kind::Get | Kind::Gets)
@@ -1102,7 +1189,30 @@ impl<'a> Worker<'a> {
         self.clients[c].inflight += 1;
         self.inflight_total += 1;
         self.after_issue(c, timed);
-        true
+        Issue::Queued
+    }
+
+    /// Reconnects a broken socket; `Err(Some(why))` when that failed, `Err(None)` when an
+    /// open-loop socket is still backing off from its last failure.
+    fn reconnect(&mut self, si: usize, now: u64) -> Result<(), Option<String>> {
+        let back_off = self.plan.open && self.phase == Phase::Run;
+        if back_off && now < self.socks[si].retry_at {
+            return Err(None);
+        }
+        // A connect may block (up to 1 s against a hung server): let the on-error watch see
+        // the failures so far first, so that it can stop the run meanwhile.
+        self.shared.publish(&mut self.rec);
+        let wait = Duration::from_nanos(self.plan.timeout_ns.min(1_000_000_000));
+        match connect(self.plan, self.socks[si].server, wait) {
+            Ok(stream) => {
+                self.attach(si, stream);
+                Ok(())
+            }
+            Err(m) => {
+                self.socks[si].retry_at = self.shared.now() + RETRY_NS;
+                Err(Some(m))
+            }
+        }
     }
 
     fn after_issue(&mut self, c: usize, timed: bool) {
@@ -1116,7 +1226,8 @@ impl<'a> Worker<'a> {
                     self.issued += 1;
                 }
                 if self.plan.open {
-                    self.clients[c].next_intended += self.interval;
+                    let cl = &mut self.clients[c];
+                    cl.next_intended += cl.arrivals.gap();
                 }
             }
         }
@@ -1145,7 +1256,7 @@ impl<'a> Worker<'a> {
                     );
                     let c = s.client;
                     self.fail_sock(si, E_TIMEOUT, msg, now);
-                    self.top_up(c, now);
+                    self.top_up(c, self.shared.now()); // a reconnect before may have blocked
                 }
             }
         }
@@ -1158,14 +1269,19 @@ impl<'a> Worker<'a> {
         let mut pwait2 = true;
         loop {
             let now = self.shared.now();
-            if now >= next_tick {
+            let tick = now >= next_tick;
+            if tick {
                 next_tick = now + TICK_NS;
-                if self.shared.stop.load(Ordering::Relaxed) && self.phase == Phase::Run {
+                if self.shared.stopping() && self.phase == Phase::Run {
                     self.end = self.end.min(now);
                 }
+                self.shared.publish(&mut self.rec);
                 self.check_timeouts(now);
+            }
+            if tick || std::mem::take(&mut self.retry_soon) {
                 for c in 0..self.clients.len() {
-                    self.top_up(c, now);
+                    // The clock is read again for each client: a reconnect may have blocked.
+                    self.top_up(c, self.shared.now());
                 }
             } else if self.plan.open && self.phase == Phase::Run {
                 for c in 0..self.clients.len() {
@@ -1174,7 +1290,8 @@ impl<'a> Worker<'a> {
                     }
                 }
             }
-            let issuing = (0..self.clients.len()).any(|c| self.could_issue_later(c));
+            let now = self.shared.now();
+            let issuing = (0..self.clients.len()).any(|c| self.could_issue_later(c, now));
             if !issuing && self.inflight_total == 0 {
                 break;
             }
@@ -1196,9 +1313,10 @@ impl<'a> Worker<'a> {
                 }
                 break;
             }
-            // Sleep until the next tick, or the next intended send in open loop.
-            let mut wake = next_tick;
-            if self.plan.open && self.phase == Phase::Run {
+            // Sleep until the next tick, or the next intended send in open loop; not at all
+            // when a closed-loop client is to retry a failed op.
+            let mut wake = if self.retry_soon { now } else { next_tick };
+            if self.plan.open && self.phase == Phase::Run && now < self.end {
                 for cl in &self.clients {
                     if cl.inflight < self.depth && cl.next_intended < self.end {
                         wake = wake.min(cl.next_intended);
@@ -1223,6 +1341,25 @@ impl<'a> Worker<'a> {
             }
         }
         self.rec.last_done = self.shared.now();
+        self.shared.publish(&mut self.rec);
+        if self.phase == Phase::Run && self.plan.open {
+            self.count_missed();
+        }
+    }
+
+    /// Open loop: the ops of each client's schedule that fell due in the timed phase but
+    /// were never sent, because the load could not keep up or the phase was stopped early.
+    /// Reaching the op budget (`ops`) misses nothing.
+    fn count_missed(&mut self) {
+        if self.quota.is_some_and(|q| self.issued >= q) {
+            return;
+        }
+        // A phase stopped early ends when its loop did, not at its deadline.
+        let end = self.end.min(self.rec.last_done);
+        for cl in &mut self.clients {
+            let from = cl.next_intended.max(self.measure_start);
+            self.rec.missed += cl.arrivals.due_in(from, end);
+        }
     }
 
     /// One io_uring round: (re)arm a RECV on every live socket and a SEND on every socket
@@ -1298,6 +1435,8 @@ impl<'a> Worker<'a> {
         // RECVs, with or without IORING_ENTER min_wait) was measured at pipeline 16 and 1: no
         // CPU saving and lower throughput, so one completion is enough to wake.
         let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+        // ETIME: the wait ended; EINTR: a signal came (the loop then simply goes round again,
+        // and entries not yet submitted stay in the ring); EBUSY: completions to reap first.
         if let Err(e) = u.ring.submitter().submit_with_args(1, &args) {
             if e.raw_os_error() != Some(libc::ETIME)
                 && e.raw_os_error() != Some(libc::EINTR)
@@ -1400,23 +1539,22 @@ impl<'a> Worker<'a> {
         }
     }
 
-    fn could_issue_later(&self, c: usize) -> bool {
+    /// Whether client `c` has more to send in this phase (at `now` or later).
+    fn could_issue_later(&self, c: usize, now: u64) -> bool {
         let cl = &self.clients[c];
-        match self.phase {
-            Phase::Prefill => {
-                cl.prefill_next < self.prefill_total() && !self.shared.stop.load(Ordering::Relaxed)
+        !self.shared.stopping()
+            && match self.phase {
+                Phase::Prefill => cl.prefill_next < self.prefill_total(),
+                Phase::Run => {
+                    self.quota.is_none_or(|q| self.issued < q)
+                        && now < self.end
+                        && (!self.plan.open || cl.next_intended < self.end)
+                }
             }
-            Phase::Run => {
-                self.quota.is_none_or(|q| self.issued < q)
-                    && if self.plan.open {
-                        cl.next_intended < self.end
-                    } else {
-                        self.shared.now() < self.end
-                    }
-            }
-        }
     }
 
+    /// Waits for socket events; an EINTR (a signal, e.g. Ctrl-C for Python) counts as none:
+    /// the loop looks at its clock and its sockets, then waits again.
     fn wait(&self, events: &mut [libc::epoll_event], wait_ns: u64, pwait2: &mut bool) -> usize {
         let n = if *pwait2 {
             let ts = libc::timespec {
@@ -1506,6 +1644,7 @@ fn encode_counter(plan: &Plan, out: &mut Vec<u8>, key: &[u8]) {
 }
 
 fn record_error(rec: &mut Recorder, plan: &Plan, p: &Pending, kind: usize, now: u64) {
+    rec.tally_failed[kind] += 1;
     if !p.timed || p.op == INTERNAL {
         if p.op == INTERNAL {
             rec.prefill_errors += 1;
@@ -1531,6 +1670,11 @@ fn complete(
     now: u64,
 ) {
     if p.op == INTERNAL || !p.timed {
+        match r.outcome {
+            Outcome::ServerError => rec.tally_failed[E_SERVER] += 1,
+            Outcome::ProtocolError => rec.tally_failed[E_PROTOCOL] += 1,
+            _ => rec.tally_ok += 1,
+        }
         if matches!(r.outcome, Outcome::ServerError | Outcome::ProtocolError) {
             if p.op == INTERNAL {
                 rec.prefill_errors += 1;
@@ -1583,6 +1727,11 @@ fn complete(
             "protocol error"
         };
         rec.sample(|| format!("{}: {what}: {m}", plan.ops[p.op as usize].name));
+    }
+    if outcome == O_ERROR {
+        rec.tally_failed[err] += 1;
+    } else {
+        rec.tally_ok += 1;
     }
     let st = &mut rec.ops[p.op as usize];
     match outcome {
@@ -1652,7 +1801,7 @@ fn canaries(plan: &Plan, n: usize, rng: &mut Rng) -> (u64, Vec<String>) {
                         Parse::Bad(m) => return Err(m),
                         Parse::Need(_) => {
                             let mut chunk = vec![0u8; 64 * 1024];
-                            let k = s.read(&mut chunk).map_err(|e| e.to_string())?;
+                            let k = read_some(s, &mut chunk).map_err(|e| e.to_string())?;
                             if k == 0 {
                                 return Err("connection closed".into());
                             }
@@ -1705,15 +1854,46 @@ fn canaries(plan: &Plan, n: usize, rng: &mut Rng) -> (u64, Vec<String>) {
     (dropped, msgs)
 }
 
+/// The orchestrating thread's two reasons to stop the load threads early: `poll` (Ctrl-C)
+/// and the on-error policy.
+struct Control<'a> {
+    shared: &'a Shared,
+    poll: &'a mut dyn FnMut() -> bool,
+    watch: ErrorWatch,
+    interrupted: bool,
+    stopped_on_errors: Option<String>,
+}
+
+impl Control<'_> {
+    /// Looks at both and tells every load thread to stop when one says so; true once
+    /// stopping. `during` names the part of the run, for the on-error reason.
+    fn check(&mut self, during: &str) -> bool {
+        if !self.interrupted && (self.poll)() {
+            self.interrupted = true;
+            self.shared.stop.store(true, Ordering::Relaxed);
+        }
+        if !self.shared.stopping() {
+            let (ok, failed) = self.shared.totals();
+            if self.watch.should_stop(self.shared.now(), ok, failed) {
+                let last = self
+                    .shared
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                self.stopped_on_errors = Some(self.watch.reason(during, last.as_deref()));
+                self.shared.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        self.shared.stopping()
+    }
+}
+
 /// Runs a whole load test. `poll` is called about every 10 ms from the calling
 /// thread and returns true to stop (e.g. on Ctrl-C); the result then says `interrupted`.
+/// With `on_error: "stop"` the run also stops once every op of the last `error_grace_s`
+/// failed; the result then says why in `stopped_on_errors`.
 pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunError> {
-    let shared = Shared {
-        epoch: Instant::now(),
-        stop: AtomicBool::new(false),
-        ready: AtomicUsize::new(0),
-        run_start: AtomicU64::new(0),
-    };
+    let shared = Shared::new();
     let timeout = Duration::from_nanos(plan.timeout_ns);
     if plan.io == IoBackend::Uring {
         if let Err(e) = io_uring::IoUring::new(8) {
@@ -1736,7 +1916,13 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
     for (g, per) in streams.into_iter().enumerate() {
         groups[g % t].push((g, per));
     }
-    let interrupted = AtomicBool::new(false);
+    let mut control = Control {
+        shared: &shared,
+        poll,
+        watch: ErrorWatch::new(plan.error_grace_ns),
+        interrupted: false,
+        stopped_on_errors: None,
+    };
     let mut cpu0 = 0.0;
     let mut measure_start = 0u64;
     let recs: Vec<Recorder> = std::thread::scope(|scope| {
@@ -1754,31 +1940,26 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
             .collect();
         // Wait for prefill everywhere, then start all threads on one clock.
         while shared.ready.load(Ordering::Acquire) < t {
-            if poll() {
-                shared.stop.store(true, Ordering::Relaxed);
-                interrupted.store(true, Ordering::Relaxed);
-            }
+            control.check(" during prefill");
             std::thread::sleep(Duration::from_millis(5));
         }
         let start = shared.now() + 1_000_000;
         measure_start = start + plan.warmup_ns;
         shared.run_start.store(start, Ordering::Release);
-        while shared.now() < measure_start {
-            if poll() {
-                shared.stop.store(true, Ordering::Relaxed);
-                interrupted.store(true, Ordering::Relaxed);
-                break;
-            }
+        // (Between prefill and the run there is a millisecond even without a warm-up.)
+        let warming = if plan.warmup_ns > 0 {
+            " during warm-up"
+        } else {
+            " during prefill"
+        };
+        while shared.now() < measure_start && !control.check(warming) {
             std::thread::sleep(Duration::from_nanos(
                 (measure_start.saturating_sub(shared.now())).min(10_000_000),
             ));
         }
         cpu0 = cpu_seconds();
         while !handles.iter().all(|h| h.is_finished()) {
-            if poll() {
-                shared.stop.store(true, Ordering::Relaxed);
-                interrupted.store(true, Ordering::Relaxed);
-            }
+            control.check("");
             std::thread::sleep(Duration::from_millis(10));
         }
         handles
@@ -1798,6 +1979,7 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         total.wire_in += r.wire_in;
         total.wire_out += r.wire_out;
         total.prefill_errors += r.prefill_errors;
+        total.missed += r.missed;
         total.last_done = total.last_done.max(r.last_done);
         for s in &r.samples {
             if total.samples.len() < 2 * MAX_SAMPLES && !total.samples.contains(s) {
@@ -1810,7 +1992,8 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
     if let Some(si) = plan.ops.iter().position(|o| o.kind == Kind::Set) {
         let sets = total.ops[si].count;
         let n = ((sets as f64 * plan.verify_fraction).ceil() as usize).min(100);
-        if n > 0 && !interrupted.load(Ordering::Relaxed) {
+        // Not after a stop: a dead server would only make every canary wait for its timeout.
+        if n > 0 && !control.interrupted && control.stopped_on_errors.is_none() {
             let mut rng = Rng::new(plan.seed ^ 0xC0FFEE);
             let (dropped, msgs) = canaries(plan, n, &mut rng);
             total.ops[si].errors[E_DROPPED] += dropped;
@@ -1839,10 +2022,32 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         "pipeline": plan.pipeline,
         "mode": if plan.open { "open" } else { "closed" },
         "rate": if plan.open { Value::from(plan.rate) } else { Value::Null },
-        "interrupted": interrupted.load(Ordering::Relaxed),
+        "interrupted": control.interrupted,
+        "stopped_on_errors": control.stopped_on_errors,
+        "missed": total.missed,
         "prefill_errors": total.prefill_errors,
         "errors_sample": total.samples,
     }))
+}
+
+/// Open loop: each client's arrivals and first intended send. Fixed gaps interleave the
+/// clients evenly (client g starts g/rate after the run); Poisson clients each start
+/// with an exponential gap.
+fn start_schedules(w: &mut Worker, plan: &Plan, ti: usize, start: u64) {
+    let spacing = 1e9 / plan.rate; // between any two sends of the whole run
+    let mean = spacing * plan.connections as f64;
+    for (k, cl) in w.clients.iter_mut().enumerate() {
+        let g = k * plan.threads + ti;
+        cl.arrivals = match plan.arrival {
+            Arrival::Fixed => Arrivals::fixed(mean),
+            Arrival::Poisson => Arrivals::poisson(mean, plan.seed, g as u64),
+        };
+        cl.next_intended = start
+            + match plan.arrival {
+                Arrival::Fixed => (spacing * g as f64) as u64,
+                Arrival::Poisson => cl.arrivals.gap(),
+            };
+    }
 }
 
 fn worker(
@@ -1877,9 +2082,9 @@ fn worker(
             .ops_limit
             .map(|q| (q * share).div_ceil(plan.connections as u64)),
         issued: 0,
-        interval: 0,
         inflight_total: 0,
         uring: None,
+        retry_soon: false,
     };
     if plan.io != IoBackend::Epoll {
         let entries = (2 * plan.servers.len() * (plan.connections / plan.threads + 1) + 16)
@@ -1933,6 +2138,7 @@ fn worker(
             socks,
             inflight: 0,
             next_intended: 0,
+            arrivals: Arrivals::fixed(1.0),
             picker: KeyPicker::new(
                 plan.key_count,
                 g as u64 * plan.key_count / plan.connections as u64,
@@ -1962,17 +2168,62 @@ fn worker(
         w.end = start;
     }
     if plan.open {
-        let spacing = 1e9 / plan.rate; // between any two sends of the whole run
-        w.interval = (spacing * plan.connections as f64).max(1.0) as u64;
-        let cls: Vec<usize> = (0..w.clients.len()).collect();
-        for (k, c) in cls.into_iter().enumerate() {
-            let g = k * plan.threads + ti;
-            w.clients[c].next_intended = start + (spacing * g as f64) as u64;
-        }
+        start_schedules(&mut w, plan, ti, start);
     }
     w.event_loop();
     w.uring_teardown();
     // SAFETY: closing our own epoll descriptor.
     unsafe { libc::close(epfd) };
     w.rec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::net::TcpListener;
+
+    extern "C" fn ignore(_: libc::c_int) {}
+
+    /// A SIGUSR1 handler installed without SA_RESTART, as Python installs its own.
+    fn interruptible_sigusr1() {
+        // SAFETY: a handler that does nothing; the struct is fully initialised.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = ignore as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+        }
+    }
+
+    #[test]
+    fn connect_retries_reads_a_signal_interrupts() {
+        interruptible_sigusr1();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // A server that takes 400 ms to answer the handshake's PING.
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf);
+            std::thread::sleep(Duration::from_millis(400));
+            s.write_all(b"+PONG\r\n").unwrap();
+            s
+        });
+        let json = format!(r#"{{"protocol":"resp2","servers":["127.0.0.1:{port}"]}}"#);
+        let plan = Config::from_json(&json).unwrap().plan().unwrap();
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        let pester = std::thread::spawn(move || {
+            for _ in 0..5 {
+                std::thread::sleep(Duration::from_millis(50));
+                // SAFETY: this thread is joined below, before the target thread returns.
+                unsafe { libc::pthread_kill(me, libc::SIGUSR1) };
+            }
+        });
+        let result = connect(&plan, 0, Duration::from_secs(5));
+        pester.join().unwrap();
+        let _conn = server.join().unwrap();
+        assert!(result.is_ok(), "{:?}", result.err());
+    }
 }

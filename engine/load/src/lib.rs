@@ -1,13 +1,16 @@
 //! cachemark's native load engine (`cachemark-load`).
 //!
+//! * [`arrivals`] — open-loop schedules: fixed or Poisson gaps, and the ops a cut schedule missed
 //! * [`keyspace`] — keys, values (docs/contracts.md), PRNG, key distributions, server routing
 //! * [`proto`] — RESP2/3 and memcached text/meta encoders and bounded reply parsers
 //! * [`config`] — the JSON run configuration and its validation
 //! * [`hist`] — HDR histograms with the contract's parameters and V2-deflate/base64 codec
 //! * [`outbuf`] — outgoing requests with large values sent from the filler in place
 //! * [`engine`] — the per-thread epoll load loop (closed and open loop) and run orchestration
+//! * [`watch`] — the on-error policy: stop a phase once only errors come in
 //! * [`python`] — the PyO3 surface: `run_load` and `Histogram`
 
+pub mod arrivals;
 pub mod config;
 pub mod engine;
 pub mod hist;
@@ -15,3 +18,4 @@ pub mod keyspace;
 pub mod outbuf;
 pub mod proto;
 pub mod python;
+pub mod watch;

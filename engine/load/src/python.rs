@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 /// Runs one load test described by a JSON config; returns the JSON result.
 ///
 /// The GIL is released while the load runs; signals are checked about every 100 ms,
-/// and Ctrl-C ends the run early with `"interrupted": true` in the result.
+/// and Ctrl-C (or any signal whose Python handler raises) ends the run early with
+/// `"interrupted": true` in the result. The on-error policy may end it early too, with
+/// its reason in `"stopped_on_errors"`.
 /// Raises ValueError for a bad config and ConnectionError when a server cannot be
 /// reached, refuses the credentials, or does not speak the protocol.
 #[pyfunction]

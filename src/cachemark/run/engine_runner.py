@@ -52,6 +52,7 @@ def phase_config(target: Target, workload: Workload, phase: Phase, namespace: st
     config.update({
         "mode": "open" if phase.rate else "closed",
         "rate": phase.rate,
+        "arrival": phase.arrival or workload.arrival,
         "duration_s": phase.duration or 3600.0,
         "ops": phase.ops,
         "warmup_s": phase.warmup or 0.0,
@@ -62,6 +63,8 @@ def phase_config(target: Target, workload: Workload, phase: Phase, namespace: st
         "ttl_s": int(workload.ttl),
         "verify_fraction": workload.verify_reads,
         "seed": workload.seed,
+        "on_error": workload.on_error,
+        "error_grace_s": workload.error_grace,
     })
     config.setdefault("connections", workload.workers)
     return config
@@ -72,18 +75,20 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
 
     Prefill and warm-up run as separate, discarded engine calls, so the server sampler
     (``monitor``) sees exactly the timed part, as it does for the Python workers.
+    A run ends at the first phase that Ctrl-C (SIGTERM, SIGHUP) or the on-error policy cut
+    short; when that happened during its prefill or warm-up, the phase is reported with no
+    ops and ``interrupted`` or ``stopped_on_errors`` set, so the runner still sees why.
     """
     from ..engine import run_load
 
     phases = []
     for index, phase in enumerate(workload.effective_phases()):
         config = phase_config(target, workload, phase, namespace, index == 0)
-        if config["prefill"]:
-            fill = {**config, "prefill": True, "ops": 1, "duration_s": 60.0, "warmup_s": 0.0, "mode": "closed",
-                    "rate": None, "mix": [{"op": "get", "weight": 1}]}
-            run_load(fill)
-        if config["warmup_s"]:
-            run_load({**config, "prefill": False, "ops": None, "duration_s": config["warmup_s"], "warmup_s": 0.0})
+        cut = _run_untimed(config)
+        if cut is not None:  # nothing of this phase was timed
+            untimed = {"wall_s": 0.0, "client_cpu_s": 0.0, "missed": 0, "wire_bytes_out": 0, "wire_bytes_in": 0}
+            phases.append(_phase_record(phase, config, cut | untimed, {}))
+            break
         config.update({"prefill": False, "warmup_s": 0.0})
         if monitor is not None:
             monitor.phase_coming(index)
@@ -92,32 +97,65 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
         total = sum(op["count"] for op in result["ops"].values())
         if monitor is not None:
             monitor.phase_ended(index, total)
-        wall_s = result["wall_s"]
-        # the same op names and order as the Python workers report (the engine says mget for get_many)
-        ours = {engine: name for name, engine in ENGINE_OPS.items()}
-        order = list(phase.mix or workload.mix)
-        renamed = {ours.get(name, name): op for name, op in result["ops"].items()}
-        result["ops"] = dict(sorted(renamed.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
-        for op in result["ops"].values():
-            op["summary"] = summary_from_result(op, wall_s)
-            if op.get("histograms_uncorrected"):
-                op["summary_uncorrected"] = summary_from_result(op, wall_s, corrected=False)
-        phases.append({
-            "name": phase.name,
-            "mode": config["mode"],
-            "rate": phase.rate,
-            "workers": config.get("threads", 1),
-            "wall_s": wall_s,
-            "client_cpu_s": result["client_cpu_s"],
-            "interrupted": result.get("interrupted", False),
-            "error_samples": result.get("errors_sample", [])[:5],
-            "ops": result["ops"],
-            "timeseries": result.get("timeseries", []),
-            "engine": {k: config.get(k) for k in ("protocol", "threads", "connections", "pipeline")}
-            | {"wire_bytes_out": result.get("wire_bytes_out"), "wire_bytes_in": result.get("wire_bytes_in")},
-        })
+        phases.append(_phase_record(phase, config, result, _our_ops(phase, workload, result)))
         if monitor is not None:
             monitor.attach(index, phases[-1])
-        if result.get("interrupted"):
+        if _cut_short(result):
             break
     return phases
+
+
+def _cut_short(result: dict[str, Any]) -> bool:
+    return bool(result.get("interrupted") or result.get("stopped_on_errors"))
+
+
+def _run_untimed(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The phase's prefill and warm-up, each its own discarded engine call; the result of
+    the one that was cut short (a Ctrl-C the engine swallowed would otherwise be lost), else None."""
+    from ..engine import run_load
+
+    calls = []
+    if config["prefill"]:
+        calls.append({**config, "prefill": True, "ops": 1, "duration_s": 60.0, "warmup_s": 0.0, "mode": "closed",
+                      "rate": None, "mix": [{"op": "get", "weight": 1}]})
+    if config["warmup_s"]:
+        calls.append({**config, "prefill": False, "ops": None, "duration_s": config["warmup_s"], "warmup_s": 0.0})
+    for call in calls:
+        result = run_load(call)
+        if _cut_short(result):
+            return result
+    return None
+
+
+def _our_ops(phase: Phase, workload: Workload, result: dict[str, Any]) -> dict[str, Any]:
+    """The result's ops under the Python workers' names and order (the engine says mget for
+    get_many), each with its summary."""
+    wall_s = result["wall_s"]
+    ours = {engine: name for name, engine in ENGINE_OPS.items()}
+    order = list(phase.mix or workload.mix)
+    renamed = {ours.get(name, name): op for name, op in result["ops"].items()}
+    ops = dict(sorted(renamed.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
+    for op in ops.values():
+        op["summary"] = summary_from_result(op, wall_s)
+        if op.get("histograms_uncorrected"):
+            op["summary_uncorrected"] = summary_from_result(op, wall_s, corrected=False)
+    return ops
+
+
+def _phase_record(phase: Phase, config: dict[str, Any], result: dict[str, Any], ops: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": phase.name,
+        "mode": config["mode"],
+        "rate": phase.rate,
+        "workers": config.get("threads", 1),
+        "wall_s": result["wall_s"],
+        "client_cpu_s": result["client_cpu_s"],
+        "interrupted": result.get("interrupted", False),
+        "stopped_on_errors": result.get("stopped_on_errors"),
+        "missed": result.get("missed", 0),
+        "error_samples": result.get("errors_sample", [])[:5],
+        "ops": ops,
+        "timeseries": result.get("timeseries", []),
+        "engine": {k: config.get(k) for k in ("protocol", "threads", "connections", "pipeline")}
+        | {"wire_bytes_out": result.get("wire_bytes_out"), "wire_bytes_in": result.get("wire_bytes_in")},
+    }

@@ -136,14 +136,19 @@ pub(crate) fn parse_int(s: &[u8]) -> Option<i64> {
     if digits.is_empty() || digits.len() > 19 {
         return None;
     }
+    // Accumulated on the negative side, which also holds i64::MIN.
     let mut v: i64 = 0;
     for &d in digits {
         if !d.is_ascii_digit() {
             return None;
         }
-        v = v.checked_mul(10)?.checked_add((d - b'0') as i64)?;
+        v = v.checked_mul(10)?.checked_sub((d - b'0') as i64)?;
     }
-    Some(if neg { -v } else { v })
+    if neg {
+        Some(v)
+    } else {
+        v.checked_neg()
+    }
 }
 
 /// A printable, bounded rendering of server-provided bytes for error messages.
@@ -216,6 +221,16 @@ mod fuzz_tests {
             max_depth: 4,
         };
         check_parsers(buf, kind, &lim);
+    }
+
+    #[test]
+    fn integers_to_the_extremes() {
+        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_int(b"+12"), Some(12));
+        assert_eq!(parse_int(b"9223372036854775808"), None);
+        assert_eq!(parse_int(b"-"), None);
+        assert_eq!(parse_int(b"1x"), None);
     }
 
     #[test]
