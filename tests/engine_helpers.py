@@ -1,61 +1,46 @@
-"""Private redis-server / memcached processes for the engine tests (free loopback ports,
-no persistence), independent of the lab so the engine's tests stand on their own."""
+"""Servers for the engine tests: the lab's (one way to start a server in the whole suite),
+handed out as (process, port) because these tests signal the process itself (SIGSTOP,
+SIGKILL) and talk to the port."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import signal
 import subprocess
 
 import pytest
 
-from cachemark.lab.base import free_port, wait_for_port
+from cachemark.errors import BackendMissing
+from cachemark.lab import LocalServer, server_class
+
+_STARTED: dict[int, LocalServer] = {}
 
 
-def start_redis(*extra: str) -> tuple[subprocess.Popen, int]:
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port("127.0.0.1", port, 10, proc)
-    return proc, port
+def _start(kind: str, **options: object) -> tuple[subprocess.Popen, int]:
+    try:
+        server = server_class(kind)(**options).start()
+    except BackendMissing as exc:
+        pytest.skip(f"{kind} not available: {exc}")
+    assert server.proc is not None
+    _STARTED[server.proc.pid] = server
+    return server.proc, server.port
+
+
+def start_redis(password: str | None = None) -> tuple[subprocess.Popen, int]:
+    return _start("redis", **({"password": password} if password else {}))
 
 
 def start_memcached() -> tuple[subprocess.Popen, int]:
-    if not shutil.which("memcached"):
-        pytest.skip("memcached is not installed")
-    port = free_port()
-    argv = ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "64"]
-    if os.geteuid() == 0:
-        argv += ["-u", "root"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port("127.0.0.1", port, 10, proc)
-    return proc, port
+    return _start("memcached", memory_mb=64)
 
 
 def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGCONT)
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    """Stop a server started here (a SIGSTOPped one too) and remove its directory."""
+    server = _STARTED.pop(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGCONT)
+    server.stop()
 
 
 def need_io(io: str) -> None:

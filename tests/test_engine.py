@@ -199,7 +199,7 @@ def test_unreachable_auth_and_bad_config(redis_port):
         run_load(base("resp2", [f"127.0.0.1:{redis_port}"], colour="blue"))
     with pytest.raises(SpecError, match="mix op"):
         run_load(base("resp2", [f"127.0.0.1:{redis_port}"], mix=[{"op": "frobnicate"}]))
-    proc, port = start_redis("--requirepass", "s3cret")
+    proc, port = start_redis(password="s3cret")
     try:
         with pytest.raises(BackendUnavailable, match="authentication"):
             run_load(base("resp2", [f"127.0.0.1:{port}"]))
