@@ -211,3 +211,14 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path) -> None:
         _, stderr = proc.communicate(timeout=60)
         outcomes.append((delay, proc.returncode, round(time.monotonic() - sent, 1), "Traceback" in stderr))
     assert all(code == 130 and took < 5 and not traceback for _, code, took, traceback in outcomes), outcomes
+
+
+@pytest.mark.parametrize("url", ["spawn:memcached?max_item_size=1k&client=engine",
+                                 "spawn:redis?maxmemory=1mb&maxmemory_policy=noeviction&client=engine"])
+def test_a_refused_prefill_on_the_engine_is_one_line_too(tmp_path, cachemark, url) -> None:
+    result = cachemark("run", "-t", url, "--value-size", "2048", "--duration", "1s", "--warmup", "0",
+                       "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused 2,048-byte values during prefill" in lines[0], result.stderr
+    assert lines[0].startswith(f"cachemark: error: {url}: ")

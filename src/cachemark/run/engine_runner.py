@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UnsupportedOp
+from ..errors import PrefillFailed, UnsupportedOp
 from ..measure.summary import summary_from_result
 from ..spec import Phase, Workload
 from ..target import Target
@@ -124,7 +124,20 @@ def _run_untimed(config: dict[str, Any]) -> dict[str, Any] | None:
         result = run_load(call)
         if _cut_short(result):
             return result
+        if call["prefill"] and result.get("prefill_errors"):
+            raise PrefillFailed(_refusal(call, result))
     return None
+
+
+def _refusal(config: dict[str, Any], result: dict[str, Any]) -> str:
+    """The engine's prefill refusals as one line, like the Python workers' (worker.Worker._refusal)."""
+    values = config["values"]
+    sizes = [s for s, _ in values["sizes"]] if "sizes" in values else [values["min"], values["max"]]
+    shown = f"{sizes[0]:,}-byte values" if len(set(sizes)) == 1 else f"values of {min(sizes):,}–{max(sizes):,} bytes"
+    server = "redis" if config["protocol"].startswith("resp") else "memcached"
+    sample = next(iter(result.get("errors_sample") or []), "")
+    refused, keys = result["prefill_errors"], config["keys"]["count"]
+    return f"{server} refused {shown} during prefill ({refused:,} of {keys:,} writes refused): {sample}"
 
 
 def _our_ops(phase: Phase, workload: Workload, result: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..backends import backend_class, create_backend
 from ..backends.base import CleanupFailed
-from ..errors import BackendMissing, Crash, UnsupportedOp, UserError
+from ..errors import BackendMissing, Crash, PrefillFailed, UnsupportedOp, UserError
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..plan import default_label
 from ..spec import Workload
@@ -151,7 +151,10 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
             from .engine_runner import run_engine_phases
 
             outcome.backend["info"]["client"] = "cachemark-engine"
-            outcome.phases = run_engine_phases(target, workload, namespace, monitor)
+            try:
+                outcome.phases = run_engine_phases(target, workload, namespace, monitor)
+            except PrefillFailed as exc:  # named by the user's URL, as the workers' refusals are
+                raise PrefillFailed(f"{outcome.target}: {exc}") from None
             if any(p["interrupted"] for p in outcome.phases):
                 outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
             _fail_on_errors(outcome)
