@@ -3,7 +3,7 @@
 Builds the file from real runs: ``memory://`` and ``spawn:redis`` (when redis-server is
 installed) are run here for ``--seconds`` each, and their run entries are replicated —
 relabelled ``memory-07`` and so on — until there are ``--runs`` runs. Then it times the
-report command in-process (``cachemark.report.commands.report``) for every format and,
+report command in-process (``cachemark.cli.report_commands.report``) for every format and,
 if the installed ``cachemark`` CLI has a ``report`` command, the CLI as a subprocess too
 (which includes interpreter start-up). Prints the configuration, the size of the file
 and the best of ``--repeat`` timings; exits 1 if the HTML report takes 3 s or more.
@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cachemark.cli.report_commands import report
 from cachemark.measure.fingerprint import fingerprint
-from cachemark.report.commands import report
 from cachemark.results import new_document, write_atomic
 from cachemark.run.runner import run_target
 from cachemark.spec import Experiment, Workload

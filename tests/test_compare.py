@@ -6,8 +6,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from cachemark.cli.report_commands import compare as compare_cmd
 from cachemark.errors import UserError
-from cachemark.report.commands import compare as compare_cmd
 from cachemark.report.compare import METRICS, compare, to_markdown, unmatched
 from cachemark.report.data import op_rows
 from cachemark.results import write_atomic

@@ -558,7 +558,7 @@ def _labels(text: str) -> list[str]:
 def results_case(rng: random.Random, tmp: Path) -> Callable[[], None]:
     from rich.console import Console
 
-    from cachemark.report import commands
+    from cachemark.cli import report_commands as commands
     from cachemark.report.table import render
     from cachemark.results import load
 

@@ -20,7 +20,6 @@ LAYERS = [
     {"lab", "results"},
     {"plan", "run", "presets"},
     {"report"},
-    {"session"},
     {"cli", "entry", "__main__", "__init__"},
 ]
 

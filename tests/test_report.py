@@ -13,14 +13,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from cachemark.cli.report_commands import compare as compare_cmd
+from cachemark.cli.report_commands import report as report_cmd
+from cachemark.cli.report_commands import thresholds as thresholds_cmd
 from cachemark.errors import UserError
 from cachemark.measure.histogram import Histogram
 from cachemark.measure.summary import latency_histogram
 from cachemark.report import data, export
 from cachemark.report.charts import percentile_grid, percentile_to_x
-from cachemark.report.commands import compare as compare_cmd
-from cachemark.report.commands import report as report_cmd
-from cachemark.report.commands import thresholds as thresholds_cmd
 from cachemark.report.data import op_rows
 from cachemark.report.html import render_html, saturation_point
 from cachemark.results import write_atomic

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cachemark.cli.report_commands import thresholds as thresholds_cmd
 from cachemark.errors import UserError
-from cachemark.report.commands import thresholds as thresholds_cmd
 from cachemark.report.data import phase_rows
 from cachemark.report.thresholds import compute, parse_levels, prometheus_rules, render, to_cloudformation
 from cachemark.results import write_atomic

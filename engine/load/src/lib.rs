@@ -2,11 +2,13 @@
 //!
 //! * [`arrivals`] — open-loop schedules: fixed or Poisson gaps, and the ops a cut schedule missed
 //! * [`keyspace`] — keys, values (docs/contracts.md), PRNG, key distributions, server routing
-//! * [`proto`] — RESP2/3 and memcached text/meta encoders and bounded reply parsers
+//! * [`proto`] — per protocol (RESP2/3, memcached text/meta): request encoders, the
+//!   connection handshake and bounded reply parsers
 //! * [`config`] — the JSON run configuration and its validation
 //! * [`hist`] — HDR histograms with the contract's parameters and V2-deflate/base64 codec
 //! * [`outbuf`] — outgoing requests with large values sent from the filler in place
-//! * [`engine`] — the per-thread epoll load loop (closed and open loop) and run orchestration
+//! * [`engine`] — the load threads (closed and open loop) over io_uring, or epoll as the
+//!   fallback, and run orchestration: connections, recording, canaries, the result
 //! * [`watch`] — the on-error policy: stop a phase once only errors come in
 //! * [`python`] — the PyO3 surface: `run_load` and `Histogram`
 

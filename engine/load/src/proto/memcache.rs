@@ -5,8 +5,166 @@
 //! A multi-get in the meta protocol is sent as quiet `mg … q` requests closed by
 //! `mn`, so its reply is the hits followed by `MN`.
 
+use super::request::{key_bytes, render, Handshake, Request};
 use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply};
+use crate::config::Seg;
+use crate::keyspace::write_u64;
+use crate::outbuf::OutBuf;
 use std::ops::Range;
+
+/// Encodes one request in the text protocol; returns the payload bytes it carries.
+pub fn encode_text(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
+    let (f, ttl, size) = (req.filler, req.ttl, req.size);
+    key_bytes(kb, req.prefix, req.op.kind, req.keys[0]);
+    let klen = kb.len();
+    match req.op.kind {
+        Kind::Get | Kind::Exists => line(out, b"get ", kb, b""),
+        Kind::Gets => line(out, b"gets ", kb, b""),
+        Kind::Set => {
+            out.extend_from_slice(b"set ");
+            out.extend_from_slice(kb);
+            out.extend_from_slice(b" 0 ");
+            write_u64(out, ttl);
+            out.push(b' ');
+            write_u64(out, size as u64);
+            out.extend_from_slice(b"\r\n");
+            out.value(kb, size, f);
+            out.extend_from_slice(b"\r\n");
+            return klen + size;
+        }
+        Kind::Delete => line(out, b"delete ", kb, b""),
+        Kind::Incr => line(out, b"incr ", kb, b" 1"),
+        Kind::Touch => {
+            out.extend_from_slice(b"touch ");
+            out.extend_from_slice(kb);
+            out.push(b' ');
+            write_u64(out, ttl);
+            out.extend_from_slice(b"\r\n");
+        }
+        Kind::MGet(_) => {
+            out.extend_from_slice(b"get");
+            let mut n = 0;
+            for &k in req.keys {
+                out.push(b' ');
+                key_bytes(kb, req.prefix, Kind::Get, k);
+                out.extend_from_slice(kb);
+                n += kb.len();
+            }
+            out.extend_from_slice(b"\r\n");
+            return n;
+        }
+        Kind::Template | Kind::Setup => return template(out, req, kb),
+    }
+    klen
+}
+
+/// Encodes one request in the meta protocol; returns the payload bytes it carries.
+pub fn encode_meta(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
+    let (f, ttl, size) = (req.filler, req.ttl, req.size);
+    key_bytes(kb, req.prefix, req.op.kind, req.keys[0]);
+    let klen = kb.len();
+    match req.op.kind {
+        Kind::Get => line(out, b"mg ", kb, b" v"),
+        Kind::Gets => line(out, b"mg ", kb, b" v c"),
+        Kind::Exists => line(out, b"mg ", kb, b""),
+        Kind::Set => {
+            out.extend_from_slice(b"ms ");
+            out.extend_from_slice(kb);
+            out.push(b' ');
+            write_u64(out, size as u64);
+            if ttl > 0 {
+                out.extend_from_slice(b" T");
+                write_u64(out, ttl);
+            }
+            out.extend_from_slice(b"\r\n");
+            out.value(kb, size, f);
+            out.extend_from_slice(b"\r\n");
+            return klen + size;
+        }
+        Kind::Delete => line(out, b"md ", kb, b""),
+        Kind::Incr => line(out, b"ma ", kb, b""),
+        Kind::Touch => {
+            out.extend_from_slice(b"mg ");
+            out.extend_from_slice(kb);
+            out.extend_from_slice(b" T");
+            write_u64(out, ttl);
+            out.extend_from_slice(b"\r\n");
+        }
+        Kind::MGet(_) => {
+            let mut n = 0;
+            for &k in req.keys {
+                key_bytes(kb, req.prefix, Kind::Get, k);
+                line(out, b"mg ", kb, b" v q");
+                n += kb.len();
+            }
+            out.extend_from_slice(b"mn\r\n");
+            return n;
+        }
+        Kind::Template | Kind::Setup => return template(out, req, kb),
+    }
+    klen
+}
+
+/// `head key tail\r\n`.
+#[inline]
+fn line(out: &mut Vec<u8>, head: &[u8], key: &[u8], tail: &[u8]) {
+    out.extend_from_slice(head);
+    out.extend_from_slice(key);
+    out.extend_from_slice(tail);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A template request (text or meta): the arguments form one line, and a lone `{value}`
+/// is sent as the data block after it.
+fn template(out: &mut OutBuf, req: &Request, key: &[u8]) -> usize {
+    let (f, ttl, size) = (req.filler, req.ttl, req.size);
+    let mut first = true;
+    let mut data = false;
+    for arg in &req.op.template {
+        if arg.as_slice() == [Seg::Value] {
+            data = true;
+            continue;
+        }
+        if !first {
+            out.push(b' ');
+        }
+        first = false;
+        render(out, arg, key, size, ttl, f);
+    }
+    out.extend_from_slice(b"\r\n");
+    if data {
+        out.value(key, size, f);
+        out.extend_from_slice(b"\r\n");
+        return key.len() + size;
+    }
+    key.len()
+}
+
+/// `set key 0 0 1` / `0`: an `incr` counter's prefill (text protocol).
+pub fn counter_text(out: &mut Vec<u8>, key: &[u8]) {
+    line(out, b"set ", key, b" 0 0 1\r\n0");
+}
+
+/// `ms key 1` / `0`: an `incr` counter's prefill (meta protocol).
+pub fn counter_meta(out: &mut Vec<u8>, key: &[u8]) {
+    line(out, b"ms ", key, b" 1\r\n0");
+}
+
+/// A new connection's set-up in the text protocol: `version` proves the server speaks it.
+pub fn handshake_text() -> Handshake {
+    Handshake {
+        request: b"version\r\n".to_vec(),
+        steps: vec!["version"],
+    }
+}
+
+/// A new connection's set-up in the meta protocol: `mn` (a no-op) proves the server speaks it.
+pub fn handshake_meta() -> Handshake {
+    Handshake {
+        request: b"mn\r\n".to_vec(),
+        steps: vec!["the meta protocol (mn)"],
+    }
+}
 
 fn starts(line: &[u8], word: &[u8]) -> bool {
     line.len() >= word.len()

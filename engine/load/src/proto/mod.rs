@@ -1,4 +1,6 @@
-//! Wire protocols: request encoders and incremental, bounded reply parsers.
+//! Wire protocols: request encoders, connection handshakes and incremental, bounded reply
+//! parsers, one module per protocol family (`resp`, `memcache`); `request` holds what they
+//! share (keys, templates) and dispatches on the plan's protocol.
 //!
 //! Parsers are pure functions over a byte slice holding the unread replies of one
 //! connection: they either recognise one whole reply (`Parse::Done`), say how many
@@ -9,7 +11,10 @@
 //! and the randomized tests in this module hold them to that.
 
 pub mod memcache;
+pub mod request;
 pub mod resp;
+
+pub use request::{encode, encode_counter, handshake, key_bytes, parse, Handshake, Request};
 
 use std::ops::Range;
 

@@ -5,8 +5,11 @@
 //! was switched to RESP3 with HELLO 3 is read correctly; out-of-band push messages and
 //! attributes are skipped.
 
+use super::request::{key_bytes, render, Handshake, Request};
 use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply};
+use crate::config::Seg;
 use crate::keyspace::write_u64;
+use crate::outbuf::OutBuf;
 use std::ops::Range;
 
 #[inline]
@@ -46,6 +49,146 @@ pub fn command(out: &mut Vec<u8>, parts: &[&[u8]]) {
     for p in parts {
         bulk(out, p);
     }
+}
+
+/// Encodes one request (RESP2 and RESP3 alike); returns the payload bytes it carries.
+pub fn encode(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>, tmp: &mut Vec<u8>) -> usize {
+    let (f, ttl, size) = (req.filler, req.ttl, req.size);
+    key_bytes(kb, req.prefix, req.op.kind, req.keys[0]);
+    let klen = kb.len();
+    match req.op.kind {
+        Kind::Get | Kind::Gets => {
+            out.extend_from_slice(b"*2\r\n$3\r\nGET\r\n");
+            bulk(out, kb);
+            klen
+        }
+        Kind::Set => {
+            if ttl > 0 {
+                out.extend_from_slice(b"*5\r\n$3\r\nSET\r\n");
+            } else {
+                out.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
+            }
+            bulk(out, kb);
+            bulk_value(out, kb, size, f);
+            if ttl > 0 {
+                out.extend_from_slice(b"$2\r\nEX\r\n");
+                bulk_u64(out, ttl);
+            }
+            klen + size
+        }
+        Kind::Delete => {
+            out.extend_from_slice(b"*2\r\n$3\r\nDEL\r\n");
+            bulk(out, kb);
+            klen
+        }
+        Kind::Exists => {
+            out.extend_from_slice(b"*2\r\n$6\r\nEXISTS\r\n");
+            bulk(out, kb);
+            klen
+        }
+        Kind::Incr => {
+            out.extend_from_slice(b"*2\r\n$4\r\nINCR\r\n");
+            bulk(out, kb);
+            klen
+        }
+        Kind::Touch => {
+            if ttl > 0 {
+                out.extend_from_slice(b"*3\r\n$6\r\nEXPIRE\r\n");
+                bulk(out, kb);
+                bulk_u64(out, ttl);
+            } else {
+                out.extend_from_slice(b"*2\r\n$7\r\nPERSIST\r\n");
+                bulk(out, kb);
+            }
+            klen
+        }
+        Kind::MGet(_) => {
+            array_header(out, req.keys.len() + 1);
+            bulk(out, b"MGET");
+            let mut n = 0;
+            for &k in req.keys {
+                key_bytes(kb, req.prefix, Kind::Get, k);
+                bulk(out, kb);
+                n += kb.len();
+            }
+            n
+        }
+        Kind::Template | Kind::Setup => {
+            array_header(out, req.op.template.len());
+            let mut n = 0;
+            for arg in &req.op.template {
+                match arg.as_slice() {
+                    [Seg::Lit(l)] => bulk(out, l),
+                    [Seg::Key] => {
+                        bulk(out, kb);
+                        n += klen;
+                    }
+                    [Seg::Value] => {
+                        bulk_value(out, kb, size, f);
+                        n += size;
+                    }
+                    segs => {
+                        tmp.clear();
+                        render(tmp, segs, kb, size, ttl, f);
+                        bulk(out, tmp);
+                    }
+                }
+            }
+            n
+        }
+    }
+}
+
+/// A bulk string holding the contract value for `key` of length `n` (large values are
+/// spliced from the filler, see `OutBuf`).
+fn bulk_value(out: &mut OutBuf, key: &[u8], n: usize, filler: &[u8]) {
+    out.push(b'$');
+    write_u64(out, n as u64);
+    out.extend_from_slice(b"\r\n");
+    out.value(key, n, filler);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `SET key 0`: an `incr` counter's prefill.
+pub fn counter(out: &mut Vec<u8>, key: &[u8]) {
+    out.extend_from_slice(b"*3\r\n$3\r\nSET\r\n");
+    bulk(out, key);
+    bulk(out, b"0");
+}
+
+/// A new connection's set-up: `HELLO 3 [AUTH user pass]` (RESP3) or `AUTH [user] pass`
+/// (RESP2, with a password), `SELECT db` (db ≠ 0), then `PING`, which proves the server
+/// speaks RESP and that no authentication is missing.
+pub fn handshake(resp3: bool, user: Option<&str>, password: Option<&str>, db: u32) -> Handshake {
+    let mut request = Vec::new();
+    let mut steps = Vec::new();
+    if resp3 {
+        let mut c: Vec<&[u8]> = vec![b"HELLO", b"3"];
+        if let Some(pw) = password {
+            c.extend([
+                b"AUTH".as_slice(),
+                user.unwrap_or("default").as_bytes(),
+                pw.as_bytes(),
+            ]);
+        }
+        command(&mut request, &c);
+        steps.push("HELLO 3 (RESP3)");
+    } else if let Some(pw) = password {
+        let mut c: Vec<&[u8]> = vec![b"AUTH"];
+        if let Some(u) = user {
+            c.push(u.as_bytes());
+        }
+        c.push(pw.as_bytes());
+        command(&mut request, &c);
+        steps.push("authentication");
+    }
+    if db != 0 {
+        command(&mut request, &[b"SELECT", db.to_string().as_bytes()]);
+        steps.push("SELECT");
+    }
+    command(&mut request, &[b"PING"]);
+    steps.push("PING");
+    Handshake { request, steps }
 }
 
 #[derive(Debug)]

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from . import __version__
-from .errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
-from .report.commands import compare as compare_command
-from .report.commands import report as report_command
-from .report.commands import thresholds as thresholds_command
-from .report.terminal import make_console
+from .. import __version__
+from ..errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
+from .report_commands import compare as compare_command
+from .report_commands import report as report_command
+from .report_commands import thresholds as thresholds_command
+from .terminal import make_console
 
 if TYPE_CHECKING:
-    from .spec import Experiment
+    from ..spec import Experiment
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -62,7 +62,7 @@ def experiment_from(data: dict[str, Any], where: str, targets: list[str] | None,
                     labels: list[str] | None = None, sweep: list[str] | None = None, repeat: int | None = None,
                     network: str | None = None) -> Experiment:
     """The experiment ``cachemark run`` runs: a file or preset's data with the command line's flags over it."""
-    from .spec import build_experiment, merge_overrides
+    from ..spec import build_experiment, merge_overrides
 
     flags = dict(flags)
     if flags.get("ops") is not None and flags.get("duration") is None:
@@ -71,7 +71,7 @@ def experiment_from(data: dict[str, Any], where: str, targets: list[str] | None,
     if labels:
         data["labels"] = labels
     if sweep:
-        from .sweep import parse_sweep
+        from ..sweep import parse_sweep
 
         data["sweep"] = parse_sweep(sweep)
     if repeat is not None:
@@ -93,8 +93,8 @@ def split_sources(sources: list[str]) -> tuple[str | None, list[str]]:
 
 def resolve_source(source: str | None) -> tuple[dict[str, Any], str]:
     """An experiment file path or a preset name -> (data, where it came from)."""
-    from .presets import load_preset, preset_names
-    from .spec import load_toml
+    from ..presets import load_preset, preset_names
+    from ..spec import load_toml
 
     if source is None:
         return {}, "defaults"
@@ -167,8 +167,8 @@ def run(
     document, path = run_experiment(experiment, out=out, calibrate=calibrate, console=console)
     console.print(f"results: {path}", markup=False, highlight=False)
     if html:
-        from .report.export import write_text_atomic
-        from .report.html import render_html
+        from ..report.export import write_text_atomic
+        from ..report.html import render_html
 
         report_path = path.with_suffix(".html")
         write_text_atomic(report_path, render_html(document))
@@ -181,8 +181,8 @@ def run(
 @app.command()
 def show(results: Annotated[Path, typer.Argument(help="A results JSON file.")]) -> None:
     """Print the table of a saved results file. Example: cachemark show results/cachemark-*.json"""
-    from .report.table import render
-    from .results import load
+    from ..report.table import render
+    from ..results import load
 
     render(load(results), console)
 
@@ -190,8 +190,8 @@ def show(results: Annotated[Path, typer.Argument(help="A results JSON file.")]) 
 @app.command()
 def targets() -> None:
     """List the target URL schemes and spawnable servers. Example: cachemark targets"""
-    from .backends import schemes
-    from .lab import kinds
+    from ..backends import schemes
+    from ..lab import kinds
 
     console.print("schemes: " + ", ".join(f"{s}://" for s in schemes()))
     console.print("spawn:   " + ", ".join(f"spawn:{k}" for k in kinds()))
@@ -200,7 +200,7 @@ def targets() -> None:
 @app.command()
 def presets() -> None:
     """List the named experiments. Example: cachemark presets"""
-    from .presets import describe_presets
+    from ..presets import describe_presets
 
     for name, description in describe_presets():
         console.print(f"[bold]{name}[/bold]  {description}")
@@ -211,6 +211,20 @@ app.command("compare")(compare_command)
 app.command("thresholds")(thresholds_command)
 
 
+def _redeliver_interrupts(default: Any) -> Any:
+    """A Ctrl-C that lands in a destructor (redis-py's ``Pipeline.__del__``, run by the garbage
+    collector) is swallowed by Python with an "Exception ignored" traceback: deliver it again."""
+    import signal
+
+    def hook(unraisable: Any) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+            return
+        default(unraisable)
+
+    return hook
+
+
 def _interrupt_on(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # the path Ctrl-C takes: workers stopped, servers and temp dirs removed
 
@@ -218,18 +232,19 @@ def _interrupt_on(signum: int, frame: Any) -> None:
 def main() -> None:
     import signal
 
-    from .proctitle import hide_secrets
+    from ..proctitle import hide_secrets
 
     hide_secrets()  # `ps` shows other users our command line: its target URLs redacted
     # `timeout`, a CI cancel or a closed terminal must clean up like Ctrl-C does
     for name in ("SIGTERM", "SIGHUP"):
         signal.signal(getattr(signal, name), _interrupt_on)
+    sys.unraisablehook = _redeliver_interrupts(sys.unraisablehook)
     try:
         app()  # typer: usage errors exit 2, KeyboardInterrupt exits 130
     except UserError as exc:
         if _debug_requested():
             traceback.print_exc()
-        from .target import redact_text
+        from ..target import redact_text
 
         print(f"cachemark: error: {redact_text(str(exc))}", file=sys.stderr)  # one line, no secret
         sys.exit(EXIT_USAGE)
@@ -237,7 +252,7 @@ def main() -> None:
         print("cachemark: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 — a bug of ours: one line, the traceback kept in a file
-        from .crash import crash_line
+        from ..crash import crash_line
 
         if _debug_requested():
             traceback.print_exc()

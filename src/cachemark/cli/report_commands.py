@@ -33,7 +33,7 @@ def _emit(text: str, out: Path | None) -> None:
     if out is None or str(out) == "-":
         sys.stdout.write(text)
         return
-    from .export import write_text_atomic
+    from ..report.export import write_text_atomic
 
     write_text_atomic(out, text)
     _console().print(f"wrote {out}", markup=False, highlight=False)
@@ -52,8 +52,8 @@ def report(
 
     Example: cachemark report results/cachemark-20261122-080904.json -f markdown --baseline redis -o bench.md
     """
-    from .export import strip_histograms
-    from .formats import FORMATS, render
+    from ..report.export import strip_histograms
+    from ..report.formats import FORMATS, render
 
     if format is None:
         format = _BY_SUFFIX.get(out.suffix.lower(), "html") if out is not None and str(out) != "-" else "html"
@@ -84,7 +84,7 @@ def compare(
     Runs carrying "repeat" fields give a noise estimate; smaller differences are marked ~noise.
     Example: cachemark compare results/before.json results/after.json
     """
-    from . import compare as cmp
+    from ..report import compare as cmp
 
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown format {format!r}; choose one of table, markdown, json")
@@ -123,7 +123,7 @@ def thresholds(
 
     Example: cachemark thresholds results/m4-xlarge.json --label cache.m4.xlarge -f cloudformation -o map.yaml
     """
-    from . import thresholds as th
+    from ..report import thresholds as th
 
     if format not in th.FORMATS:
         raise UserError(f"unknown format {format!r}; choose one of {', '.join(th.FORMATS)}")

@@ -13,21 +13,21 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .errors import Crash, UserError
-from .measure.fingerprint import calibrate as run_calibration
-from .measure.fingerprint import fingerprint
-from .measure.saturation import saturation_summary
-from .plan import describe, experiment_record, plan_runs
-from .report.table import render
-from .results import default_path, new_document, write_atomic
-from .results.names import run_name
-from .run.runner import run_target
-from .spec import Experiment
+from ..errors import Crash, UserError
+from ..measure.fingerprint import calibrate as run_calibration
+from ..measure.fingerprint import fingerprint
+from ..measure.saturation import saturation_summary
+from ..plan import describe, experiment_record, plan_runs
+from ..report.table import render
+from ..results import default_path, new_document, write_atomic
+from ..results.names import run_name
+from ..run.runner import run_target
+from ..spec import Experiment
 
 
 def proxy_overhead(console: Console) -> dict[str, Any]:
     """What the latency proxy itself adds with no delay configured, measured now, on this machine."""
-    from .lab.proxy import measure_overhead
+    from ..lab.proxy import measure_overhead
 
     with console.status("measuring the network proxy's own overhead"):
         overhead = measure_overhead(samples=1000)

@@ -1,0 +1,267 @@
+//! One logical client's connections: per-socket state (buffers, the requests in flight,
+//! the I/O backends' flags) and the blocking connect + set-up handshake.
+
+use crate::arrivals::Arrivals;
+use crate::config::Plan;
+use crate::keyspace::KeyPicker;
+use crate::outbuf::OutBuf;
+use crate::proto::{self, printable, Kind, Outcome, Parse};
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// A request queued or sent on a socket, waiting for its reply.
+#[derive(Clone, Copy)]
+pub(super) struct Pending {
+    /// Index of the op in the plan's mix, or `INTERNAL` (prefill).
+    pub(super) op: u16,
+    pub(super) kind: Kind,
+    /// Whether it counts in the results (due in the timed phase).
+    pub(super) timed: bool,
+    /// When it was due (open loop) or sent (closed loop), ns on the run's clock.
+    pub(super) intended: u64,
+    /// When it was written.
+    pub(super) sent: u64,
+    /// The key whose contract value a hit must hold, or `NO_KEY` (not verified).
+    pub(super) verify_key: u64,
+    /// Payload bytes (keys + values) it carries.
+    pub(super) bytes_out: u32,
+}
+
+/// One connection of a client to one server: its buffers, the requests in flight on it,
+/// and what each I/O backend keeps per socket.
+pub(super) struct Sock {
+    pub(super) stream: Option<TcpStream>,
+    pub(super) fd: i32,
+    pub(super) server: usize,
+    pub(super) client: usize,
+    pub(super) wbuf: OutBuf,
+    pub(super) wpos: usize,
+    pub(super) rbuf: Vec<u8>,
+    pub(super) rpos: usize,
+    /// `rbuf.len()` must reach this before parsing again (the parser said so).
+    pub(super) need: usize,
+    pub(super) inflight: VecDeque<Pending>,
+    pub(super) unstamped: usize,
+    pub(super) want_out: bool,
+    pub(super) retry_at: u64,
+    /// The iovecs of the last gathered write (`writev`, or io_uring's SENDMSG: then with
+    /// its header, both untouched until it completes) when large values are spliced in.
+    pub(super) iov: Vec<libc::iovec>,
+    pub(super) msg: Box<libc::msghdr>,
+    // io_uring only: the buffer a SEND in flight reads (never touched until it completes),
+    // the in-flight flags, and a closed connection whose operations have not completed yet.
+    pub(super) sending: OutBuf,
+    pub(super) spos: usize,
+    pub(super) send_busy: bool,
+    pub(super) recv_busy: bool,
+    pub(super) dirty: bool,
+    pub(super) zombie: Option<TcpStream>,
+}
+
+/// What an I/O backend did on one socket, for the worker to act on.
+pub(super) enum Completion {
+    /// This many bytes arrived at the end of the socket's read buffer.
+    Read(usize),
+    /// This many queued bytes left.
+    Wrote(usize),
+    /// The server closed the connection.
+    Closed,
+    ReadFailed(std::io::Error),
+    WriteFailed(std::io::Error),
+}
+
+/// Most bytes taken from a socket by one read: a little less than one 64 KiB loopback (or
+/// GRO) segment. Reading whole segments at once (100 KB GETs from Redis) often left the last
+/// reference to the server's socket pages with the client, so they were freed on the
+/// client's CPU and the server copied its next replies into pages cold in its cache (page
+/// frees on the client's side per GET: 0.35–0.5 unbounded, 0.16–0.23 at 48–56 KiB). 56 KiB
+/// still takes a 100 KB reply in two reads; 48 KiB took three, costing memcached runs ~25 %
+/// more client CPU per op (docs/engine.md).
+pub(super) const MAX_READ: usize = 56 * 1024;
+
+impl Sock {
+    /// A socket of client `client` to server `server`, not connected yet.
+    pub(super) fn new(server: usize, client: usize, pipeline: usize) -> Self {
+        Sock {
+            stream: None,
+            fd: -1,
+            server,
+            client,
+            wbuf: OutBuf::with_capacity(16 * 1024),
+            wpos: 0,
+            rbuf: Vec::with_capacity(64 * 1024),
+            rpos: 0,
+            need: 0,
+            inflight: VecDeque::with_capacity(pipeline.max(16)),
+            unstamped: 0,
+            want_out: false,
+            retry_at: 0,
+            sending: OutBuf::with_capacity(16 * 1024),
+            spos: 0,
+            iov: Vec::new(),
+            // SAFETY: an all-zero msghdr is a valid empty one.
+            msg: Box::new(unsafe { std::mem::zeroed() }),
+            send_busy: false,
+            recv_busy: false,
+            dirty: false,
+            zombie: None,
+        }
+    }
+
+    /// Makes room at the end of `rbuf` for the next read; returns how much it may take.
+    pub(super) fn read_room(&mut self) -> usize {
+        if self.rpos > 0
+            && (self.rpos == self.rbuf.len() || self.rbuf.capacity() - self.rbuf.len() < MAX_READ)
+        {
+            self.rbuf.drain(..self.rpos);
+            self.need = self.need.saturating_sub(self.rpos);
+            self.rpos = 0;
+        }
+        self.rbuf.reserve(MAX_READ);
+        (self.rbuf.capacity() - self.rbuf.len()).min(MAX_READ)
+    }
+}
+
+/// A logical client: one socket per server (as a memcached pool client holds), at most
+/// `pipeline` requests in flight, its own key picker and, in open loop, its schedule.
+pub(super) struct Client {
+    pub(super) socks: Vec<usize>,
+    pub(super) inflight: usize,
+    pub(super) next_intended: u64,
+    pub(super) arrivals: Arrivals,
+    pub(super) picker: KeyPicker,
+    pub(super) prefill_next: u64,
+}
+
+/// One blocking read, retried when a signal interrupts it: Python installs its handlers
+/// without SA_RESTART, and a read on a socket with a timeout is never restarted anyway.
+/// (`connect_timeout` and `write_all` retry on EINTR themselves.)
+pub(super) fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
+/// Opens one connection and sends the protocol's set-up handshake (`proto::handshake`:
+/// HELLO/AUTH/SELECT/PING, `version` or `mn`), all blocking, then makes it non-blocking.
+pub(super) fn connect(plan: &Plan, server: usize, timeout: Duration) -> Result<TcpStream, String> {
+    let name = &plan.server_names[server];
+    let mut s = TcpStream::connect_timeout(&plan.servers[server], timeout)
+        .map_err(|e| format!("cannot connect to {name}: {e}"))?;
+    let _ = s.set_nodelay(true);
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let hs = proto::handshake(plan);
+    s.write_all(&hs.request)
+        .map_err(|e| format!("{name}: cannot send: {e}"))?;
+    let mut buf = Vec::with_capacity(4096);
+    let mut pos = 0;
+    for what in &hs.steps {
+        loop {
+            match proto::parse(plan.protocol, &buf[pos..], Kind::Setup, &plan.limits) {
+                Parse::Done(r) => {
+                    if r.outcome == Outcome::ServerError || r.outcome == Outcome::ProtocolError {
+                        let msg = r
+                            .message
+                            .map(|m| printable(&buf[pos + m.start..pos + m.end]))
+                            .unwrap_or_default();
+                        let hint = if msg.contains("NOAUTH")
+                            || msg.contains("WRONGPASS")
+                            || msg.contains("AUTH")
+                        {
+                            "authentication failed"
+                        } else {
+                            "the server refused"
+                        };
+                        return Err(format!("{name}: {hint} at {what}: {msg}"));
+                    }
+                    pos += r.consumed;
+                    break;
+                }
+                Parse::Need(_) => {
+                    let mut chunk = [0u8; 4096];
+                    let n = read_some(&mut s, &mut chunk).map_err(|e| match e.kind() {
+                        // SO_RCVTIMEO expired (EAGAIN): say so rather than "temporarily unavailable".
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                            format!(
+                                "{name}: no reply to {what} within {} ms",
+                                timeout.as_millis()
+                            )
+                        }
+                        _ => format!("{name}: no reply to {what}: {e}"),
+                    })?;
+                    if n == 0 {
+                        return Err(format!("{name}: connection closed during {what}"));
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                Parse::Bad(m) => {
+                    return Err(format!(
+                        "{name}: does not speak {:?} (reply to {what}: {m})",
+                        plan.protocol
+                    ));
+                }
+            }
+        }
+    }
+    s.set_nonblocking(true).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::net::TcpListener;
+
+    extern "C" fn ignore(_: libc::c_int) {}
+
+    /// A SIGUSR1 handler installed without SA_RESTART, as Python installs its own.
+    fn interruptible_sigusr1() {
+        // SAFETY: a handler that does nothing; the struct is fully initialised.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = ignore as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+        }
+    }
+
+    #[test]
+    fn connect_retries_reads_a_signal_interrupts() {
+        interruptible_sigusr1();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // A server that takes 400 ms to answer the handshake's PING.
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf);
+            std::thread::sleep(Duration::from_millis(400));
+            s.write_all(b"+PONG\r\n").unwrap();
+            s
+        });
+        let json = format!(r#"{{"protocol":"resp2","servers":["127.0.0.1:{port}"]}}"#);
+        let plan = Config::from_json(&json).unwrap().plan().unwrap();
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        let pester = std::thread::spawn(move || {
+            for _ in 0..5 {
+                std::thread::sleep(Duration::from_millis(50));
+                // SAFETY: this thread is joined below, before the target thread returns.
+                unsafe { libc::pthread_kill(me, libc::SIGUSR1) };
+            }
+        });
+        let result = connect(&plan, 0, Duration::from_secs(5));
+        pester.join().unwrap();
+        let _conn = server.join().unwrap();
+        assert!(result.is_ok(), "{:?}", result.err());
+    }
+}

@@ -1,0 +1,236 @@
+//! The epoll backend (`io: "epoll"`, or when io_uring is unavailable): level-triggered,
+//! one `read` per readiness event (everything available, at most `MAX_READ`), one `write`
+//! per batch straight away; write interest is registered only while the kernel's buffer is
+//! full. About two syscalls per op at pipeline 1. Waits use `epoll_pwait2` (nanosecond
+//! timeouts) where the kernel has it.
+//!
+//! It moves bytes between sockets and their buffers and reports what happened as a
+//! [`Completion`]; what that means for the requests is the worker's business.
+
+use super::conn::{Completion, Sock};
+
+/// An epoll set over one thread's sockets (tagged with their index) and its event buffer.
+pub(super) struct Epoll {
+    fd: i32,
+    events: Vec<libc::epoll_event>,
+    /// `epoll_pwait2` is there (Linux 5.11+); else millisecond timeouts.
+    pwait2: bool,
+}
+
+impl Epoll {
+    pub(super) fn new() -> Self {
+        // SAFETY: plain syscall; the fd is closed on drop.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        assert!(fd >= 0, "epoll_create1 failed");
+        Epoll {
+            fd,
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 256],
+            pwait2: true,
+        }
+    }
+
+    /// Watches socket `si` (newly connected) for input.
+    pub(super) fn add(&self, si: usize, s: &Sock) {
+        self.ctl(libc::EPOLL_CTL_ADD, si, s.fd, false);
+    }
+
+    fn ctl(&self, op: i32, si: usize, fd: i32, out: bool) {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | if out { libc::EPOLLOUT } else { 0 }) as u32,
+            u64: si as u64,
+        };
+        // SAFETY: both descriptors are open and ours; ev outlives the call.
+        unsafe { libc::epoll_ctl(self.fd, op, fd, &mut ev) };
+    }
+
+    /// Writes what socket `si` has queued (one `write`, or `writev` when large values are
+    /// spliced in from `filler`); asks for write readiness only while the kernel's buffer
+    /// is full. `None`: nothing was written, and nothing went wrong.
+    pub(super) fn write(&self, si: usize, s: &mut Sock, filler: &[u8]) -> Option<Completion> {
+        if s.wpos >= s.wbuf.len() {
+            return None;
+        }
+        let n = if s.wbuf.is_contiguous() {
+            let rest = &s.wbuf.inline()[s.wpos..];
+            // SAFETY: the slice is valid for its length; fd is an open socket we own.
+            unsafe { libc::write(s.fd, rest.as_ptr() as *const libc::c_void, rest.len()) }
+        } else {
+            s.wbuf.iovecs(s.wpos, filler, &mut s.iov);
+            // SAFETY: the iovecs point into wbuf and the filler, both alive and unchanged here.
+            unsafe { libc::writev(s.fd, s.iov.as_ptr(), s.iov.len() as i32) }
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock
+                && e.kind() != std::io::ErrorKind::Interrupted
+            {
+                return Some(Completion::WriteFailed(e));
+            }
+        } else {
+            s.wpos += n as usize;
+        }
+        if s.wpos >= s.wbuf.len() {
+            s.wbuf.clear();
+            s.wpos = 0;
+            if s.want_out {
+                s.want_out = false;
+                self.ctl(libc::EPOLL_CTL_MOD, si, s.fd, false);
+            }
+        } else if !s.want_out {
+            s.want_out = true;
+            self.ctl(libc::EPOLL_CTL_MOD, si, s.fd, true);
+        }
+        (n > 0).then_some(Completion::Wrote(n as usize))
+    }
+
+    /// Reads what socket `s` has (at most `MAX_READ`) into its read buffer.
+    /// `None`: nothing there yet (or a signal interrupted the read).
+    pub(super) fn read(&self, s: &mut Sock) -> Option<Completion> {
+        if s.fd < 0 {
+            return None;
+        }
+        let spare = s.read_room();
+        let len = s.rbuf.len();
+        // SAFETY: reading into the vector's spare capacity; set_len only covers bytes read.
+        let n = unsafe {
+            libc::read(
+                s.fd,
+                s.rbuf.as_mut_ptr().add(len) as *mut libc::c_void,
+                spare,
+            )
+        };
+        if n == 0 {
+            return Some(Completion::Closed);
+        }
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock
+                && e.kind() != std::io::ErrorKind::Interrupted
+            {
+                return Some(Completion::ReadFailed(e));
+            }
+            return None;
+        }
+        // SAFETY: the kernel initialised n bytes after len.
+        unsafe { s.rbuf.set_len(len + n as usize) };
+        Some(Completion::Read(n as usize))
+    }
+
+    /// The `k`-th socket found ready by the last [`wait`](Self::wait): its index, whether
+    /// it is writable, whether it is readable (or broken).
+    pub(super) fn ready(&self, k: usize) -> (usize, bool, bool) {
+        let ev = &self.events[k];
+        let flags = ev.events;
+        (
+            ev.u64 as usize,
+            flags & libc::EPOLLOUT as u32 != 0,
+            flags & (libc::EPOLLIN | libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0,
+        )
+    }
+
+    /// Waits up to `wait_ns` for readiness; returns how many sockets are ready. An EINTR (a
+    /// signal, e.g. Ctrl-C for Python) counts as none: the loop looks at its clock and its
+    /// sockets, then waits again.
+    pub(super) fn wait(&mut self, wait_ns: u64) -> usize {
+        let n = if self.pwait2 {
+            let ts = libc::timespec {
+                tv_sec: (wait_ns / 1_000_000_000) as i64,
+                tv_nsec: (wait_ns % 1_000_000_000) as i64,
+            };
+            // SAFETY: epoll_pwait2(epfd, events, maxevents, timeout, sigmask=NULL, sigsetsize=0).
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.fd,
+                    self.events.as_mut_ptr(),
+                    self.events.len() as i32,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<libc::c_void>(),
+                    0usize,
+                )
+            };
+            if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                // Kernels before 5.11: fall back to millisecond timeouts.
+                self.pwait2 = false;
+                0
+            } else {
+                r as i64
+            }
+        } else {
+            let ms = wait_ns.div_ceil(1_000_000) as i32;
+            // SAFETY: events is a valid buffer of its length.
+            unsafe {
+                libc::epoll_wait(
+                    self.fd,
+                    self.events.as_mut_ptr(),
+                    self.events.len() as i32,
+                    ms,
+                ) as i64
+            }
+        };
+        n.max(0) as usize
+    }
+}
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        // SAFETY: closing our own epoll descriptor.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    /// A socket connected to a peer on loopback, as the worker attaches one.
+    fn connected() -> (Sock, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let mut s = Sock::new(0, 0, 1);
+        s.fd = stream.as_raw_fd();
+        s.stream = Some(stream);
+        (s, peer)
+    }
+
+    #[test]
+    fn writes_reads_and_reports_a_close() {
+        let mut ep = Epoll::new();
+        let (mut s, mut peer) = connected();
+        ep.add(0, &s);
+        assert!(ep.write(0, &mut s, b"").is_none(), "nothing queued");
+        s.wbuf.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+        assert!(matches!(
+            ep.write(0, &mut s, b""),
+            Some(Completion::Wrote(14))
+        ));
+        assert!(s.wbuf.is_empty() && s.wpos == 0 && !s.want_out);
+        let mut got = [0u8; 14];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"*1\r\n$4\r\nPING\r\n");
+
+        assert!(ep.read(&mut s).is_none(), "nothing there yet");
+        peer.write_all(b"+PONG\r\n").unwrap();
+        assert_eq!(ep.wait(1_000_000_000), 1);
+        assert_eq!(ep.ready(0), (0, false, true));
+        assert!(matches!(ep.read(&mut s), Some(Completion::Read(7))));
+        assert_eq!(s.rbuf, b"+PONG\r\n");
+
+        drop(peer);
+        assert_eq!(ep.wait(1_000_000_000), 1);
+        assert!(matches!(ep.read(&mut s), Some(Completion::Closed)));
+    }
+
+    #[test]
+    fn a_wait_with_nothing_ready_times_out() {
+        let mut ep = Epoll::new();
+        let (s, _peer) = connected();
+        ep.add(0, &s);
+        assert_eq!(ep.wait(1_000_000), 0);
+    }
+}

@@ -1,0 +1,46 @@
+//! The load engine: T threads, each owning C/T logical clients and one hand-written loop
+//! over their sockets (no async runtime, no task per request) on io_uring — by default —
+//! or epoll; plus run orchestration (connect, prefill, warm-up, timed phase, drain,
+//! dropped-write canaries) and the merge of per-thread results into the JSON result.
+//!
+//! Why by hand: on these VMs syscalls dominate a load generator's CPU. io_uring submits
+//! every socket's RECV and SEND and waits for completions in one `io_uring_enter` per
+//! round; the epoll fallback does one `read` per readiness event and one `write` per
+//! batch. Replies are parsed in place in a persistent read buffer, requests are encoded
+//! into a persistent write buffer (docs/engine.md, "How it is built").
+//!
+//! A logical client holds one socket per server (as a memcached pool client does)
+//! and keeps at most `pipeline` requests in flight. Closed loop: it refills as soon
+//! as replies arrive. Open loop: each client follows a schedule of intended send times
+//! (fixed gaps, clients interleaved, or Poisson; `arrivals.rs`); a request due while the
+//! client is at its in-flight cap waits, and its latency is counted from the intended
+//! time (corrected) as well as from the actual send (uncorrected). The schedule is cut
+//! at the phase's end: what fell due and was never sent is counted as `missed`.
+//!
+//! An op that cannot be sent because its connection is down is an error (connection),
+//! counted once per op the load attempted: closed loop, each attempt reconnects at once
+//! (a failed connect is a completed op, and the client goes on as after any reply);
+//! open loop, every op that falls due while the connection is down is an error, and
+//! reconnects are tried at most every 100 ms. With `on_error: "stop"` the orchestrating
+//! thread stops every load thread once nothing but errors has come in for
+//! `error_grace_s` (`watch.rs`).
+//!
+//! * [`run`](run()) (`run.rs`) — orchestration: connect, threads, phases, result JSON
+//! * `worker.rs` — one load thread: clients, issuing, replies, timeouts, the phase loop
+//! * `uring.rs`, `epoll.rs` — the two I/O backends, as methods of the worker
+//! * `conn.rs` — per-socket state and the blocking connect + handshake
+//! * `record.rs` — counters, histograms, error samples, the merge of threads' results
+//! * `canary.rs` — dropped-write canaries after the timed phase
+//!
+//! Encoding, handshakes and parsing live in [`crate::proto`].
+
+mod canary;
+mod conn;
+mod epoll;
+mod record;
+mod run;
+mod uring;
+mod worker;
+
+pub use record::{OpStats, ERROR_KINDS};
+pub use run::{run, RunError};

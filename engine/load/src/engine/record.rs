@@ -1,0 +1,494 @@
+//! What the load threads measure: per-op counters and HDR histograms ([`OpStats`]), a
+//! thread's [`Recorder`] (with its error samples and the tallies the on-error watch reads),
+//! the bookkeeping of a completed or failed request, and the merge of the threads'
+//! recorders into the run's result.
+
+use super::conn::Pending;
+use crate::config::Plan;
+use crate::hist::{self, Hist};
+use crate::keyspace::{verify_value, write_key};
+use crate::proto::{self, printable, Kind, Outcome};
+use crate::watch::Kinds;
+use serde_json::{json, Map, Value};
+
+/// Error kinds of docs/contracts.md, in the order of `OpStats::errors`.
+pub const ERROR_KINDS: [&str; 6] = [
+    "timeout",
+    "connection",
+    "protocol",
+    "server",
+    "verify",
+    "dropped_write",
+];
+pub(super) const E_TIMEOUT: usize = 0;
+pub(super) const E_CONNECTION: usize = 1;
+pub(super) const E_PROTOCOL: usize = 2;
+pub(super) const E_SERVER: usize = 3;
+pub(super) const E_VERIFY: usize = 4;
+pub(super) const E_DROPPED: usize = 5;
+pub(super) const OUTCOMES: [&str; 4] = ["hit", "miss", "ok", "error"];
+pub(super) const O_HIT: usize = 0;
+pub(super) const O_MISS: usize = 1;
+pub(super) const O_OK: usize = 2;
+pub(super) const O_ERROR: usize = 3;
+/// `Pending::op` of untimed internal requests (prefill).
+pub(super) const INTERNAL: u16 = u16::MAX;
+pub(super) const NO_KEY: u64 = u64::MAX;
+pub(super) const MAX_SAMPLES: usize = 8;
+
+/// One op's counters and histograms (per thread, merged at the end).
+#[derive(Default)]
+pub struct OpStats {
+    pub count: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub errors: [u64; 6],
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    hists: [Option<Box<Hist>>; 4],
+    uncorrected: [Option<Box<Hist>>; 4],
+}
+
+impl OpStats {
+    #[inline]
+    pub(super) fn record(&mut self, outcome: usize, corrected: u64, uncorrected: Option<u64>) {
+        self.count += 1;
+        hist::record(
+            self.hists[outcome].get_or_insert_with(|| Box::new(hist::new_hist())),
+            corrected,
+        );
+        if let Some(u) = uncorrected {
+            hist::record(
+                self.uncorrected[outcome].get_or_insert_with(|| Box::new(hist::new_hist())),
+                u,
+            );
+        }
+    }
+
+    pub(super) fn merge(&mut self, o: &OpStats) {
+        self.count += o.count;
+        self.hits += o.hits;
+        self.misses += o.misses;
+        for i in 0..6 {
+            self.errors[i] += o.errors[i];
+        }
+        self.bytes_out += o.bytes_out;
+        self.bytes_in += o.bytes_in;
+        for (mine, theirs) in self
+            .hists
+            .iter_mut()
+            .zip(&o.hists)
+            .chain(self.uncorrected.iter_mut().zip(&o.uncorrected))
+        {
+            if let Some(t) = theirs {
+                let m = mine.get_or_insert_with(|| Box::new(hist::new_hist()));
+                m.add(t.as_ref()).expect("same bounds");
+            }
+        }
+    }
+
+    pub(super) fn to_json(&self, open: bool, read: bool) -> Value {
+        let mut errors = Map::new();
+        for (i, k) in ERROR_KINDS.iter().enumerate() {
+            if self.errors[i] > 0 {
+                errors.insert((*k).into(), self.errors[i].into());
+            }
+        }
+        let enc = |hs: &[Option<Box<Hist>>; 4]| {
+            let mut m = Map::new();
+            for (i, h) in hs.iter().enumerate() {
+                if let Some(h) = h {
+                    m.insert(OUTCOMES[i].into(), hist::encode(h).into());
+                }
+            }
+            Value::Object(m)
+        };
+        let mut v = json!({
+            "count": self.count,
+            "errors": errors,
+            "bytes_out": self.bytes_out,
+            "bytes_in": self.bytes_in,
+            "histograms": enc(&self.hists),
+        });
+        if read {
+            v["hits"] = self.hits.into();
+            v["misses"] = self.misses.into();
+        }
+        if open {
+            v["histograms_uncorrected"] = enc(&self.uncorrected);
+        }
+        v
+    }
+}
+
+/// What one thread measured.
+#[derive(Default)]
+pub(super) struct Recorder {
+    pub(super) ops: Vec<OpStats>,
+    pub(super) samples: Vec<String>,
+    pub(super) wire_out: u64,
+    pub(super) wire_in: u64,
+    pub(super) prefill_errors: u64,
+    pub(super) last_done: u64,
+    /// Open loop: ops that fell due before the phase ended but were never sent.
+    pub(super) missed: u64,
+    /// Ops completed (all phases) since the counts were last published to `Shared`.
+    pub(super) tally_ok: u64,
+    pub(super) tally_failed: Kinds,
+    /// The latest error message, taken at most once per publication (formatting one per
+    /// error would cost the measured path).
+    pub(super) last: Option<String>,
+    pub(super) want_last: bool,
+}
+
+impl Recorder {
+    pub(super) fn sample(&mut self, msg: impl FnOnce() -> String) {
+        let keep = self.samples.len() < MAX_SAMPLES;
+        if keep || self.want_last {
+            let m = msg();
+            if keep && !self.samples.contains(&m) {
+                self.samples.push(m.clone());
+            }
+            self.last = Some(m);
+            self.want_last = false;
+        }
+    }
+}
+
+pub(super) fn record_error(rec: &mut Recorder, plan: &Plan, p: &Pending, kind: usize, now: u64) {
+    rec.tally_failed[kind] += 1;
+    if !p.timed || p.op == INTERNAL {
+        if p.op == INTERNAL {
+            rec.prefill_errors += 1;
+        }
+        return;
+    }
+    let st = &mut rec.ops[p.op as usize];
+    st.errors[kind] += 1;
+    st.bytes_out += p.bytes_out as u64;
+    let sent = if p.sent == 0 { now } else { p.sent };
+    let unc = plan.open.then(|| now.saturating_sub(sent));
+    st.record(O_ERROR, now.saturating_sub(p.intended), unc);
+}
+
+/// Records one completed request.
+pub(super) fn complete(
+    rec: &mut Recorder,
+    plan: &Plan,
+    p: &Pending,
+    r: &proto::Reply,
+    value: Option<&[u8]>,
+    avail: &[u8],
+    now: u64,
+) {
+    if p.op == INTERNAL || !p.timed {
+        match r.outcome {
+            Outcome::ServerError => rec.tally_failed[E_SERVER] += 1,
+            Outcome::ProtocolError => rec.tally_failed[E_PROTOCOL] += 1,
+            _ => rec.tally_ok += 1,
+        }
+        if matches!(r.outcome, Outcome::ServerError | Outcome::ProtocolError) {
+            if p.op == INTERNAL {
+                rec.prefill_errors += 1;
+            }
+            let m = r
+                .message
+                .clone()
+                .map(|m| printable(&avail[m]))
+                .unwrap_or_default();
+            rec.sample(|| format!("prefill/warm-up: server error: {m}"));
+        }
+        return;
+    }
+    let mut outcome = match r.outcome {
+        Outcome::Hit => O_HIT,
+        Outcome::Miss => O_MISS,
+        Outcome::Ok => O_OK,
+        Outcome::ServerError | Outcome::ProtocolError => O_ERROR,
+    };
+    let mut err = match r.outcome {
+        Outcome::ServerError => E_SERVER,
+        _ => E_PROTOCOL,
+    };
+    if outcome == O_HIT && p.verify_key != NO_KEY {
+        if let Some(v) = value {
+            let mut key = Vec::with_capacity(plan.prefix.len() + 20);
+            write_key(&mut key, &plan.prefix, p.verify_key);
+            if !(plan.sizes.allows(v.len()) && verify_value(&key, v, &plan.filler)) {
+                outcome = O_ERROR;
+                err = E_VERIFY;
+                rec.sample(|| {
+                    format!(
+                        "verify: value of {} for key {} is not what was written",
+                        v.len(),
+                        String::from_utf8_lossy(&key)
+                    )
+                });
+            }
+        }
+    }
+    if outcome == O_ERROR && err != E_VERIFY {
+        let m = r
+            .message
+            .clone()
+            .map(|m| printable(&avail[m]))
+            .unwrap_or_else(|| "unexpected reply type".into());
+        let what = if err == E_SERVER {
+            "server error"
+        } else {
+            "protocol error"
+        };
+        rec.sample(|| format!("{}: {what}: {m}", plan.ops[p.op as usize].name));
+    }
+    if outcome == O_ERROR {
+        rec.tally_failed[err] += 1;
+    } else {
+        rec.tally_ok += 1;
+    }
+    let st = &mut rec.ops[p.op as usize];
+    match outcome {
+        O_HIT => st.hits += 1,
+        O_MISS => st.misses += 1,
+        O_ERROR => st.errors[err] += 1,
+        _ => {}
+    }
+    st.bytes_out += p.bytes_out as u64;
+    st.bytes_in += r.payload as u64;
+    let unc = plan.open.then(|| now.saturating_sub(p.sent));
+    st.record(outcome, now.saturating_sub(p.intended), unc);
+}
+
+impl Recorder {
+    /// An empty recorder for a plan with `ops` ops.
+    pub(super) fn new(ops: usize) -> Self {
+        Recorder {
+            ops: (0..ops).map(|_| OpStats::default()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Adds another thread's measurements (error samples: at most 2 × `MAX_SAMPLES`, no
+    /// duplicates).
+    pub(super) fn absorb(&mut self, r: &Recorder) {
+        for (a, b) in self.ops.iter_mut().zip(&r.ops) {
+            a.merge(b);
+        }
+        self.wire_in += r.wire_in;
+        self.wire_out += r.wire_out;
+        self.prefill_errors += r.prefill_errors;
+        self.missed += r.missed;
+        self.last_done = self.last_done.max(r.last_done);
+        for s in &r.samples {
+            if self.samples.len() < 2 * MAX_SAMPLES && !self.samples.contains(s) {
+                self.samples.push(s.clone());
+            }
+        }
+    }
+
+    /// The result's `ops` object: each op's counters and histograms under its name.
+    pub(super) fn ops_json(&self, plan: &Plan) -> Value {
+        let mut ops = Map::new();
+        for (op, st) in plan.ops.iter().zip(&self.ops) {
+            let read = matches!(
+                op.kind,
+                Kind::Get | Kind::Gets | Kind::Exists | Kind::MGet(_)
+            );
+            ops.insert(op.name.clone(), st.to_json(plan.open, read));
+        }
+        Value::Object(ops)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn plan(mix: &str, mode: &str) -> Plan {
+        let json = format!(r#"{{"protocol":"resp2","servers":["127.0.0.1:1"],"mix":{mix}{mode}}}"#);
+        Config::from_json(&json).unwrap().plan().unwrap()
+    }
+
+    fn pending(op: u16, timed: bool) -> Pending {
+        Pending {
+            op,
+            kind: Kind::Get,
+            timed,
+            intended: 1_000,
+            sent: 1_500,
+            verify_key: NO_KEY,
+            bytes_out: 10,
+        }
+    }
+
+    fn reply(outcome: Outcome, payload: usize) -> proto::Reply {
+        proto::Reply {
+            consumed: 0,
+            outcome,
+            value: None,
+            payload,
+            message: None,
+        }
+    }
+
+    fn count(v: &Value, outcome: &str, key: &str) -> u64 {
+        let h = hist::decode(v[key][outcome].as_str().unwrap()).unwrap();
+        h.len()
+    }
+
+    #[test]
+    fn completions_count_outcomes_bytes_and_latency() {
+        let plan = plan(r#"[{"op":"get","weight":1}]"#, "");
+        let mut rec = Recorder::new(1);
+        let p = pending(0, true);
+        complete(
+            &mut rec,
+            &plan,
+            &p,
+            &reply(Outcome::Hit, 100),
+            None,
+            b"",
+            3_000,
+        );
+        complete(
+            &mut rec,
+            &plan,
+            &p,
+            &reply(Outcome::Miss, 0),
+            None,
+            b"",
+            3_000,
+        );
+        complete(
+            &mut rec,
+            &plan,
+            &p,
+            &reply(Outcome::ServerError, 0),
+            None,
+            b"",
+            3_000,
+        );
+        let st = &rec.ops[0];
+        assert_eq!((st.count, st.hits, st.misses), (3, 1, 1));
+        assert_eq!(st.errors[E_SERVER], 1);
+        assert_eq!((st.bytes_out, st.bytes_in), (30, 100));
+        assert_eq!((rec.tally_ok, rec.tally_failed[E_SERVER]), (2, 1));
+        assert_eq!(
+            rec.samples,
+            vec!["get: server error: unexpected reply type"]
+        );
+        // Closed loop: latency from the intended time; no uncorrected histograms.
+        let hit = st.hists[O_HIT].as_ref().unwrap();
+        assert_eq!(hit.len(), 1);
+        assert!(hit.equivalent(hit.max(), 2_000));
+        assert!(st.uncorrected.iter().all(Option::is_none));
+    }
+
+    #[test]
+    fn untimed_and_prefill_requests_only_feed_the_watch() {
+        let plan = plan(r#"[{"op":"get","weight":1}]"#, "");
+        let mut rec = Recorder::new(1);
+        complete(
+            &mut rec,
+            &plan,
+            &pending(0, false),
+            &reply(Outcome::Hit, 9),
+            None,
+            b"",
+            5,
+        );
+        let mut prefill = pending(INTERNAL, true);
+        prefill.kind = Kind::Set;
+        complete(
+            &mut rec,
+            &plan,
+            &prefill,
+            &reply(Outcome::ServerError, 0),
+            None,
+            b"",
+            5,
+        );
+        record_error(&mut rec, &plan, &prefill, E_CONNECTION, 5);
+        assert_eq!(rec.ops[0].count, 0);
+        assert_eq!(rec.prefill_errors, 2);
+        assert_eq!(rec.tally_ok, 1);
+        assert_eq!(
+            rec.tally_failed[E_SERVER] + rec.tally_failed[E_CONNECTION],
+            2
+        );
+    }
+
+    #[test]
+    fn open_loop_errors_record_both_latencies() {
+        let plan = plan(
+            r#"[{"op":"get","weight":1}]"#,
+            r#","mode":"open","rate":1000"#,
+        );
+        let mut rec = Recorder::new(1);
+        record_error(&mut rec, &plan, &pending(0, true), E_TIMEOUT, 9_000);
+        let st = &rec.ops[0];
+        assert_eq!((st.count, st.errors[E_TIMEOUT], st.bytes_out), (1, 1, 10));
+        let corrected = st.hists[O_ERROR].as_ref().unwrap();
+        let uncorrected = st.uncorrected[O_ERROR].as_ref().unwrap();
+        assert!(corrected.equivalent(corrected.max(), 8_000));
+        assert!(uncorrected.equivalent(uncorrected.max(), 7_500));
+    }
+
+    #[test]
+    fn threads_merge_into_one_result() {
+        let plan = plan(
+            r#"[{"op":"get","weight":1},{"op":"set","weight":1}]"#,
+            r#","mode":"open","rate":1000"#,
+        );
+        let mut a = Recorder::new(2);
+        let mut b = Recorder::new(2);
+        let p = pending(0, true);
+        complete(&mut a, &plan, &p, &reply(Outcome::Hit, 4), None, b"", 2_000);
+        complete(&mut b, &plan, &p, &reply(Outcome::Hit, 4), None, b"", 4_000);
+        complete(
+            &mut b,
+            &plan,
+            &p,
+            &reply(Outcome::Miss, 0),
+            None,
+            b"",
+            4_000,
+        );
+        record_error(&mut b, &plan, &pending(1, true), E_CONNECTION, 4_000);
+        (a.wire_out, b.wire_out, a.wire_in, b.wire_in) = (1, 2, 3, 4);
+        (a.missed, b.missed, a.last_done, b.last_done) = (5, 6, 70, 80);
+        a.samples = vec!["x".into(), "y".into()];
+        b.samples = (0..MAX_SAMPLES * 3).map(|i| format!("m{i}")).collect();
+        b.samples[0] = "y".into();
+        let mut total = Recorder::new(2);
+        total.absorb(&a);
+        total.absorb(&b);
+        assert_eq!((total.wire_out, total.wire_in), (3, 7));
+        assert_eq!((total.missed, total.last_done), (11, 80));
+        assert_eq!(total.samples.len(), 2 * MAX_SAMPLES);
+        assert_eq!(&total.samples[..3], ["x", "y", "m1"]);
+
+        let ops = total.ops_json(&plan);
+        let get = &ops["get"];
+        assert_eq!(
+            (get["count"].as_u64(), get["hits"].as_u64()),
+            (Some(3), Some(2))
+        );
+        assert_eq!(
+            (get["misses"].as_u64(), get["bytes_in"].as_u64()),
+            (Some(1), Some(8))
+        );
+        assert_eq!(get["errors"], json!({}));
+        assert_eq!(count(get, "hit", "histograms"), 2);
+        assert_eq!(count(get, "miss", "histograms"), 1);
+        assert_eq!(count(get, "hit", "histograms_uncorrected"), 2);
+        let set = &ops["set"];
+        assert_eq!(set["count"].as_u64(), Some(1));
+        assert_eq!(set["errors"], json!({"connection": 1}));
+        assert!(
+            set.get("hits").is_none(),
+            "hits and misses are for reads only"
+        );
+        assert_eq!(count(set, "error", "histograms"), 1);
+    }
+}

@@ -1,0 +1,243 @@
+//! A whole run, orchestrated from the calling thread: connect everything up front, start
+//! the load threads, wait for their prefill, start warm-up and the timed phase on one
+//! clock, stop them early on Ctrl-C or the on-error policy, merge what they measured,
+//! write the dropped-write canaries and build the result JSON.
+
+use super::canary::{canaries, canary_count};
+use super::conn::connect;
+use super::record::{Recorder, E_DROPPED};
+use super::worker;
+use crate::config::{IoBackend, Plan};
+use crate::keyspace::Rng;
+use crate::proto::Kind;
+use crate::watch::{ErrorWatch, Kinds};
+use serde_json::{json, Value};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Why a run could not happen.
+#[derive(Debug)]
+pub enum RunError {
+    /// The configuration is invalid.
+    Spec(String),
+    /// A server cannot be reached, refuses our credentials, or speaks another protocol.
+    Unavailable(String),
+}
+
+/// State shared between the orchestrating thread and the load threads.
+pub(super) struct Shared {
+    epoch: Instant,
+    pub(super) stop: AtomicBool,
+    pub(super) ready: AtomicUsize,
+    /// Start of the run phase (warm-up first), ns since `epoch`; 0 until set.
+    pub(super) run_start: AtomicU64,
+    /// Ops completed by all threads (every phase), published every tick: the on-error watch.
+    ok: AtomicU64,
+    failed: [AtomicU64; 6],
+    last_error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn new() -> Self {
+        Shared {
+            epoch: Instant::now(),
+            stop: AtomicBool::new(false),
+            ready: AtomicUsize::new(0),
+            run_start: AtomicU64::new(0),
+            ok: AtomicU64::new(0),
+            failed: Default::default(),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    #[inline]
+    pub(super) fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Adds a thread's counts since its last publication.
+    pub(super) fn publish(&self, rec: &mut Recorder) {
+        self.ok
+            .fetch_add(std::mem::take(&mut rec.tally_ok), Ordering::Relaxed);
+        for (total, n) in self.failed.iter().zip(&mut rec.tally_failed) {
+            total.fetch_add(std::mem::take(n), Ordering::Relaxed);
+        }
+        if let Some(m) = rec.last.take() {
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+        }
+        rec.want_last = true;
+    }
+
+    fn totals(&self) -> (u64, Kinds) {
+        let failed = std::array::from_fn(|k| self.failed[k].load(Ordering::Relaxed));
+        (self.ok.load(Ordering::Relaxed), failed)
+    }
+}
+
+/// The orchestrating thread's two reasons to stop the load threads early: `poll` (Ctrl-C)
+/// and the on-error policy.
+struct Control<'a> {
+    shared: &'a Shared,
+    poll: &'a mut dyn FnMut() -> bool,
+    watch: ErrorWatch,
+    interrupted: bool,
+    stopped_on_errors: Option<String>,
+}
+
+impl Control<'_> {
+    /// Looks at both and tells every load thread to stop when one says so; true once
+    /// stopping. `during` names the part of the run, for the on-error reason.
+    fn check(&mut self, during: &str) -> bool {
+        if !self.interrupted && (self.poll)() {
+            self.interrupted = true;
+            self.shared.stop.store(true, Ordering::Relaxed);
+        }
+        if !self.shared.stopping() {
+            let (ok, failed) = self.shared.totals();
+            if self.watch.should_stop(self.shared.now(), ok, failed) {
+                let last = self
+                    .shared
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                self.stopped_on_errors = Some(self.watch.reason(during, last.as_deref()));
+                self.shared.stop.store(true, Ordering::Relaxed);
+            }
+        }
+        self.shared.stopping()
+    }
+}
+
+/// Runs a whole load test. `poll` is called about every 10 ms from the calling
+/// thread and returns true to stop (e.g. on Ctrl-C); the result then says `interrupted`.
+/// With `on_error: "stop"` the run also stops once every op of the last `error_grace_s`
+/// failed; the result then says why in `stopped_on_errors`.
+pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunError> {
+    let shared = Shared::new();
+    let timeout = Duration::from_nanos(plan.timeout_ns);
+    if plan.io == IoBackend::Uring {
+        if let Err(e) = io_uring::IoUring::new(8) {
+            return Err(RunError::Spec(format!(
+                "io \"uring\" was asked for but io_uring is not available here: {e}"
+            )));
+        }
+    }
+    // Connect everything up front so an unreachable server or bad password fails fast.
+    let mut streams: Vec<Vec<TcpStream>> = Vec::new();
+    for _ in 0..plan.connections {
+        let mut per = Vec::new();
+        for server in 0..plan.servers.len() {
+            per.push(connect(plan, server, timeout).map_err(RunError::Unavailable)?);
+        }
+        streams.push(per);
+    }
+    let t = plan.threads;
+    let mut groups: Vec<Vec<(usize, Vec<TcpStream>)>> = (0..t).map(|_| Vec::new()).collect();
+    for (g, per) in streams.into_iter().enumerate() {
+        groups[g % t].push((g, per));
+    }
+    let mut control = Control {
+        shared: &shared,
+        poll,
+        watch: ErrorWatch::new(plan.error_grace_ns),
+        interrupted: false,
+        stopped_on_errors: None,
+    };
+    let mut cpu0 = 0.0;
+    let mut measure_start = 0u64;
+    let recs: Vec<Recorder> = std::thread::scope(|scope| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(ti, group)| {
+                let shared = &shared;
+                let share = group.len() as u64;
+                std::thread::Builder::new()
+                    .name(format!("cachemark-load-{ti}"))
+                    .spawn_scoped(scope, move || worker::run(plan, shared, ti, group, share))
+                    .expect("spawn load thread")
+            })
+            .collect();
+        // Wait for prefill everywhere, then start all threads on one clock.
+        while shared.ready.load(Ordering::Acquire) < t {
+            control.check(" during prefill");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let start = shared.now() + 1_000_000;
+        measure_start = start + plan.warmup_ns;
+        shared.run_start.store(start, Ordering::Release);
+        // (Between prefill and the run there is a millisecond even without a warm-up.)
+        let warming = if plan.warmup_ns > 0 {
+            " during warm-up"
+        } else {
+            " during prefill"
+        };
+        while shared.now() < measure_start && !control.check(warming) {
+            std::thread::sleep(Duration::from_nanos(
+                (measure_start.saturating_sub(shared.now())).min(10_000_000),
+            ));
+        }
+        cpu0 = cpu_seconds();
+        while !handles.iter().all(|h| h.is_finished()) {
+            control.check("");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("load thread panicked"))
+            .collect()
+    });
+    let cpu = cpu_seconds() - cpu0;
+    let mut total = Recorder::new(plan.ops.len());
+    for r in &recs {
+        total.absorb(r);
+    }
+    let wall = total.last_done.saturating_sub(measure_start) as f64 / 1e9;
+    // Dropped-write canaries: a sample proportional to the writes, at most 100.
+    if let Some(si) = plan.ops.iter().position(|o| o.kind == Kind::Set) {
+        let sets = total.ops[si].count;
+        let n = canary_count(sets, plan.verify_fraction);
+        // Not after a stop: a dead server would only make every canary wait for its timeout.
+        if n > 0 && !control.interrupted && control.stopped_on_errors.is_none() {
+            let mut rng = Rng::new(plan.seed ^ 0xC0FFEE);
+            let (dropped, msgs) = canaries(plan, n, &mut rng);
+            total.ops[si].errors[E_DROPPED] += dropped;
+            total.ops[si].count += dropped;
+            for m in msgs.into_iter().take(3) {
+                total.samples.push(m);
+            }
+        }
+    }
+    Ok(json!({
+        "wall_s": wall,
+        "client_cpu_s": cpu,
+        "ops": total.ops_json(plan),
+        "wire_bytes_out": total.wire_out,
+        "wire_bytes_in": total.wire_in,
+        "connections": plan.connections * plan.servers.len(),
+        "threads": plan.threads,
+        "pipeline": plan.pipeline,
+        "mode": if plan.open { "open" } else { "closed" },
+        "rate": if plan.open { Value::from(plan.rate) } else { Value::Null },
+        "interrupted": control.interrupted,
+        "stopped_on_errors": control.stopped_on_errors,
+        "missed": total.missed,
+        "prefill_errors": total.prefill_errors,
+        "errors_sample": total.samples,
+    }))
+}
+
+/// CPU seconds (user + system) of the whole process so far.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}

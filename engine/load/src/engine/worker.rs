@@ -1,0 +1,763 @@
+//! One load thread: its logical clients, what they send when (closed loop, open-loop
+//! schedules, prefill), what happens to a reply or a broken connection, timeouts, and the
+//! loop that drives one phase over the thread's I/O backend (`uring.rs`, or `epoll.rs`).
+
+use super::conn::{connect, Client, Completion, Pending, Sock};
+use super::epoll::Epoll;
+use super::record::{
+    complete, record_error, Recorder, E_CONNECTION, E_PROTOCOL, E_TIMEOUT, INTERNAL, NO_KEY,
+};
+use super::run::Shared;
+use super::uring::Uring;
+use crate::arrivals::Arrivals;
+use crate::config::{Arrival, IoBackend, Plan};
+use crate::keyspace::{route, KeyPicker, Rng};
+use crate::proto::request::PREFILL_SET;
+use crate::proto::{self, encode, encode_counter, key_bytes, printable, Kind, Parse, Request};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Open loop: least time between two reconnects of one socket (the ops due meanwhile fail).
+const RETRY_NS: u64 = 100_000_000;
+/// How often a thread publishes its counts, checks timeouts and the stop flag.
+const TICK_NS: u64 = 10_000_000;
+
+/// What `Worker::issue` did.
+#[derive(PartialEq, Eq)]
+enum Issue {
+    /// A request is queued.
+    Queued,
+    /// The op failed at once (its connection is down), and is counted.
+    Failed,
+}
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Phase {
+    Prefill,
+    Run,
+}
+
+/// One load thread's state: its clients and their sockets, its recorder, the phase it is
+/// in, and its I/O backend (a ring, or else the epoll set).
+struct Worker<'a> {
+    plan: &'a Plan,
+    shared: &'a Shared,
+    epoll: Epoll,
+    socks: Vec<Sock>,
+    clients: Vec<Client>,
+    rng: Rng,
+    rec: Recorder,
+    kb: Vec<u8>,
+    tmp: Vec<u8>,
+    keys: Vec<u64>,
+    phase: Phase,
+    depth: usize,
+    measure_start: u64,
+    end: u64,
+    quota: Option<u64>,
+    issued: u64,
+    inflight_total: usize,
+    uring: Option<Uring>,
+    /// Closed loop: a client's op failed at once (connection down); it tries again on the
+    /// next pass of the loop, without sleeping.
+    retry_soon: bool,
+}
+
+impl Worker<'_> {
+    /// Puts a connected stream in socket `si` and registers it with the backend.
+    fn attach(&mut self, si: usize, stream: TcpStream) {
+        let s = &mut self.socks[si];
+        s.fd = stream.as_raw_fd();
+        s.stream = Some(stream);
+        s.want_out = false;
+        s.need = 0;
+        s.sending.clear();
+        s.spos = 0;
+        if self.uring.is_none() {
+            self.epoll.add(si, s);
+        }
+    }
+
+    /// Fails every request in flight on a socket and closes it (it reconnects on next use).
+    fn fail_sock(&mut self, si: usize, kind: usize, msg: String, now: u64) {
+        let plan = self.plan;
+        let s = &mut self.socks[si];
+        let n = s.inflight.len();
+        let mut first = true;
+        while let Some(p) = s.inflight.pop_front() {
+            // The request whose reply broke the stream gets the stream's error; the others
+            // were lost with the connection.
+            let k = if first || kind == E_TIMEOUT {
+                kind
+            } else {
+                E_CONNECTION
+            };
+            first = false;
+            record_error(&mut self.rec, plan, &p, k, now);
+        }
+        self.rec.sample(|| msg);
+        if s.recv_busy || s.send_busy {
+            // io_uring operations still reference this socket's buffers: wake them with a
+            // shutdown and close the socket only once they have completed.
+            // SAFETY: shutting down a socket we own.
+            unsafe { libc::shutdown(s.fd, libc::SHUT_RDWR) };
+            s.zombie = s.stream.take();
+        }
+        s.stream = None; // closing the fd also removes it from the epoll set
+        s.fd = -1;
+        s.wbuf.clear();
+        s.wpos = 0;
+        s.rbuf.clear();
+        s.rpos = 0;
+        s.need = 0;
+        s.unstamped = 0;
+        s.dirty = false;
+        s.retry_at = now;
+        let c = s.client;
+        self.clients[c].inflight -= n;
+        self.inflight_total -= n;
+    }
+
+    /// Stamps send times on newly queued requests and hands them to the I/O backend:
+    /// io_uring sends them in its next round, epoll writes them at once.
+    fn flush(&mut self, si: usize) {
+        let now = self.shared.now();
+        let s = &mut self.socks[si];
+        if s.fd < 0 {
+            return;
+        }
+        if s.unstamped > 0 {
+            let len = s.inflight.len();
+            for p in s.inflight.range_mut(len - s.unstamped..) {
+                p.sent = now;
+                if !self.plan.open {
+                    p.intended = now;
+                }
+            }
+            s.unstamped = 0;
+        }
+        if let Some(u) = self.uring.as_mut() {
+            u.queue(si, s);
+            return;
+        }
+        if let Some(done) = self.epoll.write(si, s, &self.plan.filler) {
+            self.on_io(si, done, now);
+        }
+    }
+
+    /// Acts on what the I/O backend did on socket `si`.
+    fn on_io(&mut self, si: usize, done: Completion, now: u64) {
+        let why = match done {
+            Completion::Read(n) => return self.input(si, n, now),
+            Completion::Wrote(n) => {
+                if now >= self.measure_start {
+                    self.rec.wire_out += n as u64;
+                }
+                return;
+            }
+            Completion::Closed => {
+                let s = &self.socks[si];
+                if s.rbuf.len() > s.rpos {
+                    "server closed the connection mid-reply (truncated reply)".to_string()
+                } else {
+                    "server closed the connection".to_string()
+                }
+            }
+            Completion::ReadFailed(e) => format!("read failed: {e}"),
+            Completion::WriteFailed(e) => format!("write failed: {e}"),
+        };
+        let name = &self.plan.server_names[self.socks[si].server];
+        self.fail_sock(si, E_CONNECTION, format!("{name}: {why}"), now);
+    }
+
+    /// One io_uring round (`Uring::round`), then every completion it brought.
+    fn uring_round(&mut self, wait_ns: u64) {
+        let u = self.uring.as_mut().expect("uring backend");
+        if let Err(e) = u.round(&mut self.socks, &self.plan.filler, wait_ns) {
+            self.rec.sample(|| format!("io_uring_enter failed: {e}"));
+        }
+        let u = self.uring.as_mut().expect("uring backend");
+        let cqes = std::mem::take(&mut u.cqes);
+        let now = self.shared.now();
+        for &cqe in &cqes {
+            let u = self.uring.as_mut().expect("uring backend");
+            if let Some((si, done)) = u.complete(cqe, &mut self.socks) {
+                self.on_io(si, done, now);
+            }
+        }
+        self.uring.as_mut().expect("uring backend").cqes = cqes;
+    }
+
+    /// One epoll wait (at most `wait_ns`), then every ready socket: writes, then reads.
+    fn epoll_round(&mut self, wait_ns: u64) {
+        let n = self.epoll.wait(wait_ns);
+        for k in 0..n {
+            let (si, writable, readable) = self.epoll.ready(k);
+            if writable {
+                self.flush(si);
+            }
+            if readable {
+                if let Some(done) = self.epoll.read(&mut self.socks[si]) {
+                    self.on_io(si, done, self.shared.now());
+                }
+            }
+        }
+    }
+
+    /// Before the ring and the buffers go away: stop every operation in flight.
+    fn uring_teardown(&mut self) {
+        if self.uring.is_none() {
+            return;
+        }
+        for s in &mut self.socks {
+            if s.fd >= 0 {
+                // SAFETY: shutting down a socket we own wakes its pending RECV.
+                unsafe { libc::shutdown(s.fd, libc::SHUT_RDWR) };
+                s.zombie = s.stream.take();
+                s.fd = -1;
+            }
+        }
+        let deadline = self.shared.now() + 2_000_000_000;
+        while self.socks.iter().any(|s| s.recv_busy || s.send_busy) && self.shared.now() < deadline
+        {
+            self.uring_round(10_000_000);
+        }
+        if self.socks.iter().any(|s| s.recv_busy || s.send_busy) {
+            // Leak rather than free buffers the kernel may still write into.
+            for s in &mut self.socks {
+                if s.recv_busy || s.send_busy {
+                    std::mem::forget(std::mem::take(&mut s.rbuf));
+                    std::mem::forget(std::mem::take(&mut s.sending));
+                }
+            }
+        }
+    }
+
+    /// Parses and records what arrived on a socket, then lets its client send more.
+    fn input(&mut self, si: usize, n: usize, now: u64) {
+        let plan = self.plan;
+        if now >= self.measure_start {
+            self.rec.wire_in += n as u64;
+        }
+        let s = &mut self.socks[si];
+        let mut done = 0;
+        let mut bad: Option<String> = None;
+        if s.rbuf.len() >= s.need {
+            while let Some(p) = s.inflight.front().copied() {
+                if s.unstamped >= s.inflight.len() {
+                    break; // a reply cannot precede its request's write
+                }
+                let avail = &s.rbuf[s.rpos..];
+                match proto::parse(plan.protocol, avail, p.kind, &plan.limits) {
+                    Parse::Done(r) => {
+                        let value = r.value.clone().map(|v| &avail[v]);
+                        complete(&mut self.rec, plan, &p, &r, value, avail, now);
+                        s.rpos += r.consumed;
+                        s.inflight.pop_front();
+                        done += 1;
+                        s.need = 0;
+                    }
+                    Parse::Need(k) => {
+                        s.need = s.rpos + k;
+                        break;
+                    }
+                    Parse::Bad(m) => {
+                        bad = Some(m);
+                        break;
+                    }
+                }
+            }
+            if bad.is_none() && s.inflight.is_empty() && s.rpos < s.rbuf.len() {
+                bad = Some(format!(
+                    "unsolicited data from the server: {:?}",
+                    printable(&s.rbuf[s.rpos..])
+                ));
+            }
+        }
+        let c = s.client;
+        let server = s.server;
+        self.clients[c].inflight -= done;
+        self.inflight_total -= done;
+        let was_bad = bad.is_some();
+        if let Some(m) = bad {
+            let name = &plan.server_names[server];
+            self.fail_sock(si, E_PROTOCOL, format!("{name}: protocol error: {m}"), now);
+        }
+        if done > 0 || was_bad {
+            self.top_up(c, now);
+        }
+    }
+
+    /// Whether a client may send now, given the phase, the schedule and the limits.
+    #[inline]
+    fn may_issue(&self, c: usize, now: u64) -> bool {
+        let cl = &self.clients[c];
+        cl.inflight < self.depth
+            && match self.phase {
+                Phase::Prefill => cl.prefill_next < self.prefill_total() && !self.shared.stopping(),
+                // Nothing is sent once the phase has ended, however far behind its schedule
+                // the open loop is (the rest is `missed`), nor once it is told to stop.
+                Phase::Run => {
+                    self.quota.is_none_or(|q| self.issued < q)
+                        && now < self.end
+                        && !self.shared.stopping()
+                        && (!self.plan.open || cl.next_intended <= now)
+                }
+            }
+    }
+
+    fn prefill_total(&self) -> u64 {
+        self.plan.key_count * if self.plan.uses_counters { 2 } else { 1 }
+    }
+
+    /// Issues requests for client `c` while it may, then writes them.
+    fn top_up(&mut self, c: usize, now: u64) {
+        let mut any = false;
+        let mut failed = 0;
+        let open = self.plan.open && self.phase == Phase::Run;
+        while self.may_issue(c, now) {
+            if self.issue(c, now) == Issue::Queued {
+                any = true;
+                continue;
+            }
+            // Its connection is down. Open loop: every op already due fails the same way
+            // (a few at a time, so that the clock is read again). Closed loop: the client
+            // tries again at once, after the other clients had their turn.
+            failed += 1;
+            if !open || failed >= 1024 {
+                self.retry_soon = true;
+                break;
+            }
+        }
+        if any {
+            for k in 0..self.clients[c].socks.len() {
+                let si = self.clients[c].socks[k];
+                if self.socks[si].unstamped > 0 {
+                    self.flush(si);
+                }
+            }
+        }
+    }
+
+    /// Queues one request for client `c`, or counts it failed when its connection is down.
+    fn issue(&mut self, c: usize, now: u64) -> Issue {
+        let plan = self.plan;
+        let (op_idx, kind, intended, size) = match self.phase {
+            Phase::Prefill => {
+                let cl = &mut self.clients[c];
+                let i = cl.prefill_next;
+                self.keys.clear();
+                let counter = i >= plan.key_count;
+                self.keys.push(if counter { i - plan.key_count } else { i });
+                let kind = if counter { Kind::Incr } else { Kind::Set };
+                (
+                    INTERNAL,
+                    kind,
+                    now,
+                    if counter {
+                        1
+                    } else {
+                        plan.sizes.sample(&mut self.rng)
+                    },
+                )
+            }
+            Phase::Run => {
+                let x = self.rng.next_f64();
+                let op_idx = plan
+                    .cumulative
+                    .partition_point(|&c| c <= x)
+                    .min(plan.ops.len() - 1);
+                let op = &plan.ops[op_idx];
+                let intended = if plan.open {
+                    self.clients[c].next_intended
+                } else {
+                    now
+                };
+                self.keys.clear();
+                let first = self.clients[c].picker.pick(&plan.dist, &mut self.rng);
+                self.keys.push(first);
+                if let Kind::MGet(n) = op.kind {
+                    let server = self.server_of(Kind::Get, first);
+                    for _ in 1..n {
+                        // All keys of one multi-get live on one server of the pool: draw
+                        // until one does; a key that never does is left out (rare: the
+                        // multi-get is then that much shorter, and judged as such).
+                        for _ in 0..64 {
+                            let k = self.clients[c].picker.pick(&plan.dist, &mut self.rng);
+                            if plan.servers.len() == 1 || self.server_of(Kind::Get, k) == server {
+                                self.keys.push(k);
+                                break;
+                            }
+                        }
+                    }
+                }
+                let kind = if let Kind::MGet(_) = op.kind {
+                    Kind::MGet(self.keys.len() as u32)
+                } else {
+                    op.kind
+                };
+                let size = if op.writes_value {
+                    plan.sizes.sample(&mut self.rng)
+                } else {
+                    0
+                };
+                (op_idx as u16, kind, intended, size)
+            }
+        };
+        let server = self.server_of(kind, self.keys[0]);
+        let si = self.clients[c].socks[server];
+        let timed = self.phase == Phase::Run && intended >= self.measure_start;
+        if self.socks[si].fd < 0 {
+            if let Err(m) = self.reconnect(si, now) {
+                let p = Pending {
+                    op: op_idx,
+                    kind,
+                    timed,
+                    intended,
+                    sent: now,
+                    verify_key: NO_KEY,
+                    bytes_out: 0,
+                };
+                record_error(&mut self.rec, plan, &p, E_CONNECTION, self.shared.now());
+                if let Some(m) = m {
+                    self.rec.sample(|| m);
+                }
+                self.after_issue(c, timed);
+                return Issue::Failed;
+            }
+        }
+        let verify_key = if matches!(kind, Kind::Get | Kind::Gets)
+            && plan.verify_fraction > 0.0
+            && self.rng.next_f64() < plan.verify_fraction
+        {
+            self.keys[0]
+        } else {
+            NO_KEY
+        };
+        let s = &mut self.socks[si];
+        let bytes = if op_idx == INTERNAL && kind == Kind::Incr {
+            // Counters start at "0" so memcached's incr finds them.
+            key_bytes(&mut self.kb, &plan.prefix, Kind::Incr, self.keys[0]);
+            encode_counter(plan.protocol, &mut s.wbuf, &self.kb);
+            0
+        } else {
+            let op = if op_idx == INTERNAL {
+                &PREFILL_SET
+            } else {
+                &plan.ops[op_idx as usize]
+            };
+            let req = Request {
+                op,
+                prefix: &plan.prefix,
+                keys: &self.keys,
+                size,
+                ttl: plan.ttl_s,
+                filler: &plan.filler,
+            };
+            encode(
+                plan.protocol,
+                &mut s.wbuf,
+                &req,
+                &mut self.kb,
+                &mut self.tmp,
+            )
+        };
+        let kind = if op_idx == INTERNAL { Kind::Set } else { kind };
+        s.inflight.push_back(Pending {
+            op: op_idx,
+            kind,
+            timed,
+            intended,
+            sent: now,
+            verify_key,
+            bytes_out: bytes as u32,
+        });
+        s.unstamped += 1;
+        self.clients[c].inflight += 1;
+        self.inflight_total += 1;
+        self.after_issue(c, timed);
+        Issue::Queued
+    }
+
+    /// Reconnects a broken socket; `Err(Some(why))` when that failed, `Err(None)` when an
+    /// open-loop socket is still backing off from its last failure.
+    fn reconnect(&mut self, si: usize, now: u64) -> Result<(), Option<String>> {
+        let back_off = self.plan.open && self.phase == Phase::Run;
+        if back_off && now < self.socks[si].retry_at {
+            return Err(None);
+        }
+        // A connect may block (up to 1 s against a hung server): let the on-error watch see
+        // the failures so far first, so that it can stop the run meanwhile.
+        self.shared.publish(&mut self.rec);
+        let wait = Duration::from_nanos(self.plan.timeout_ns.min(1_000_000_000));
+        match connect(self.plan, self.socks[si].server, wait) {
+            Ok(stream) => {
+                self.attach(si, stream);
+                Ok(())
+            }
+            Err(m) => {
+                self.socks[si].retry_at = self.shared.now() + RETRY_NS;
+                Err(Some(m))
+            }
+        }
+    }
+
+    fn after_issue(&mut self, c: usize, timed: bool) {
+        match self.phase {
+            Phase::Prefill => {
+                let cl = &mut self.clients[c];
+                cl.prefill_next += self.plan.connections as u64;
+            }
+            Phase::Run => {
+                if timed {
+                    self.issued += 1;
+                }
+                if self.plan.open {
+                    let cl = &mut self.clients[c];
+                    cl.next_intended += cl.arrivals.gap();
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn server_of(&mut self, kind: Kind, key: u64) -> usize {
+        if self.plan.servers.len() == 1 {
+            return 0;
+        }
+        key_bytes(&mut self.kb, &self.plan.prefix, kind, key);
+        route(&self.kb, self.plan.servers.len())
+    }
+
+    fn check_timeouts(&mut self, now: u64) {
+        for si in 0..self.socks.len() {
+            let s = &self.socks[si];
+            if let Some(p) = s.inflight.front() {
+                if s.unstamped < s.inflight.len()
+                    && now.saturating_sub(p.sent) > self.plan.timeout_ns
+                {
+                    let name = &self.plan.server_names[s.server];
+                    let msg = format!(
+                        "{name}: no reply within {} ms",
+                        self.plan.timeout_ns / 1_000_000
+                    );
+                    let c = s.client;
+                    self.fail_sock(si, E_TIMEOUT, msg, now);
+                    self.top_up(c, self.shared.now()); // a reconnect before may have blocked
+                }
+            }
+        }
+    }
+
+    /// Runs the event loop until the phase has nothing left to do.
+    fn event_loop(&mut self) {
+        let mut next_tick = 0u64;
+        loop {
+            let now = self.shared.now();
+            let tick = now >= next_tick;
+            if tick {
+                next_tick = now + TICK_NS;
+                if self.shared.stopping() && self.phase == Phase::Run {
+                    self.end = self.end.min(now);
+                }
+                self.shared.publish(&mut self.rec);
+                self.check_timeouts(now);
+            }
+            if tick || std::mem::take(&mut self.retry_soon) {
+                for c in 0..self.clients.len() {
+                    // The clock is read again for each client: a reconnect may have blocked.
+                    self.top_up(c, self.shared.now());
+                }
+            } else if self.plan.open && self.phase == Phase::Run {
+                for c in 0..self.clients.len() {
+                    if self.clients[c].next_intended <= now {
+                        self.top_up(c, now);
+                    }
+                }
+            }
+            let now = self.shared.now();
+            let issuing = (0..self.clients.len()).any(|c| self.could_issue_later(c, now));
+            if !issuing && self.inflight_total == 0 {
+                break;
+            }
+            if !issuing
+                && now
+                    > self
+                        .end
+                        .saturating_add(self.plan.timeout_ns + 1_000_000_000)
+            {
+                for si in 0..self.socks.len() {
+                    if !self.socks[si].inflight.is_empty() {
+                        self.fail_sock(
+                            si,
+                            E_TIMEOUT,
+                            "no reply before the end of the drain".into(),
+                            now,
+                        );
+                    }
+                }
+                break;
+            }
+            // Sleep until the next tick, or the next intended send in open loop; not at all
+            // when a closed-loop client is to retry a failed op.
+            let mut wake = if self.retry_soon { now } else { next_tick };
+            if self.plan.open && self.phase == Phase::Run && now < self.end {
+                for cl in &self.clients {
+                    if cl.inflight < self.depth && cl.next_intended < self.end {
+                        wake = wake.min(cl.next_intended);
+                    }
+                }
+            }
+            let wait = wake.saturating_sub(self.shared.now());
+            if self.uring.is_some() {
+                self.uring_round(wait);
+                continue;
+            }
+            self.epoll_round(wait);
+        }
+        self.rec.last_done = self.shared.now();
+        self.shared.publish(&mut self.rec);
+        if self.phase == Phase::Run && self.plan.open {
+            self.count_missed();
+        }
+    }
+
+    /// Open loop: the ops of each client's schedule that fell due in the timed phase but
+    /// were never sent, because the load could not keep up or the phase was stopped early.
+    /// Reaching the op budget (`ops`) misses nothing.
+    fn count_missed(&mut self) {
+        if self.quota.is_some_and(|q| self.issued >= q) {
+            return;
+        }
+        // A phase stopped early ends when its loop did, not at its deadline.
+        let end = self.end.min(self.rec.last_done);
+        for cl in &mut self.clients {
+            let from = cl.next_intended.max(self.measure_start);
+            self.rec.missed += cl.arrivals.due_in(from, end);
+        }
+    }
+
+    /// Whether client `c` has more to send in this phase (at `now` or later).
+    fn could_issue_later(&self, c: usize, now: u64) -> bool {
+        let cl = &self.clients[c];
+        !self.shared.stopping()
+            && match self.phase {
+                Phase::Prefill => cl.prefill_next < self.prefill_total(),
+                Phase::Run => {
+                    self.quota.is_none_or(|q| self.issued < q)
+                        && now < self.end
+                        && (!self.plan.open || cl.next_intended < self.end)
+                }
+            }
+    }
+}
+
+/// Open loop: each client's arrivals and first intended send. Fixed gaps interleave the
+/// clients evenly (client g starts g/rate after the run); Poisson clients each start
+/// with an exponential gap.
+fn start_schedules(w: &mut Worker, plan: &Plan, ti: usize, start: u64) {
+    let spacing = 1e9 / plan.rate; // between any two sends of the whole run
+    let mean = spacing * plan.connections as f64;
+    for (k, cl) in w.clients.iter_mut().enumerate() {
+        let g = k * plan.threads + ti;
+        cl.arrivals = match plan.arrival {
+            Arrival::Fixed => Arrivals::fixed(mean),
+            Arrival::Poisson => Arrivals::poisson(mean, plan.seed, g as u64),
+        };
+        cl.next_intended = start
+            + match plan.arrival {
+                Arrival::Fixed => (spacing * g as f64) as u64,
+                Arrival::Poisson => cl.arrivals.gap(),
+            };
+    }
+}
+
+/// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
+/// phase, then what it measured.
+pub(super) fn run(
+    plan: &Plan,
+    shared: &Shared,
+    ti: usize,
+    group: Vec<(usize, Vec<TcpStream>)>,
+    share: u64,
+) -> Recorder {
+    let mut w = Worker {
+        plan,
+        shared,
+        epoll: Epoll::new(),
+        socks: Vec::new(),
+        clients: Vec::new(),
+        rng: Rng::new(plan.seed.wrapping_mul(1_000_003).wrapping_add(ti as u64)),
+        rec: Recorder::new(plan.ops.len()),
+        kb: Vec::with_capacity(256),
+        tmp: Vec::new(),
+        keys: Vec::new(),
+        phase: Phase::Prefill,
+        depth: plan.pipeline.max(16),
+        measure_start: u64::MAX,
+        end: u64::MAX,
+        quota: plan
+            .ops_limit
+            .map(|q| (q * share).div_ceil(plan.connections as u64)),
+        issued: 0,
+        inflight_total: 0,
+        uring: None,
+        retry_soon: false,
+    };
+    if plan.io != IoBackend::Epoll {
+        // `run` probed io_uring already; a later failure here (e.g. memory limits) falls
+        // back to epoll rather than failing the run.
+        w.uring = Uring::new(plan.servers.len() * (plan.connections / plan.threads + 1));
+    }
+    let mut pending_attach = Vec::new();
+    for (g, per) in group {
+        let c = w.clients.len();
+        let mut socks = Vec::new();
+        for (server, stream) in per.into_iter().enumerate() {
+            let si = w.socks.len();
+            w.socks.push(Sock::new(server, c, plan.pipeline));
+            pending_attach.push((si, stream));
+            socks.push(si);
+        }
+        w.clients.push(Client {
+            socks,
+            inflight: 0,
+            next_intended: 0,
+            arrivals: Arrivals::fixed(1.0),
+            picker: KeyPicker::new(
+                plan.key_count,
+                g as u64 * plan.key_count / plan.connections as u64,
+            ),
+            prefill_next: g as u64,
+        });
+    }
+    for (si, stream) in pending_attach {
+        w.attach(si, stream);
+    }
+    if plan.prefill {
+        w.event_loop();
+    }
+    shared.ready.fetch_add(1, Ordering::AcqRel);
+    let start = loop {
+        let s = shared.run_start.load(Ordering::Acquire);
+        if s != 0 {
+            break s;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    w.phase = Phase::Run;
+    w.depth = plan.pipeline;
+    w.measure_start = start + plan.warmup_ns;
+    w.end = w.measure_start + plan.duration_ns;
+    if shared.stop.load(Ordering::Relaxed) {
+        w.end = start;
+    }
+    if plan.open {
+        start_schedules(&mut w, plan, ti, start);
+    }
+    w.event_loop();
+    w.uring_teardown();
+    w.rec
+}

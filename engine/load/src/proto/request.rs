@@ -1,0 +1,375 @@
+//! Requests, whatever the protocol: key formatting, template rendering, and the
+//! dispatch to each protocol's encoder, connection handshake and reply parser.
+//!
+//! Encoders write straight into a connection's [`OutBuf`] (no allocation per op; keys
+//! are formatted into a reused scratch buffer, a value is its 12-byte header plus a
+//! slice of the shared filler) and return the payload bytes (keys + values) the
+//! request carries, which is what the results count as `bytes_out`.
+
+use super::{memcache, resp, Kind, Limits, Parse};
+use crate::config::{OpPlan, Plan, Protocol, Seg};
+use crate::keyspace::{write_key, write_u64, write_value};
+use crate::outbuf::OutBuf;
+
+/// One request to encode: `op` on the keys `prefix + i` for each `i` in `keys` (more
+/// than one for a multi-get), with a value of `size` bytes where the op writes one.
+pub struct Request<'a> {
+    pub op: &'a OpPlan,
+    pub prefix: &'a [u8],
+    pub keys: &'a [u64],
+    pub size: usize,
+    /// Expiry in seconds for `set` and `touch` (0: none).
+    pub ttl: u64,
+    /// The shared filler values are cut from (docs/contracts.md).
+    pub filler: &'a [u8],
+}
+
+/// The set every key gets during prefill.
+pub static PREFILL_SET: OpPlan = OpPlan {
+    name: String::new(),
+    kind: Kind::Set,
+    template: Vec::new(),
+    writes_value: true,
+};
+
+/// Formats key `i` into `out`: `prefix + i`, or `prefix + "n:" + i` for the counters
+/// `incr` works on.
+pub fn key_bytes(out: &mut Vec<u8>, prefix: &[u8], kind: Kind, i: u64) {
+    out.clear();
+    if kind == Kind::Incr {
+        out.extend_from_slice(prefix);
+        out.extend_from_slice(b"n:");
+        write_u64(out, i);
+    } else {
+        write_key(out, prefix, i);
+    }
+}
+
+/// Encodes one request into `out`; returns the payload bytes (keys + values) it carries.
+/// `kb` and `tmp` are scratch buffers (`kb` holds the first key afterwards).
+#[inline]
+pub fn encode(
+    protocol: Protocol,
+    out: &mut OutBuf,
+    req: &Request,
+    kb: &mut Vec<u8>,
+    tmp: &mut Vec<u8>,
+) -> usize {
+    match protocol {
+        Protocol::Resp2 | Protocol::Resp3 => resp::encode(out, req, kb, tmp),
+        Protocol::MemcacheText => memcache::encode_text(out, req, kb),
+        Protocol::MemcacheMeta => memcache::encode_meta(out, req, kb),
+    }
+}
+
+/// Prefill of an `incr` counter: sets `key` to "0", so that memcached's incr finds it.
+pub fn encode_counter(protocol: Protocol, out: &mut Vec<u8>, key: &[u8]) {
+    match protocol {
+        Protocol::Resp2 | Protocol::Resp3 => resp::counter(out, key),
+        Protocol::MemcacheText => memcache::counter_text(out, key),
+        Protocol::MemcacheMeta => memcache::counter_meta(out, key),
+    }
+}
+
+/// Parses the first reply in `buf` to a request of `kind`.
+#[inline]
+pub fn parse(protocol: Protocol, buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
+    match protocol {
+        Protocol::Resp2 | Protocol::Resp3 => resp::parse(buf, kind, lim),
+        Protocol::MemcacheText => memcache::parse_text(buf, kind, lim),
+        Protocol::MemcacheMeta => memcache::parse_meta(buf, kind, lim),
+    }
+}
+
+/// The set-up a new connection sends before any load: the request bytes (all steps,
+/// pipelined) and, per step, what it is called in an error message. Each step gets one
+/// reply of kind [`Kind::Setup`]; the last one proves the server speaks the protocol.
+pub struct Handshake {
+    pub request: Vec<u8>,
+    pub steps: Vec<&'static str>,
+}
+
+/// The handshake `plan` asks for (credentials and database: RESP only).
+pub fn handshake(plan: &Plan) -> Handshake {
+    match plan.protocol {
+        Protocol::Resp2 | Protocol::Resp3 => resp::handshake(
+            plan.protocol == Protocol::Resp3,
+            plan.username.as_deref(),
+            plan.password.as_deref(),
+            plan.db,
+        ),
+        Protocol::MemcacheText => memcache::handshake_text(),
+        Protocol::MemcacheMeta => memcache::handshake_meta(),
+    }
+}
+
+/// Renders one template argument made of several segments (`h:{key}`, `{ttl}` …).
+pub fn render(out: &mut Vec<u8>, segs: &[Seg], key: &[u8], size: usize, ttl: u64, filler: &[u8]) {
+    for s in segs {
+        match s {
+            Seg::Lit(l) => out.extend_from_slice(l),
+            Seg::Key => out.extend_from_slice(key),
+            Seg::Value => write_value(out, key, size, filler),
+            Seg::Ttl => write_u64(out, ttl),
+            Seg::Len => write_u64(out, size as u64),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::keyspace::{make_filler, value_header};
+
+    const ALL: [Protocol; 4] = [
+        Protocol::Resp2,
+        Protocol::Resp3,
+        Protocol::MemcacheText,
+        Protocol::MemcacheMeta,
+    ];
+
+    fn op(kind: Kind) -> OpPlan {
+        OpPlan {
+            name: String::new(),
+            kind,
+            template: Vec::new(),
+            writes_value: kind == Kind::Set,
+        }
+    }
+
+    /// Encodes `op` on keys `k:` + `keys` with a value of `size`; returns the bytes on the
+    /// wire and the payload count.
+    fn wire(
+        protocol: Protocol,
+        op: &OpPlan,
+        keys: &[u64],
+        size: usize,
+        ttl: u64,
+    ) -> (Vec<u8>, usize) {
+        let filler = make_filler(64 * 1024);
+        let req = Request {
+            op,
+            prefix: b"k:",
+            keys,
+            size,
+            ttl,
+            filler: &filler,
+        };
+        let mut out = OutBuf::default();
+        let n = encode(protocol, &mut out, &req, &mut Vec::new(), &mut Vec::new());
+        (out.to_bytes(&filler), n)
+    }
+
+    fn text(b: &[u8]) -> String {
+        String::from_utf8_lossy(b).into_owned()
+    }
+
+    /// The contract value of `key`, `n` bytes (at most its 12-byte header here).
+    fn val(key: &[u8], n: usize) -> String {
+        text(&value_header(key)[..n])
+    }
+
+    #[test]
+    fn resp_requests_are_arrays_of_bulk_strings() {
+        for p in [Protocol::Resp2, Protocol::Resp3] {
+            let w = |kind, ttl| text(&wire(p, &op(kind), &[7], 5, ttl).0);
+            assert_eq!(w(Kind::Get, 0), "*2\r\n$3\r\nGET\r\n$3\r\nk:7\r\n");
+            assert_eq!(w(Kind::Gets, 0), "*2\r\n$3\r\nGET\r\n$3\r\nk:7\r\n");
+            let v = val(b"k:7", 5);
+            assert_eq!(
+                w(Kind::Set, 0),
+                format!("*3\r\n$3\r\nSET\r\n$3\r\nk:7\r\n$5\r\n{v}\r\n")
+            );
+            assert_eq!(
+                w(Kind::Set, 30),
+                format!("*5\r\n$3\r\nSET\r\n$3\r\nk:7\r\n$5\r\n{v}\r\n$2\r\nEX\r\n$2\r\n30\r\n")
+            );
+            assert_eq!(w(Kind::Delete, 0), "*2\r\n$3\r\nDEL\r\n$3\r\nk:7\r\n");
+            assert_eq!(w(Kind::Exists, 0), "*2\r\n$6\r\nEXISTS\r\n$3\r\nk:7\r\n");
+            assert_eq!(w(Kind::Incr, 0), "*2\r\n$4\r\nINCR\r\n$5\r\nk:n:7\r\n");
+            assert_eq!(w(Kind::Touch, 0), "*2\r\n$7\r\nPERSIST\r\n$3\r\nk:7\r\n");
+            assert_eq!(
+                w(Kind::Touch, 9),
+                "*3\r\n$6\r\nEXPIRE\r\n$3\r\nk:7\r\n$1\r\n9\r\n"
+            );
+            let (m, n) = wire(p, &op(Kind::MGet(2)), &[7, 12], 0, 0);
+            assert_eq!(text(&m), "*3\r\n$4\r\nMGET\r\n$3\r\nk:7\r\n$4\r\nk:12\r\n");
+            assert_eq!(n, 7);
+        }
+    }
+
+    #[test]
+    fn memcache_text_requests() {
+        let p = Protocol::MemcacheText;
+        let w = |kind, ttl| text(&wire(p, &op(kind), &[7], 5, ttl).0);
+        assert_eq!(w(Kind::Get, 0), "get k:7\r\n");
+        assert_eq!(w(Kind::Exists, 0), "get k:7\r\n");
+        assert_eq!(w(Kind::Gets, 0), "gets k:7\r\n");
+        let v = val(b"k:7", 5);
+        assert_eq!(w(Kind::Set, 0), format!("set k:7 0 0 5\r\n{v}\r\n"));
+        assert_eq!(w(Kind::Set, 30), format!("set k:7 0 30 5\r\n{v}\r\n"));
+        assert_eq!(w(Kind::Delete, 0), "delete k:7\r\n");
+        assert_eq!(w(Kind::Incr, 0), "incr k:n:7 1\r\n");
+        assert_eq!(w(Kind::Touch, 9), "touch k:7 9\r\n");
+        let (m, n) = wire(p, &op(Kind::MGet(2)), &[7, 12], 0, 0);
+        assert_eq!(text(&m), "get k:7 k:12\r\n");
+        assert_eq!(n, 7);
+    }
+
+    #[test]
+    fn memcache_meta_requests() {
+        let p = Protocol::MemcacheMeta;
+        let w = |kind, ttl| text(&wire(p, &op(kind), &[7], 5, ttl).0);
+        assert_eq!(w(Kind::Get, 0), "mg k:7 v\r\n");
+        assert_eq!(w(Kind::Gets, 0), "mg k:7 v c\r\n");
+        assert_eq!(w(Kind::Exists, 0), "mg k:7\r\n");
+        let v = val(b"k:7", 5);
+        assert_eq!(w(Kind::Set, 0), format!("ms k:7 5\r\n{v}\r\n"));
+        assert_eq!(w(Kind::Set, 30), format!("ms k:7 5 T30\r\n{v}\r\n"));
+        assert_eq!(w(Kind::Delete, 0), "md k:7\r\n");
+        assert_eq!(w(Kind::Incr, 0), "ma k:n:7\r\n");
+        assert_eq!(w(Kind::Touch, 9), "mg k:7 T9\r\n");
+        let (m, n) = wire(p, &op(Kind::MGet(2)), &[7, 12], 0, 0);
+        assert_eq!(text(&m), "mg k:7 v q\r\nmg k:12 v q\r\nmn\r\n");
+        assert_eq!(n, 7);
+    }
+
+    #[test]
+    fn payload_counts_keys_and_values() {
+        for p in ALL {
+            assert_eq!(wire(p, &op(Kind::Get), &[7], 0, 0).1, 3, "{p:?}");
+            assert_eq!(wire(p, &op(Kind::Set), &[7], 100, 0).1, 103, "{p:?}");
+            assert_eq!(wire(p, &op(Kind::Incr), &[7], 0, 0).1, 5, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn large_values_are_whole_on_the_wire() {
+        // From 16 KiB on the value is spliced from the filler: the bytes must not change.
+        let filler = make_filler(64 * 1024);
+        for p in ALL {
+            let (m, n) = wire(p, &op(Kind::Set), &[7], 40_000, 0);
+            assert_eq!(n, 40_003);
+            let mut v = Vec::new();
+            write_value(&mut v, b"k:7", 40_000, &filler);
+            let at = m
+                .windows(12)
+                .position(|w| w == &v[..12])
+                .expect("value header");
+            assert_eq!(&m[at..at + v.len()], &v[..], "{p:?}");
+            assert_eq!(&m[at + v.len()..], b"\r\n", "{p:?}");
+        }
+    }
+
+    #[test]
+    fn templates_render_every_placeholder() {
+        let t = |args: &[&[Seg]]| OpPlan {
+            name: "t".into(),
+            kind: Kind::Template,
+            template: args.iter().map(|a| a.to_vec()).collect(),
+            writes_value: true,
+        };
+        let lit = |s: &str| Seg::Lit(s.as_bytes().to_vec());
+        let hset = t(&[
+            &[lit("HSET")],
+            &[lit("h:"), Seg::Key],
+            &[Seg::Value],
+            &[Seg::Ttl],
+            &[Seg::Len],
+        ]);
+        let v = val(b"k:7", 4);
+        let (m, n) = wire(Protocol::Resp2, &hset, &[7], 4, 60);
+        assert_eq!(
+            text(&m),
+            format!("*5\r\n$4\r\nHSET\r\n$5\r\nh:k:7\r\n$4\r\n{v}\r\n$2\r\n60\r\n$1\r\n4\r\n")
+        );
+        assert_eq!(n, 4, "a key inside a longer argument is not counted");
+        let set = t(&[
+            &[lit("set")],
+            &[Seg::Key],
+            &[lit("0")],
+            &[Seg::Ttl],
+            &[Seg::Len],
+            &[Seg::Value],
+        ]);
+        for p in [Protocol::MemcacheText, Protocol::MemcacheMeta] {
+            let (m, n) = wire(p, &set, &[7], 4, 60);
+            assert_eq!(text(&m), format!("set k:7 0 60 4\r\n{v}\r\n"));
+            assert_eq!(n, 7);
+        }
+    }
+
+    #[test]
+    fn counters_start_at_zero() {
+        let w = |p| {
+            let mut out = Vec::new();
+            encode_counter(p, &mut out, b"k:n:3");
+            text(&out)
+        };
+        assert_eq!(
+            w(Protocol::Resp2),
+            "*3\r\n$3\r\nSET\r\n$5\r\nk:n:3\r\n$1\r\n0\r\n"
+        );
+        assert_eq!(w(Protocol::MemcacheText), "set k:n:3 0 0 1\r\n0\r\n");
+        assert_eq!(w(Protocol::MemcacheMeta), "ms k:n:3 1\r\n0\r\n");
+    }
+
+    #[test]
+    fn keys_and_counter_keys() {
+        let mut k = b"junk".to_vec();
+        key_bytes(&mut k, b"cm:x:", Kind::Get, 42);
+        assert_eq!(k, b"cm:x:42");
+        key_bytes(&mut k, b"cm:x:", Kind::Incr, 42);
+        assert_eq!(k, b"cm:x:n:42");
+    }
+
+    fn hs(json: &str) -> (String, Vec<&'static str>) {
+        let plan = Config::from_json(json).unwrap().plan().unwrap();
+        let h = handshake(&plan);
+        (text(&h.request), h.steps)
+    }
+
+    #[test]
+    fn handshakes() {
+        let s = r#""servers":["127.0.0.1:1""#;
+        assert_eq!(
+            hs(&format!(r#"{{"protocol":"resp2",{s}]}}"#)),
+            ("*1\r\n$4\r\nPING\r\n".into(), vec!["PING"])
+        );
+        assert_eq!(
+            hs(&format!(r#"{{"protocol":"resp2",{s}],"password":"pw","db":3}}"#)),
+            (
+                "*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*2\r\n$6\r\nSELECT\r\n$1\r\n3\r\n*1\r\n$4\r\nPING\r\n"
+                    .into(),
+                vec!["authentication", "SELECT", "PING"]
+            )
+        );
+        assert_eq!(
+            hs(&format!(
+                r#"{{"protocol":"resp2",{s}],"username":"u","password":"pw"}}"#
+            ))
+            .0,
+            "*3\r\n$4\r\nAUTH\r\n$1\r\nu\r\n$2\r\npw\r\n*1\r\n$4\r\nPING\r\n"
+        );
+        assert_eq!(
+            hs(&format!(r#"{{"protocol":"resp3",{s}]}}"#)),
+            (
+                "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*1\r\n$4\r\nPING\r\n".into(),
+                vec!["HELLO 3 (RESP3)", "PING"]
+            )
+        );
+        assert_eq!(
+            hs(&format!(r#"{{"protocol":"resp3",{s}],"password":"pw"}}"#)).0,
+            "*5\r\n$5\r\nHELLO\r\n$1\r\n3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$2\r\npw\r\n*1\r\n$4\r\nPING\r\n"
+        );
+        assert_eq!(
+            hs(&format!(r#"{{"protocol":"memcache_text",{s}]}}"#)),
+            ("version\r\n".into(), vec!["version"])
+        );
+        assert_eq!(
+            hs(&format!(r#"{{"protocol":"memcache_meta",{s}]}}"#)),
+            ("mn\r\n".into(), vec!["the meta protocol (mn)"])
+        );
+    }
+}
