@@ -1,25 +1,35 @@
 """Server-side measurement: what the server itself says it spent while a phase ran.
 
-Owns :class:`ServerSampler`, a background thread that every ``interval`` seconds (1 s by
-default) reads the server's own counters — Redis ``INFO`` over a dedicated redis-py
+Owns :class:`ServerSampler`, which reads the server's own counters at the phase's edges
+(a reading when the phase starts and one when it ends) and every ``interval`` seconds
+(1 s by default) in between on a background thread — Redis ``INFO`` over a dedicated
 connection, memcached ``stats`` over a raw socket, PostgreSQL's ``pg_stat_database`` and
-MariaDB's ``SHOW GLOBAL STATUS`` — and, when the server's pid is known
-(a spawned server), its CPU time and RSS from ``/proc/<pid>/stat`` and ``/proc/<pid>/status``.
-:func:`summarize` turns the per-second samples into the figures the results file keeps
+MariaDB's ``SHOW GLOBAL STATUS`` — and, when the server's pid is known (a spawned
+server), its CPU time and RSS from ``/proc/<pid>/stat`` and ``/proc/<pid>/status``.
+:func:`summarize` turns the readings into the figures the results file keeps
 (docs/results.md, ``phase["server"]``): CPU µs per op, bytes in/out per op, network Mbps
 p90/p70 over the 1-s intervals, used memory and evictions.
 
 Usage (the runner's side)::
 
     sampler = ServerSampler(reachable_url, pid=server.pid() if server else None)
-    sampler.start()            # a baseline sample is taken before start() returns
+    sampler.start()            # the start reading is taken before start() returns
     ...timed phase...
     phase["server"] = sampler.stop(total_ops=sum(op["count"] for op in ops.values()))
 
+``start`` and ``stop`` may come from different threads in any order, each any number of
+times: a stop before the start, a second stop or a start after the stop never raise, and
+the summary says what was missing. No figure is ever negative: a counter that went
+backwards (a restarted server, reset stats) withholds the figure and says why
+(``withheld``), and per-second figures from fewer than two full intervals carry
+``low_samples``.
+
 The sampler is one extra client of the server. Its own traffic is counted exactly (the
-request bytes and the reply bytes of every ``INFO``/``stats``) and subtracted from the
-network counters, and it is excluded from ``connected_clients``; its CPU cost on the
-server (one small command per second) is not subtracted and is negligible under load.
+request bytes and the reply bytes of every ``INFO``/``stats``, kept per reading as
+``own_in_bytes``/``own_out_bytes``) and subtracted from the network counters, and it is
+excluded from ``connected_clients``. Its CPU cost on the server is not subtracted: about
+0.15–0.25 ms per reading on a 2-core VM (Redis ``INFO``, memcached ``stats``), negligible
+under load at one reading a second, but the bulk of ``cpu_us_per_op`` in a phase of a few ops.
 """
 
 from __future__ import annotations
@@ -98,9 +108,16 @@ def _rss(pid: int) -> int:
 
 
 class _RedisSource:
-    """``INFO`` over a dedicated redis-py connection, with its own bytes counted exactly."""
+    """``INFO`` over one dedicated redis-py connection, with its own bytes counted exactly.
+
+    The connection is taken from the pool and held, so every byte on it is the sampler's:
+    its handshake (AUTH, CLIENT SETINFO, SELECT) happens here, before any reading, and only
+    ``INFO`` follows. A failed read drops it; the next read reconnects and ``link`` counts
+    up, because that handshake is not counted and byte deltas across links are not exact.
+    """
 
     kind = "redis"
+    _REQUEST = b"*1\r\n$4\r\nINFO\r\n"
 
     def __init__(self, url: str) -> None:
         import redis
@@ -110,16 +127,43 @@ class _RedisSource:
         self.client = redis.Redis.from_url(
             parts._replace(query="").geturl(), socket_timeout=5, socket_connect_timeout=5
         )
-        # the raw reply, so its exact size on the wire is known and can be subtracted
-        self.client.set_response_callback("INFO", lambda response, **_: response)
+        self.lock = threading.Lock()
+        self.link = 0
         self.own_in = 0  # request bytes the server has counted (including the current one)
         self.own_out = 0  # reply bytes the server has counted (up to the previous reply)
+        self.own_commands = 0  # INFOs the server has counted
+        self._conn: Any = None
+        self._connect()
+
+    def _connect(self) -> None:
+        pool = self.client.connection_pool
+        try:
+            self._conn = pool.get_connection()
+        except TypeError:  # redis-py before 5.3 wants a command name
+            self._conn = pool.get_connection("INFO")
+        self._conn.connect()
+        self.link += 1
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+            with contextlib.suppress(Exception):
+                self.client.connection_pool.release(conn)
 
     def read(self) -> dict[str, Any]:
-        raw = self.client.execute_command("INFO")
+        if self._conn is None:
+            self._connect()
+        try:
+            self._conn.send_command("INFO")
+            raw = self._conn.read_response()
+        except Exception:
+            self._drop()
+            raise
         if isinstance(raw, str):
             raw = raw.encode()
-        self.own_in += len(b"*1\r\n$4\r\nINFO\r\n")
+        self.own_in += len(self._REQUEST)
         info: dict[str, str] = {}
         for line in raw.decode(errors="replace").splitlines():
             key, sep, value = line.partition(":")
@@ -131,16 +175,22 @@ class _RedisSource:
             "cpu_sys_s": float(info.get("used_cpu_sys", 0)),
             "net_in_bytes": int(info.get("total_net_input_bytes", 0)) - self.own_in,
             "net_out_bytes": int(info.get("total_net_output_bytes", 0)) - self.own_out,
+            "own_in_bytes": self.own_in,
+            "own_out_bytes": self.own_out,
+            "link": self.link,
             "used_memory_bytes": int(info.get("used_memory", 0)),
             "evictions": int(info.get("evicted_keys", 0)),
             "items": _redis_keys(info),
-            "commands": int(info.get("total_commands_processed", 0)),
+            # Redis counts a command once it has run: earlier INFOs are in, this one is not
+            "commands": int(info.get("total_commands_processed", 0)) - self.own_commands,
             "clients": max(0, int(info.get("connected_clients", 0)) - SAMPLER_CONNECTIONS),
         }
-        self.own_out += len(raw) + len(b"$%d\r\n\r\n" % len(raw))
+        self.own_out += len(raw) + len(b"$%d\r\n\r\n" % len(raw))  # the bulk string's framing
+        self.own_commands += 1
         return sample
 
     def close(self) -> None:
+        self._drop()
         with contextlib.suppress(Exception):
             self.client.close()
 
@@ -154,7 +204,8 @@ def _redis_keys(info: dict[str, str]) -> int:
 
 
 class _MemcachedSource:
-    """``stats`` over a raw socket to the first server of the URL."""
+    """``stats`` over a raw socket to the first server of the URL (reconnected after a failure,
+    which counts ``link`` up as for Redis)."""
 
     kind = "memcached"
     _REQUEST = b"stats\r\n"
@@ -162,18 +213,32 @@ class _MemcachedSource:
     def __init__(self, url: str) -> None:
         first = urlsplit(url).netloc.rpartition("@")[2].split(",")[0]
         host, _, port = first.rpartition(":") if ":" in first else (first, "", "11211")
-        self.sock = socket.create_connection((host or "127.0.0.1", int(port or 11211)), timeout=5)
+        self.address = (host or "127.0.0.1", int(port or 11211))
+        self.lock = threading.Lock()
+        self.link = 0
         self.own_in = 0
         self.own_out = 0
+        self.sock: socket.socket | None = None
+        self._connect()
+
+    def _connect(self) -> None:
+        self.sock = socket.create_connection(self.address, timeout=5)
+        self.link += 1
+
+    def _drop(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def read(self) -> dict[str, Any]:
-        self.sock.sendall(self._REQUEST)
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("memcached closed the stats connection")
-            data += chunk
+        if self.sock is None:
+            self._connect()
+        try:
+            data = self._exchange()
+        except Exception:
+            self._drop()
+            raise
         self.own_in += len(self._REQUEST)
         stats: dict[str, str] = {}
         for line in data.decode(errors="replace").splitlines():
@@ -188,6 +253,9 @@ class _MemcachedSource:
             "cpu_sys_s": float(stats.get("rusage_system", 0)),
             "net_in_bytes": int(stats.get("bytes_read", 0)) - self.own_in,
             "net_out_bytes": int(stats.get("bytes_written", 0)) - self.own_out,
+            "own_in_bytes": self.own_in,
+            "own_out_bytes": self.own_out,
+            "link": self.link,
             "used_memory_bytes": int(stats.get("bytes", 0)),
             "evictions": int(stats.get("evictions", 0)),
             "items": int(stats.get("curr_items", 0)),
@@ -197,9 +265,19 @@ class _MemcachedSource:
         self.own_out += len(data)
         return sample
 
+    def _exchange(self) -> bytes:
+        assert self.sock is not None
+        self.sock.sendall(self._REQUEST)
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("memcached closed the stats connection")
+            data += chunk
+        return data
+
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        self._drop()
 
 
 class _PostgresSource:
@@ -214,6 +292,7 @@ class _PostgresSource:
         import psycopg
 
         parts = urlsplit(url)
+        self.lock = threading.Lock()
         self.conn = psycopg.connect(parts._replace(scheme="postgresql", query="").geturl(), autocommit=True,
                                     connect_timeout=5)
 
@@ -244,6 +323,7 @@ class _MysqlSource:
         import pymysql
 
         parts = urlsplit(url)
+        self.lock = threading.Lock()
         self.conn = pymysql.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
                                     user=parts.username or "root", password=parts.password or "",
                                     connect_timeout=5, autocommit=True)
@@ -278,76 +358,167 @@ def _open_source(url: str) -> Source | None:
     return None  # other servers: /proc of the pid only (when spawned)
 
 
-class ServerSampler:
-    """Samples a server's counters every ``interval`` seconds on a background thread."""
+def open_source(url: str) -> tuple[Source | None, str | None]:
+    """The stats connection for ``url`` (None for servers without one) and, when it could
+    not be opened, why. Never raises: a sampler failure must never stop the run."""
+    try:
+        return _open_source(url), None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"connect: {type(exc).__name__}: {exc}"
 
-    def __init__(self, target_url: str, pid: int | None = None, interval: float = 1.0) -> None:
+
+class ServerSampler:
+    """Reads a server's counters at a phase's start and end, and every ``interval`` seconds between.
+
+    ``source`` (or ``source_error``, why it could not be opened): a stats connection the
+    caller opened and shares across phases (run/monitor.py); the sampler leaves it open.
+    """
+
+    def __init__(self, target_url: str, pid: int | None = None, interval: float = 1.0,
+                 source: Source | None = None, source_error: str | None = None) -> None:
         self.target_url = target_url
         self.pid = pid
         self.interval = interval
         self.samples: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self._source: Source | None = None
+        self.errors: list[str] = [source_error] if source_error else []
+        self.baseline: str | None = None  # "start", or "connect" when the start reading never came
+        self._source = source
+        self._shared = source is not None or source_error is not None
+        self._tried = self._shared  # one connection attempt per sampler
+        # one reading at a time, and start, stop and connect never interleave
+        self._lock = threading.Lock()
+        self._stop_lock = threading.Lock()  # a second stop() waits for the first one's summary
+        self._state = "new"  # new -> started -> stopped, never back
+        self._standby: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._summary: dict[str, Any] | None = None
 
     @property
     def kind(self) -> str:
         return self._source.kind if self._source else ("process" if self.pid else "none")
 
     def connect(self) -> ServerSampler:
-        """Open the sampler's connection ahead of time, so start() only has to take a sample."""
-        if self._source is None and not self.errors:
-            try:
-                self._source = _open_source(self.target_url)
-            except Exception as exc:  # noqa: BLE001 — a sampler failure must never stop the run
-                self.errors.append(f"connect: {type(exc).__name__}: {exc}")
+        """Open the stats connection ahead of time and take a standby reading, so start() has
+        only one reading to take; the standby stands in as the baseline if stop() comes first."""
+        with self._lock:
+            if self._state == "new":
+                self._open()
+                self._t0 = time.monotonic()
+                self._standby = self._read()
         return self
 
+    def _open(self) -> None:
+        if not self._tried:
+            self._tried = True
+            self._source, error = open_source(self.target_url)
+            if error:
+                self.errors.append(error)
+
     def start(self) -> ServerSampler:
-        """Take the baseline sample now (connecting first if needed); later ones come from the thread."""
-        self.connect()
-        self._t0 = time.monotonic()
-        self._sample()
-        self._thread = threading.Thread(target=self._loop, name="cachemark-server-sampler", daemon=True)
-        self._thread.start()
+        """Take the start reading now (connecting first if needed); later ones come from the
+        thread. Does nothing once started or stopped."""
+        with self._lock:
+            if self._state != "new":
+                return self
+            self._open()
+            self._t0 = time.monotonic()
+            self.samples.append(self._read())
+            self.baseline = "start"
+            self._state = "started"
+            thread = threading.Thread(target=self._loop, name="cachemark-server-sampler", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread to spare: the two edge readings still give the per-op figures
+                self.errors.append(f"thread: {exc}; only the start and end readings")
+            else:
+                self._thread = thread
         return self
 
     def _loop(self) -> None:
-        # sleep to absolute deadlines so a slow INFO does not make the intervals drift
+        # absolute deadlines so a slow INFO does not make the intervals drift; missed ones are skipped
         next_at = self._t0 + self.interval
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
-            self._sample()
-            next_at += self.interval
+            with self._lock:
+                if self._state != "started":
+                    return
+                self.samples.append(self._read())
+            now = time.monotonic()
+            while next_at <= now:
+                next_at += self.interval
 
-    def _sample(self) -> None:
-        sample: dict[str, Any] = {"t": round(time.monotonic() - self._t0, 4)}
-        if self._source is not None:
+    def _read(self) -> dict[str, Any]:
+        sample: dict[str, Any] = {"t": round(time.monotonic() - self._t0, 6)}
+        source = self._source
+        if source is not None:
             try:
-                sample.update(self._source.read())
-            except Exception as exc:  # noqa: BLE001 — keep sampling /proc; report the error once
+                with source.lock:
+                    sample.update(source.read())
+            except Exception as exc:  # noqa: BLE001 — keep sampling /proc; report the first errors
                 if len(self.errors) < 5:
-                    self.errors.append(f"{self._source.kind}: {type(exc).__name__}: {exc}")
+                    self.errors.append(f"{source.kind}: {type(exc).__name__}: {exc}")
         if self.pid:
             proc = read_proc(self.pid)
             if proc:
                 sample.update(proc)
-        self.samples.append(sample)
+        return sample
 
     def stop(self, total_ops: int | None = None) -> dict[str, Any]:
-        """Take a final sample, stop the thread and summarise (``total_ops``: the phase's op count)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval + 10)
-        self._sample()
-        if self._source is not None:
-            self._source.close()
-        return summarize(self.samples, total_ops, kind=self.kind, errors=self.errors)
+        """Take the end reading, stop the thread and summarise (``total_ops``: the phase's op count).
+
+        Safe from any thread and in any order: a second call returns the first summary, and a
+        stop before start() summarises from the standby reading (``baseline: "connect"``) or,
+        without one, reports no figures and says why.
+        """
+        with self._stop_lock:
+            if self._summary is None:
+                self._summary = self._finish(total_ops)
+            return self._summary
+
+    def _finish(self, total_ops: int | None) -> dict[str, Any]:
+        with self._lock:
+            started = self._state == "started"
+            self._state = "stopped"
+            self._stop.set()
+            thread = self._thread
+        if thread is not None:  # only ever set once the thread has started
+            thread.join(timeout=self.interval + 10)
+        with self._lock:
+            if started:
+                self.samples.append(self._read())
+            elif self._standby is not None:
+                self.baseline = "connect"
+                self.samples = [self._standby, self._read()]
+                self.errors.append("the phase ended before its start reading: the baseline is the reading "
+                                   "taken when the sampler connected")
+            else:
+                self.errors.append("stopped before it started: no readings")
+            if self._source is not None and not self._shared:
+                self._source.close()
+            result = summarize(self.samples, total_ops, kind=self.kind, errors=self.errors,
+                               interval_tolerance=0.5 * self.interval)
+            result["baseline"] = self.baseline
+            return result
+
+
+BACKWARDS = "the counter went backwards (server restarted or its statistics were reset)"
+RECONNECTED = "the sampler reconnected during the phase, so its own traffic is not known exactly"
+EDGE_MISSING = "a reading at the phase's start or end failed (see errors)"
+NOT_SEEN = "the server counted none of the phase's ops between its start and end readings"
+
+
+def _same_link(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Byte counters are comparable only between readings over the same stats connection."""
+    return a.get("link") == b.get("link")
 
 
 def _with_rates(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each sample plus the per-interval rates since the previous one (first: none)."""
+    """Each sample plus the per-interval rates since the previous one (first: none).
+
+    A rate whose counter went backwards, or whose byte counters span a reconnect of the
+    sampler, is left out rather than reported negative or wrong.
+    """
     out: list[dict[str, Any]] = []
     previous: dict[str, Any] | None = None
     for sample in samples:
@@ -356,13 +527,14 @@ def _with_rates(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
             dt = sample["t"] - previous["t"]
             if dt > 0:
                 now, before = _cpu(sample), _cpu(previous)
-                if now is not None and before is not None:
+                if now is not None and before is not None and now >= before:
                     row["cpu_pct"] = round(100.0 * (now - before) / dt, 3)
                 for name in ("net_in", "net_out"):
                     key = f"{name}_bytes"
-                    if key in sample and key in previous:
+                    if (key in sample and key in previous and _same_link(sample, previous)
+                            and sample[key] >= previous[key]):
                         row[f"{name}_mbps"] = round((sample[key] - previous[key]) * 8 / dt / 1e6, 6)
-                if "commands" in sample and "commands" in previous:
+                if "commands" in sample and "commands" in previous and sample["commands"] >= previous["commands"]:
                     row["ops_per_s"] = round((sample["commands"] - previous["commands"]) / dt, 3)
         out.append(row)
         previous = sample
@@ -378,51 +550,88 @@ def _cpu(sample: dict[str, Any]) -> float | None:
     return None
 
 
+def _proc_cpu(sample: dict[str, Any]) -> float | None:
+    if "proc_cpu_user_s" in sample:
+        return sample["proc_cpu_user_s"] + sample["proc_cpu_sys_s"]
+    return None
+
+
 def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind: str = "",
               errors: list[str] | None = None, interval_tolerance: float = 0.5) -> dict[str, Any]:
-    """The ``phase["server"]`` figures from raw samples (the first is the baseline).
+    """The ``phase["server"]`` figures from raw readings (the first is the baseline, the last the end).
 
-    Mbps percentiles use only intervals of at least ``interval_tolerance`` s so that the
-    short tail interval ending at ``stop()`` cannot dominate them.
+    Per-op figures are counter deltas between the two edge readings. Mbps and CPU %
+    percentiles use only intervals of at least ``interval_tolerance`` s, so the short tail
+    ending at ``stop()`` cannot dominate them; with fewer than two such intervals they come
+    from whatever intervals there are and ``low_samples`` is set. A delta that would be
+    negative or inexact is None, with the reason in ``withheld``. Redis and memcached count
+    at least one command per op, so fewer commands than ops means ops ran outside the
+    readings: ``ops_unseen`` says how many at least, and with none seen the figures are
+    withheld.
     """
     rows = _with_rates(samples)
+    withheld: dict[str, str] = {}
     result: dict[str, Any] = {
         "source": kind, "sampler_connections": SAMPLER_CONNECTIONS, "errors": list(errors or []),
         "cpu_us_per_op": None, "bytes_in_per_op": None, "bytes_out_per_op": None,
         "net_mbps_p90": None, "net_mbps_p70": None, "net_in_mbps_p90": None, "net_out_mbps_p90": None,
         "cpu_pct_p90": None, "used_memory_bytes": None, "rss_bytes": None, "evictions": None,
-        "clients": None, "samples": rows,
+        "clients": None, "low_samples": True, "rate_intervals": 0, "withheld": withheld, "samples": rows,
     }
     if len(rows) < 2:
         return result
     first, last = rows[0], rows[-1]
     elapsed = last["t"] - first["t"]
-    cpu0, cpu1 = _cpu(first), _cpu(last)
     ops = total_ops if total_ops else None
-    if cpu0 is not None and cpu1 is not None:
-        result["cpu_s"] = cpu1 - cpu0
-        result["cpu_pct_mean"] = 100.0 * (cpu1 - cpu0) / elapsed if elapsed > 0 else None
+
+    def delta(name: str, before: float | None, after: float | None) -> float | None:
+        if before is None or after is None:
+            return None
+        if after < before:
+            withheld[name] = BACKWARDS
+            return None
+        return after - before
+
+    cpu = delta("cpu_us_per_op", _cpu(first), _cpu(last))
+    if cpu is not None:
+        result["cpu_s"] = cpu
+        result["cpu_pct_mean"] = 100.0 * cpu / elapsed if elapsed > 0 else None
         if ops:
-            result["cpu_us_per_op"] = (cpu1 - cpu0) * 1e6 / ops
-    if "proc_cpu_user_s" in first and "proc_cpu_user_s" in last:
-        result["proc_cpu_s"] = (last["proc_cpu_user_s"] + last["proc_cpu_sys_s"]
-                                - first["proc_cpu_user_s"] - first["proc_cpu_sys_s"])
+            result["cpu_us_per_op"] = cpu * 1e6 / ops
+    proc = delta("proc_cpu_s", _proc_cpu(first), _proc_cpu(last))
+    if proc is not None:
+        result["proc_cpu_s"] = proc
     for name in ("in", "out"):
-        key = f"net_{name}_bytes"
-        if key in first and key in last:
-            result[f"bytes_{name}"] = last[key] - first[key]
+        key, figure = f"net_{name}_bytes", f"bytes_{name}_per_op"
+        if (key in first) != (key in last):
+            withheld[figure] = EDGE_MISSING
+            continue
+        if key not in first:
+            continue
+        if not _same_link(first, last):
+            withheld[figure] = RECONNECTED
+            continue
+        moved = delta(figure, first[key], last[key])
+        if moved is not None:
+            result[f"bytes_{name}"] = moved
             if ops:
-                result[f"bytes_{name}_per_op"] = (last[key] - first[key]) / ops
-    pairs = zip(rows, rows[1:], strict=False)
-    full = [r for p, r in pairs if r["t"] - p["t"] >= interval_tolerance] or rows[1:]
-    total_mbps = [r["net_in_mbps"] + r["net_out_mbps"] for r in full
+                result[figure] = moved / ops
+        own = f"own_{name}_bytes"  # what the sampler itself exchanged, already left out of bytes_*
+        if own in first and own in last:
+            result[f"sampler_bytes_{name}"] = last[own] - first[own]
+    pairs = list(zip(rows, rows[1:], strict=False))
+    full = [r for p, r in pairs if r["t"] - p["t"] >= interval_tolerance]
+    result["rate_intervals"] = len(full)
+    result["low_samples"] = len(full) < 2
+    used = full or [r for _, r in pairs]
+    total_mbps = [r["net_in_mbps"] + r["net_out_mbps"] for r in used
                   if "net_in_mbps" in r and "net_out_mbps" in r]
     result["net_mbps_p90"] = _percentile(total_mbps, 90)
     result["net_mbps_p70"] = _percentile(total_mbps, 70)
-    result["net_in_mbps_p90"] = _percentile([r["net_in_mbps"] for r in full if "net_in_mbps" in r], 90)
-    result["net_out_mbps_p90"] = _percentile([r["net_out_mbps"] for r in full if "net_out_mbps" in r], 90)
-    result["net_out_mbps_p70"] = _percentile([r["net_out_mbps"] for r in full if "net_out_mbps" in r], 70)
-    result["cpu_pct_p90"] = _percentile([r["cpu_pct"] for r in full if "cpu_pct" in r], 90)
+    result["net_in_mbps_p90"] = _percentile([r["net_in_mbps"] for r in used if "net_in_mbps" in r], 90)
+    result["net_out_mbps_p90"] = _percentile([r["net_out_mbps"] for r in used if "net_out_mbps" in r], 90)
+    result["net_out_mbps_p70"] = _percentile([r["net_out_mbps"] for r in used if "net_out_mbps" in r], 70)
+    result["cpu_pct_p90"] = _percentile([r["cpu_pct"] for r in used if "cpu_pct" in r], 90)
     memory = [r["used_memory_bytes"] for r in rows if "used_memory_bytes" in r]
     if memory:
         result["used_memory_bytes"] = memory[-1]
@@ -432,12 +641,22 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
         result["rss_bytes"] = rss[-1]
         result["rss_peak_bytes"] = max(rss)
     if "evictions" in first and "evictions" in last:
-        result["evictions"] = last["evictions"] - first["evictions"]
+        result["evictions"] = delta("evictions", first["evictions"], last["evictions"])
     clients = [r["clients"] for r in rows if "clients" in r]
     if clients:
         result["clients"] = max(clients)
     if "commands" in first and "commands" in last:
-        result["server_commands"] = last["commands"] - first["commands"]
+        result["server_commands"] = delta("server_commands", first["commands"], last["commands"])
+    seen = result.get("server_commands")
+    if kind in ("redis", "memcached") and ops and seen is not None and seen < ops:
+        # every op is at least one command, so at least this many ran outside the two readings
+        # (an edge reading came late); with none seen, its figures would be 0 or noise
+        result["ops_unseen"] = ops - seen
+        if seen == 0:
+            for figure in ("cpu_us_per_op", "bytes_in_per_op", "bytes_out_per_op", "net_mbps_p90", "net_mbps_p70",
+                           "net_in_mbps_p90", "net_out_mbps_p90", "net_out_mbps_p70", "cpu_pct_p90"):
+                result[figure] = None
+                withheld[figure] = NOT_SEEN
     return result
 
 

@@ -21,6 +21,10 @@ SUMMARY_FIELDS = ("ops_per_s", "hit_ratio", "error_count", "p50_us", "p90_us", "
 LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 SERVER_FIELDS = ("cpu_us_per_op", "bytes_in_per_op", "bytes_out_per_op", "net_mbps_p90", "net_mbps_p70",
                  "net_in_mbps_p90", "net_out_mbps_p90", "cpu_pct_p90", "used_memory_bytes", "evictions")
+# the mark on a per-second server figure that rests on fewer than two full intervals, and its footnote
+LOW_SAMPLES_MARK = "†"
+LOW_SAMPLES_NOTE = ("from fewer than two full 1-s intervals (a short phase): the rate over what there was, "
+                    "not a percentile of seconds.")
 
 
 def op_summary(op: dict[str, Any], wall_s: float, uncorrected: bool = False) -> dict[str, Any]:
@@ -87,6 +91,8 @@ def phase_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
                 or (run.get("backend") or {}).get("scheme"),
                 **_server(phase),
                 "has_server": bool(server.get("samples")),
+                # per-second figures (Mbps, CPU %) from fewer than two full intervals: marked in tables
+                "server_low_samples": bool(server.get("low_samples")),
             })
     return rows
 

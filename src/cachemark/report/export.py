@@ -19,7 +19,17 @@ from typing import Any
 
 from ..errors import UserError
 from ..textfile import one_line
-from .data import baseline_for, baseline_rows, load_notes, op_rows, pct_of, phase_rows, run_name
+from .data import (
+    LOW_SAMPLES_MARK,
+    LOW_SAMPLES_NOTE,
+    baseline_for,
+    baseline_rows,
+    load_notes,
+    op_rows,
+    pct_of,
+    phase_rows,
+    run_name,
+)
 from .table import fmt_latency, fmt_rate
 
 
@@ -84,9 +94,11 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
             ["backend", "phase", "CPU µs/op", "bytes in/op", "bytes out/op", "net Mbps p90", "net Mbps p70",
              "used memory", "evictions"],
             [[p["name"], p["phase"], _num(p["server_cpu_us_per_op"], 3), _num(p["server_bytes_in_per_op"], 4),
-              _num(p["server_bytes_out_per_op"], 4), _num(p["server_net_mbps_p90"], 4),
-              _num(p["server_net_mbps_p70"], 4), _bytes(p["server_used_memory_bytes"]),
+              _num(p["server_bytes_out_per_op"], 4), _low(p, _num(p["server_net_mbps_p90"], 4)),
+              _low(p, _num(p["server_net_mbps_p70"], 4)), _bytes(p["server_used_memory_bytes"]),
               _num(p["server_evictions"], 9)] for p in server]))
+        if any(p["server_low_samples"] for p in server):
+            out += ["", f"{LOW_SAMPLES_MARK} {LOW_SAMPLES_NOTE}"]
     if baseline:
         base = baseline_rows(rows, baseline)
         table = []
@@ -119,6 +131,11 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
                     f"{env.get('cpu', '?')} × {env.get('cpus', '?')}, {env.get('os', '?')}; "
                     f"results created {document.get('created', '?')}."]
     return "\n".join(out) + "\n"
+
+
+def _low(row: dict[str, Any], text: str) -> str:
+    """A per-second server figure, marked when it rests on fewer than two full intervals."""
+    return f"{text} {LOW_SAMPLES_MARK}" if row["server_low_samples"] and text != "-" else text
 
 
 def _num(value: float | None, digits: int) -> str:

@@ -25,7 +25,18 @@ from ..measure.summary import latency_histogram
 from ..spec import to_toml
 from ..sweep import LOAD_PARAMS
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
-from .data import baseline_for, baseline_rows, fmt_percent, load_notes, op_rows, phase_rows, run_name, sweep_key
+from .data import (
+    LOW_SAMPLES_MARK,
+    LOW_SAMPLES_NOTE,
+    baseline_for,
+    baseline_rows,
+    fmt_percent,
+    load_notes,
+    op_rows,
+    phase_rows,
+    run_name,
+    sweep_key,
+)
 from .table import fmt_latency, fmt_rate
 
 _CSS = """
@@ -169,13 +180,18 @@ def _server_table(phases: list[dict[str, Any]]) -> str:
            '<table class="sortable"><thead><tr>'
            + "".join(f'<th class="{"l" if i < 2 else ""}">{escape(h)}</th>' for i, h in enumerate(head))
            + "</tr></thead><tbody>"]
+    per_second = {1, 4, 5}  # CPU % p90, net Mbps p90 and p70: marked when from too few intervals
     for p in rows:
         values = [p["server_cpu_us_per_op"], p["server_cpu_pct_p90"], p["server_bytes_in_per_op"],
                   p["server_bytes_out_per_op"], p["server_net_mbps_p90"], p["server_net_mbps_p70"],
                   p["server_used_memory_bytes"], p["server_evictions"]]
+        mark = f" {LOW_SAMPLES_MARK}" if p["server_low_samples"] else ""
         out.append("<tr>" + _td(p["name"], left=True) + _td(p["phase"], left=True) + "".join(
-            _td("-" if v is None else _fmt_num(float(v)), -1 if v is None else v) for v in values) + "</tr>")
+            _td("-" if v is None else _fmt_num(float(v)) + (mark if i in per_second else ""), -1 if v is None else v)
+            for i, v in enumerate(values)) + "</tr>")
     out.append("</tbody></table>")
+    if any(p["server_low_samples"] for p in rows):
+        out.append(f'<p class="note">{LOW_SAMPLES_MARK} {escape(LOW_SAMPLES_NOTE)}</p>')
     return "".join(out)
 
 
