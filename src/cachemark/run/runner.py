@@ -226,14 +226,20 @@ def _interrupts_deferred() -> Iterator[None]:
 
 
 def _phase_clock(barrier, phases: int, monitor: PhaseMonitor) -> None:
-    """The parent's seat at the workers' barrier: it learns the instant each phase starts."""
+    """The parent's seat at the workers' barrier: it learns the instant each phase starts.
+
+    The server's start reading is taken once every worker waits at the barrier (none can
+    send a timed op yet), so a phase of a few ops loses none of them to the reading."""
+    workers = barrier.parties - 1
     for index in range(phases):
         monitor.phase_coming(index)
+        while barrier.n_waiting < workers and not barrier.broken:
+            time.sleep(0.001)  # only while workers prefill or warm up: nothing timed runs
+        monitor.phase_started(index)
         try:
             barrier.wait(timeout=600)
         except threading.BrokenBarrierError:
             return
-        monitor.phase_started(index)
 
 
 def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
