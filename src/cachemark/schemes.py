@@ -143,6 +143,11 @@ def scheme(name: str, shown: str = "") -> Scheme:
         raise SpecError(f"unknown backend scheme {name!r}{where}; known: {', '.join(schemes())}") from None
 
 
+def find_scheme(name: str) -> Scheme | None:
+    """The row of a scheme, or None (for callers that have a fallback)."""
+    return _SCHEMES.get(name)
+
+
 def lab_kind(name: str) -> LabKind:
     try:
         return _LAB[name]

@@ -42,6 +42,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..schemes import find_scheme
+
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # The sampler's own connection, reported so a reader can discount it.
 SAMPLER_CONNECTIONS = 1
@@ -345,17 +347,14 @@ class _MysqlSource:
 Source = _RedisSource | _MemcachedSource | _PostgresSource | _MysqlSource
 
 
+_SOURCES: dict[str, type[Source]] = {"redis": _RedisSource, "memcached": _MemcachedSource,
+                                      "postgres": _PostgresSource, "mysql": _MysqlSource}
+
+
 def _open_source(url: str) -> Source | None:
-    scheme = urlsplit(url).scheme
-    if scheme in ("redis", "rediss", "valkey"):
-        return _RedisSource(url)
-    if scheme == "memcached":
-        return _MemcachedSource(url)
-    if scheme in ("postgresql", "postgres"):
-        return _PostgresSource(url)
-    if scheme in ("mysql", "mariadb"):
-        return _MysqlSource(url)
-    return None  # other servers: /proc of the pid only (when spawned)
+    """The stats source the scheme's row names (``schemes.Scheme.stats``); None: /proc of the pid only."""
+    row = find_scheme(urlsplit(url).scheme)
+    return _SOURCES[row.stats](url) if row is not None and row.stats else None
 
 
 def open_source(url: str) -> tuple[Source | None, str | None]:
