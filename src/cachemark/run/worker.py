@@ -58,8 +58,9 @@ class Board:
     """What workers and the parent share while a phase runs (RawArrays, one slot per worker).
 
     ``done`` and ``failed`` are op counts a worker publishes at its checkpoints (about
-    every 100 ms); ``halt`` is set by the parent to end the phase early (the on-error
-    policy), which workers notice at their next checkpoint.
+    every 100 ms); ``halt`` is set by the parent to end the run early (the on-error policy,
+    Ctrl-C, another worker's fatal error), which workers notice at their next checkpoint or
+    prefill batch.
     """
 
     done: Any
