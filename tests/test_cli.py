@@ -125,3 +125,13 @@ def test_positional_targets_count_as_dash_t(tmp_path, cachemark):
     assert [r["target"] for r in runs] == ["memory://", "null://"]
     two = cachemark("run", "a.toml", "b.toml", cwd=tmp_path)
     assert two.returncode == 2 and "one experiment file or preset at a time" in two.stderr
+
+
+def test_every_target_skipped_is_not_a_success(tmp_path):
+    env = {**os.environ, "PATH": "/nonexistent", "COLUMNS": "200"}
+    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", "spawn:memcached", "--duration", "0.2s",
+                             "--no-calibrate", "-o", "out.json"], cwd=tmp_path, capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "every target was skipped" in result.stdout
+    assert json.loads((tmp_path / "out.json").read_text())["runs"][0]["status"] == "skipped"

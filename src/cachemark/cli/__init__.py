@@ -176,6 +176,10 @@ def run(
     failed = [run for run in document["runs"] if run["status"] == "failed"]
     if failed:
         raise typer.Exit(EXIT_RUN_FAILED)  # each failed run's reason is already on the screen
+    if document["runs"] and all(run["status"] == "skipped" for run in document["runs"]):
+        console.print("nothing was measured: every target was skipped (see the reasons above)", markup=False,
+                      highlight=False)
+        raise typer.Exit(EXIT_RUN_FAILED)
 
 
 @app.command()
