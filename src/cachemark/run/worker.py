@@ -364,8 +364,8 @@ class Worker:
                     recorder.flush()
         except KeyboardInterrupt:
             # Stop here, and let no second Ctrl-C (the parent forwards one) cut the report short.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
             self.interrupted = True
+            _deaf()
         finally:
             if progress is not None:
                 progress[task.worker] = done + len(codes)
@@ -423,10 +423,22 @@ def _die_with_parent() -> None:
                 os._exit(1)
 
 
+def _deaf() -> None:
+    """Ignore Ctrl-C from here on. The terminal's Ctrl-C and the parent's forwarded one can
+    arrive back to back, the second while the first one's clean-up starts: a KeyboardInterrupt
+    raised inside this very call is retried, and once SIG_IGN is in place none can follow."""
+    while True:
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
 def _final(queue, message: Fatal) -> None:
     """Send a fatal report; the parent answers it with SIGINT to every worker, which must
     not cut this very send (or the clean-up after it) short."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _deaf()
     queue.put(message)
 
 
@@ -490,7 +502,7 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
     finally:
         # Ending anyway: a second Ctrl-C (the terminal's and the parent's forwarded one) must
         # not cut the clean-up short with a traceback.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _deaf()
         if worker is not None:
             with contextlib.suppress(Exception):
                 worker.backend.close()
