@@ -265,3 +265,22 @@ mod tests {
         assert!(result.is_ok(), "{:?}", result.err());
     }
 }
+
+/// For the reactors' tests: a socket connected to a peer on loopback, as the worker attaches one.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::Sock;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    pub(crate) fn connected() -> (Sock, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let mut s = Sock::new(0, 0, 1);
+        s.fd = stream.as_raw_fd();
+        s.stream = Some(stream);
+        (s, peer)
+    }
+}

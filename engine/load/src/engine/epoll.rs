@@ -182,21 +182,8 @@ impl Drop for Epoll {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::conn::test_support::connected;
     use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    use std::os::fd::AsRawFd;
-
-    /// A socket connected to a peer on loopback, as the worker attaches one.
-    fn connected() -> (Sock, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        stream.set_nonblocking(true).unwrap();
-        let (peer, _) = listener.accept().unwrap();
-        let mut s = Sock::new(0, 0, 1);
-        s.fd = stream.as_raw_fd();
-        s.stream = Some(stream);
-        (s, peer)
-    }
 
     #[test]
     fn writes_reads_and_reports_a_close() {

@@ -231,20 +231,8 @@ fn push(ring: &mut io_uring::IoUring, sqe: &io_uring::squeue::Entry) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::conn::test_support::connected;
     use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    use std::os::fd::AsRawFd;
-
-    fn connected() -> (Sock, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        stream.set_nonblocking(true).unwrap();
-        let (peer, _) = listener.accept().unwrap();
-        let mut s = Sock::new(0, 0, 1);
-        s.fd = stream.as_raw_fd();
-        s.stream = Some(stream);
-        (s, peer)
-    }
 
     /// Runs rounds until one brings a completion; returns it (one at a time here).
     fn next(u: &mut Uring, socks: &mut [Sock]) -> Completion {
