@@ -217,6 +217,10 @@ class Experiment(_Model):
     network: str | None = None
     sweep: dict[str, list[str]] = Field(default_factory=dict)
     repeat: int = Field(1, ge=1, le=100)
+    # the reference's own figure printed first (cachemark.report.headline); None: the generic table only
+    headline: Literal["timeit", "bandwidth", "tag-clean", "percentiles", "baseline"] | None = None
+    # the configuration every other one is shown against (a label, or "label@profile"); None: the first
+    baseline: str | None = None
 
     @field_validator("sweep", mode="before")
     @classmethod

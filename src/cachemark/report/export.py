@@ -19,6 +19,8 @@ from typing import Any
 
 from ..errors import UserError
 from ..textfile import one_line
+from .blocks import headline_blocks, verdict_blocks
+from .blocks import to_markdown as to_block_markdown
 from .data import (
     LOW_SAMPLES_MARK,
     LOW_SAMPLES_NOTE,
@@ -75,6 +77,7 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
     many_phases = len({r["phase"] for r in rows}) > 1
     name = document.get("experiment", {}).get("name", "cachemark")
     out = [f"## cachemark: {name}", ""]
+    out += [to_block_markdown(block) for block in headline_blocks(document)]
     out.append(_md_table(
         ["backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors"],
         [[r["name"], _op_name(r, many_phases), f"{r['count']:,}",
@@ -125,6 +128,7 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
                 "for the same target and op (reference 004's table).", ""]
         out.append(_md_table(["backend", "network", "op", "mean", "p99", "vs baseline"],
                              network_baseline_rows(document), right_from=3))
+    out += ["", *(to_block_markdown(block) for block in verdict_blocks(document))]
     env = document.get("environment", {})
     if env:
         out += ["", f"cachemark {env.get('cachemark', '?')}, Python {env.get('python', '?')}, "

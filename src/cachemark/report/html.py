@@ -24,6 +24,7 @@ from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
 from ..spec import to_toml
 from ..sweep import LOAD_PARAMS
+from .blocks import headline_blocks, to_html, verdict_blocks
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
 from .data import (
     LOW_SAMPLES_MARK,
@@ -57,6 +58,8 @@ tr.sep td{border-top:2px solid #ccc}
 svg .series.off{display:none}
 pre{background:#f6f6f6;padding:10px;overflow:auto;font-size:12px}
 .note{color:#666;font-size:12px}
+.card{border:1px solid #cdd;border-radius:6px;background:#f7fbfb;padding:4px 16px 8px;margin:14px 0}
+.card h2{border:0}
 """
 
 # Legend toggling and sortable tables: a convenience only — every chart is drawn without it.
@@ -456,6 +459,8 @@ def render_html(document: dict[str, Any], baseline: str | None = None) -> str:
         f"<p class=\"note\">{escape(experiment.get('description') or '')} results created "
         f"{escape(str(document.get('created', '?')))} · schema {escape(str(document.get('schema', '?')))} · "
         f"{len(document.get('runs', []))} runs{f' · {len(sweeps)} sweep points' if sweeps else ''}</p>",
+        *(to_html(block) for block in verdict_blocks(document)),
+        *(to_html(block) for block in headline_blocks(document)),
         "<h2>Summary</h2>",
         _summary_table(document, rows, baseline),
         _server_table(phases),

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .blocks import headline_blocks, to_rich, verdict_blocks
 from .data import load_notes, op_summary, run_name
 
 COLUMNS = ("backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors")
@@ -72,6 +73,8 @@ def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]
 
 def render(document: dict[str, Any], console: Console | None = None, title: str | None = None) -> None:
     console = console or Console()
+    for block in headline_blocks(document):
+        to_rich(block, console)
     table = Table(title=None if title is None else escape(title), header_style="bold", title_justify="left")
     for column in COLUMNS:
         table.add_column(column, justify="left" if column in ("backend", "op") else "right")
@@ -90,6 +93,9 @@ def render(document: dict[str, Any], console: Console | None = None, title: str 
                       "corrected); the uncorrected figures are in the results file.")
     for note in load_notes(document):
         console.print(note, markup=False, highlight=False)
+    for block in verdict_blocks(document):
+        console.print()
+        to_rich(block, console)
 
 
 def baseline_rows(document: dict[str, Any]) -> list[list[str]]:

@@ -1,0 +1,107 @@
+"""Answers as blocks: one neutral shape, rendered the same in the terminal, Markdown and HTML.
+
+A :class:`Block` is what a reader should see first — a preset's headline figure
+(:mod:`.headline`) or the verdict of a run (:mod:`.verdict`) — as plain strings: a
+title, lines of prose, an optional table and notes under it. The figures are computed
+once, by those modules; this one only draws them, so the terminal, the Markdown and the
+HTML can never disagree about a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape as rich_escape
+from rich.table import Table
+
+
+@dataclass
+class Block:
+    """A titled answer: prose ``lines``, then a table (``columns`` × ``rows``), then ``notes``.
+
+    ``left`` is how many leading columns hold names (left-aligned); the rest are figures.
+    ``kind`` says which module made it (``headline`` or ``verdict``): the HTML styles a
+    verdict as the report's top card.
+    """
+
+    title: str
+    lines: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    left: int = 1
+    kind: str = "headline"
+
+
+def headline_blocks(document: dict[str, Any]) -> list[Block]:
+    """The preset's own figure(s), when its experiment declares a headline view."""
+    from .headline import headline_blocks as build
+
+    return build(document)
+
+
+def verdict_blocks(document: dict[str, Any]) -> list[Block]:
+    """What the run means: the workload, the ranking per op, the warnings that change the reading."""
+    from .verdict import verdict_blocks as build
+
+    return build(document)
+
+
+def to_rich(block: Block, console: Console) -> None:
+    console.print(f"[bold]{rich_escape(block.title)}[/bold]")
+    for line in block.lines:
+        console.print(line, markup=False, highlight=False)
+    if block.columns:
+        table = Table(header_style="bold", box=None if block.kind == "verdict" else _box())
+        for i, column in enumerate(block.columns):
+            table.add_column(rich_escape(column), justify="left" if i < block.left else "right",
+                             no_wrap=i >= block.left, overflow="fold")
+        for row in block.rows:
+            table.add_row(*(rich_escape(cell) for cell in row))
+        console.print(table)
+    for note in block.notes:
+        console.print(note, markup=False, highlight=False)
+    console.print()
+
+
+def _box() -> Any:
+    from rich import box
+
+    return box.SIMPLE_HEAD
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(block: Block) -> str:
+    out = [f"### {block.title}", ""]
+    if block.lines:
+        out += [*block.lines, ""]
+    if block.columns:
+        align = [":---" if i < block.left else "---:" for i in range(len(block.columns))]
+        out.append("| " + " | ".join(_md_cell(c) for c in block.columns) + " |")
+        out.append("| " + " | ".join(align) + " |")
+        out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in block.rows]
+        out.append("")
+    if block.notes:
+        out += [*block.notes, ""]
+    return "\n".join(out)
+
+
+def to_html(block: Block) -> str:
+    css = "verdict card" if block.kind == "verdict" else "headline"
+    out = [f'<section class="{css}"><h2>{escape(block.title)}</h2>']
+    out += [f"<p>{escape(line)}</p>" for line in block.lines]
+    if block.columns:
+        head = "".join(f'<th class="{"l" if i < block.left else "r"}">{escape(c)}</th>'
+                       for i, c in enumerate(block.columns))
+        body = "".join("<tr>" + "".join(f'<td class="{"l" if i < block.left else "r"}">{escape(c)}</td>'
+                                        for i, c in enumerate(row)) + "</tr>" for row in block.rows)
+        out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    out += [f'<p class="note">{escape(note)}</p>' for note in block.notes]
+    out.append("</section>")
+    return "".join(out)
