@@ -90,14 +90,18 @@ def test_a_hung_server_stops_the_run_after_its_timeouts(tmp_path, spawn) -> None
     assert "cleanup failed" in run["backend"].get("cleanup_error", "")  # said, not hidden
 
 
-def test_on_error_continue_runs_to_the_deadline_with_errors_in_the_series(tmp_path, spawn) -> None:
+@pytest.mark.parametrize("allow_errors", [True, False])
+def test_on_error_continue_runs_to_the_deadline_with_errors_in_the_series(tmp_path, spawn, allow_errors) -> None:
     server = spawn("redis")
     proc = _start(["run", "-t", server.url(), "--duration", "5s", "--warmup", "0", "--no-calibrate",
-                   "--workers", "1", "--keys", "1000", "--on-error", "continue", "-o", "out.json"], tmp_path)
+                   "--workers", "1", "--keys", "1000", "--on-error", "continue", "-o", "out.json",
+                   *(["--allow-errors"] if allow_errors else [])], tmp_path)
     _wait_for_ops(server)
     os.kill(server.pid(), signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 0, stderr
+    # failed ops make the figures untrustworthy: exit 1 unless the user said errors are expected
+    assert proc.returncode == (0 if allow_errors else 1), stderr
+    assert ("ops failed" in stdout) != allow_errors
     phase = _results(tmp_path / "out.json")["runs"][0]["phases"][0]
     assert phase["wall_s"] > 4.5
     assert not phase["stopped_on_errors"]

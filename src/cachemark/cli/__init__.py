@@ -91,6 +91,35 @@ def split_sources(sources: list[str]) -> tuple[str | None, list[str]]:
     return (rest[0] if rest else None), targets
 
 
+# -o x.<suffix> writes that format; the results JSON then goes to the default results/ path
+REPORT_SUFFIXES = {".csv": "csv", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
+
+
+def output_paths(out: Path | None) -> tuple[Path | None, Path | None, str | None]:
+    """``-o`` as (results JSON path, report path, report format)."""
+    if out is None:
+        return None, None, None
+    fmt = REPORT_SUFFIXES.get(out.suffix.lower())
+    if fmt is None:
+        return out, None, None
+    return None, out, fmt
+
+
+def untrusted_runs(document: dict[str, Any]) -> list[str]:
+    """One line per run whose figures are not of a working cache: failed ops, or dropped writes."""
+    from ..results.names import run_name
+
+    lines = []
+    for run in document["runs"]:
+        if run.get("dropped_writes"):
+            lines.append(f"{run_name(run)}: drops writes: {run['dropped_writes']}")
+        errors = sum(sum((op.get("errors") or {}).values()) for phase in run.get("phases", [])
+                     for op in phase.get("ops", {}).values())
+        if errors:
+            lines.append(f"{run_name(run)}: {errors:,} ops failed (see the errors column)")
+    return lines
+
+
 def resolve_source(source: str | None) -> tuple[dict[str, Any], str]:
     """An experiment file path or a preset name -> (data, where it came from)."""
     from ..presets import load_preset, preset_names
@@ -138,7 +167,14 @@ def run(
     network: Annotated[
         str | None, typer.Option(help="same-host,lan,same-zone,cross-zone,cross-region or 2ms,...")
     ] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Results JSON path.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Where to write: x.json (the results), or x.csv / x.md / x.html (that "
+                     "format; the results JSON then goes to results/)."),
+    ] = None,
+    allow_errors: Annotated[
+        bool, typer.Option("--allow-errors", help="Exit 0 even when ops failed or a target dropped writes.")
+    ] = False,
     html: Annotated[bool, typer.Option("--html", help="Also write the HTML report beside the results.")] = False,
     calibrate: Annotated[
         bool, typer.Option("--calibrate/--no-calibrate", help="Measure timer and loopback RTT first.")
@@ -163,19 +199,29 @@ def run(
         warmup_ops=warmup_ops, duration=duration, ops=ops, workers=workers, rate=rate, seed=seed,
         arrival=arrival, on_error=on_error, error_grace=error_grace,
     )
+    results_path, report_path, report_format = output_paths(out)
     experiment = experiment_from(data, where, target, flags, label, sweep, repeat, network)
-    document, path = run_experiment(experiment, out=out, calibrate=calibrate, console=console)
+    document, path = run_experiment(experiment, out=results_path, calibrate=calibrate, console=console)
     console.print(f"results: {path}", markup=False, highlight=False)
+    reports = [(report_path, report_format)] if report_path is not None else []
     if html:
+        reports.append((path.with_suffix(".html"), "html"))
+    for where_to, fmt in reports:
         from ..report.export import write_text_atomic
-        from ..report.html import render_html
+        from ..report.formats import render as render_format
 
-        report_path = path.with_suffix(".html")
-        write_text_atomic(report_path, render_html(document))
-        console.print(f"report: {report_path}", markup=False, highlight=False)
+        write_text_atomic(where_to, render_format(document, fmt))
+        console.print(f"report: {where_to}", markup=False, highlight=False)
     failed = [run for run in document["runs"] if run["status"] == "failed"]
     if failed:
         raise typer.Exit(EXIT_RUN_FAILED)  # each failed run's reason is already on the screen
+    untrusted = untrusted_runs(document)
+    if untrusted and not allow_errors:
+        for line in untrusted:
+            console.print(line, markup=False, highlight=False)
+        console.print("exit 1: the figures above include failed ops or a cache that keeps nothing "
+                      "(--allow-errors exits 0 anyway)", markup=False, highlight=False)
+        raise typer.Exit(EXIT_RUN_FAILED)
     if document["runs"] and all(run["status"] == "skipped" for run in document["runs"]):
         console.print("nothing was measured: every target was skipped (see the reasons above)", markup=False,
                       highlight=False)

@@ -33,6 +33,7 @@ from .messages import Done, Fatal, PhaseReport
 from .monitor import PhaseMonitor
 from .provide import provide
 from .worker import Board, WorkerTask, worker_main
+from .write_probe import check_writes_kept, probe_key
 
 ProgressFn = Callable[[str, int, int | None, float, float | None], None]
 
@@ -49,12 +50,14 @@ class RunOutcome:
     server: dict[str, Any] | None = None
     network: dict[str, Any] | None = None
     phases: list[dict[str, Any]] = field(default_factory=list)
+    dropped_writes: str | None = None  # the write-then-read probe's finding (run/write_probe.py)
 
     def to_json(self) -> dict[str, Any]:
         # scrub: client exceptions in reason/error_samples may echo a DSN or a password
         return scrub({
             "label": self.label, "target": self.target, "status": self.status, "reason": self.reason,
             "backend": self.backend, "server": self.server, "network": self.network, "phases": self.phases,
+            "dropped_writes": self.dropped_writes,
         })
 
 
@@ -80,6 +83,7 @@ def check_ops(target: Target, workload: Workload) -> dict[str, Any]:
 
 def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
     """Every key a run may have written (for backends that cannot enumerate theirs)."""
+    yield probe_key(namespace)
     for i in range(workload.keys):
         yield f"{namespace}{i}"
     if any("incr" in name for phase in workload.effective_phases() for name in (phase.mix or workload.mix)):
@@ -147,6 +151,7 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
     preflight.open()  # BackendUnavailable propagates: the user's input is wrong
     try:
         outcome.backend.update({"scheme": target.scheme, "info": preflight.info(), "namespace": namespace})
+        outcome.dropped_writes = _probe_writes(preflight, namespace, workload)
         if _uses_engine(target):
             from .engine_runner import run_engine_phases
 
@@ -174,6 +179,14 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
             outcome.backend["cleanup_error"] = str(exc) if isinstance(exc, CleanupFailed) else (
                 f"{type(exc).__name__}: {exc}")
         preflight.close()
+
+
+def _probe_writes(backend: Any, namespace: str, workload: Workload) -> str | None:
+    """The write-then-read probe; a probe that errors says nothing (the load will count the errors)."""
+    try:
+        return check_writes_kept(backend, namespace, workload)
+    except Exception:  # noqa: BLE001 — the timed phases measure and report the same failure
+        return None
 
 
 def _fail_on_errors(outcome: RunOutcome) -> None:
