@@ -86,3 +86,15 @@ def test_spawn_s3_client_parameters_are_not_dropped() -> None:
 
     server, client = split_spawn_params(parse_target("spawn:s3?key_naming=sha1"))
     assert server == {} and client == {"key_naming": "sha1"}
+
+
+def test_the_fingerprint_records_every_schemes_client_library() -> None:
+    from cachemark.measure.fingerprint import package_versions
+    from cachemark.schemes import _SCHEMES, client_packages
+
+    packages = client_packages()
+    for s in _SCHEMES.values():
+        if s.package:
+            assert s.package.split("[")[0] in packages, s.name
+    versions = package_versions()
+    assert {"redis", "pymemcache", "boto3", "django"} <= set(versions)  # installed by the test extras

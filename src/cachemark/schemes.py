@@ -46,6 +46,8 @@ class Scheme:
     nested: tuple[str, ...] = ()  # parameters that are target URLs themselves
     open_params: str | None = None  # a regex for open-ended parameter names (Django's settings)
     tls: bool = False
+    # further client libraries its adapter may use: their versions go into the results' fingerprint
+    clients: tuple[str, ...] = ()
 
     def allowed(self) -> list[str]:
         names = set(self.params | COMMON_PARAMS)
@@ -80,7 +82,7 @@ _S3 = frozenset({"addressing", "aws_access_key_id", "aws_secret_access_key", "co
 
 def _redis(name: str, tls: bool = False) -> Scheme:
     return Scheme(name, "cachemark.backends.redis:RedisBackend", "redis", _REDIS_TLS if tls else _REDIS,
-                  default_port=6379, stats="redis", engine="resp", tls=tls)
+                  default_port=6379, stats="redis", engine="resp", tls=tls, clients=("hiredis",))
 
 
 def _postgres(name: str) -> Scheme:
@@ -103,11 +105,11 @@ _SCHEMES = {s.name: s for s in (
     # redis-py's default port is 6379 for rediss:// too, so it is here: the proxy must agree with the client
     _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True),
     Scheme("memcached", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED,
-           default_port=11211, stats="memcached", engine="memcache"),
+           default_port=11211, stats="memcached", engine="memcache", clients=("pylibmc",)),
     _postgres("postgresql"), _postgres("postgres"), _mysql("mysql"), _mysql("mariadb"),
     Scheme("s3", "cachemark.backends.s3:S3Backend", "boto3", _S3, proxy_param="endpoint_url"),
     Scheme("django", "cachemark.backends.django:DjangoBackend", "django", nested=("LOCATION", "DATABASE"),
-           open_params=r"[A-Z][A-Z0-9_]*|OPTIONS\..+"),
+           open_params=r"[A-Z][A-Z0-9_]*|OPTIONS\..+", clients=("django-redis",)),
     Scheme("twolevel", "cachemark.backends.twolevel:TwoLevelBackend",
            params=frozenset({"fast", "slow", "priority"}), nested=("fast", "slow")),
 )}
@@ -128,6 +130,13 @@ _LAB = {k.name: k for k in (
 def schemes() -> list[str]:
     """Every scheme a target URL may have (``spawn`` included)."""
     return sorted([*_SCHEMES, "spawn"])
+
+
+def client_packages() -> list[str]:
+    """Every client library an adapter may import (distribution names), for the fingerprint."""
+    names = {s.package.split("[")[0] for s in _SCHEMES.values() if s.package}
+    names |= {c for s in _SCHEMES.values() for c in s.clients}
+    return sorted(names)
 
 
 def lab_kinds() -> list[str]:

@@ -21,8 +21,8 @@ import numpy as np
 
 from .. import __version__
 
-_PACKAGES = ("numpy", "pydantic", "redis", "hiredis", "pymemcache", "pylibmc", "diskcache", "psycopg",
-             "pymysql", "boto3", "django", "django-redis")
+# cachemark's own dependencies; the client libraries come from the scheme registry
+_OWN_PACKAGES = ("numpy", "pydantic")
 
 
 def _cpu_model() -> str:
@@ -45,7 +45,9 @@ def _memory_bytes() -> int | None:
 
 def package_versions() -> dict[str, str]:
     versions = {}
-    for name in _PACKAGES:
+    from ..schemes import client_packages
+
+    for name in (*_OWN_PACKAGES, *client_packages()):
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
