@@ -3,8 +3,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-RUN_PACKAGES  := redis-server memcached
-TEST_PACKAGES := $(RUN_PACKAGES) redis-tools libmemcached-tools libmemcached-dev postgresql mariadb-server chromium
+RUN_PACKAGES  := redis-server memcached libmemcached-dev
+TEST_PACKAGES := $(RUN_PACKAGES) redis-tools libmemcached-tools postgresql mariadb-server chromium
 ENGINE_SOURCES := $(shell find engine -name '*.rs' -o -name 'Cargo.toml' -o -name 'Cargo.lock' | grep -v target)
 
 .PHONY: run test setup setup-test packages-run packages-test lint bench clean
@@ -34,7 +34,7 @@ $(VENV)/bin/python:
 	$(BIN)/pip install -q -U pip
 
 $(VENV)/.stamp-install: $(VENV)/bin/python pyproject.toml $(ENGINE_SOURCES)
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[all]'  # every backend's client: the presets use them
 	touch $@
 
 $(VENV)/.stamp-test: $(VENV)/.stamp-install
