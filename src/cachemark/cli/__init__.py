@@ -113,10 +113,14 @@ def untrusted_runs(document: dict[str, Any]) -> list[str]:
     for run in document["runs"]:
         if run.get("dropped_writes"):
             lines.append(f"{run_name(run)}: drops writes: {run['dropped_writes']}")
-        errors = sum(sum((op.get("errors") or {}).values()) for phase in run.get("phases", [])
-                     for op in phase.get("ops", {}).values())
-        if errors:
-            lines.append(f"{run_name(run)}: {errors:,} ops failed (see the errors column)")
+        kinds: dict[str, int] = {}
+        for phase in run.get("phases", []):
+            for op in phase.get("ops", {}).values():
+                for kind, count in (op.get("errors") or {}).items():
+                    kinds[kind] = kinds.get(kind, 0) + count
+        if sum(kinds.values()):
+            detail = ", ".join(f"{kind} {count:,}" for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]))
+            lines.append(f"{run_name(run)}: {sum(kinds.values()):,} ops failed ({detail})")
     return lines
 
 
