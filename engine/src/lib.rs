@@ -7,5 +7,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     cachemark_load::python::register(m)?;
     cachemark_proxy::python::register(m)?;
+    cachemark_sim::python::register(m)?;
     Ok(())
 }

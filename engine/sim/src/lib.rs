@@ -1,0 +1,8 @@
+//! cachemark's cache simulator: miss-ratio curves from a key stream, for `cachemark size`.
+//! `lru` (exact stack distances and SHARDS sampling, one pass for every size), `policy`
+//! (FIFO, SIEVE simulated per size), `python` (the bindings).
+
+pub mod fenwick;
+pub mod lru;
+pub mod policy;
+pub mod python;

@@ -1,0 +1,159 @@
+//! Python bindings: `StackDistances` (LRU curves, exact or SHARDS) and `PolicySim` (FIFO,
+//! SIEVE at given sizes). Both are fed chunks of a trace as little-endian byte buffers
+//! (numpy's `.tobytes()`: u64 object ids, u32 sizes), with the GIL released, so a reader
+//! can stream a trace of any length through them in constant memory.
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::lru;
+use crate::policy::{self, Policy};
+
+fn ids_of(ids: &[u8]) -> PyResult<impl Iterator<Item = u64> + '_> {
+    if !ids.len().is_multiple_of(8) {
+        return Err(PyValueError::new_err(
+            "ids must be little-endian u64s (a multiple of 8 bytes)",
+        ));
+    }
+    Ok(ids
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap())))
+}
+
+#[pyclass(name = "StackDistances", module = "cachemark._engine")]
+struct PyStackDistances {
+    inner: lru::StackDistances,
+}
+
+#[pymethods]
+impl PyStackDistances {
+    #[new]
+    #[pyo3(signature = (rate = 1.0, seed = 0))]
+    fn new(rate: f64, seed: u64) -> PyResult<Self> {
+        if !(rate > 0.0 && rate <= 1.0) {
+            return Err(PyValueError::new_err("rate must be in (0, 1]"));
+        }
+        Ok(PyStackDistances {
+            inner: lru::StackDistances::with_seed(rate, seed),
+        })
+    }
+
+    /// Feed requests: `ids` u64 LE, `sizes` u32 LE (one per id) or None (size 1 each).
+    #[pyo3(signature = (ids, sizes = None))]
+    fn feed(&mut self, py: Python<'_>, ids: &[u8], sizes: Option<&[u8]>) -> PyResult<()> {
+        let n = ids.len() / 8;
+        if let Some(s) = sizes {
+            if s.len() != n * 4 {
+                return Err(PyValueError::new_err(
+                    "sizes must be one little-endian u32 per id",
+                ));
+            }
+        }
+        let ids = ids_of(ids)?;
+        let inner = &mut self.inner;
+        py.allow_threads(move || match sizes {
+            Some(s) => {
+                for (id, size) in ids.zip(s.chunks_exact(4)) {
+                    inner.access(id, u32::from_le_bytes(size.try_into().unwrap()));
+                }
+            }
+            None => ids.for_each(|id| inner.access(id, 1)),
+        });
+        Ok(())
+    }
+
+    fn miss_ratios_by_objects(&self, sizes: Vec<f64>) -> Vec<f64> {
+        self.inner.miss_ratios_by_objects(&sizes)
+    }
+
+    fn miss_ratios_by_bytes(&self, sizes: Vec<f64>) -> Vec<f64> {
+        self.inner.miss_ratios_by_bytes(&sizes)
+    }
+
+    #[getter]
+    fn requests(&self) -> u64 {
+        self.inner.requests
+    }
+
+    #[getter]
+    fn sampled(&self) -> u64 {
+        self.inner.sampled
+    }
+
+    #[getter]
+    fn cold(&self) -> u64 {
+        self.inner.cold
+    }
+
+    #[getter]
+    fn rate(&self) -> f64 {
+        self.inner.rate()
+    }
+
+    /// Distinct objects, estimated from the sample (exact when rate is 1).
+    #[getter]
+    fn objects(&self) -> f64 {
+        self.inner.objects() as f64 / self.inner.rate()
+    }
+}
+
+#[pyclass(name = "PolicySim", module = "cachemark._engine")]
+struct PyPolicySim {
+    caches: Vec<Box<dyn Policy>>,
+    misses: Vec<u64>,
+    requests: u64,
+}
+
+#[pymethods]
+impl PyPolicySim {
+    #[new]
+    fn new(policy: &str, sizes: Vec<usize>) -> PyResult<Self> {
+        let caches = sizes
+            .iter()
+            .map(|&c| {
+                policy::make(policy, c)
+                    .ok_or_else(|| PyValueError::new_err(format!("unknown policy {policy:?}")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(PyPolicySim {
+            misses: vec![0; caches.len()],
+            caches,
+            requests: 0,
+        })
+    }
+
+    fn feed(&mut self, py: Python<'_>, ids: &[u8]) -> PyResult<()> {
+        let ids: Vec<u64> = ids_of(ids)?.collect();
+        let n = ids.len() as u64;
+        let (caches, misses) = (&mut self.caches, &mut self.misses);
+        py.allow_threads(move || {
+            for (cache, miss) in caches.iter_mut().zip(misses.iter_mut()) {
+                for &id in &ids {
+                    if !cache.access(id) {
+                        *miss += 1;
+                    }
+                }
+            }
+        });
+        self.requests += n;
+        Ok(())
+    }
+
+    fn miss_ratios(&self) -> Vec<f64> {
+        self.misses
+            .iter()
+            .map(|&m| {
+                if self.requests > 0 {
+                    m as f64 / self.requests as f64
+                } else {
+                    1.0
+                }
+            })
+            .collect()
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyStackDistances>()?;
+    m.add_class::<PyPolicySim>()?;
+    Ok(())
+}
