@@ -48,6 +48,7 @@ class Scheme:
     tls: bool = False
     # further client libraries its adapter may use: their versions go into the results' fingerprint
     clients: tuple[str, ...] = ()
+    stores: bool = True  # False: keeps nothing by design (null://), so the dropped-writes probe skips it
 
     def allowed(self) -> list[str]:
         names = set(self.params | COMMON_PARAMS)
@@ -96,7 +97,7 @@ def _mysql(name: str) -> Scheme:
 
 _SCHEMES = {s.name: s for s in (
     Scheme("memory", "cachemark.backends.memory:MemoryBackend", params=frozenset({"max_entries"})),
-    Scheme("null", "cachemark.backends.null:NullBackend", params=frozenset({"hit", "size"})),
+    Scheme("null", "cachemark.backends.null:NullBackend", params=frozenset({"hit", "size"}), stores=False),
     Scheme("file", "cachemark.backends.file:FileBackend", params=frozenset({"fanout"}), embedded=""),
     Scheme("diskcache", "cachemark.backends.diskcache:DiskCacheBackend", "diskcache",
            frozenset({"eviction_policy", "shards", "size_limit", "timeout"}), embedded=""),

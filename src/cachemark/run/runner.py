@@ -25,6 +25,7 @@ from ..backends.base import CleanupFailed
 from ..errors import BackendMissing, Crash, PrefillFailed, UnsupportedOp, UserError
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..plan import default_label
+from ..schemes import scheme
 from ..spec import Workload
 from ..target import Target, parse_target, scrub
 from ..workload.ops import mix_entries
@@ -151,7 +152,8 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
     preflight.open()  # BackendUnavailable propagates: the user's input is wrong
     try:
         outcome.backend.update({"scheme": target.scheme, "info": preflight.info(), "namespace": namespace})
-        outcome.dropped_writes = _probe_writes(preflight, namespace, workload)
+        if scheme(target.scheme).stores:
+            outcome.dropped_writes = _probe_writes(preflight, namespace, workload)
         if _uses_engine(target):
             from .engine_runner import run_engine_phases
 
