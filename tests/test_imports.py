@@ -18,7 +18,7 @@ LAYERS = [
     {"workload"},
     {"spec", "backends", "engine", "measure"},
     {"lab", "results"},
-    {"plan", "run", "presets"},
+    {"plan", "run", "presets", "analysis"},
     {"report"},
     {"cli", "entry", "__main__", "__init__"},
 ]

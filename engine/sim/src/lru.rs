@@ -66,6 +66,9 @@ pub struct StackDistances {
     pub cold: u64,
     pub requests: u64,
     pub sampled: u64,
+    /// requests that only fill the stack, before any is counted (a synthetic stream's start)
+    warmup: u64,
+    seen: u64,
 }
 
 impl StackDistances {
@@ -92,7 +95,15 @@ impl StackDistances {
             cold: 0,
             requests: 0,
             sampled: 0,
+            warmup: 0,
+            seen: 0,
         }
+    }
+
+    /// The first `requests` requests fill the cache without being counted: the curve is then
+    /// of a cache that runs on (steady state), not of one that starts empty.
+    pub fn set_warmup(&mut self, requests: u64) {
+        self.warmup = requests;
     }
 
     pub fn rate(&self) -> f64 {
@@ -105,13 +116,15 @@ impl StackDistances {
     }
 
     pub fn access(&mut self, id: u64, size: u32) {
-        self.requests += 1;
+        self.seen += 1;
+        let counted = self.seen > self.warmup;
+        self.requests += counted as u64;
         if self.threshold < (1u64 << SAMPLE_BITS)
             && (mix(id ^ self.salt) & ((1u64 << SAMPLE_BITS) - 1)) >= self.threshold
         {
             return;
         }
-        self.sampled += 1;
+        self.sampled += counted as u64;
         if self.next == self.counts.capacity() {
             self.compact();
         }
@@ -121,21 +134,15 @@ impl StackDistances {
                 let pos = pos as usize;
                 let newer = live - self.counts.prefix(pos + 1);
                 let newer_bytes = self.live_bytes - self.bytes.prefix(pos + 1);
-                let d = (newer + 1) as usize;
-                if d >= self.by_objects.len() {
-                    self.by_objects.resize(d + 1, 0);
+                if counted {
+                    self.record(newer + 1, newer_bytes + size as u64);
                 }
-                self.by_objects[d] += 1;
-                let b = log_bucket(newer_bytes + size as u64);
-                if b >= self.by_bytes.len() {
-                    self.by_bytes.resize(b + 1, 0);
-                }
-                self.by_bytes[b] += 1;
                 self.counts.add(pos, u64::MAX); // -1
                 self.bytes.add(pos, 0u64.wrapping_sub(old as u64));
                 self.live_bytes -= old as u64;
             }
-            None => self.cold += 1,
+            None if counted => self.cold += 1,
+            None => {}
         }
         let at = self.next;
         self.counts.add(at, 1);
@@ -143,6 +150,19 @@ impl StackDistances {
         self.live_bytes += size as u64;
         self.last.insert(id, (at as u32, size));
         self.next += 1;
+    }
+
+    fn record(&mut self, objects: u64, bytes: u64) {
+        let d = objects as usize;
+        if d >= self.by_objects.len() {
+            self.by_objects.resize(d + 1, 0);
+        }
+        self.by_objects[d] += 1;
+        let b = log_bucket(bytes);
+        if b >= self.by_bytes.len() {
+            self.by_bytes.resize(b + 1, 0);
+        }
+        self.by_bytes[b] += 1;
     }
 
     /// Renumber the live markers 0..live in time order, in a tree twice that size.
@@ -319,6 +339,32 @@ mod tests {
         // and 10 M requests (tests/test_size.py checks that scale against the exact curve)
         assert!(mae < 0.01, "mean absolute error {mae}");
         assert!(sampled.objects() < exact.objects() / 5);
+    }
+
+    #[test]
+    fn warmup_requests_fill_the_stack_but_are_not_counted() {
+        let t = trace(40_000, 1_000, 5);
+        let mut warm = StackDistances::new(1.0);
+        warm.set_warmup(20_000);
+        for &id in &t {
+            warm.access(id, 1);
+        }
+        assert_eq!(warm.requests, 20_000);
+        // the counted half sees the same distances as a plain LRU that ran the first half untimed
+        let mut stack: Vec<u64> = Vec::new();
+        let mut misses = 0;
+        for (i, &id) in t.iter().enumerate() {
+            let at = stack.iter().position(|&x| x == id);
+            if i >= 20_000 && at.is_none_or(|p| p >= 100) {
+                misses += 1;
+            }
+            if let Some(p) = at {
+                stack.remove(p);
+            }
+            stack.insert(0, id);
+        }
+        let got = warm.miss_ratios_by_objects(&[100.0])[0];
+        assert!((got - misses as f64 / 20_000.0).abs() < 1e-12);
     }
 
     #[test]

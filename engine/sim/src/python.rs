@@ -27,14 +27,14 @@ struct PyStackDistances {
 #[pymethods]
 impl PyStackDistances {
     #[new]
-    #[pyo3(signature = (rate = 1.0, seed = 0))]
-    fn new(rate: f64, seed: u64) -> PyResult<Self> {
+    #[pyo3(signature = (rate = 1.0, seed = 0, warmup = 0))]
+    fn new(rate: f64, seed: u64, warmup: u64) -> PyResult<Self> {
         if !(rate > 0.0 && rate <= 1.0) {
             return Err(PyValueError::new_err("rate must be in (0, 1]"));
         }
-        Ok(PyStackDistances {
-            inner: lru::StackDistances::with_seed(rate, seed),
-        })
+        let mut inner = lru::StackDistances::with_seed(rate, seed);
+        inner.set_warmup(warmup);
+        Ok(PyStackDistances { inner })
     }
 
     /// Feed requests: `ids` u64 LE, `sizes` u32 LE (one per id) or None (size 1 each).
@@ -101,12 +101,16 @@ struct PyPolicySim {
     caches: Vec<Box<dyn Policy>>,
     misses: Vec<u64>,
     requests: u64,
+    warmup: u64,
+    seen: u64,
 }
 
 #[pymethods]
 impl PyPolicySim {
+    /// The first `warmup` requests fill the caches without being counted.
     #[new]
-    fn new(policy: &str, sizes: Vec<usize>) -> PyResult<Self> {
+    #[pyo3(signature = (policy, sizes, warmup = 0))]
+    fn new(policy: &str, sizes: Vec<usize>, warmup: u64) -> PyResult<Self> {
         let caches = sizes
             .iter()
             .map(|&c| {
@@ -118,23 +122,28 @@ impl PyPolicySim {
             misses: vec![0; caches.len()],
             caches,
             requests: 0,
+            warmup,
+            seen: 0,
         })
     }
 
     fn feed(&mut self, py: Python<'_>, ids: &[u8]) -> PyResult<()> {
         let ids: Vec<u64> = ids_of(ids)?.collect();
         let n = ids.len() as u64;
+        // requests of this chunk still inside the warm-up: they fill the caches, uncounted
+        let uncounted = self.warmup.saturating_sub(self.seen).min(n) as usize;
         let (caches, misses) = (&mut self.caches, &mut self.misses);
         py.allow_threads(move || {
             for (cache, miss) in caches.iter_mut().zip(misses.iter_mut()) {
-                for &id in &ids {
-                    if !cache.access(id) {
+                for (i, &id) in ids.iter().enumerate() {
+                    if !cache.access(id) && i >= uncounted {
                         *miss += 1;
                     }
                 }
             }
         });
-        self.requests += n;
+        self.seen += n;
+        self.requests += n - uncounted as u64;
         Ok(())
     }
 

@@ -36,6 +36,8 @@ class Curve:
     objects: float  # distinct objects (estimated when sampled)
     sample_rate: float = 1.0
     notes: list[str] = field(default_factory=list)
+    cold: float = 0.0  # first requests of an object (estimated when sampled): a miss at any size
+    warmup: int = 0  # requests that filled the cache before any was counted
 
     def hit_ratio_at(self, size: float) -> float:
         """Interpolated (linearly in log size) between the computed points."""
@@ -72,12 +74,13 @@ def _ids_bytes(ids: np.ndarray) -> bytes:
     return np.ascontiguousarray(ids, dtype="<u8").tobytes()
 
 
-def lru_curves(chunks: Iterable[Chunk], sample_rate: float = 1.0, seed: int = 0,
-               points: int = 48) -> tuple[Curve, Curve | None]:
-    """LRU miss ratio by objects, and by bytes when the chunks carry sizes."""
+def lru_curves(chunks: Iterable[Chunk], sample_rate: float = 1.0, seed: int = 0, points: int = 48,
+               warmup: int = 0) -> tuple[Curve, Curve | None]:
+    """LRU miss ratio by objects, and by bytes when the chunks carry sizes; the first
+    ``warmup`` requests fill the cache uncounted (a synthetic stream: the steady state)."""
     if not 0 < sample_rate <= 1:
         raise UserError(f"sample rate {sample_rate!r}: must be in (0, 1]")
-    distances = StackDistances(sample_rate, seed)
+    distances = StackDistances(sample_rate, seed, warmup)
     total_bytes_seen, sized = 0, False
     for ids, sizes in chunks:
         if sizes is not None:
@@ -90,29 +93,30 @@ def lru_curves(chunks: Iterable[Chunk], sample_rate: float = 1.0, seed: int = 0,
     objects = distances.objects
     notes = [f"SHARDS: {sample_rate:g} of the objects sampled"] if sample_rate < 1 else []
     grid = size_grid(objects, points)
+    cold = distances.cold / distances.rate
     by_objects = Curve("lru", "objects", grid, distances.miss_ratios_by_objects(grid), distances.requests,
-                       objects, distances.rate, notes)
+                       objects, distances.rate, notes, cold, warmup)
     by_bytes = None
     if sized and distances.requests:
         mean_size = total_bytes_seen / distances.requests
         byte_grid = size_grid(objects * mean_size * 2, points)
         by_bytes = Curve("lru", "bytes", byte_grid, distances.miss_ratios_by_bytes(byte_grid), distances.requests,
-                         objects, distances.rate, notes)
+                         objects, distances.rate, notes, cold, warmup)
     return by_objects, by_bytes
 
 
-def policy_curve(policy: str, chunks: Iterable[Chunk], sizes: list[float]) -> Curve:
+def policy_curve(policy: str, chunks: Iterable[Chunk], sizes: list[float], warmup: int = 0) -> Curve:
     """FIFO or SIEVE simulated at each of ``sizes`` (objects)."""
     if policy not in ("fifo", "sieve"):
         raise UserError(f"policy {policy!r}: cachemark simulates {', '.join(POLICIES)}")
-    sim = PolicySim(policy, [max(1, int(s)) for s in sizes])
+    sim = PolicySim(policy, [max(1, int(s)) for s in sizes], warmup)
     requests, seen = 0, set()
     for ids, _ in chunks:
         sim.feed(_ids_bytes(ids))
         requests += len(ids)
-        if len(seen) < 10_000_000:
-            seen.update(np.unique(ids).tolist())
-    return Curve(policy, "objects", list(sizes), sim.miss_ratios(), requests, float(len(seen)))
+        seen.update(np.unique(ids).tolist())
+    return Curve(policy, "objects", list(sizes), sim.miss_ratios(), max(0, requests - warmup), float(len(seen)),
+                 warmup=warmup)
 
 
 def workload_stream(keys: int, key_dist: str, value_sizes: object, requests: int, seed: int = 0,

@@ -1,0 +1,170 @@
+"""``cachemark size``: how big must the cache be — for a trace, or for a synthetic workload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..errors import UserError
+from .terminal import make_console
+
+MAX_SYNTHETIC_REQUESTS = 50_000_000
+
+
+def _floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"{what} {text!r}: expected numbers separated by commas, e.g. 0.9,0.95,0.99") from None
+    if not values or any(not 0 < v < 1 for v in values):
+        raise UserError(f"{what} {text!r}: each must be between 0 and 1, e.g. 0.9,0.95,0.99")
+    return values
+
+
+def _synthetic(source: str | None, keys: int | None, key_dist: str | None, value_size: str | None,
+               requests: int | None) -> tuple[Any, str, dict[str, Any]]:
+    """The key stream of an experiment's (or the flags') workload, and how to describe it."""
+    from ..analysis.mrc import workload_stream
+    from . import experiment_from, resolve_source
+
+    data, where = resolve_source(source)
+    flags = {k: v for k, v in {"keys": keys, "key_dist": key_dist, "value_size": value_size}.items()
+             if v is not None}
+    workload = experiment_from(data, where, ["memory://"], flags).workload
+    n = requests if requests is not None else min(max(20 * workload.keys, 2_000_000), MAX_SYNTHETIC_REQUESTS)
+    if not 0 < n <= MAX_SYNTHETIC_REQUESTS:
+        raise UserError(f"--requests {n}: between 1 and {MAX_SYNTHETIC_REQUESTS:,}")
+    description = (f"{where}: {workload.keys:,} keys ({workload.key_dist}), values {workload.value_size} B, "
+                   f"{n:,} requests drawn (the first {n // 2:,} fill the cache uncounted)")
+
+    def stream() -> Any:
+        return workload_stream(workload.keys, workload.key_dist, workload.value_size, n, workload.seed)
+
+    return stream, description, {"keys": workload.keys, "key_dist": workload.key_dist,
+                                 "value_size": workload.value_size, "requests": n}
+
+
+def _trace(path: Path, fmt: str | None) -> tuple[Any, str]:
+    """A trace file as a stream of (ids, sizes) chunks (the readers of workload/traces)."""
+    try:
+        from ..workload import traces
+    except ImportError:
+        raise UserError("this cachemark cannot read traces yet") from None
+    chunks = getattr(traces, "id_chunks", None)
+    if chunks is None:
+        raise UserError("this cachemark cannot read traces yet")
+    return (lambda: chunks(path, fmt)), f"trace {path.name}"
+
+
+def size(
+    source: Annotated[str | None, typer.Argument(help="A trace file, an experiment TOML or a preset name.")] = None,
+    trace_format: Annotated[str | None, typer.Option("--format", help="The trace's format (default: detected).")]
+    = None,
+    keys: Annotated[int | None, typer.Option(help="Synthetic: number of distinct keys.")] = None,
+    key_dist: Annotated[str | None, typer.Option(help="Synthetic: uniform | zipf[:S] | hotspot[:F,P]")] = None,
+    value_size: Annotated[str | None, typer.Option(help="Synthetic: 100 | 100-1000 | 100:9,10000:1")] = None,
+    requests: Annotated[int | None, typer.Option(help="Synthetic: requests to draw (default 20 × keys).")] = None,
+    hit_ratio: Annotated[str, typer.Option(help="Target hit ratios.")] = "0.8,0.9,0.95,0.99",
+    policy: Annotated[str, typer.Option(help="Policies: lru (exact, one pass), fifo, sieve (simulated).")] = "lru",
+    sample_rate: Annotated[float, typer.Option(help="SHARDS sampling rate for LRU (1: exact).")] = 1.0,
+    measure: Annotated[
+        bool, typer.Option("--measure/--no-measure", help="Measure bytes per item on spawned Redis and memcached.")
+    ] = True,
+    latency_from: Annotated[
+        Path | None, typer.Option(help="A results file: its get hit/miss latencies give the expected latency.")
+    ] = None,
+    label: Annotated[str | None, typer.Option(help="With --latency-from: the run to use (default: the first).")]
+    = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print Markdown instead of tables.")] = False,
+) -> None:
+    """How big must the cache be for a hit ratio: objects, Redis maxmemory and memcached -m.
+
+    Example: cachemark size --keys 100000 --key-dist zipf:0.99 --value-size 100-1000
+    """
+    from ..analysis.che import lru_hit_ratio, zipf_popularity
+    from ..analysis.footprint import memcached_footprint, redis_footprint
+    from ..analysis.mrc import lru_curves, policy_curve
+    from ..analysis.sizing import answers, expected_latencies
+    from ..errors import BackendMissing
+    from ..report.blocks import to_markdown, to_rich
+    from ..report.size_report import CURVE_SHARES, answer_block, curve_block
+
+    console = make_console()
+    targets = _floats(hit_ratio, "--hit-ratio")
+    policies = [p.strip().lower() for p in policy.split(",") if p.strip()]
+    if not policies or any(p not in ("lru", "fifo", "sieve") for p in policies):
+        raise UserError(f"--policy {policy!r}: choose from lru, fifo, sieve")
+    synthetic: dict[str, Any] | None = None
+    warmup = 0
+    if source is not None and Path(source).is_file() and not source.endswith(".toml"):
+        stream, description = _trace(Path(source), trace_format)
+    else:
+        stream, description, synthetic = _synthetic(source, keys, key_dist, value_size, requests)
+        # a drawn stream starts empty only because it was drawn: the first half fills the cache
+        # uncounted, so the curve is of a cache that runs on (what Che's approximation predicts)
+        warmup = synthetic["requests"] // 2
+    with console.status("computing the miss-ratio curve"):
+        lru, _ = lru_curves(stream(), sample_rate=sample_rate, warmup=warmup)
+        if synthetic is not None:
+            lru.objects = float(synthetic["keys"])  # the key space, not just the keys the draw touched
+        curves = [lru]
+        for name in policies:
+            if name != "lru":
+                curves.append(policy_curve(name, stream(), lru.sizes, warmup))
+    che = None
+    if synthetic is not None:
+        kind, _, s = str(synthetic["key_dist"]).partition(":")
+        if kind == "zipf":
+            popularity = zipf_popularity(synthetic["keys"], float(s or 0.99))
+            che = {share: lru_hit_ratio(popularity, synthetic["keys"] * share) for share in CURVE_SHARES}
+    footprints = []
+    if measure:
+        sizes = _value_sample(stream())
+        for measure_one in (redis_footprint, memcached_footprint):
+            try:
+                with console.status(f"measuring bytes per item ({measure_one.__name__.split('_')[0]})"):
+                    footprints.append(measure_one(sizes))
+            except BackendMissing as exc:
+                console.print(f"bytes per item not measured: {exc}", markup=False, highlight=False)
+    latencies, latency_label = None, ""
+    if latency_from is not None:
+        latencies, latency_label = _latencies(latency_from, label, targets, expected_latencies)
+    blocks = [answer_block(curves[0], answers(curves[0], footprints, targets), footprints, description, latencies,
+                           latency_label),
+              curve_block(curves, che)]
+    if markdown:
+        console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False)
+    else:
+        for block in blocks:
+            to_rich(block, console)
+
+
+def _value_sample(chunks: Any, limit: int = 200_000) -> Any:
+    """Value sizes of the first requests (what the footprint sample is drawn from)."""
+    import numpy as np
+
+    seen = []
+    count = 0
+    for _, sizes in chunks:
+        if sizes is None:
+            break
+        seen.append(np.asarray(sizes[: limit - count]))
+        count += len(seen[-1])
+        if count >= limit:
+            break
+    return np.concatenate(seen) if seen else np.array([100])
+
+
+def _latencies(path: Path, label: str | None, targets: tuple[float, ...], compute: Any) -> tuple[Any, str]:
+    from ..results import load
+
+    document = load(path)
+    runs = [r for r in document.get("runs", []) if label is None or r.get("label") == label]
+    if not runs:
+        raise UserError(f"{path}: no run labelled {label!r}")
+    found = compute(runs[0], targets)
+    if found is None:
+        raise UserError(f"{path}: {runs[0]['label']} has no get with both hits and misses to learn latency from")
+    return found, runs[0]["label"]
