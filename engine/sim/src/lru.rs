@@ -14,6 +14,7 @@
 //! most of the bias a few very popular objects cause.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::fenwick::Fenwick;
 
@@ -26,6 +27,27 @@ pub fn mix(id: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
+
+/// Object ids are hashed with `mix` (SipHash, the default, costs more than the rest of a
+/// request's bookkeeping on a warm cache).
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = mix(self.0 ^ b as u64);
+        }
+    }
+    fn write_u64(&mut self, id: u64) {
+        self.0 = mix(id);
+    }
+}
+
+pub type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
 /// Log-scale buckets with 1/64 relative width: byte distances span ten orders of magnitude.
 pub fn log_bucket(v: u64) -> usize {
@@ -53,9 +75,8 @@ pub struct StackDistances {
     threshold: u64,
     salt: u64,
     rate: f64,
-    last: HashMap<u64, (u32, u32)>, // object -> (position of its latest marker, its size then)
-    counts: Fenwick,
-    bytes: Fenwick,
+    last: IdMap<(u32, u32)>, // object -> (position of its latest marker, its size then)
+    markers: Fenwick,        // (1, size) at each object's latest access
     next: usize,
     live_bytes: u64,
     /// distance in objects (1-based, in the sample) -> requests
@@ -85,9 +106,8 @@ impl StackDistances {
             threshold,
             salt: mix(seed),
             rate: threshold as f64 / (1u64 << SAMPLE_BITS) as f64,
-            last: HashMap::new(),
-            counts: Fenwick::new(1024),
-            bytes: Fenwick::new(1024),
+            last: IdMap::default(),
+            markers: Fenwick::new(1024),
             next: 0,
             live_bytes: 0,
             by_objects: vec![0],
@@ -125,28 +145,29 @@ impl StackDistances {
             return;
         }
         self.sampled += counted as u64;
-        if self.next == self.counts.capacity() {
+        if self.next == self.markers.capacity() {
             self.compact();
         }
         let live = self.last.len() as u64;
         match self.last.get(&id).copied() {
             Some((pos, old)) => {
                 let pos = pos as usize;
-                let newer = live - self.counts.prefix(pos + 1);
-                let newer_bytes = self.live_bytes - self.bytes.prefix(pos + 1);
+                let [older, older_bytes] = self.markers.prefix(pos + 1);
                 if counted {
-                    self.record(newer + 1, newer_bytes + size as u64);
+                    self.record(
+                        live - older + 1,
+                        self.live_bytes - older_bytes + size as u64,
+                    );
                 }
-                self.counts.add(pos, u64::MAX); // -1
-                self.bytes.add(pos, 0u64.wrapping_sub(old as u64));
+                self.markers
+                    .add(pos, [u64::MAX, 0u64.wrapping_sub(old as u64)]); // -1, -old
                 self.live_bytes -= old as u64;
             }
             None if counted => self.cold += 1,
             None => {}
         }
         let at = self.next;
-        self.counts.add(at, 1);
-        self.bytes.add(at, size as u64);
+        self.markers.add(at, [1, size as u64]);
         self.live_bytes += size as u64;
         self.last.insert(id, (at as u32, size));
         self.next += 1;
@@ -171,13 +192,11 @@ impl StackDistances {
             self.last.iter().map(|(id, (pos, _))| (*pos, *id)).collect();
         order.sort_unstable();
         let len = (order.len() * 2).max(1024);
-        self.counts = Fenwick::new(len);
-        self.bytes = Fenwick::new(len);
+        self.markers = Fenwick::new(len);
         for (i, (_, id)) in order.iter().enumerate() {
             let entry = self.last.get_mut(id).expect("live object");
             entry.0 = i as u32;
-            self.counts.add(i, 1);
-            self.bytes.add(i, entry.1 as u64);
+            self.markers.add(i, [1, entry.1 as u64]);
         }
         self.next = order.len();
     }
