@@ -1,11 +1,553 @@
-"""What a run means: the workload in a sentence, the ranking per op, and the warnings."""
+"""What a run means: the workload in a sentence, the ranking per op, and the warnings.
+
+Owns :func:`verdict_blocks`, the "What this means" card every report ends with (the
+terminal, Markdown, HTML; :mod:`.blocks` draws it). It reads only the results document,
+so ``show`` and ``report`` of an old file give the same answer as the run did, and every
+field it reads is optional. The ranking compares like with like only: one phase, one
+sweep point and one network profile at a time. With repeats the factor is the median of
+the ratios paired by repeat and its ± is half a 95 % interval (Student's t on the log
+ratios), and a difference whose interval includes 1× is called a tie; without repeats a
+difference under 5 % is a tie. The warnings are the facts that change how the figures
+read, the most serious (a target that drops writes) first.
+"""
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Iterable
 from typing import Any
 
+from ..results.names import run_name, sweep_key
+from ..schemes import find_scheme
+from ..sweep import LOAD_PARAMS
 from .blocks import Block
+from .data import op_summary
+from .table import fmt_latency
+
+TITLE = "What this means"
+TIE_WITHOUT_REPEATS = 1.05  # one run each: a smaller factor is called a tie
+FEW_SAMPLES = 30  # fewer successful ops than this: the p99 is not trustworthy
+CPU_SATURATED = 0.9  # client CPU ≥ this share of its cores: the generator is the limit
+HIT_RATIO_SLACK = 0.10  # a get hit ratio this far under the prediction is flagged
+MIN_WALL_S = 0.1  # a shorter phase's CPU share is start-up noise
+LOAD_FALL = 1.05  # p50 at the lower load more than this × the higher load's: "latency falls as load rises"
+ENGINE_CLIENT = "cachemark-engine"
+RANKED_STATUSES = ("ok", "interrupted")
+
+# Student's t, two-sided 95 %, by degrees of freedom (beyond the table: the normal's 1.96).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
+
+
+def t95(df: int) -> float:
+    """The 97.5 % quantile of Student's t with ``df`` degrees of freedom (conservative between rows)."""
+    if df <= 0:
+        return math.inf
+    known = [d for d in _T95 if d <= df]
+    return _T95[max(known)] if df <= 120 else 1.96
+
+
+def paired_interval(ratios: list[float]) -> tuple[float, float, float]:
+    """(median, low, high): the median of the paired ratios and a 95 % interval, from the
+    mean and standard deviation of their logarithms (ratios multiply, so their logs add)."""
+    logs = [math.log(r) for r in ratios]
+    centre = statistics.fmean(logs)
+    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return statistics.median(ratios), math.exp(centre - half), math.exp(centre + half)
+
+
+def fmt_factor(x: float) -> str:
+    """2 decimals under 10×, 1 under 100×, none above (``3.14``, ``31.4``, ``1,314``)."""
+    if x < 10:
+        return f"{x:.2f}"
+    if x < 100:
+        return f"{x:.1f}"
+    return f"{x:,.0f}"
+
+
+def _pm(x: float, spread: float) -> str:
+    digits = 2 if x < 10 else 1 if x < 100 else 0
+    return f"{fmt_factor(x)} ± {spread:,.{digits}f}×"
 
 
 def verdict_blocks(document: dict[str, Any]) -> list[Block]:
-    return []
+    runs = [r for r in document.get("runs") or [] if isinstance(r, dict) and r.get("label") is not None]
+    if not runs:
+        return []
+    ranking = _ranking(runs)
+    lines = [workload_sentence(document, runs)]
+    notes: list[str] = []
+    if ranking.rows:
+        notes.append(ranking.footnote())
+    else:
+        lines.append("Nothing to rank: no op was measured on two backends under the same conditions.")
+    found = warnings(document, runs)
+    notes.append("")  # a paragraph break in Markdown
+    if found:
+        notes.append("Warnings that change the reading (most serious first):")
+        notes += [f"- {w}" for w in found]
+    else:
+        notes.append("No warnings: nothing found that changes this reading.")
+    return [Block(TITLE, lines=lines, columns=ranking.columns if ranking.rows else [], rows=ranking.rows,
+                  notes=notes, left=3, kind="verdict")]
+
+
+# --- the workload ---------------------------------------------------------------------------------------------
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """An object of the document, or an empty one where an odd file has something else."""
+    return value if isinstance(value, dict) else {}
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def fmt_mix(mix: Any) -> str:
+    if not isinstance(mix, dict) or not mix:
+        return ""
+    total = sum(v for v in mix.values() if isinstance(v, int | float)) or 1.0
+    return " · ".join(f"{op} {_num(round(v * 100 / total, 1))} %" for op, v in mix.items()
+                      if isinstance(v, int | float) and v > 0)
+
+
+def _values(size: Any) -> str:
+    text = str(size)
+    return f"values {text} B" if text.replace("-", "").isdigit() else f"values {text}"
+
+
+def _phase_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
+    parts = [fmt_mix(phase.get("mix") or wl.get("mix"))]
+    if phase.get("ops"):
+        parts.append(f"{_num(phase['ops'])} op{'s' if phase['ops'] != 1 else ''}")
+    elif phase.get("duration"):
+        parts.append(f"{_num(phase['duration'])} s")
+    return ", ".join(p for p in parts if p)
+
+
+def _phase_workers(runs: list[dict[str, Any]]) -> list[int]:
+    return sorted({p["workers"] for r in runs for p in r.get("phases") or []
+                   if isinstance(p.get("workers"), int)})
+
+
+def _clients(runs: list[dict[str, Any]], version: Any) -> str:
+    seen: dict[str, list[str]] = {}
+    for run in runs:
+        backend = run.get("backend") or {}
+        info = backend.get("info") or {}
+        client = info.get("client")
+        if not client:
+            continue
+        text = str(client)
+        if client == ENGINE_CLIENT:  # the info's client_version is the preflight's Python client's
+            text += f" {version}" if version else ""
+        elif info.get("client_version"):
+            text += f" {info['client_version']}"
+        engine = next((p.get("engine") for p in run.get("phases") or [] if isinstance(p.get("engine"), dict)), None)
+        if engine and (engine.get("connections") or engine.get("pipeline")):
+            connections, pipeline = _num(engine.get("connections") or 1), _num(engine.get("pipeline") or 1)
+            text += f" ({connections} connections, pipeline {pipeline})"
+        server_version = info.get("server_version") or (run.get("server") or {}).get("version")
+        if server_version:
+            server = info.get("server") or (run.get("server") or {}).get("kind") or "server"
+            text += f", {server} {server_version}"
+        texts = seen.setdefault(run["label"], [])
+        if text not in texts:
+            texts.append(text)
+    return "; ".join(f"{label} via {' / '.join(texts)}" for label, texts in seen.items())
+
+
+def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """The workload, the clients and the network, in one sentence."""
+    experiment = _dict(document.get("experiment"))
+    wl = _dict(experiment.get("workload"))
+    parts: list[str] = []
+    if wl.get("keys") is not None:
+        dist = f" ({wl['key_dist']})" if wl.get("key_dist") else ""
+        parts.append(f"{_num(wl['keys'])} key{'s' if wl['keys'] != 1 else ''}{dist}")
+    if wl.get("value_size") is not None:
+        parts.append(_values(wl["value_size"]))
+    phases = [p for p in wl.get("phases") or [] if isinstance(p, dict)]
+    if phases:
+        parts.append("phases " + ", ".join(
+            f"{p.get('name') or 'main'} ({_phase_text(p, wl)})" if _phase_text(p, wl) else p.get("name") or "main"
+            for p in phases))
+    elif fmt_mix(wl.get("mix")):
+        parts.append(fmt_mix(wl.get("mix")))
+    workers = _phase_workers(runs) or ([wl["workers"]] if isinstance(wl.get("workers"), int) else [])
+    if workers:
+        count = _num(workers[0]) if len(workers) == 1 else f"{_num(workers[0])}–{_num(workers[-1])}"
+        parts.append(f"{count} worker{'s' if workers[-1] != 1 else ''}")
+    modes = {p.get("mode") for r in runs for p in r.get("phases") or []}
+    rate = wl.get("rate") or next((p.get("rate") for p in phases if p.get("rate")), None)
+    if "open" in modes or rate:
+        arrival = f", {wl['arrival']} arrivals" if wl.get("arrival") else ""
+        parts.append(f"open loop at {_num(rate)} ops/s{arrival}" if rate else "open loop")
+    elif modes or wl:
+        parts.append("closed loop")
+    if phases:
+        pass  # each phase's budget is in its own description
+    elif wl.get("ops"):
+        parts.append(f"{_num(wl['ops'])} ops per run")
+    elif wl.get("duration"):
+        parts.append(f"{_num(wl['duration'])} s per run")
+    if "prefill" in wl:
+        parts.append("prefilled" if wl["prefill"] else "not prefilled")
+    if "ttl" in wl:
+        parts.append(f"TTL {_num(wl['ttl'])} s" if wl.get("ttl") else "no TTL")
+    repeats = experiment.get("repeat")
+    if isinstance(repeats, int) and repeats > 1:
+        parts.append(f"{repeats} repeats")
+    for field, values in _dict(experiment.get("sweep")).items():
+        if isinstance(values, list):
+            parts.append(f"{field} swept over {', '.join(str(v) for v in values)}")
+    profiles = list(dict.fromkeys((r.get("network") or {}).get("profile") for r in runs
+                                  if (r.get("network") or {}).get("profile")))
+    parts.append(f"network profile {', '.join(profiles)}" if profiles else "no network emulated")
+    sentence = "Workload: " + ", ".join(parts) + "."
+    clients = _clients(runs, _dict(document.get("environment")).get("cachemark"))
+    if clients:
+        sentence += f" Clients: {clients}."
+    return sentence
+
+
+# --- the ranking ----------------------------------------------------------------------------------------------
+
+
+class _Ranking:
+    columns = ["op", "fastest (p50)", "vs", "slower by (p50)", "at p99"]
+
+    def __init__(self) -> None:
+        self.rows: list[list[str]] = []
+        self.repeated = 0  # how many repeats the paired comparisons had (0: none)
+        self.single = False  # some comparison rested on one run per side
+
+    def footnote(self) -> str:
+        parts = ["Factor: the slower backend's latency ÷ the fastest's, like with like (same phase, "
+                 "sweep point and network profile); at p99 only with ≥ 30 samples each."]
+        if self.repeated:
+            parts.append(f"± and intervals from {self.repeated} repeats: the median of the ratios paired by "
+                         "repeat, ± half its 95 % interval (shown for a tie: a difference inside run-to-run "
+                         "noise, an interval that includes 1×).")
+        if self.single:
+            parts.append("One run each: run-to-run noise unknown, so differences under 5 % are called a "
+                         "tie; `--repeat 3` measures the noise.")
+        return " ".join(parts)
+
+
+def _entries(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, dict[str, list[tuple[Any, dict]]]]]:
+    """(phase, sweep point, profile) → op → label → [(repeat, figures)]."""
+    groups: dict[tuple[str, str, str], dict[str, dict[str, list[tuple[Any, dict]]]]] = {}
+    for run in runs:
+        if run.get("status", "ok") not in RANKED_STATUSES or run.get("dropped_writes"):
+            continue
+        profile = (run.get("network") or {}).get("profile") or ""
+        for phase in run.get("phases") or []:
+            key = (phase.get("name") or "main", sweep_key(run), profile)
+            wall = phase.get("wall_s") or 0.0
+            for op_name, op in (phase.get("ops") or {}).items():
+                summary = op_summary(op, wall)
+                count = op.get("count") or 0
+                p50 = summary.get("p50_us")
+                if count < 2 or not p50 or p50 <= 0:
+                    continue
+                figures = {"p50": p50, "p99": summary.get("p99_us") if count >= FEW_SAMPLES else None}
+                groups.setdefault(key, {}).setdefault(op_name, {}).setdefault(run["label"], []).append(
+                    (run.get("repeat"), figures))
+    return groups
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    got = [v for v in values if v]
+    return statistics.median(got) if got else None
+
+
+def _compare(slow: list[tuple[Any, dict]], fast: list[tuple[Any, dict]], ranking: _Ranking) -> tuple[str, str]:
+    """The p50 cell and the p99 cell for ``slow`` against ``fast``."""
+    fast_by = {rep: f for rep, f in fast if rep is not None}
+    pairs = [(f, fast_by[rep]) for rep, f in slow if rep is not None and rep in fast_by]
+    if len(pairs) >= 2:
+        ranking.repeated = max(ranking.repeated, len(pairs))
+        factor, low, high = paired_interval([s["p50"] / f["p50"] for s, f in pairs])
+        p99 = _median(s["p99"] / f["p99"] for s, f in pairs if s["p99"] and f["p99"])
+        if low <= 1.0 <= high:
+            cell = f"tie ({fmt_factor(factor)}×, {fmt_factor(low)}–{fmt_factor(high)})"
+        else:
+            cell = _pm(factor, (high - low) / 2)
+    else:
+        ranking.single = True
+        factor = _median(f["p50"] for _, f in slow) / _median(f["p50"] for _, f in fast)  # type: ignore[operator]
+        slow99, fast99 = _median(f["p99"] for _, f in slow), _median(f["p99"] for _, f in fast)
+        p99 = slow99 / fast99 if slow99 and fast99 else None
+        cell = f"tie ({fmt_factor(factor)}×)" if factor < TIE_WITHOUT_REPEATS else f"{fmt_factor(factor)}×"
+    return cell, "-" if p99 is None else f"{fmt_factor(p99)}×"
+
+
+def _ranking(runs: list[dict[str, Any]]) -> _Ranking:
+    ranking = _Ranking()
+    groups = _entries(runs)
+    many_phases = len({k[0] for k in groups}) > 1
+    for (phase, sweep, profile), ops in groups.items():
+        for op_name, labels in ops.items():
+            if len(labels) < 2:
+                continue
+            order = sorted(labels, key=lambda label: _median(f["p50"] for _, f in labels[label]) or math.inf)
+            best = order[0]
+            name = f"{phase}:{op_name}" if many_phases else op_name
+            name += f" [{profile}]" if profile else ""
+            name += f" [{sweep}]" if sweep else ""
+            fastest = f"{best} ({fmt_latency(_median(f['p50'] for _, f in labels[best]))})"
+            for i, other in enumerate(order[1:]):
+                cell, p99 = _compare(labels[other], labels[best], ranking)
+                ranking.rows.append([name if i == 0 else "", fastest if i == 0 else "", other, cell, p99])
+    return ranking
+
+
+# --- the warnings ---------------------------------------------------------------------------------------------
+
+
+def _phase_label(run: dict[str, Any], phase: dict[str, Any]) -> str:
+    name = run_name(run)
+    return f"{name} ({phase.get('name') or 'main'})" if len(run.get("phases") or []) > 1 else name
+
+
+def _swept(value: Any) -> Any:
+    """A swept value as the workload field it replaced (sweeps are saved as strings)."""
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return value
+
+
+def _workload_phase(document: dict[str, Any], run: dict[str, Any], name: str) -> dict[str, Any]:
+    """The experiment's settings for a run's phase: the run's sweep point over the phase's own
+    fields over the workload's (an op budget only where the phase has no duration of its own)."""
+    wl = dict(_dict(_dict(document.get("experiment")).get("workload")))
+    wl.update({k: _swept(v) for k, v in (run.get("sweep") or {}).items()})
+    for phase in wl.get("phases") or []:
+        if isinstance(phase, dict) and (phase.get("name") or "main") == name:
+            merged = {**wl, **{k: v for k, v in phase.items() if v is not None}}
+            if phase.get("duration") and phase.get("ops") is None:
+                merged["ops"] = None
+            return merged
+    return wl
+
+
+def _in_process(run: dict[str, Any]) -> bool:
+    """The cache runs inside the client's process (or on its disk): the client's CPU is the cache's."""
+    backend = run.get("backend") or {}
+    scheme = find_scheme(str(backend.get("scheme") or ""))
+    return (backend.get("capabilities") or {}).get("shared") is False or (
+        scheme is not None and scheme.embedded is not None)
+
+
+def _errors(run: dict[str, Any]) -> tuple[int, int, dict[str, int]]:
+    total = errors = 0
+    kinds: dict[str, int] = {}
+    for phase in run.get("phases") or []:
+        for op in (phase.get("ops") or {}).values():
+            total += op.get("count") or 0
+            for kind, n in (op.get("errors") or {}).items():
+                if n:
+                    kinds[kind] = kinds.get(kind, 0) + n
+                    errors += n
+    return errors, total, kinds
+
+
+def _expected_hit_ratio(mix: dict[str, Any]) -> float | None:
+    """Prefilled, no TTL, no evictions: a key is present with probability adds ÷ (adds + deletes) in the
+    steady state (a key's sets, deletes and gets all scale with its popularity), and 1 at the start.
+    None when the mix has ops whose effect on the key space this does not model."""
+    known = {"get", "get_many", "exists", "set", "set_many", "delete", "incr"}
+    if not mix or any(op not in known for op, share in mix.items() if share):
+        return None
+    adds = sum(mix.get(op) or 0 for op in ("set", "set_many"))
+    deletes = mix.get("delete") or 0
+    if not deletes:
+        return 1.0
+    return adds / (adds + deletes) if adds else None
+
+
+def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
+    """One line each, naming the run; the most serious first."""
+    dropped, broken, errors, evictions, hits, budget, generator, samples = ([] for _ in range(8))
+    cpus = (document.get("environment") or {}).get("cpus")
+    # facts about a backend, not a run: one line each, naming every label it applies to
+    emulated: dict[str, str] = {}
+    private: dict[str, None] = {}
+    local: dict[str, str] = {}
+    open_python: dict[str, None] = {}
+    few: dict[tuple[str, str, str], list[int]] = {}  # (label [sweep point], phase, op) → counts over runs
+    for run in runs:
+        name, label = run_name(run), run["label"]
+        if run.get("dropped_writes"):
+            what = str(run["dropped_writes"]).strip().rstrip(".")
+            dropped.append(f"{name} drops writes: {what}; its timings are not a cache's: left out of the ranking")
+        status = run.get("status", "ok")
+        if status in ("failed", "skipped"):
+            reason = f": {run['reason']}" if run.get("reason") else ""
+            broken.append(f"{name} {status}{reason}")
+        n_errors, total, kinds = _errors(run)
+        if n_errors:
+            what = ", ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+            plural = "s" if n_errors != 1 else ""
+            errors.append(f"{name}: {n_errors:,} error{plural} in {total:,} ops ({what}); "
+                          "latencies cover the successes")
+        backend = run.get("backend") or {}
+        info = backend.get("info") or {}
+        server = run.get("server") or {}
+        servers = [s for s in server.get("servers", [server]) if isinstance(s, dict)]
+        emulator = info.get("emulator") or next((s.get("emulator") for s in servers if s.get("emulator")), None)
+        if emulator:
+            emulated[label] = f" ({emulator})" if isinstance(emulator, str) else emulated.get(label, "")
+        scheme = find_scheme(str(backend.get("scheme") or ""))
+        if (backend.get("capabilities") or {}).get("shared") is False:
+            private[label] = None
+        elif scheme is not None and scheme.embedded is not None:
+            local[label] = scheme.name
+        for phase in run.get("phases") or []:
+            where = _phase_label(run, phase)
+            spec = _workload_phase(document, run, phase.get("name") or "main")
+            ops = phase.get("ops") or {}
+            done = sum(op.get("count") or 0 for op in ops.values())
+            evicted = (phase.get("server") or {}).get("evictions")
+            if isinstance(evicted, int | float) and evicted > 0:
+                keys = "key" if evicted == 1 else "keys"
+                evictions.append(f"{where}: the server evicted {_num(evicted)} {keys}: hit ratios reflect its memory "
+                                 "limit, not the key space")
+            if phase.get("stopped_on_errors"):
+                budget.append(f"{where}: stopped early by the on-error policy: {phase['stopped_on_errors']}")
+            elif phase.get("interrupted"):
+                budget.append(f"{where}: interrupted: the figures cover only part of the planned run")
+            elif isinstance(spec.get("ops"), int) and done < spec["ops"]:
+                budget.append(f"{where}: {done:,} of the {spec['ops']:,} ops planned were done")
+            missed = phase.get("missed") or 0
+            if missed > 0:
+                generator.append(f"{where}: {missed:,} open-loop ops fell due but were never sent: the generator "
+                                 "could not keep the rate")
+            workers = phase.get("workers") or 1
+            cores = min(workers, cpus) if isinstance(cpus, int) and cpus > 0 else workers
+            wall, cpu = phase.get("wall_s") or 0.0, phase.get("client_cpu_s")
+            if (cpu and wall >= MIN_WALL_S and not _in_process(run) and done >= FEW_SAMPLES
+                    and cpu >= CPU_SATURATED * wall * cores):
+                generator.append(f"{where}: the load generator used {cpu / wall / cores:.0%} of its "
+                                 f"{cores} core{'s' if cores != 1 else ''}: it, not the backend, may be the limit")
+            _hit_ratio_warning(run, phase, spec, document, where, hits)
+            for op_name, op in ops.items():
+                count = op.get("count") or 0
+                if 0 < count < FEW_SAMPLES:
+                    named = f"{label} [{sweep_key(run)}]" if run.get("sweep") else label
+                    few.setdefault((named, phase.get("name") or "main", op_name), []).append(count)
+            if (phase.get("mode") == "open" and info.get("client") != ENGINE_CLIENT and not phase.get("engine")
+                    and not _in_process(run)):
+                open_python[label] = None
+    many_phases = len({k[1] for k in few}) > 1
+    for (named, phase, op_name), counts in few.items():
+        where = f"{named} {phase}:{op_name}" if many_phases else f"{named} {op_name}"
+        low = min(counts)
+        runs_text = "" if len(counts) == 1 else (f" in each of {len(counts)} runs" if max(counts) == low
+                                                  else f" (fewest of {len(counts)} runs)")
+        what = "no percentile at all" if low == 1 else "no trustworthy p99"
+        samples.append(f"{where}: {low} sample{'s' if low != 1 else ''}{runs_text}: {what}")
+    facts = []
+    if emulated:
+        facts.append(f"{_names(f'{k}{v}' for k, v in emulated.items())} ran against an emulator: its latency is "
+                     "not the real service's")
+    if private:
+        what = _plural(private, "a per-process cache", "per-process caches")
+        facts.append(f"{_names(private)}: {what}: each worker (and each app server process) has its own "
+                     "copy, shared with nobody, so the figures are not a shared cache's")
+    if local:
+        what = _plural(local, "a local store", "local stores")
+        facts.append(f"{_names(f'{k} ({v})' for k, v in local.items())}: {what} on this host's "
+                     "disk: shared by its processes only, not between app servers")
+    tails = []
+    if open_python:
+        tails.append(f"{_names(open_python)}: open loop through Python workers that block on each reply: the "
+                     "corrected tail is overstated against an open system (docs/validation.md); `?client=engine` "
+                     "is the open-loop reference")
+    return [*dropped, *broken, *errors, *budget, *evictions, *hits, *facts, *generator, *tails, *_load_falls(runs),
+            *samples]
+
+
+def _names(labels: Iterable[str]) -> str:
+    return ", ".join(labels)
+
+
+def _plural(labels: dict[str, Any], one: str, many: str) -> str:
+    return one if len(labels) == 1 else many
+
+
+def _hit_ratio_warning(run: dict[str, Any], phase: dict[str, Any], spec: dict[str, Any], document: dict[str, Any],
+                       where: str, out: list[str]) -> None:
+    """A get hit ratio well under what a prefilled key space without TTL or evictions predicts."""
+    get = (phase.get("ops") or {}).get("get")
+    if not get or not spec.get("prefill") or spec.get("ttl") or run.get("dropped_writes"):
+        return
+    evicted = (phase.get("server") or {}).get("evictions")
+    backend = run.get("backend") or {}
+    info = backend.get("info") or {}
+    capacity = info.get("max_entries")
+    keys = spec.get("keys")
+    if evicted or backend.get("scheme") == "null" or (
+            isinstance(capacity, int) and (not isinstance(keys, int) or capacity < keys)):
+        return
+    hits, misses = get.get("hits") or 0, get.get("misses") or 0
+    expected = _expected_hit_ratio(spec.get("mix") or {})
+    if expected is None or hits + misses < FEW_SAMPLES:
+        return
+    observed = hits / (hits + misses)
+    if observed < expected - HIT_RATIO_SLACK:
+        out.append(f"{where}: get hit ratio {observed:.0%} where a prefilled key space without TTL or evictions "
+                   f"predicts ≥ {expected:.0%} (from the mix's sets and deletes): keys are lost somewhere")
+
+
+def _load_falls(runs: list[dict[str, Any]]) -> list[str]:
+    """Latency that falls as a swept load parameter rises: an idle core's wake-up, not speed."""
+    series: dict[tuple, dict[float, list[float]]] = {}
+    for run in runs:
+        sweep = run.get("sweep") or {}
+        loads = [k for k in sweep if k in LOAD_PARAMS]
+        if not loads or run.get("status", "ok") not in RANKED_STATUSES:
+            continue
+        profile = (run.get("network") or {}).get("profile") or ""
+        for param in loads:
+            try:
+                level = float(sweep[param])
+            except (TypeError, ValueError):
+                continue
+            rest = tuple(sorted((k, str(v)) for k, v in sweep.items() if k != param))
+            for phase in run.get("phases") or []:
+                if (param == "rate") != (phase.get("mode") == "open"):
+                    continue  # at a fixed rate more workers or connections are capacity, not load
+                wall = phase.get("wall_s") or 0.0
+                for op_name, op in (phase.get("ops") or {}).items():
+                    p50 = op_summary(op, wall).get("p50_us")
+                    if (op.get("count") or 0) >= 2 and p50:
+                        key = (run["label"], param, profile, rest, phase.get("name") or "main", op_name)
+                        series.setdefault(key, {}).setdefault(level, []).append(p50)
+    out = []
+    for (label, param, profile, rest, _phase, op_name), points in series.items():
+        levels = sorted(points)
+        for low, high in zip(levels, levels[1:]):
+            p_low, p_high = statistics.median(points[low]), statistics.median(points[high])
+            if p_low > LOAD_FALL * p_high:
+                context = "".join(f" [{x}]" for x in (profile, ",".join(f"{k}={v}" for k, v in rest)) if x)
+                out.append(f"{label}{context} {op_name}: p50 falls as {param} rises ({_num(low)} → {_num(high)}: "
+                           f"{fmt_latency(p_low)} → {fmt_latency(p_high)}): an artefact (an idle core waking up, or a "
+                           "throttled generator), not speed; compare at a load that keeps it busy")
+                break
+    return out

@@ -1,0 +1,391 @@
+"""The verdict: real runs for the ranking and where it appears, derived documents for each warning.
+
+Ground truth: the factors are recomputed here from the p50s in the results file (and, with
+repeats, the median and 95 % interval of the paired ratios by hand), and each warning is
+shown to appear in a document where it applies and not in the same document without it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from cachemark.report.blocks import to_rich
+from cachemark.report.verdict import fmt_factor, verdict_blocks
+from cachemark.results import load
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import run_cli  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+T95_DF2 = 4.303  # Student's t, 97.5 % quantile, 2 degrees of freedom (3 repeats)
+
+
+def verdict(document: dict[str, Any]):
+    blocks = verdict_blocks(document)
+    assert len(blocks) == 1 and blocks[0].kind == "verdict"
+    return blocks[0]
+
+
+def warnings_of(document: dict[str, Any]) -> list[str]:
+    return [n[2:] for n in verdict(document).notes if n.startswith("- ")]
+
+
+def text_of(document: dict[str, Any]) -> str:
+    block = verdict(document)
+    return "\n".join([*block.lines, *(" | ".join(r) for r in block.rows), *block.notes])
+
+
+def ranking(document: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
+    """(op cell, other label) → the row; the op and fastest cells are filled down."""
+    out, op, fastest = {}, "", ""
+    for row in verdict(document).rows:
+        op, fastest = row[0] or op, row[1] or fastest
+        out[(op, row[2])] = [op, fastest, *row[2:]]
+    return out
+
+
+def within_rounding(cell: str, expected: float) -> bool:
+    """A factor as shown (``3.14×``, ``31.4×``, ``1,314×``) equals ``expected`` to its shown digits."""
+    number = cell.split("×")[0].split("(")[-1].split("±")[0].strip().replace(",", "")
+    digits = len(number.split(".")[1]) if "." in number else 0
+    return abs(float(number) - expected) <= 0.5 * 10 ** -digits + 1e-9
+
+
+def p50s(document: dict[str, Any], label: str, op: str) -> dict[Any, float]:
+    return {r.get("repeat"): r["phases"][0]["ops"][op]["summary"]["p50_us"]
+            for r in document["runs"] if r["label"] == label}
+
+
+# --- real runs -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> tuple[Path, str]:
+    where = tmp_path_factory.mktemp("verdict")
+    result = run_cli("run", "-t", "memory://", "-t", "spawn:redis", "--duration", "1s", "--warmup", "0",
+                     "--no-calibrate", "-o", "out.json", cwd=where)
+    assert result.returncode == 0, result.stderr
+    return where, result.stdout
+
+
+def test_a_real_run_ends_in_the_verdict_in_every_output(real_run):
+    where, stdout = real_run
+    document = load(where / "out.json")
+    block = verdict(document)
+    # the terminal: after the table, with the ranking rows
+    assert "What this means" in stdout and stdout.index("What this means") > stdout.index("p99.9")
+    for row in block.rows:
+        assert all(cell in stdout for cell in row if cell)
+    markdown = run_cli("report", str(where / "out.json"), "-f", "markdown", "-o", "-", cwd=where)
+    assert markdown.returncode == 0, markdown.stderr
+    assert "### What this means" in markdown.stdout and block.lines[0] in markdown.stdout
+    for row in block.rows:
+        assert "| " + " | ".join(row) + " |" in markdown.stdout
+    html = run_cli("report", str(where / "out.json"), "-f", "html", "-o", "-", cwd=where)
+    assert html.returncode == 0, html.stderr
+    assert '<section class="verdict card"><h2>What this means</h2>' in html.stdout
+    assert html.stdout.index("verdict card") < html.stdout.index("<svg")  # the report's top card
+
+
+def test_the_real_ranking_is_the_ratio_of_the_p50s(real_run):
+    where, _ = real_run
+    document = json.loads((where / "out.json").read_text())
+    block = verdict(document)
+    # the workload sentence: keys, distribution, sizes, mix, workers, clients and versions, network
+    info = next(r for r in document["runs"] if r["label"] == "redis")["backend"]["info"]
+    sentence = block.lines[0]
+    for fact in ("10,000 keys (zipf:0.99)", "values 100-1000 B", "get 90 % · set 9 % · delete 1 %", "2 workers",
+                 "closed loop", f"redis-py {info['client_version']}", f"redis {info['server_version']}",
+                 "cachemark.memory", "no network emulated"):
+        assert fact in sentence, (fact, sentence)
+    rows = ranking(document)
+    assert {op for op, _ in rows} == {"get", "set", "delete"}
+    for op in ("get", "set", "delete"):
+        memory, redis = p50s(document, "memory", op)[None], p50s(document, "redis", op)[None]
+        row = rows[(op, "redis")]
+        assert row[1].startswith("memory (")  # in-process memory is faster than a server round trip
+        assert within_rounding(row[3], redis / memory), (row, redis / memory)
+        runs = {r["label"]: r["phases"][0]["ops"][op] for r in document["runs"]}
+        if min(o["count"] for o in runs.values()) >= 30:
+            expected = runs["redis"]["summary"]["p99_us"] / runs["memory"]["summary"]["p99_us"]
+            assert within_rounding(row[4], expected), (row, expected)
+        else:
+            assert row[4] == "-"
+    assert "`--repeat 3`" in " ".join(block.notes)
+
+
+def test_repeats_give_the_factor_its_noise(tmp_path):
+    result = run_cli("run", "-t", "memory://", "-t", "spawn:redis", "--duration", "0.5s", "--warmup", "0",
+                     "--no-calibrate", "--repeat", "3", "-o", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "r.json").read_text())
+    rows = ranking(document)
+    for op in ("get", "set"):
+        memory, redis = p50s(document, "memory", op), p50s(document, "redis", op)
+        assert sorted(memory) == sorted(redis) == [0, 1, 2]
+        ratios = [redis[i] / memory[i] for i in range(3)]
+        logs = [math.log(r) for r in ratios]
+        half = T95_DF2 * statistics.stdev(logs) / math.sqrt(3)
+        low, high = math.exp(statistics.fmean(logs) - half), math.exp(statistics.fmean(logs) + half)
+        cell = rows[(op, "redis")][3]
+        assert cell in result.stdout
+        if low <= 1 <= high:
+            assert cell.startswith("tie (")
+        else:
+            factor, spread = cell.rstrip("×").split(" ± ")
+            assert within_rounding(factor + "×", statistics.median(ratios)), (cell, ratios)
+            assert within_rounding(spread + "×", (high - low) / 2), (cell, low, high)
+    assert "`--repeat 3`" not in result.stdout
+
+
+# --- the tie arithmetic, on a document with controlled summaries ------------------------------------------------
+
+
+@pytest.fixture
+def doc() -> dict[str, Any]:
+    return json.loads((DATA / "report-doc.json").read_text())
+
+
+def two_backends(doc: dict[str, Any], ratios: list[float], repeats: bool = True) -> dict[str, Any]:
+    """memory's three repeats, and "other" with the same figures × ``ratios`` (one per repeat)."""
+    memory = [r for r in doc["runs"] if r["label"] == "memory"]
+    others = []
+    for run, ratio in zip(memory, ratios):
+        other = copy.deepcopy(run)
+        other["label"] = "other"
+        for op in other["phases"][0]["ops"].values():
+            op["summary"] = {k: (v * ratio if k.endswith("_us") and v else v) for k, v in op["summary"].items()}
+        others.append(other)
+    runs = memory + others
+    if not repeats:
+        runs = [memory[0], others[0]]
+        for run in runs:
+            run.pop("repeat", None)
+    return {**doc, "runs": runs}
+
+
+def by_hand(ratios: list[float]) -> tuple[float, float, float]:
+    logs = [math.log(r) for r in ratios]
+    half = T95_DF2 * statistics.stdev(logs) / math.sqrt(len(logs))
+    return (statistics.median(ratios), math.exp(statistics.fmean(logs) - half),
+            math.exp(statistics.fmean(logs) + half))
+
+
+def test_inside_run_to_run_noise_is_a_tie(doc):
+    ratios = [1.02, 0.98, 1.10]
+    median, low, high = by_hand(ratios)
+    assert low < 1 < high
+    row = ranking(two_backends(doc, ratios))[("get", "other")]
+    assert row[1].startswith("memory (")
+    assert row[3] == f"tie ({fmt_factor(median)}×, {fmt_factor(low)}–{fmt_factor(high)})" == "tie (1.02×, 0.89–1.19)"
+    assert "95 % interval" in " ".join(verdict(two_backends(doc, ratios)).notes)
+
+
+def test_outside_the_noise_is_a_factor_with_its_spread(doc):
+    ratios = [3.0, 3.2, 2.9]
+    median, low, high = by_hand(ratios)
+    assert not low <= 1 <= high
+    row = ranking(two_backends(doc, ratios))[("get", "other")]
+    assert row[3] == f"{median:.2f} ± {(high - low) / 2:.2f}×" == "3.00 ± 0.38×"
+    assert row[4] == f"{fmt_factor(statistics.median(ratios))}×"  # p99: the median of the paired ratios
+
+
+def test_without_repeats_under_5_percent_is_a_tie_and_repeat_is_suggested(doc):
+    tie = verdict(two_backends(doc, [1.03], repeats=False))
+    assert tie.rows[0][3] == "tie (1.03×)"
+    assert sum("`--repeat 3`" in n for n in tie.notes) == 1
+    apart = verdict(two_backends(doc, [1.2], repeats=False))
+    assert apart.rows[0][3] == "1.20×"
+
+
+def test_only_like_with_like_is_ranked(doc):
+    # report-doc: memory without a sweep point, redis at three value sizes: no common ground
+    assert verdict(doc).rows == []
+    assert "Nothing to rank" in " ".join(verdict(doc).lines)
+    for run in doc["runs"]:
+        run["sweep"] = {"value_size": "100"} if run["label"] == "memory" else run["sweep"]
+    rows = ranking(doc)
+    assert set(rows) == {(f"{op} [value_size=100]", "redis") for op in ("get", "set", "delete")}
+
+
+def test_the_table_fits_80_columns(doc):
+    console = Console(width=80, record=True, color_system=None)
+    to_rich(verdict(two_backends(doc, [1.02, 0.98, 1.10])), console)
+    table = [line for line in console.export_text().splitlines() if "tie (" in line]
+    assert table and all(len(line) <= 80 for line in table)
+    assert any("tie (1.02×, 0.89–1.19)" in line for line in table)  # a cell, not folded
+
+
+# --- each warning: present where it applies, absent where it does not ------------------------------------------
+
+
+def redis_only(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "runs": [r for r in doc["runs"] if r["label"] == "redis"]}
+
+
+def first(doc: dict[str, Any], label: str) -> dict[str, Any]:
+    return next(r for r in doc["runs"] if r["label"] == label)
+
+
+def test_nothing_found_says_so(doc):
+    clean = redis_only(doc)
+    assert warnings_of(clean) == []
+    assert "No warnings: nothing found that changes this reading." in verdict(clean).notes
+
+
+def test_dropped_writes_come_first_and_leave_the_ranking(doc):
+    two = two_backends(doc, [3.0, 3.2, 2.9])
+    assert not any("drops writes" in w for w in warnings_of(two))
+    for run in two["runs"]:
+        if run["label"] == "memory":
+            run["dropped_writes"] = "a value written was not read back (got nothing)."
+    found = warnings_of(two)
+    assert found[0].startswith("memory #1 drops writes: a value written was not read back")
+    assert verdict(two).rows == []  # the only faster backend stored nothing: no ranking against it
+
+
+def test_errors_failed_and_skipped_runs(doc):
+    assert not any("error" in w or "failed" in w for w in warnings_of(doc))
+    first(doc, "redis")["phases"][0]["ops"]["get"]["errors"] = {"timeout": 5, "connection": 2}
+    doc["runs"].append({"label": "memcached", "target": "spawn:memcached", "status": "failed",
+                        "reason": "connection refused", "phases": []})
+    doc["runs"].append({"label": "pg", "target": "spawn:postgresql", "status": "skipped",
+                        "reason": "postgres is not installed", "phases": []})
+    found = warnings_of(doc)
+    assert "redis [value_size=100]: 7 errors in 5,297 ops (timeout 5, connection 2); " \
+           "latencies cover the successes" in found
+    assert "memcached failed: connection refused" in found and "pg skipped: postgres is not installed" in found
+
+
+def test_evictions(doc):
+    assert not any("evicted" in w for w in warnings_of(doc))
+    first(doc, "redis")["phases"][0]["server"]["evictions"] = 12
+    assert any(w.startswith("redis [value_size=100]: the server evicted 12 keys") for w in warnings_of(doc))
+
+
+def test_hit_ratio_far_from_what_the_key_space_predicts(doc):
+    assert not any("get hit ratio" in w for w in warnings_of(doc))  # not prefilled: misses are expected
+    doc["experiment"]["workload"]["prefill"] = True
+    found = [w for w in warnings_of(doc) if "get hit ratio" in w]
+    # redis got 51-53 % where sets 9 % vs deletes 1 % keep ≥ 90 % of keys; memory's 84-85 % is within 10 points
+    assert len(found) == 3 and all(w.startswith("redis [value_size=") and "predicts ≥ 90%" in w for w in found)
+    for run in doc["runs"]:
+        if run["label"] == "redis":
+            run["phases"][0]["server"]["evictions"] = 1  # evictions explain it (and are warned about instead)
+    assert not any("get hit ratio" in w for w in warnings_of(doc))
+
+
+def test_per_process_local_and_emulated_backends(doc):
+    clean = redis_only(doc)
+    assert not any("per-process" in w or "emulator" in w or "local store" in w for w in warnings_of(clean))
+    assert any(w.startswith("memory: a per-process cache") for w in warnings_of(doc))
+    first(clean, "redis")["server"] = {"kind": "s3", "spawned": True, "emulator": True}
+    assert any(w.startswith("redis ran against an emulator") for w in warnings_of(clean))
+    local = copy.deepcopy(first(doc, "redis"))
+    local["label"], local["backend"]["scheme"] = "disk", "sqlite"
+    assert any(w.startswith("disk (sqlite): a local store") for w in warnings_of({**doc, "runs": [local]}))
+
+
+def test_the_generator_as_the_bottleneck(doc):
+    clean = redis_only(doc)
+    assert not any("generator" in w for w in warnings_of(clean))
+    phase = first(clean, "redis")["phases"][0]
+    phase["client_cpu_s"] = 0.95 * phase["wall_s"] * 2  # 2 workers on 2 cpus
+    assert any(w.startswith("redis [value_size=100]: the load generator used 95% of its 2 cores")
+               for w in warnings_of(clean))
+    phase["client_cpu_s"] = 0.0
+    phase["missed"] = 40
+    assert any("40 open-loop ops fell due but were never sent" in w for w in warnings_of(clean))
+    # an in-process cache does its work on the client's CPU: that is not the generator's limit
+    memory = first(doc, "memory")["phases"][0]
+    memory["client_cpu_s"] = memory["wall_s"]
+    assert not any("load generator" in w for w in warnings_of(doc))
+
+
+def test_few_samples(doc):
+    assert not any("sample" in w for w in warnings_of(doc))  # the fewest is 42 deletes
+    first(doc, "redis")["phases"][0]["ops"]["delete"]["count"] = 12
+    assert "redis [value_size=100] delete: 12 samples: no trustworthy p99" in warnings_of(doc)
+    # repeats of one run are one line
+    for run, count in zip([r for r in doc["runs"] if r["label"] == "memory"], (1, 1, 1)):
+        run["phases"][0]["ops"]["set"]["count"] = count
+    assert "memory set: 1 sample in each of 3 runs: no percentile at all" in warnings_of(doc)
+    first(doc, "memory")["phases"][0]["ops"]["set"]["count"] = 20
+    assert "memory set: 1 sample (fewest of 3 runs): no percentile at all" in warnings_of(doc)
+
+
+def test_an_op_budget_not_reached(doc):
+    assert not any("planned" in w or "stopped" in w or "interrupted" in w for w in warnings_of(doc))
+    doc["experiment"]["workload"]["ops"] = 10_000
+    found = warnings_of(doc)
+    assert "redis [value_size=100]: 5,297 of the 10,000 ops planned were done" in found
+    doc["experiment"]["workload"]["ops"] = None
+    first(doc, "redis")["phases"][0]["stopped_on_errors"] = "connection errors: 100 % of ops failed for 2 s"
+    first(doc, "memory")["phases"][0]["interrupted"] = True
+    found = warnings_of(doc)
+    assert ("redis [value_size=100]: stopped early by the on-error policy: connection errors: 100 % of ops failed "
+            "for 2 s") in found
+    assert any(w.startswith("memory #1: interrupted") for w in found)
+
+
+def load_sweep(doc: dict[str, Any], p50_at: dict[str, float], param: str = "workers") -> dict[str, Any]:
+    runs = []
+    for value, p50 in p50_at.items():
+        run = copy.deepcopy(first(doc, "redis"))
+        run["sweep"] = {param: value}
+        if param == "rate":
+            run["phases"][0]["mode"], run["backend"]["info"]["client"] = "open", "cachemark-engine"
+        for op in run["phases"][0]["ops"].values():
+            op["summary"]["p50_us"] = p50
+        runs.append(run)
+    return {**doc, "runs": runs}
+
+
+def test_latency_falling_as_load_rises(doc):
+    assert not any("falls as" in w for w in warnings_of(load_sweep(doc, {"1": 100.0, "4": 150.0})))
+    found = warnings_of(load_sweep(doc, {"1": 200.0, "4": 120.0}))
+    assert "redis get: p50 falls as workers rises (1 → 4: 200µs → 120µs)" in " ".join(found)
+    assert any("p50 falls as rate rises" in w for w in warnings_of(load_sweep(doc, {"100": 300.0, "1000": 150.0},
+                                                                                "rate")))
+    # not a load parameter: a bigger value being slower or faster is not this artefact
+    assert not any("falls as" in w for w in warnings_of(load_sweep(doc, {"100": 200.0, "1000": 120.0},
+                                                                       "value_size")))
+
+
+def test_python_open_loop_distorts_the_tail(doc):
+    clean = redis_only(doc)
+    for run in clean["runs"]:
+        run["phases"][0]["mode"] = "open"
+    assert any(w.startswith("redis: open loop through Python workers") for w in warnings_of(clean))
+    for run in clean["runs"]:
+        run["backend"]["info"]["client"] = "cachemark-engine"
+    assert not any("open loop" in w for w in warnings_of(clean))
+    # the engine's runs keep the preflight client's version in info: the sentence names the engine's own
+    assert "redis via cachemark-engine 0.1.0, redis 7.0.15." in verdict(clean).lines[0]
+
+
+def test_an_old_file_with_little_in_it_still_gets_a_verdict():
+    document = {"schema": "cachemark.results/1", "runs": [
+        {"label": "a", "status": "ok", "phases": [{"ops": {"get": {"count": 100, "summary": {"p50_us": 10.0}}}}]},
+        {"label": "b", "status": "ok", "phases": [{"ops": {"get": {"count": 100, "summary": {"p50_us": 25.0}}}}]},
+    ]}
+    block = verdict(document)
+    assert block.rows == [["get", "a (10µs)", "b", "2.50×", "-"]]
+    assert block.lines[0].startswith("Workload:")
+    assert verdict_blocks({"schema": "cachemark.results/1", "runs": []}) == []
+
+
+def test_a_swept_workload_field_is_what_the_run_planned(doc):
+    clean = redis_only(doc)
+    first(clean, "redis")["sweep"] = {"ops": "10000"}  # this point planned 10,000 ops; the others had no budget
+    found = [w for w in warnings_of(clean) if "planned" in w]
+    assert found == ["redis [ops=10000]: 5,297 of the 10,000 ops planned were done"]
