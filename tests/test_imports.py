@@ -14,7 +14,7 @@ ROOT = Path(__file__).parent.parent / "src" / "cachemark"
 # as long as no cycle forms).
 LAYERS = [
     {"errors", "textfile", "_engine"},
-    {"schemes", "target", "proctitle", "crash", "sweep"},
+    {"schemes", "target", "proctitle", "crash", "sweep", "needs"},
     {"workload"},
     {"spec", "backends", "engine", "measure"},
     {"lab", "results"},

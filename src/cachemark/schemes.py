@@ -49,6 +49,8 @@ class Scheme:
     # further client libraries its adapter may use: their versions go into the results' fingerprint
     clients: tuple[str, ...] = ()
     stores: bool = True  # False: keeps nothing by design (null://), so the dropped-writes probe skips it
+    # survives a restart of the cache: True, False, or None when its configuration decides (Redis: RDB/AOF)
+    persistent: bool | None = None
 
     def allowed(self) -> list[str]:
         names = set(self.params | COMMON_PARAMS)
@@ -88,27 +90,30 @@ def _redis(name: str, tls: bool = False) -> Scheme:
 
 def _postgres(name: str) -> Scheme:
     return Scheme(name, "cachemark.backends.sql:PostgresBackend", "psycopg[binary]", _SQL, default_port=5432,
-                  stats="postgres")
+                  stats="postgres", persistent=True)
 
 
 def _mysql(name: str) -> Scheme:
-    return Scheme(name, "cachemark.backends.sql:MysqlBackend", "pymysql", _SQL, default_port=3306, stats="mysql")
+    return Scheme(name, "cachemark.backends.sql:MysqlBackend", "pymysql", _SQL, default_port=3306, stats="mysql",
+                  persistent=True)
 
 
 _SCHEMES = {s.name: s for s in (
-    Scheme("memory", "cachemark.backends.memory:MemoryBackend", params=frozenset({"max_entries"})),
-    Scheme("null", "cachemark.backends.null:NullBackend", params=frozenset({"hit", "size"}), stores=False),
-    Scheme("file", "cachemark.backends.file:FileBackend", params=frozenset({"fanout"}), embedded=""),
+    Scheme("memory", "cachemark.backends.memory:MemoryBackend", params=frozenset({"max_entries"}), persistent=False),
+    Scheme("null", "cachemark.backends.null:NullBackend", params=frozenset({"hit", "size"}), stores=False,
+           persistent=False),
+    Scheme("file", "cachemark.backends.file:FileBackend", params=frozenset({"fanout"}), embedded="", persistent=True),
     Scheme("diskcache", "cachemark.backends.diskcache:DiskCacheBackend", "diskcache",
-           frozenset({"eviction_policy", "shards", "size_limit", "timeout"}), embedded=""),
+           frozenset({"eviction_policy", "shards", "size_limit", "timeout"}), embedded="", persistent=True),
     Scheme("sqlite", "cachemark.backends.sqlite:SqliteBackend",
-           params=frozenset({"cull_frequency", "max_entries", "synchronous", "timeout"}), embedded="cache.db"),
+           params=frozenset({"cull_frequency", "max_entries", "synchronous", "timeout"}), embedded="cache.db",
+           persistent=True),
     # redis-py's default port is 6379 for rediss:// too, so it is here: the proxy must agree with the client
     _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True),
     Scheme("memcached", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED,
-           default_port=11211, stats="memcached", engine="memcache", clients=("pylibmc",)),
+           default_port=11211, stats="memcached", engine="memcache", clients=("pylibmc",), persistent=False),
     _postgres("postgresql"), _postgres("postgres"), _mysql("mysql"), _mysql("mariadb"),
-    Scheme("s3", "cachemark.backends.s3:S3Backend", "boto3", _S3, proxy_param="endpoint_url"),
+    Scheme("s3", "cachemark.backends.s3:S3Backend", "boto3", _S3, proxy_param="endpoint_url", persistent=True),
     Scheme("django", "cachemark.backends.django:DjangoBackend", "django", nested=("LOCATION", "DATABASE"),
            open_params=r"[A-Z][A-Z0-9_]*|OPTIONS\..+", clients=("django-redis",)),
     Scheme("twolevel", "cachemark.backends.twolevel:TwoLevelBackend",

@@ -221,6 +221,17 @@ class Experiment(_Model):
     headline: Literal["timeit", "bandwidth", "tag-clean", "percentiles", "baseline"] | None = None
     # the configuration every other one is shown against (a label, or "label@profile"); None: the first
     baseline: str | None = None
+    # what the application needs (cachemark.analysis.advise): the report then says which target meets it
+    needs: dict[str, Any] | None = None
+
+    @field_validator("needs")
+    @classmethod
+    def _needs(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            from .needs import parse_needs
+
+            parse_needs(value, "[needs]")
+        return value
 
     @field_validator("sweep", mode="before")
     @classmethod

@@ -44,10 +44,12 @@ def headline_blocks(document: dict[str, Any]) -> list[Block]:
 
 
 def verdict_blocks(document: dict[str, Any]) -> list[Block]:
-    """What the run means: the workload, the ranking per op, the warnings that change the reading."""
+    """What the run means: the workload, the ranking per op, the warnings that change the reading;
+    and, when the experiment states its needs, which target meets them."""
+    from .advice_report import experiment_advice
     from .verdict import verdict_blocks as build
 
-    return build(document)
+    return [*build(document), *experiment_advice(document)]
 
 
 def to_rich(block: Block, console: Console) -> None:

@@ -1,0 +1,163 @@
+"""Needs → a recommendation: every measured target, each need passed or failed, and why.
+
+Transparent rules, no score: a need is a question the results can answer ("is get's p99
+under 1 ms?", "is the cache shared across 4 app servers?"), and each target gets one of
+``pass``, ``fail`` or ``check`` (the results cannot tell: e.g. whether a Redis persists
+depends on its configuration) with the figure that decided it. With repeats, a latency
+budget passes only when the worst repeat is inside it; when the median passes and the
+worst does not, the verdict is ``fail`` with both figures shown ("inside the noise").
+
+Targets are ranked: those failing nothing first (by the measured p99 of the first budgeted
+op, lowest first), then by how many needs they fail.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..needs import Needs, parse_needs
+from ..schemes import find_scheme
+from ..textfile import read_text
+from .cost import PriceTable, cost_of
+
+PASS, FAIL, CHECK = "pass", "fail", "check"
+def load_needs(path: Path) -> Needs:
+    text = read_text(path, "needs file")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not TOML ({exc})") from None
+    return parse_needs(data.get("needs", data), str(path))
+
+
+@dataclass
+class Check:
+    need: str
+    result: str  # pass | fail | check
+    why: str
+
+
+@dataclass
+class Advice:
+    label: str
+    checks: list[Check]
+    p99_key: float | None  # the first budgeted op's p99 (µs), for ranking
+
+    @property
+    def failed(self) -> int:
+        return sum(c.result == FAIL for c in self.checks)
+
+
+def _p99s(runs: list[dict[str, Any]], op: str) -> list[float]:
+    """The op's p99 (µs) in each repeat of a label, from the last phase that has the op."""
+    values = []
+    for run in runs:
+        for phase in reversed(run.get("phases") or []):
+            found = (phase.get("ops") or {}).get(op)
+            if found and found.get("count"):
+                p99 = (found.get("summary") or {}).get("p99_us")
+                if p99 is not None:
+                    values.append(float(p99))
+                break
+    return values
+
+
+def _ms(us: float) -> str:
+    return f"{us:.3g} µs" if us < 1000 else f"{us / 1000:.3g} ms"
+
+
+def _latency_check(op: str, budget_ms: float, runs: list[dict[str, Any]]) -> tuple[Check, float | None]:
+    values = _p99s(runs, op)
+    need = f"{op} p99 ≤ {budget_ms:g} ms"
+    if not values:
+        return Check(need, CHECK, f"no {op} measured"), None
+    median, worst = statistics.median(values), max(values)
+    budget_us = budget_ms * 1000
+    shown = _ms(median) + (f" (worst of {len(values)} repeats {_ms(worst)})" if len(values) > 1 else "")
+    if worst <= budget_us:
+        return Check(need, PASS, shown), median
+    if median <= budget_us:
+        return Check(need, FAIL, f"{shown}: inside the budget at the median, not in every repeat"), median
+    return Check(need, FAIL, shown), median
+
+
+def _shared_check(app_servers: int, run: dict[str, Any]) -> Check:
+    need = f"shared across {app_servers} app servers"
+    backend = run.get("backend") or {}
+    scheme = find_scheme(str(backend.get("scheme") or ""))
+    if (backend.get("capabilities") or {}).get("shared") is False:
+        return Check(need, FAIL, "a per-process cache: each app server process has its own copy")
+    if scheme is not None and scheme.embedded is not None and app_servers > 1:
+        return Check(need, FAIL, "a local store on one host's disk: other hosts cannot reach it")
+    return Check(need, PASS, "a server every app server can reach")
+
+
+def _persistent_check(run: dict[str, Any]) -> Check:
+    scheme = find_scheme(str((run.get("backend") or {}).get("scheme") or ""))
+    if scheme is None or scheme.persistent is None:
+        return Check("survives a restart", CHECK, "depends on its configuration (Redis: RDB or AOF)")
+    if scheme.persistent:
+        return Check("survives a restart", PASS, "stored on disk")
+    return Check("survives a restart", FAIL, "kept in memory only")
+
+
+def _tags_check(run: dict[str, Any]) -> Check:
+    tags = ((run.get("backend") or {}).get("capabilities") or {}).get("tags")
+    if tags:
+        return Check("invalidates by tag", PASS, f"clean by tag ({tags})")
+    return Check("invalidates by tag", CHECK, "not measured here: add ?tags=native or ?tags=versioned to the URL")
+
+
+def advise(document: dict[str, Any], needs: Needs, prices: PriceTable | None = None) -> list[Advice]:
+    by_label: dict[str, list[dict[str, Any]]] = {}
+    for run in document.get("runs", []):
+        if run.get("status") in ("ok", "interrupted"):
+            by_label.setdefault(str(run.get("label")), []).append(run)
+    advice = []
+    for label, runs in by_label.items():
+        checks: list[Check] = []
+        key_p99 = None
+        if runs[0].get("dropped_writes"):
+            checks.append(Check("keeps what it is given", FAIL, str(runs[0]["dropped_writes"])))
+        for op, budget in needs.p99_ms.items():
+            check, median = _latency_check(op, budget, runs)
+            checks.append(check)
+            if key_p99 is None:
+                key_p99 = median
+        if needs.ops_per_s is not None:
+            from .cost import run_throughput
+
+            served = statistics.median(run_throughput(r)[0] for r in runs)
+            result = PASS if served >= needs.ops_per_s else FAIL
+            checks.append(Check(f"serves {needs.ops_per_s:,.0f} ops/s", result,
+                                f"served {served:,.0f} ops/s in this run" +
+                                ("" if result == PASS else " (at this run's concurrency; a bigger client may "
+                                 "show more)")))
+        if needs.app_servers is not None:
+            checks.append(_shared_check(needs.app_servers, runs[0]))
+        if needs.persistent:
+            checks.append(_persistent_check(runs[0]))
+        if needs.tags:
+            checks.append(_tags_check(runs[0]))
+        if needs.monthly_budget is not None:
+            checks.append(_budget_check(label, runs[0], needs, prices))
+        advice.append(Advice(label, checks, key_p99))
+    return sorted(advice, key=lambda a: (a.failed, a.p99_key if a.p99_key is not None else float("inf"), a.label))
+
+
+def _budget_check(label: str, run: dict[str, Any], needs: Needs, prices: PriceTable | None) -> Check:
+    need = f"costs ≤ {needs.monthly_budget:,.0f} a month"
+    name = needs.prices.get(label)
+    if prices is None or name is None:
+        return Check(need, CHECK, f"no price: map it in [needs.prices] ({label} = \"<offering>\")")
+    cost = cost_of(run, prices.offering(name), prices, needs.ops_per_s, needs.data_gb)
+    if cost.monthly is None:
+        return Check(need, CHECK, "state ops_per_s or data_gb to price a month")
+    result = PASS if cost.monthly <= (needs.monthly_budget or 0) else FAIL
+    nodes = f"{cost.nodes} × " if cost.nodes else ""
+    return Check(need, result, f"{nodes}{name}: {cost.monthly:,.0f} {prices.currency} a month")

@@ -1,0 +1,129 @@
+"""What a million operations cost, and what a month costs at a stated load and data size.
+
+Prices come from a TOML table (the shipped ``prices.toml``, or the user's copy), never
+from the network. Two kinds of offering:
+
+- ``instance`` — a node billed per hour. At the throughput one node sustained in the run,
+  a million ops cost ``hourly / (ops/s × 3600) × 10⁶``; a month at load ``L`` needs
+  ``max(⌈L / measured ops/s⌉, ⌈data / memory_gb⌉)`` nodes.
+- ``requests`` — billed per read and per write, plus stored GB-months: a million ops cost
+  the mix's share of reads and writes at their prices, whatever the throughput.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..textfile import read_text
+
+READ_OPS = ("get", "exists", "get_many")
+SECONDS_PER_MONTH = 730 * 3600
+
+
+@dataclass(frozen=True)
+class Offering:
+    name: str
+    kind: str  # "instance" | "requests"
+    source: str
+    hourly: float = 0.0
+    memory_gb: float = 0.0
+    read_per_million: float = 0.0
+    write_per_million: float = 0.0
+    gb_month: float = 0.0
+    min_gb: float = 0.0
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    currency: str
+    hours_per_month: float
+    offerings: dict[str, Offering]
+    where: str
+
+    def offering(self, name: str) -> Offering:
+        if name not in self.offerings:
+            raise UserError(f"{self.where}: no offering named {name!r}; it has {', '.join(sorted(self.offerings))}")
+        return self.offerings[name]
+
+
+def load_prices(path: Path | None = None) -> PriceTable:
+    """The price table at ``path``, or the shipped one."""
+    if path is None:
+        text, where = resources.files(__package__).joinpath("prices.toml").read_text("utf-8"), "prices.toml"
+    else:
+        text, where = read_text(path, "price table"), str(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{where}: not a price table ({exc})") from None
+    offerings = {}
+    for name, row in (data.get("offerings") or {}).items():
+        if not isinstance(row, dict) or row.get("kind") not in ("instance", "requests"):
+            raise UserError(f"{where}: offering {name!r} needs kind = \"instance\" or \"requests\"")
+        fields = {k: row[k] for k in ("hourly", "memory_gb", "read_per_million", "write_per_million", "gb_month",
+                                      "min_gb") if k in row}
+        for key, value in fields.items():
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise UserError(f"{where}: offering {name!r}: {key} must be a number ≥ 0")
+        if row["kind"] == "instance" and not fields.get("hourly"):
+            raise UserError(f"{where}: offering {name!r}: an instance needs hourly > 0")
+        offerings[name] = Offering(name, row["kind"], str(row.get("source", "")), **fields)
+    return PriceTable(str(data.get("currency", "USD")), float(data.get("hours_per_month", 730)), offerings, where)
+
+
+@dataclass
+class Cost:
+    label: str
+    offering: Offering
+    ops_per_s: float  # measured, all ops of the run's last phase
+    read_share: float
+    per_million: float
+    monthly: float | None = None  # at the stated load and data size
+    nodes: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+def run_throughput(run: dict[str, Any]) -> tuple[float, float]:
+    """(ops/s, share of reads) of the run's last phase: what one node served, and the mix."""
+    phases = [p for p in run.get("phases") or [] if p.get("wall_s")]
+    if not phases:
+        return 0.0, 0.0
+    phase = phases[-1]
+    ops = phase.get("ops") or {}
+    total = sum(op.get("count", 0) for op in ops.values())
+    reads = sum(op.get("count", 0) for name, op in ops.items() if name in READ_OPS or "get" in name.split("+"))
+    return total / phase["wall_s"], (reads / total if total else 0.0)
+
+
+def cost_of(run: dict[str, Any], offering: Offering, prices: PriceTable, load: float | None = None,
+            data_gb: float | None = None) -> Cost:
+    ops_per_s, reads = run_throughput(run)
+    hours = prices.hours_per_month
+    notes: list[str] = []
+    if offering.kind == "instance":
+        if ops_per_s <= 0:
+            raise UserError(f"{run.get('label')}: no throughput measured to price")
+        per_million = offering.hourly / (ops_per_s * 3600) * 1e6
+        monthly = nodes = None
+        if load is not None or data_gb is not None:
+            by_load = math.ceil((load or 0) / ops_per_s) if load else 1
+            by_data = math.ceil(data_gb / offering.memory_gb) if data_gb and offering.memory_gb else 1
+            nodes = max(by_load, by_data, 1)
+            monthly = nodes * offering.hourly * hours
+            if by_data > by_load:
+                notes.append(f"{nodes} nodes for {data_gb:g} GB of data at {offering.memory_gb:g} GB each")
+        notes.append("assumes one node serves what this run's client drove; a saturated node serves more")
+        return Cost(str(run.get("label")), offering, ops_per_s, reads, per_million, monthly, nodes, tuple(notes))
+    per_million = reads * offering.read_per_million + (1 - reads) * offering.write_per_million
+    monthly = None
+    if load is not None or data_gb is not None:
+        requests = (load or 0) * hours * 3600 / 1e6 * per_million
+        stored = max(data_gb or 0.0, offering.min_gb) * offering.gb_month
+        monthly = requests + stored
+    return Cost(str(run.get("label")), offering, ops_per_s, reads, per_million, monthly, None, tuple(notes))

@@ -1,0 +1,81 @@
+"""``cachemark advise`` and ``cachemark cost``: from a results file to a decision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UserError
+from .terminal import make_console
+
+
+def _show(blocks: list, markdown: bool) -> None:
+    from ..report.blocks import to_markdown, to_rich
+
+    console = make_console()
+    if markdown:
+        console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False)
+        return
+    for block in blocks:
+        to_rich(block, console)
+
+
+def advise(
+    results: Annotated[Path, typer.Argument(help="A results JSON file.")],
+    needs: Annotated[Path, typer.Option("--needs", help="A TOML file of needs ([needs] table or top level).")],
+    prices: Annotated[Path | None, typer.Option(help="A price table (default: the shipped one).")] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print Markdown instead of tables.")] = False,
+) -> None:
+    """Rank every measured target against stated needs: p99 budgets, throughput, shared, persistent, tags, cost.
+
+    Example: cachemark advise results/cachemark-*.json --needs needs.toml
+    """
+    from ..analysis.advise import advise as judge
+    from ..analysis.advise import load_needs
+    from ..analysis.cost import load_prices
+    from ..report.advice_report import advice_block
+    from ..results import load
+
+    document = load(results)
+    stated = load_needs(needs)
+    _show([advice_block(judge(document, stated, load_prices(prices)))], markdown)
+
+
+def cost(
+    results: Annotated[Path, typer.Argument(help="A results JSON file.")],
+    price: Annotated[
+        list[str], typer.Option("--price", help="label=offering (repeatable), e.g. redis=cache.m7g.large.")
+    ],
+    load: Annotated[float | None, typer.Option(help="Sustained ops/s to price a month at.")] = None,
+    data_gb: Annotated[float | None, typer.Option(help="Data set size in GB (node count, storage).")] = None,
+    prices: Annotated[Path | None, typer.Option(help="A price table (default: the shipped one).")] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print Markdown instead of tables.")] = False,
+) -> None:
+    """Cost per million ops at the measured throughput, and a month at a stated load.
+
+    Example: cachemark cost results/cachemark-*.json --price redis=cache.m7g.large --load 50000 --data-gb 10
+    """
+    from ..analysis.cost import cost_of, load_prices
+    from ..report.advice_report import cost_block
+    from ..results import load as load_results
+
+    for value, name in ((load, "--load"), (data_gb, "--data-gb")):
+        if value is not None and not value > 0:
+            raise UserError(f"{name} {value:g}: must be > 0")
+    table = load_prices(prices)
+    document = load_results(results)
+    runs = {}
+    for run in document.get("runs", []):
+        if run.get("status") in ("ok", "interrupted"):
+            runs.setdefault(str(run.get("label")), run)
+    costs = []
+    for item in price:
+        label, sep, offering = item.partition("=")
+        if not sep or not label or not offering:
+            raise UserError(f"--price {item!r}: expected label=offering, e.g. redis=cache.m7g.large")
+        if label not in runs:
+            raise UserError(f"--price {item!r}: no measured run labelled {label!r}; labels: {', '.join(runs)}")
+        costs.append(cost_of(runs[label], table.offering(offering), table, load, data_gb))
+    _show([cost_block(costs, table, load, data_gb)], markdown)

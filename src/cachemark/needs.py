@@ -1,0 +1,62 @@
+"""What an application needs from its cache, as stated by the user (``[needs]`` or a needs file).
+
+Parsed here, low in the layers, so an experiment file is checked when it is read;
+:mod:`cachemark.analysis.advise` judges each measured target against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import UserError
+
+NEED_KEYS = ("p99_ms", "ops_per_s", "app_servers", "persistent", "tags", "data_gb", "monthly_budget", "prices")
+
+
+@dataclass(frozen=True)
+class Needs:
+    p99_ms: dict[str, float] = field(default_factory=dict)  # op -> budget
+    ops_per_s: float | None = None  # sustained throughput the cache must serve
+    app_servers: int | None = None  # shared across this many app servers
+    persistent: bool | None = None  # must survive a restart
+    tags: bool | None = None  # must invalidate by tag
+    data_gb: float | None = None  # the data set (for cost)
+    monthly_budget: float | None = None  # with prices: the most a month may cost
+    prices: dict[str, str] = field(default_factory=dict)  # label -> offering in the price table
+
+
+def parse_needs(data: dict[str, Any], where: str) -> Needs:
+    unknown = sorted(set(data) - set(NEED_KEYS))
+    if unknown:
+        raise UserError(f"{where}: unknown need {unknown[0]!r}; needs are {', '.join(NEED_KEYS)}")
+
+    def number(key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise UserError(f"{where}: {key} must be a number > 0, not {value!r}")
+        return float(value)
+
+    p99 = data.get("p99_ms", {})
+    if not isinstance(p99, dict) or not p99:
+        p99 = {} if "p99_ms" not in data else {"?": p99}
+    budgets = {str(op): number(f"p99_ms.{op}", v) for op, v in p99.items()}
+    if "?" in budgets:
+        raise UserError(f"{where}: p99_ms is a table of op budgets, e.g. p99_ms = {{ get = 1.0, set = 2.0 }}")
+    for key in ("persistent", "tags"):
+        if key in data and not isinstance(data[key], bool):
+            raise UserError(f"{where}: {key} must be true or false")
+    prices = data.get("prices", {})
+    if not isinstance(prices, dict) or not all(isinstance(v, str) for v in prices.values()):
+        raise UserError(f"{where}: prices maps a label to an offering name, "
+                        "e.g. prices = { redis = \"cache.m7g.large\" }")
+    return Needs(
+        p99_ms=budgets,
+        ops_per_s=number("ops_per_s", data["ops_per_s"]) if "ops_per_s" in data else None,
+        app_servers=int(number("app_servers", data["app_servers"])) if "app_servers" in data else None,
+        persistent=data.get("persistent"), tags=data.get("tags"),
+        data_gb=number("data_gb", data["data_gb"]) if "data_gb" in data else None,
+        monthly_budget=number("monthly_budget", data["monthly_budget"]) if "monthly_budget" in data else None,
+        prices={str(k): v for k, v in prices.items()},
+    )
+
+

@@ -1,0 +1,67 @@
+"""``advise`` and ``cost`` as answer blocks (terminal, Markdown, the HTML report's top card)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..analysis.advise import FAIL, PASS, Advice, advise
+from ..analysis.cost import Cost, PriceTable, load_prices
+from ..errors import UserError
+from ..needs import Needs, parse_needs
+from .blocks import Block
+
+MARKS = {PASS: "pass", FAIL: "FAIL", "check": "check"}
+
+
+def advice_block(advice: list[Advice]) -> Block:
+    rows = []
+    for rank, item in enumerate(advice, 1):
+        for i, check in enumerate(item.checks):
+            rows.append([f"{rank}" if i == 0 else "", item.label if i == 0 else "", check.need,
+                         MARKS[check.result], check.why])
+    passing = [a.label for a in advice if a.failed == 0]
+    if passing:
+        lines = [f"Meets every stated need: {', '.join(passing)}" +
+                 (f"; {passing[0]} first, by the measured p99." if len(passing) > 1 else ".")]
+    else:
+        lines = ["No target meets every stated need; they are ranked by how many they fail."]
+    notes = ["pass / FAIL from the measured figures (a latency budget passes only when every repeat is "
+             "inside it); check: the results cannot tell, see why."]
+    return Block("Which cache, for these needs", lines, ["#", "target", "need", "", "measured"], rows, notes,
+                 left=5, kind="verdict")
+
+
+def cost_block(costs: list[Cost], prices: PriceTable, load: float | None, data_gb: float | None) -> Block:
+    monthly = load is not None or data_gb is not None
+    columns = ["target", "offering", "ops/s measured", f"per million ops ({prices.currency})"]
+    if monthly:
+        columns.append("a month")
+    rows = []
+    for cost in costs:
+        row = [cost.label, cost.offering.name, f"{cost.ops_per_s:,.0f}", f"{cost.per_million:.4g}"]
+        if monthly:
+            nodes = f"{cost.nodes} × " if cost.nodes else ""
+            row.append("-" if cost.monthly is None else f"{nodes}{cost.monthly:,.2f}")
+        rows.append(row)
+    stated = []
+    if load is not None:
+        stated.append(f"{load:,.0f} ops/s sustained")
+    if data_gb is not None:
+        stated.append(f"{data_gb:g} GB of data")
+    lines = [f"At {' and '.join(stated)}." if stated else "Per million operations at the measured throughput."]
+    notes = [f"{o.name}: {o.source}" for o in {c.offering.name: c.offering for c in costs}.values()]
+    notes += sorted({n for c in costs for n in c.notes})
+    notes.append(f"prices from {prices.where}: edit a copy (--prices FILE) for your provider, region and discounts.")
+    return Block("What it costs", lines, columns, rows, notes, left=2)
+
+
+def experiment_advice(document: dict[str, Any]) -> list[Block]:
+    """The advice block of a run whose experiment states ``[needs]`` (none otherwise)."""
+    data = (document.get("experiment") or {}).get("needs")
+    if not data:
+        return []
+    try:
+        needs: Needs = parse_needs(data, "the experiment's [needs]")
+        return [advice_block(advise(document, needs, load_prices()))]
+    except UserError as exc:  # a saved file from elsewhere: say why, don't fail the report
+        return [Block("Which cache, for these needs", [f"not evaluated: {exc}"], kind="verdict")]

@@ -1,0 +1,120 @@
+"""From results to a decision: needs judged from measured figures, costs from the shipped price table."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from cachemark.analysis.advise import advise
+from cachemark.analysis.cost import cost_of, load_prices
+from cachemark.errors import UserError
+from cachemark.needs import parse_needs
+
+
+def _run(label: str, scheme: str, p99_us: float, ops_per_s: float = 10_000, shared: bool = True,
+         repeat: int | None = None, reads: float = 0.9) -> dict:
+    wall = 2.0
+    total = int(ops_per_s * wall)
+    get, setn = int(total * reads), total - int(total * reads)
+    return {"label": label, "status": "ok", "repeat": repeat,
+            "backend": {"scheme": scheme, "capabilities": {"shared": shared}},
+            "phases": [{"name": "main", "wall_s": wall, "ops": {
+                "get": {"count": get, "summary": {"p99_us": p99_us}},
+                "set": {"count": setn, "summary": {"p99_us": p99_us * 1.2}}}}]}
+
+
+def test_prices_are_priced_as_stated() -> None:
+    prices = load_prices()
+    node = prices.offering("cache.m7g.large")
+    assert node.hourly == 0.158 and "2024-11" in node.source
+    run = _run("redis", "redis", 300, ops_per_s=20_000)
+    cost = cost_of(run, node, prices, load=50_000, data_gb=10)
+    # per million ops: 0.158 $/h ÷ (20,000 ops/s × 3,600 s/h) × 10⁶
+    assert cost.per_million == pytest.approx(0.158 / (20_000 * 3600) * 1e6)
+    # a month: ⌈50,000 / 20,000⌉ = 3 nodes by load, ⌈10 / 6.38⌉ = 2 by data → 3 × 0.158 × 730
+    assert cost.nodes == 3 and cost.monthly == pytest.approx(3 * 0.158 * 730)
+    s3 = cost_of(run, prices.offering("s3-standard"), prices, load=1000, data_gb=5)
+    # 90 % reads at 0.40 $/M, 10 % writes at 5.00 $/M
+    assert s3.per_million == pytest.approx(0.9 * 0.40 + 0.1 * 5.00)
+    assert s3.monthly == pytest.approx(1000 * 730 * 3600 / 1e6 * s3.per_million + 5 * 0.023)
+
+
+def test_needs_rank_shared_caches_first_and_say_why_the_others_fail() -> None:
+    document = {"runs": [_run("memory", "memory", 1.0, shared=False), _run("sqlite", "sqlite", 40.0),
+                         _run("memcached", "memcached", 400.0), _run("redis", "redis", 900.0),
+                         _run("slow", "redis", 1500.0)]}
+    needs = parse_needs({"app_servers": 4, "p99_ms": {"get": 1.0}}, "test")
+    ranked = advise(document, needs)
+    assert [a.label for a in ranked] == ["memcached", "redis", "memory", "sqlite", "slow"]
+    reasons = {a.label: {c.need: (c.result, c.why) for c in a.checks} for a in ranked}
+    assert reasons["memory"]["shared across 4 app servers"][0] == "fail"
+    assert "per-process" in reasons["memory"]["shared across 4 app servers"][1]
+    assert "one host's disk" in reasons["sqlite"]["shared across 4 app servers"][1]
+    assert reasons["slow"]["get p99 ≤ 1 ms"] == ("fail", "1.5 ms")
+    assert reasons["redis"]["get p99 ≤ 1 ms"] == ("pass", "900 µs")
+
+
+def test_a_budget_met_at_the_median_but_not_in_every_repeat_fails_and_says_so() -> None:
+    runs = [_run("redis", "redis", p99, repeat=i) for i, p99 in enumerate((800.0, 900.0, 1200.0))]
+    (advice,) = advise({"runs": runs}, parse_needs({"p99_ms": {"get": 1.0}}, "test"))
+    (check,) = advice.checks
+    assert check.result == "fail"
+    assert "worst of 3 repeats 1.2 ms" in check.why and "not in every repeat" in check.why
+
+
+def test_a_target_that_dropped_writes_fails_first() -> None:
+    run = _run("dummy", "django", 1.0)
+    run["dropped_writes"] = "a 100-byte value written without error was not there when read back"
+    (advice,) = advise({"runs": [run]}, parse_needs({}, "test"))
+    assert advice.checks[0].result == "fail" and "read back" in advice.checks[0].why
+
+
+@pytest.mark.parametrize(("needs", "message"), [
+    ({"p99": 1}, "unknown need 'p99'"), ({"p99_ms": 1}, "table of op budgets"),
+    ({"app_servers": 0}, "must be a number > 0"), ({"persistent": "yes"}, "true or false"),
+])
+def test_bad_needs_are_one_line(needs, message) -> None:
+    with pytest.raises(UserError, match=message):
+        parse_needs(needs, "needs.toml")
+
+
+def test_advise_and_cost_through_the_cli_on_real_runs(tmp_path, cachemark) -> None:
+    run = cachemark("run", "-t", "memory://", "-t", "sqlite://", "-t", "spawn:redis", "-t", "spawn:memcached",
+                    "--duration", "1s", "--warmup", "0", "--no-calibrate", "-o", "r.json", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (tmp_path / "needs.toml").write_text('[needs]\napp_servers = 4\np99_ms = { get = 1000.0 }\n')
+    result = cachemark("advise", "r.json", "--needs", "needs.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "Meets every stated need: " in result.stdout
+    first = next(line for line in lines if line.strip().startswith("1 "))
+    assert "redis" in first or "memcached" in first  # the shared servers rank above the local caches
+    assert "per-process cache" in result.stdout and "one host's disk" in result.stdout
+    document = json.loads((tmp_path / "r.json").read_text())
+    redis = next(r for r in document["runs"] if r["label"] == "redis")
+    phase = redis["phases"][-1]
+    ops_per_s = sum(op["count"] for op in phase["ops"].values()) / phase["wall_s"]
+    cost = cachemark("cost", "r.json", "--price", "redis=cache.t4g.micro", "--load", "1000", cwd=tmp_path)
+    assert cost.returncode == 0, cost.stderr
+    per_million = 0.016 / (ops_per_s * 3600) * 1e6
+    assert f"{per_million:.4g}" in cost.stdout
+    nodes = max(math.ceil(1000 / ops_per_s), 1)
+    assert f"{nodes} × {nodes * 0.016 * 730:,.2f}" in cost.stdout
+    bad = cachemark("cost", "r.json", "--price", "redis=cache.x1.huge", cwd=tmp_path)
+    assert bad.returncode == 2 and "no offering named 'cache.x1.huge'" in bad.stderr
+
+
+def test_an_experiment_with_needs_ends_with_the_advice(tmp_path, cachemark) -> None:
+    (tmp_path / "e.toml").write_text('targets = ["memory://", "spawn:redis"]\n[workload]\nduration = "0.5s"\n'
+                                     'warmup = 0\n[needs]\napp_servers = 2\n')
+    result = cachemark("run", "e.toml", "--no-calibrate", "-o", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Which cache, for these needs" in result.stdout and "Meets every stated need: redis." in result.stdout
+    html = cachemark("report", "r.json", "-f", "html", "-o", "r.html", cwd=tmp_path)
+    assert html.returncode == 0 and "Which cache, for these needs" in (tmp_path / "r.html").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('targets = ["memory://"]\n[needs]\nshared = true\n')
+    refused = cachemark("run", "bad.toml", "--no-calibrate", cwd=tmp_path)
+    assert refused.returncode == 2 and "unknown need 'shared'" in refused.stderr
