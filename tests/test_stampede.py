@@ -1,0 +1,55 @@
+"""Cache stampedes against ground truth: λ·Δ recomputations unprotected, exactly one with a lock."""
+
+from __future__ import annotations
+
+import pytest
+
+from cachemark.run.stampede import _group_calls, run_stampede
+
+RATE, DELTA, TTL = 200.0, 0.05, 1.0  # λ·Δ = 10
+
+
+@pytest.fixture
+def redis_url(redis_server):
+    return redis_server.url()
+
+
+def test_unprotected_expiry_sends_about_lambda_delta_clients_to_the_origin(redis_url) -> None:
+    result = run_stampede(redis_url, "none", RATE, DELTA, TTL, duration_s=5.5, clients=16)
+    assert result.expiries >= 4
+    assert 0.5 * RATE * DELTA <= result.mean_calls_per_expiry <= 1.5 * RATE * DELTA, result.calls_per_expiry
+    assert result.errors == 0
+    assert result.latency.percentile(99) >= DELTA * 1e9 * 0.9  # the herd waits for its own recomputation
+
+
+@pytest.mark.parametrize("strategy", ["lock", "xfetch", "swr"])
+def test_protected_expiry_sends_one_client_to_the_origin(redis_url, strategy) -> None:
+    result = run_stampede(redis_url, strategy, RATE, DELTA, TTL, duration_s=4.5, clients=16)
+    assert result.expiries >= 3
+    if strategy == "lock":
+        assert result.calls_per_expiry == [1] * result.expiries  # exactly one, every time
+    else:
+        assert result.mean_calls_per_expiry <= 1.2, result.calls_per_expiry
+    if strategy in ("xfetch", "swr"):  # nobody waits for the origin: refreshed early, or served stale
+        assert result.latency.percentile(99) < DELTA * 1e9 * 0.5
+
+
+def test_memcached_meta_protocol_hands_out_one_win_per_expiry(spawn) -> None:
+    url = spawn("memcached").url()
+    result = run_stampede(url, "meta", RATE, DELTA, 2.0, duration_s=5.0, clients=16)
+    assert result.expiries >= 2
+    assert result.calls_per_expiry == [1] * result.expiries
+    assert result.stale_reads > 0  # the others were served while the winner recomputed
+
+
+def test_calls_are_grouped_by_the_expiry_they_answer() -> None:
+    assert _group_calls([0.0, 0.01, 0.03, 1.0, 1.02, 2.5], ttl_s=1.0) == [3, 2, 1]
+    assert _group_calls([], ttl_s=1.0) == []
+
+
+def test_the_stampede_command_refuses_bad_input_in_one_line(tmp_path, cachemark) -> None:
+    for args, message in ((["--strategy", "none,magic"], "choose from"),
+                          (["--recompute", "2s", "--ttl", "1s"], "shorter than --ttl")):
+        result = cachemark("stampede", "-t", "redis://127.0.0.1:1", *args, cwd=tmp_path)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
