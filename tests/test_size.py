@@ -140,3 +140,19 @@ def test_the_size_command_refuses_bad_input_in_one_line(tmp_path, cachemark) -> 
         result = cachemark("size", "--keys", "100", "--no-measure", *args, cwd=tmp_path)
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_size_command_reads_a_trace_and_equals_libcachesim(tmp_path, cachemark) -> None:
+    libcachesim = pytest.importorskip("libcachesim")
+    ids = _skewed_ids(40_000, 3_000, 9)
+    records = np.zeros(len(ids), dtype=[("t", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
+    records["t"], records["id"], records["size"], records["next"] = np.arange(len(ids)), ids, 100, -1
+    path = tmp_path / "t.oracleGeneral"
+    path.write_bytes(records.tobytes())
+    result = cachemark("size", str(path), "--format", "oracle", "--no-measure", "--hit-ratio", "0.5", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "trace t.oracleGeneral: 40,000 requests" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if line.strip().startswith("300 "))
+    shown = float(row.split()[2])
+    truth = 1 - _libcachesim_miss_ratio(libcachesim.LRU, ids, 300)
+    assert shown == pytest.approx(truth, abs=0.0015)  # exact, up to the 3 decimals shown

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 
 from ..errors import UserError
@@ -46,16 +47,23 @@ def _synthetic(source: str | None, keys: int | None, key_dist: str | None, value
                                  "value_size": workload.value_size, "requests": n}
 
 
-def _trace(path: Path, fmt: str | None) -> tuple[Any, str]:
-    """A trace file as a stream of (ids, sizes) chunks (the readers of workload/traces)."""
-    try:
-        from ..workload import traces
-    except ImportError:
-        raise UserError("this cachemark cannot read traces yet") from None
-    chunks = getattr(traces, "id_chunks", None)
-    if chunks is None:
-        raise UserError("this cachemark cannot read traces yet")
-    return (lambda: chunks(path, fmt)), f"trace {path.name}"
+def _trace(path: Path, fmt: str | None) -> tuple[Any, str, Any]:
+    """A trace file as a stream of (ids, sizes) chunks: every request but deletes touches the cache.
+    Also returns the reader of the last pass, whose ``problems`` say what was skipped."""
+    from ..workload.traces import OPS, open_trace
+
+    delete = OPS.index("delete")
+    last: list[Any] = [None]
+
+    def stream() -> Any:
+        reader = open_trace(path, fmt)
+        last[0] = reader
+        for batch in reader.batches():
+            records = batch.records[batch.records["op"] != delete]
+            if len(records):
+                yield records["key_hash"].astype(np.uint64), records["value_size"].astype(np.uint32)
+
+    return stream, f"trace {path.name}", last
 
 
 def size(
@@ -98,8 +106,9 @@ def size(
         raise UserError(f"--policy {policy!r}: choose from lru, fifo, sieve")
     synthetic: dict[str, Any] | None = None
     warmup = 0
+    reader: Any = None
     if source is not None and Path(source).is_file() and not source.endswith(".toml"):
-        stream, description = _trace(Path(source), trace_format)
+        stream, description, reader = _trace(Path(source), trace_format)
     else:
         stream, description, synthetic = _synthetic(source, keys, key_dist, value_size, requests)
         # a drawn stream starts empty only because it was drawn: the first half fills the cache
@@ -134,6 +143,9 @@ def size(
     blocks = [answer_block(curves[0], answers(curves[0], footprints, targets), footprints, description, latencies,
                            latency_label),
               curve_block(curves, che)]
+    problems = getattr(reader[0], "problems", None) if reader is not None else None
+    if problems is not None:
+        blocks[0].notes += [f"trace {line}" for line in problems.lines()]
     if markdown:
         console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False)
     else:
