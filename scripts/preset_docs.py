@@ -1,8 +1,10 @@
-"""Regenerate docs/presets/<name>.md: run each preset here and keep the table it produced.
+"""Fresh figures for docs/presets/<name>.md: run each preset here and print its Markdown report.
 
-Each page says what the preset reproduces, the exact command (with any scale-down used
-so the whole set runs in minutes on a 2-core machine), and the Markdown tables cachemark
-exported from that run. Numbers are this machine's, on the day the page was made.
+The pages themselves are written by hand — the reference's own table beside cachemark's
+headline, and a paragraph on whether the conclusion holds here — so this never overwrites
+them: it writes results/preset-<name>.md (the exact command, with any scale-down used so
+the whole set runs in minutes on a 2-core machine, and the Markdown report of that run) to
+paste from. Numbers are this machine's, on the day it ran.
 
     python scripts/preset_docs.py [name ...]
 """
@@ -35,7 +37,7 @@ def run(name: str) -> Path:
     subprocess.run([sys.executable, "-m", "cachemark", *command[1:]], cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL)
     tables = subprocess.run([sys.executable, "-m", "cachemark", "report", str(results), "-f", "markdown", "-o", "-"],
-                            cwd=ROOT, check=True, capture_output=True, text=True).stdout
+                            cwd=ROOT, capture_output=True, text=True).stdout
     if preset.get("sweep"):  # reference 001's end product: alarm thresholds from the sweep
         thresholds = subprocess.run(
             [sys.executable, "-m", "cachemark", "thresholds", str(results), "--levels", "100,90,80",
@@ -43,7 +45,7 @@ def run(name: str) -> Path:
             cwd=ROOT, check=True, capture_output=True, text=True).stdout
         tables += ("\n### Thresholds\n\n`cachemark thresholds results/preset-" + name + ".json --levels 100,90,80 "
                    "--metric bandwidth --format cloudformation`:\n\n```yaml\n" + thresholds + "```\n")
-    page = ROOT / "docs" / "presets" / f"{name}.md"
+    page = ROOT / "results" / f"preset-{name}.md"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(
         f"# Preset `{name}`\n\n{preset.get('description', '')}\n\n"

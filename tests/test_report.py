@@ -173,3 +173,21 @@ def test_report_command_unknown_format(report_doc, tmp_path):
         report_cmd(results, None, "pdf", None)
     with pytest.raises(UserError, match="refusing to overwrite"):
         report_cmd(results, results, "json", None)
+
+
+def test_a_handful_of_ops_marks_its_tail_and_a_single_op_has_no_percentile(tmp_path) -> None:
+    from cachemark.report.data import FEW_SAMPLES_NOTE, latency_cell
+    from cachemark.report.export import to_markdown
+    from cachemark.report.table import fmt_latency
+
+    assert latency_cell(1, "p50_us", 12.0, fmt_latency) == "-"
+    assert latency_cell(1, "max_us", 12.0, fmt_latency) == "12µs"
+    assert latency_cell(29, "p99_us", 12.0, fmt_latency) == "12µs*"
+    assert latency_cell(30, "p99_us", 12.0, fmt_latency) == "12µs"
+    assert latency_cell(299, "p999_us", 12.0, fmt_latency) == "12µs*"
+    assert latency_cell(29, "p50_us", 12.0, fmt_latency) == "12µs"
+    document = json.loads((Path(__file__).parent / "data" / "results-network-phases.json").read_text())
+    text = to_markdown(document)
+    assert FEW_SAMPLES_NOTE in text
+    one_op = [line for line in text.splitlines() if line.split(" | ")[1:2] in (["write:set"], ["delete:delete"])]
+    assert len(one_op) == 6 and all("| - | - | - | - |" in line for line in one_op)

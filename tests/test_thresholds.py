@@ -21,19 +21,44 @@ pytest_plugins = ["report_fixtures"]
 LEVELS = [100, 90, 80]
 
 
-def test_bandwidth_max_is_the_best_server_p90_over_the_sweep(report_doc):
+def test_bandwidth_max_is_the_best_server_out_p90_over_the_sweep(report_doc):
+    # the default is bytes out only, reference 001's NetworkBytesOut
     result = compute([report_doc], "bandwidth", LEVELS)
+    assert result["direction"] == "out"
+    phases = phase_rows(report_doc)
+    redis_best = max(p["server_net_out_mbps_p90"] for p in phases if p["label"] == "redis") * 1e6 / 8
+    redis = result["targets"]["redis"]
+    assert redis["max"] == pytest.approx(redis_best)
+    assert redis["source"].startswith("server net out Mbps p90") and redis["points"] == 3
+    assert redis["thresholds"] == {str(level): int(redis_best * level / 100) for level in LEVELS}
+    assert redis["max_at"]["sweep"]["value_size"] in ("100", "1000", "10000")
+    # no server sampled for memory://: the values the client received (the server's bytes out) stand in
+    memory_best = max(
+        sum(op["bytes_in"] for op in run["phases"][0]["ops"].values()) / run["phases"][0]["wall_s"]
+        for run in report_doc["runs"] if run["label"] == "memory")
+    assert result["targets"]["memory"]["max"] == pytest.approx(memory_best)
+    assert result["targets"]["memory"]["source"].startswith("client payload bytes/s received")
+
+
+def test_bandwidth_in_and_out_is_an_option(report_doc):
+    result = compute([report_doc], "bandwidth", LEVELS, direction="both")
+    assert result["direction"] == "in + out"
     phases = phase_rows(report_doc)
     redis_best = max(p["server_net_mbps_p90"] for p in phases if p["label"] == "redis") * 1e6 / 8
     redis = result["targets"]["redis"]
     assert redis["max"] == pytest.approx(redis_best)
-    assert redis["source"].startswith("server net Mbps p90") and redis["points"] == 3
-    assert redis["thresholds"] == {str(level): int(redis_best * level / 100) for level in LEVELS}
-    assert redis["max_at"]["sweep"]["value_size"] in ("100", "1000", "10000")
-    # no server sampled for memory://: the client's payload bytes/s stand in
+    assert redis["source"].startswith("server net Mbps p90") and "in + out" in redis["source"]
+    out_only = compute([report_doc], "bandwidth", LEVELS)["targets"]["redis"]["max"]
+    assert out_only < redis["max"]  # in + out is more than out alone
     memory_best = max(p["payload_mbps"] for p in phases if p["label"] == "memory") * 1e6 / 8
     assert result["targets"]["memory"]["max"] == pytest.approx(memory_best)
-    assert result["targets"]["memory"]["source"].startswith("client payload")
+    assert result["targets"]["memory"]["source"].startswith("client payload bytes/s (keys + values)")
+    # the rules watch what the thresholds measured
+    rules = prometheus_rules(result)["groups"][0]["rules"]
+    redis_rule = next(r for r in rules if r["labels"]["cache_target"] == "redis")
+    assert "redis_net_input_bytes_total" in redis_rule["expr"]
+    with pytest.raises(UserError, match="--direction"):
+        compute([report_doc], "bandwidth", LEVELS, direction="sideways")
 
 
 def test_ops_and_cpu(report_doc):
@@ -102,7 +127,8 @@ def test_prometheus_rules_structure(report_doc):
         assert rule["expr"].count("(") == rule["expr"].count(")")
         assert rule["labels"]["severity"] == ("critical" if level == "100" else "warning")
     redis_rule = next(r for r in group["rules"] if r["labels"]["cache_target"] == "redis")
-    assert "redis_net_output_bytes_total" in redis_rule["expr"]
+    # bytes out only, by default
+    assert "redis_net_output_bytes_total" in redis_rule["expr"] and "input" not in redis_rule["expr"]
 
 
 def test_bad_input(report_doc, tmp_path):

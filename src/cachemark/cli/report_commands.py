@@ -93,18 +93,23 @@ def compare(
     rows = cmp.compare(base_doc, new_docs)
     if not rows:
         raise UserError(f"nothing to compare: no label and op appears in both {one_line(base)} and the new results")
+    warnings = cmp.workload_warnings(base_doc, new_docs, names=[p.name for p in new])
     if format == "table":
         console = make_console()
-        cmp.render_table(rows, console, names=[p.name for p in new])
+        cmp.render_table(rows, console, names=[p.name for p in new], warnings=warnings)
         missing = cmp.unmatched(base_doc, new_docs)
         if missing:
             console.print("not compared (on one side only): " + ", ".join(missing), markup=False, highlight=False)
         return
-    if format == "json" and out is not None and str(out) != "-":
-        write_atomic(out, {"base": str(base), "new": [str(p) for p in new], "rows": rows})
+    to_file = out is not None and str(out) != "-"
+    if to_file or format == "json":  # a file, or JSON rows with no place for them: the user sees them here
+        for warning in warnings:
+            _console().print(warning, markup=False, highlight=False)
+    if format == "json" and to_file:
+        write_atomic(out, {"base": str(base), "new": [str(p) for p in new], "rows": rows, "warnings": warnings})
         _console().print(f"wrote {out}", markup=False, highlight=False)
         return
-    _emit(cmp.to_json(rows) if format == "json" else cmp.to_markdown(rows), out)
+    _emit(cmp.to_json(rows) if format == "json" else cmp.to_markdown(rows, warnings), out)
 
 
 def thresholds(
@@ -118,9 +123,14 @@ def thresholds(
     = None,
     out: Annotated[Path | None, typer.Option(
         "--out", "-o", help="Output file (cloudformation: JSON if it ends in .json, else YAML).")] = None,
+    direction: Annotated[str, typer.Option(
+        "--direction", help="bandwidth: out (bytes out of the server, like CloudWatch NetworkBytesOut) "
+        "| both (in + out).")] = "out",
 ) -> None:
     """Capacity thresholds: the measured maximum per target and alarm levels at percentages of it.
 
+    Bandwidth is bytes out of the server (reference 001's NetworkBytesOut); --direction both: in + out.
+    A maximum from a point that evicted keys or mostly missed gets a one-line warning in the output.
     Example: cachemark thresholds results/m4-xlarge.json --label cache.m4.xlarge -f cloudformation -o map.yaml
     """
     from ..report import thresholds as th
@@ -130,10 +140,15 @@ def thresholds(
     if metric not in th.METRICS:
         raise UserError(f"unknown metric {metric!r}; choose one of {', '.join(th.METRICS)}")
     parsed = th.parse_levels(levels)
+    chosen = th.parse_direction(direction)
     documents = [load(path) for path in results]
-    result = th.compute(documents, metric, parsed, label or None)
+    result = th.compute(documents, metric, parsed, label or None, direction=chosen)
     as_json = out is not None and out.suffix.lower() == ".json"
-    if format == "json" and out is not None and str(out) != "-":
+    to_file = out is not None and str(out) != "-"
+    if to_file:  # the output carries them too; on a file the user would not see them otherwise
+        for warning in result["warnings"]:
+            _console().print(f"warning: {warning}", markup=False, highlight=False)
+    if format == "json" and to_file:
         write_atomic(out, result)
         _console().print(f"wrote {out}", markup=False, highlight=False)
         return

@@ -15,7 +15,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape as rich_escape
-from rich.table import Table
 
 
 @dataclass
@@ -57,13 +56,11 @@ def to_rich(block: Block, console: Console) -> None:
     for line in block.lines:
         console.print(line, markup=False, highlight=False)
     if block.columns:
-        table = Table(header_style="bold", box=None if block.kind == "verdict" else _box())
-        for i, column in enumerate(block.columns):
-            table.add_column(rich_escape(column), justify="left" if i < block.left else "right",
-                             no_wrap=i >= block.left, overflow="fold")
-        for row in block.rows:
-            table.add_row(*(rich_escape(cell) for cell in row))
-        console.print(table)
+        from .table import print_fitted  # table.py draws its own blocks with this module
+
+        # names fold, figures stay whole; a console too narrow gets one line per row instead
+        print_fitted(console, block.columns, block.rows, names=block.left, drop_order=(),
+                     box=None if block.kind == "verdict" else _box())
     for note in block.notes:
         console.print(note, markup=False, highlight=False)
     console.print()

@@ -5,6 +5,11 @@ op). Runs with the same label and a ``"repeat": i`` field are repeats of one mea
 their figures are averaged, and the spread across them — (max − min) / mean, per figure —
 is the run-to-run noise. A difference smaller than the noise of either side is flagged
 ``within_noise``: it may be real, but these runs cannot tell.
+
+Two files measured under different workloads (value size, workers, mix, network, sweep,
+...) can still be matched, but then the ratios mix two experiments:
+:func:`workload_differences` names each differing field with both values, and every
+rendering carries the warning (:func:`workload_warnings`).
 """
 
 from __future__ import annotations
@@ -14,11 +19,9 @@ from collections import defaultdict
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from .data import op_rows
-from .table import fmt_latency, fmt_rate
+from .table import FOLD_NAMES, fmt_latency, fmt_rate, print_fitted
 
 METRICS = ("ops_per_s", "p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 HIGHER_IS_BETTER = {"ops_per_s"}
@@ -105,27 +108,37 @@ def _verdict(row: dict[str, Any], metric: str) -> str:
     return f"{text} {direction}" if direction != "same" else text
 
 
+COMPARE_COLUMNS = ("new", "backend", "op", "base ops/s", "new ops/s", "ops/s", "p50", "p99", "p99.9")
+
+
 def render_table(rows: list[dict[str, Any]], console: Console | None = None,
-                 names: list[str] | None = None) -> None:
+                 names: list[str] | None = None, warnings: list[str] | None = None) -> None:
     console = console or Console()
-    table = Table(title="cachemark compare (new ÷ base)", header_style="bold", title_justify="left")
-    for column in ("new", "backend", "op", "base ops/s", "new ops/s", "ops/s", "p50", "p99", "p99.9"):
-        table.add_column(column, justify="left" if column in ("new", "backend", "op") else "right")
+    for warning in warnings or []:
+        console.print(warning, markup=False, highlight=False)
+    cells = []
     for row in rows:
         backend = row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
         op = row["op"] if row["phase"] == "main" else f"{row['phase']}:{row['op']}"
-        cells = [names[row["new"]] if names else str(row["new"]), backend, op,
-                 fmt_rate(row["base_ops_per_s"] or 0.0), fmt_rate(row["new_ops_per_s"] or 0.0),
-                 *[_verdict(row, m) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")]]
-        table.add_row(*(escape(cell) for cell in cells))  # labels and file names are not markup
-    console.print(table)
+        cells.append([names[row["new"]] if names else str(row["new"]), backend, op,
+                      fmt_rate(row["base_ops_per_s"] or 0.0), fmt_rate(row["new_ops_per_s"] or 0.0),
+                      *[_verdict(row, m) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")]])
+    columns: tuple[str, ...] = COMPARE_COLUMNS
+    if len({row["new"] for row in rows}) == 1:  # one new file: its name in every row says nothing
+        columns, cells = columns[1:], [row[1:] for row in cells]
+    print_fitted(console, columns, cells, names=columns.index("op") + 1, title="cachemark compare (new ÷ base)",
+                 drop_order=("p99.9", "base ops/s", "new ops/s", FOLD_NAMES, "p50", "p99"),
+                 more="all columns: cachemark compare -f json")
     if any(r["base_repeats"] > 1 or r["new_repeats"] > 1 for r in rows):
         console.print("~noise: the difference is within the spread across repeats of the same run.")
 
 
-def to_markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| backend | op | base ops/s | new ops/s | ops/s | base p99 | new p99 | p99 |",
-             "| :--- | :--- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+def to_markdown(rows: list[dict[str, Any]], warnings: list[str] | None = None) -> str:
+    lines = [f"> **{w.partition(': ')[0]}:** {w.partition(': ')[2]}" for w in warnings or []]
+    if lines:
+        lines.append("")
+    lines += ["| backend | op | base ops/s | new ops/s | ops/s | base p99 | new p99 | p99 |",
+              "| :--- | :--- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         backend = row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
         lines.append(f"| {backend} | {row['op']} | "
@@ -137,3 +150,68 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
 
 def to_json(rows: list[dict[str, Any]]) -> str:
     return json.dumps(rows, indent=1) + "\n"
+
+
+# --- did the two files measure the same experiment? -------------------------------------------
+
+# Not the experiment: another random draw of the same workload, and what to do about errors.
+NOT_WORKLOAD = frozenset({"seed", "on_error", "error_grace"})
+
+
+def _text(value: Any) -> str:
+    if value is None or value == {} or value == []:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={_text(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ",".join(_text(v) for v in value)
+    return str(value)
+
+
+def _fields(document: dict[str, Any]) -> dict[str, Any]:
+    """The experiment's workload, network and sweep as flat ``field: value`` pairs."""
+    experiment = document.get("experiment") if isinstance(document.get("experiment"), dict) else {}
+    workload = experiment.get("workload") if isinstance(experiment.get("workload"), dict) else {}
+    out = {k: v for k, v in workload.items() if k not in NOT_WORKLOAD and k != "phases"}
+    phases = [p for p in workload.get("phases") or [] if isinstance(p, dict)]
+    out["phases"] = [p.get("name", str(i)) for i, p in enumerate(phases)]
+    for i, phase in enumerate(phases):
+        for key, value in phase.items():
+            if key != "name":
+                out[f"{phase.get('name', i)}.{key}"] = value  # compared only when both have the same phases
+    out["network"] = experiment.get("network")
+    out["sweep"] = experiment.get("sweep")
+    return out
+
+
+def workload_differences(base_doc: dict[str, Any], new_doc: dict[str, Any]) -> list[dict[str, str]]:
+    """Each field of the experiment (workload, phases, network, sweep) whose value differs:
+    ``{"field", "base", "new"}`` with the values as text. Files without the field count as none."""
+    base, new = _fields(base_doc), _fields(new_doc)
+    same_phases = base["phases"] == new["phases"]
+    out = []
+    for field in [*base, *(k for k in new if k not in base)]:
+        if "." in field and not same_phases:
+            continue  # "phases" itself says they differ
+        a, b = _text(base.get(field)), _text(new.get(field))
+        if a != b:
+            out.append({"field": field, "base": a, "new": b})
+    return out
+
+
+def workload_warnings(base_doc: dict[str, Any], new_docs: list[dict[str, Any]],
+                      names: list[str] | None = None) -> list[str]:
+    """One line per new document whose experiment differs from the base's, naming each field."""
+    out = []
+    for index, document in enumerate(new_docs):
+        differences = workload_differences(base_doc, document)
+        if not differences:
+            continue
+        which = f" ({names[index]})" if names and len(new_docs) > 1 else ""
+        fields = "; ".join(f"{d['field']} {d['base']} vs {d['new']}" for d in differences)
+        out.append(f"warning: the workloads differ{which}: {fields} — the comparison mixes two experiments")
+    return out

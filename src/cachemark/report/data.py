@@ -20,7 +20,8 @@ SUMMARY_FIELDS = ("ops_per_s", "hit_ratio", "error_count", "p50_us", "p90_us", "
                   "max_us", "mean_us", "ops_per_latency_s")
 LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 SERVER_FIELDS = ("cpu_us_per_op", "bytes_in_per_op", "bytes_out_per_op", "net_mbps_p90", "net_mbps_p70",
-                 "net_in_mbps_p90", "net_out_mbps_p90", "cpu_pct_p90", "used_memory_bytes", "evictions")
+                 "net_in_mbps_p90", "net_out_mbps_p90", "net_out_mbps_p70", "cpu_pct_p90", "cpu_pct_p50",
+                 "used_memory_bytes", "evictions")
 # the mark on a per-second server figure that rests on fewer than two full intervals, and its footnote
 LOW_SAMPLES_MARK = "†"
 LOW_SAMPLES_NOTE = ("from fewer than two full 1-s intervals (a short phase): the rate over what there was, "
@@ -158,3 +159,23 @@ def baseline_rows(rows: list[dict[str, Any]], baseline: str) -> dict[tuple[str, 
 
 def baseline_for(base: dict[tuple[str, str, str], dict[str, Any]], row: dict[str, Any]) -> dict[str, Any] | None:
     return base.get((row["sweep"], row["phase"], row["op"])) or base.get(("*", row["phase"], row["op"]))
+
+
+# A tail percentile from a handful of ops is one sample, not a tail: marked in every table.
+FEW_SAMPLES_MARK = "*"
+FEW_FOR = {"p99_us": 30, "p999_us": 300}  # fewer ops than this: the percentile is marked
+FEW_SAMPLES_NOTE = ("* from fewer than 30 ops (p99) or 300 ops (p99.9): the tail rests on one or two samples; "
+                    "a single op has no percentile at all (-), only its own latency (max).")
+
+
+def latency_cell(count: int, field: str, value: float | None, fmt: Any) -> str:
+    """A latency figure as shown: '-' for a percentile of a single op, marked when the op count
+    is too small for it (``FEW_FOR``), plain otherwise."""
+    if count == 1 and field != "max_us":
+        return "-"
+    text = fmt(value)
+    return text + FEW_SAMPLES_MARK if value is not None and count < FEW_FOR.get(field, 0) else text
+
+
+def has_few_samples(counts: list[int]) -> bool:
+    return any(0 < c < FEW_FOR["p999_us"] for c in counts)

@@ -22,10 +22,13 @@ from ..textfile import one_line
 from .blocks import headline_blocks, verdict_blocks
 from .blocks import to_markdown as to_block_markdown
 from .data import (
+    FEW_SAMPLES_NOTE,
     LOW_SAMPLES_MARK,
     LOW_SAMPLES_NOTE,
     baseline_for,
     baseline_rows,
+    has_few_samples,
+    latency_cell,
     load_notes,
     op_rows,
     pct_of,
@@ -82,9 +85,13 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
         ["backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors"],
         [[r["name"], _op_name(r, many_phases), f"{r['count']:,}",
           "-" if r["hit_ratio"] is None else f"{r['hit_ratio'] * 100:.1f}",
-          fmt_rate(r["ops_per_s"] or 0.0), fmt_latency(r["p50_us"]), fmt_latency(r["p90_us"]),
-          fmt_latency(r["p99_us"]), fmt_latency(r["p999_us"]), fmt_latency(r["max_us"]), f"{r['errors']:,}"]
+          fmt_rate(r["ops_per_s"] or 0.0),
+          *(latency_cell(r["count"], f, r[f], fmt_latency) for f in ("p50_us", "p90_us", "p99_us", "p999_us",
+                                                                     "max_us")),
+          f"{r['errors']:,}"]
          for r in rows]))
+    if has_few_samples([r["count"] for r in rows]):
+        out += ["", FEW_SAMPLES_NOTE]
     skipped = [r for r in document.get("runs", []) if r.get("status") in ("skipped", "failed")]
     notes = [f"- {run_name(r)}: {r['status']} — {r.get('reason', '')}" for r in skipped]
     notes += [f"- {note}" for note in load_notes(document)]
@@ -108,6 +115,8 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
         for r in rows:
             b = baseline_for(base, r)
             same = b is r
+            if b is not None and min(r["count"], b["count"]) < 2:
+                b = None  # a single op has no percentile to compare
             table.append([
                 r["name"], _op_name(r, many_phases),
                 fmt_rate(r["ops_per_s"] or 0.0), "--" if same else pct_of(r["ops_per_s"], b and b["ops_per_s"]),

@@ -27,11 +27,14 @@ from ..sweep import LOAD_PARAMS
 from .blocks import headline_blocks, to_html, verdict_blocks
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
 from .data import (
+    FEW_SAMPLES_NOTE,
     LOW_SAMPLES_MARK,
     LOW_SAMPLES_NOTE,
     baseline_for,
     baseline_rows,
     fmt_percent,
+    has_few_samples,
+    latency_cell,
     load_notes,
     op_rows,
     phase_rows,
@@ -59,7 +62,7 @@ svg .series.off{display:none}
 pre{background:#f6f6f6;padding:10px;overflow:auto;font-size:12px}
 .note{color:#666;font-size:12px}
 .card{border:1px solid #cdd;border-radius:6px;background:#f7fbfb;padding:4px 16px 8px;margin:14px 0}
-.card h2{border:0}
+.card h2{border:0}.card .note{color:#333;font-size:13px}
 """
 
 # Legend toggling and sortable tables: a convenience only — every chart is drawn without it.
@@ -146,7 +149,8 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
             _td(r["name"], left=True), _td(op, left=True), _td(f"{r['count']:,}", r["count"]),
             _td("-" if hit is None else f"{hit * 100:.1f}", -1 if hit is None else hit),
             _td(fmt_rate(r["ops_per_s"] or 0.0), r["ops_per_s"]),
-            *[_td(fmt_latency(r[k]), r[k]) for k in ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")],
+            *[_td(latency_cell(r["count"], k, r[k], fmt_latency), r[k])
+              for k in ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")],
             _td(f"{r['errors']:,}", r["errors"]),
         ]
         if baseline:
@@ -154,7 +158,7 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
             for key in ("ops_per_s", "p50_us", "p99_us"):
                 if b is r:
                     cells.append(_td("--", 100))
-                elif b and b.get(key) and r.get(key) is not None:
+                elif b and b.get(key) and r.get(key) is not None and min(r["count"], b["count"]) > 1:
                     pct = r[key] / b[key] * 100
                     cells.append(_td(fmt_percent(pct), pct))
                 else:
@@ -165,6 +169,8 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
     items = [f"{run_name(r)}: {r['status']} — {r.get('reason', '')}" for r in skipped] + load_notes(document)
     if items:
         out.append("<ul>" + "".join(f"<li>{escape(item)}</li>" for item in items) + "</ul>")
+    if has_few_samples([r["count"] for r in rows]):
+        out.append(f'<p class="note">{escape(FEW_SAMPLES_NOTE)}</p>')
     if baseline:
         out.append(f'<p class="note">Baseline: {escape(baseline)}. Percentages are of the baseline\'s '
                    "figure for the same op: ops/s over 100 % is faster, latency over 100 % is slower.</p>")
@@ -382,6 +388,7 @@ def _sweep_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -
              bandwidth, "linear", _fmt_num, True),
             ("sweep p99 latency (worst op)", "latency", lambda m: m["p99_us_max"], "log", _fmt_us, False),
         ]
+        charts += _server_sweep_charts(members)
         load_sweep = len(fields) == 1 and fields[0] in LOAD_PARAMS and numeric
         p99_series = {s.name: s.points for s in series_of(lambda m: m["p99_us_max"])}
         throughput_series = {s.name: s.points for s in series_of(lambda m: m["ops_per_s"])}
@@ -393,13 +400,27 @@ def _sweep_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -
                     x = saturation_point(throughput_series[s.name], p99_series[s.name])
                     if x is not None:
                         markers.append(Marker(x, f"{s.name}: saturates at {x:g}", s.color))
-            chart_id = ids("sweep")
+            # the server's own curves (reference 001's) get their own id stem
+            chart_id = ids("server-sweep" if title.startswith("sweep server") else "sweep")
             svg = line_chart(series, title=f"{title} vs {x_label}", x_label=x_label, y_label=unit,
                              x_kind=x_kind, y_kind=y_kind, x_fmt=x_fmt, y_fmt=y_fmt, categories=categories,
                              markers=markers, chart_id=chart_id)
             legend = _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])
             figures.append(_figure(svg, legend))
     return figures[0] + '<div class="charts">' + "".join(figures[1:]) + "</div>"
+
+
+def _server_sweep_charts(members: list[dict[str, Any]]) -> list[tuple[str, str, Any, str, Any, bool]]:
+    """Reference 001's two curves against the swept value, where the server was sampled: bytes out
+    alone (what its alarms watch, CloudWatch's NetworkBytesOut) and the server's CPU."""
+    charts: list[tuple[str, str, Any, str, Any, bool]] = []
+    if any(m["server_net_out_mbps_p90"] is not None for m in members):
+        charts.append(("sweep server net out Mbps p90 (bytes out)", "Mbps",
+                       lambda m: m["server_net_out_mbps_p90"], "linear", _fmt_num, False))
+    if any(m["server_cpu_pct_p90"] is not None for m in members):
+        charts.append(("sweep server CPU % p90 (of one core)", "CPU %",
+                       lambda m: m["server_cpu_pct_p90"], "linear", _fmt_num, False))
+    return charts
 
 
 def _environment(document: dict[str, Any]) -> str:

@@ -1,15 +1,24 @@
-"""The terminal table: backend × op with count, hit %, ops/s and latency percentiles."""
+"""The terminal table: backend × op with count, hit %, ops/s and latency percentiles.
+
+Tables here fit the console or lose whole columns, never digits: figure columns never
+wrap or shrink, name columns fold onto several lines, and when that is not enough the
+least important columns are left out (one line says which). Widths are measured by rich
+itself (:func:`fit_columns`), at the console's width.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from rich.box import HEAVY_HEAD, Box
+from rich.cells import cell_len
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .blocks import headline_blocks, to_rich, verdict_blocks
-from .data import load_notes, op_summary, run_name
+from .data import FEW_SAMPLES_NOTE, has_few_samples, latency_cell, load_notes, op_summary, run_name
 
 COLUMNS = ("backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors")
 
@@ -61,11 +70,8 @@ def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]
                     f"{op['count']:,}",
                     "-" if hit is None else f"{hit * 100:.1f}",
                     fmt_rate(summary.get("ops_per_s") or 0.0),
-                    fmt_latency(summary.get("p50_us")),
-                    fmt_latency(summary.get("p90_us")),
-                    fmt_latency(summary.get("p99_us")),
-                    fmt_latency(summary.get("p999_us")),
-                    fmt_latency(summary.get("max_us")),
+                    *(latency_cell(op["count"], field, summary.get(field), fmt_latency)
+                      for field in ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")),
                     f"{errors:,}" if errors else "0",
                 ])
     return out
@@ -75,16 +81,12 @@ def render(document: dict[str, Any], console: Console | None = None, title: str 
     console = console or Console()
     for block in headline_blocks(document):
         to_rich(block, console)
-    table = Table(title=None if title is None else escape(title), header_style="bold", title_justify="left")
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("backend", "op") else "right")
-    last = None
-    for row in rows(document):
-        if last is not None and row[0] != last:
-            table.add_section()
-        last = row[0]
-        table.add_row(*(escape(cell) for cell in row))
-    console.print(table)
+    measured = rows(document)
+    table_rows = [_status_row(row) for row in measured]
+    print_fitted(console, COLUMNS, table_rows, names=2, drop_order=_drop_order(table_rows), title=title,
+                 sections=True)
+    for line in _skipped_lines(measured):
+        console.print(line, markup=False, highlight=False)
     runs = document.get("runs", [])
     if len({(run.get("network") or {}).get("profile") for run in runs}) > 1:
         render_baseline(document, console)
@@ -93,9 +95,140 @@ def render(document: dict[str, Any], console: Console | None = None, title: str 
                       "corrected); the uncorrected figures are in the results file.")
     for note in load_notes(document):
         console.print(note, markup=False, highlight=False)
+    counts = [op.get("count", 0) for r in runs for p in r.get("phases", []) for op in p.get("ops", {}).values()]
+    if has_few_samples(counts):
+        console.print(FEW_SAMPLES_NOTE, markup=False, highlight=False)
     for block in verdict_blocks(document):
         console.print()
         to_rich(block, console)
+
+
+def _status_row(row: list[str]) -> list[str]:
+    """A skipped or failed run's row keeps its reason out of the figure columns: a figure column
+    stretched to a sentence would push every figure off a narrow screen. A failure's reason
+    folds in the op column; a skipped run's goes under the table (:func:`_skipped_lines`)."""
+    if not _is_status_row(row):
+        return row
+    status = f"{row[1]}: {row[2]}" if row[1] == "failed" and row[2] else row[1]
+    return [row[0], status, *[""] * (len(row) - 2)]
+
+
+def _is_status_row(row: list[str]) -> bool:
+    return row[1] in ("skipped", "failed") and not any(row[3:])  # a measured row's hit % is never empty
+
+
+def _skipped_lines(table_rows: list[list[str]]) -> list[str]:
+    return [f"{row[0]}: skipped: {row[2]}" for row in table_rows if _is_status_row(row) and row[1] == "skipped"
+            and row[2]]
+
+
+def _drop_order(table_rows: list[list[str]]) -> list[str]:
+    """The main table's columns to leave out, least important first, while it does not fit;
+    names break inside a word only once the columns left are worth more than whole words."""
+    errors = COLUMNS.index("errors")
+    no_errors = all(row[errors] in ("", "0") for row in table_rows)
+    return ["p99.9", "p90", "max", *(["errors"] if no_errors else []), FOLD_NAMES, "count", "hit %", "p99",
+            *([] if no_errors else ["errors"])]
+
+
+# --- fitting a table to the console's width --------------------------------------------------
+
+FOLD_NAMES = "<fold names>"  # in a drop order: from here on, names may break inside a word
+NAME_FLOOR = 10  # names folded narrower than this read as shards
+WORD_CAP = 24  # a longer word (a URL in a reason) folds even before FOLD_NAMES
+ALL_COLUMNS = "all columns: cachemark report -f markdown, or the results file"
+
+
+def _new_table(title: str | None = None, box: Box | None = HEAVY_HEAD) -> Table:
+    """Every terminal table here: the probe that measures a layout is built by the same call."""
+    return Table(title=None if title is None else Text(title), header_style="bold", title_justify="left", box=box)
+
+
+def _layout_width(console: Console, widths: list[int], box: Box | None = HEAVY_HEAD) -> int:
+    """Columns of exactly these content widths, with borders and padding: measured by rich."""
+    probe = _new_table(box=box)
+    for width in widths:
+        probe.add_column(width=width)
+    return console.measure(probe, options=console.options.update_width(10 * sum(widths) + 1000)).maximum
+
+
+def fit_columns(console: Console, columns: Sequence[str], table_rows: list[list[str]], names: int,
+                drop_order: Sequence[str], box: Box | None = HEAVY_HEAD) -> tuple[list[int], list[str]] | None:
+    """Which columns fit ``console.width`` with every figure whole: (indices kept, names left out).
+
+    The first ``names`` columns hold names: they wrap between words and, from ``FOLD_NAMES``
+    in ``drop_order`` on (from the start when it is absent), fold inside words down to
+    ``NAME_FLOOR`` cells. Every other column needs its longest cell (or header), never less.
+    Columns in ``drop_order`` go, in that order, until the rest fits; None when even the
+    last ones do not fit.
+    """
+    needs = [max([cell_len(column), *(cell_len(row[i]) for row in table_rows)]) for i, column in enumerate(columns)]
+    words = [max([cell_len(column), *(cell_len(word) for row in table_rows for word in row[i].split())])
+             for i, column in enumerate(columns[:names])]
+    whole = [min(need, words[i], max(WORD_CAP, cell_len(columns[i]))) if i < names else need
+             for i, need in enumerate(needs)]
+    folded = [min(need, max(NAME_FLOOR, cell_len(columns[i]))) if i < names else need
+              for i, need in enumerate(needs)]
+    widths = whole if FOLD_NAMES in drop_order else folded
+    keep = list(range(len(columns)))
+    dropped: list[str] = []
+    order = list(drop_order)
+    while _layout_width(console, [widths[i] for i in keep], box) > console.width:
+        if not order:
+            return None
+        step = order.pop(0)
+        if step == FOLD_NAMES:
+            widths = folded
+        elif step in columns and columns.index(step) in keep:
+            keep.remove(columns.index(step))
+            dropped.append(step)
+    return keep, dropped
+
+
+def print_fitted(console: Console, columns: Sequence[str], table_rows: list[list[str]], names: int,
+                 drop_order: Sequence[str], title: str | None = None, sections: bool = False,
+                 more: str = ALL_COLUMNS, box: Box | None = HEAVY_HEAD) -> list[str]:
+    """Print ``table_rows`` as a table that fits the console: names fold, figures stay whole.
+
+    Columns that do not fit are left out (``drop_order``) with one line naming them and where
+    to find them (``more``); a console too narrow even for the rest gets one block of
+    ``column=value`` lines per row instead. ``box`` is rich's (None: no lines). Returns the
+    columns left out.
+    """
+    fit = fit_columns(console, columns, table_rows, names, drop_order, box)
+    if fit is None:
+        _print_as_lines(console, columns, table_rows, names, title)
+        return []
+    keep, dropped = fit
+    table = _new_table(title, box)
+    for i in keep:
+        if i < names:
+            table.add_column(Text(columns[i]), justify="left", overflow="fold")
+        else:  # measured whole above: rich never has to shrink it
+            table.add_column(Text(columns[i]), justify="right", no_wrap=True)
+    last = None
+    for row in table_rows:
+        if sections and last is not None and row[0] != last:
+            table.add_section()
+        last = row[0]
+        table.add_row(*(Text(row[i]) for i in keep))  # plain text: labels are not markup
+    console.print(table)
+    if dropped:
+        console.print(f"not shown at {console.width} columns: {', '.join(dropped)} ({more})", markup=False,
+                      highlight=False)
+    return dropped
+
+
+def _print_as_lines(console: Console, columns: Sequence[str], table_rows: list[list[str]], names: int,
+                    title: str | None) -> None:
+    """Narrower than any table: each row as its names, then ``column=value`` words that wrap whole."""
+    if title:
+        console.print(Text(title, style="bold"))
+    for row in table_rows:
+        console.print(Text(" · ".join(cell for cell in row[:names] if cell), style="bold"))
+        console.print("  " + "  ".join(f"{column.replace(' ', '_')}={cell}"
+                                       for column, cell in zip(columns[names:], row[names:]) if cell),
+                      markup=False, highlight=False)
 
 
 def baseline_rows(document: dict[str, Any]) -> list[list[str]]:
@@ -120,6 +253,8 @@ def baseline_rows(document: dict[str, Any]) -> list[list[str]]:
                 if key in baselines:
                     base = baselines[key]
                     relative = f"{100 * mean / base:.0f}%" if base and mean is not None else "-"
+                    if op["count"] < 2:
+                        relative = "-"  # one op: its own latency, not a figure to compare
                 else:
                     baselines[key], relative = mean, "baseline"
                 op_name = f"{phase_name}:{name}" if len(phases) > 1 else name
@@ -129,10 +264,6 @@ def baseline_rows(document: dict[str, Any]) -> list[list[str]]:
 
 
 def render_baseline(document: dict[str, Any], console: Console) -> None:
-    table = Table(title="% of baseline: mean latency vs the first network profile of each target",
-                  header_style="bold", title_justify="left")
-    for column in ("backend", "network", "op", "mean", "p99", "vs baseline"):
-        table.add_column(column, justify="left" if column in ("backend", "network", "op") else "right")
-    for row in baseline_rows(document):
-        table.add_row(*(escape(cell) for cell in row))
-    console.print(table)
+    print_fitted(console, ("backend", "network", "op", "mean", "p99", "vs baseline"), baseline_rows(document),
+                 names=3, drop_order=("p99", "mean"),
+                 title="% of baseline: mean latency vs the first network profile of each target")

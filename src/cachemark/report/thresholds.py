@@ -4,16 +4,26 @@ Owns :func:`compute` (per target label, the measured maximum of a metric over al
 runs and sweep points, and the alarm levels at given percentages of it) and the three
 renderings: JSON, a CloudFormation ``Mappings`` block in the shape of reference 001
 (``{label: {"100": v, "90": v, "80": v}}``; YAML, or JSON when the output file ends in
-``.json``), and Prometheus alerting rules.
+``.json``), and Prometheus alerting rules. Also owns :func:`bandwidth_headline`, the
+headline figure of the ``redis-bandwidth-sweep`` preset (reference 001's own table: per
+value size, network Mbps p90/p70 of bytes out, server CPU % p90/p50, ops/s, and the
+mapping it turns into).
 
 Metrics and units:
 
 - ``bandwidth``: bytes per second, from the server's network Mbps p90 over 1-s samples
-  (in + out, as ``phase["server"]["net_mbps_p90"]``) when the run sampled the server, else
-  from the client's payload bytes (keys + values) per second. Like reference 001, the p90
-  of the per-second figures is taken as the most the target should be expected to move.
+  when the run sampled the server, else from the client's payload bytes per second. By
+  default bytes **out** of the server only (``phase["server"]["net_out_mbps_p90"]``; the
+  client's received values as the fallback), like reference 001's CloudWatch
+  ``NetworkBytesOut``; ``direction="both"`` takes in + out (``net_mbps_p90``; keys and
+  values both ways). Like reference 001, the p90 of the per-second figures is taken as
+  the most the target should be expected to move.
 - ``ops``: operations per second, all ops of a phase together (client side).
 - ``cpu``: server CPU, percent of one core, p90 over 1-s samples (needs server sampling).
+
+A maximum measured where the server evicted keys, or where gets mostly missed (hit
+ratio under :data:`LOW_HIT_RATIO`), is not the steady state of a warm cache: each such
+maximum carries a one-line warning (``result["warnings"]``), printed with every output.
 """
 
 from __future__ import annotations
@@ -24,9 +34,13 @@ from typing import Any
 
 from ..errors import UserError
 from ..textfile import one_line
-from .data import phase_rows
+from .blocks import Block
+from .data import LOW_SAMPLES_MARK, LOW_SAMPLES_NOTE, phase_rows
 
 METRICS = ("bandwidth", "ops", "cpu")
+DIRECTIONS = ("out", "both")
+# below this get hit ratio a maximum is a mostly-missing cache's, not a warm one's
+LOW_HIT_RATIO = 0.9
 FORMATS = ("json", "cloudformation", "prometheus")
 UNITS = {"bandwidth": "bytes/s", "ops": "ops/s", "cpu": "percent of one core"}
 MAPPING_NAMES = {"bandwidth": "CacheBandwidthThresholds", "ops": "CacheOpsThresholds",
@@ -38,6 +52,9 @@ MAPPING_NAMES = {"bandwidth": "CacheBandwidthThresholds", "ops": "CacheOpsThresh
 _PROMQL = {
     ("redis", "bandwidth"):
         "rate(redis_net_input_bytes_total{sel}[1m]) + rate(redis_net_output_bytes_total{sel}[1m])",
+    ("redis", "bandwidth_out"): "rate(redis_net_output_bytes_total{sel}[1m])",
+    ("memcached", "bandwidth_out"): "rate(memcached_written_bytes_total{sel}[1m])",
+    ("", "bandwidth_out"): "rate(node_network_transmit_bytes_total{sel}[1m])",
     ("redis", "ops"): "rate(redis_commands_processed_total{sel}[1m])",
     ("redis", "cpu"):
         "100 * (rate(redis_cpu_sys_seconds_total{sel}[1m]) + rate(redis_cpu_user_seconds_total{sel}[1m]))",
@@ -63,56 +80,128 @@ def parse_levels(text: str) -> list[int]:
     return sorted(set(levels), reverse=True)
 
 
-def _value(row: dict[str, Any], metric: str, use_server: bool) -> float | None:
+def parse_direction(text: str) -> str:
+    """``out`` (bytes out of the server only, the default) or ``both`` (in + out; ``in+out`` too)."""
+    value = text.strip().lower().replace(" ", "")
+    value = {"in+out": "both", "inout": "both", "in-out": "both"}.get(value, value)
+    if value not in DIRECTIONS:
+        raise UserError(f"--direction {one_line(repr(text), 40)}: expected out or both (in + out)")
+    return value
+
+
+def _received_mbps(document: dict[str, Any], row: dict[str, Any]) -> float:
+    """The client's received payload (values) in Mbps: the server's bytes out, seen from the client."""
+    phase = _phase(document, row)
+    wall = row["wall_s"] or 0.0
+    received = sum(op.get("bytes_in", 0) for op in (phase or {}).get("ops", {}).values())
+    return received * 8 / wall / 1e6 if wall > 0 else 0.0
+
+
+def _phase(document: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
+    run = document.get("runs", [])[row["run"]]
+    return next((p for p in run.get("phases", []) if p.get("name", "main") == row["phase"]), None)
+
+
+def hit_ratio(document: dict[str, Any], row: dict[str, Any]) -> float | None:
+    """Hits ÷ (hits + misses) of the phase's gets (``get``, ``get_many``, ``exists+get``…; any op
+    that counted hits when none is a get); None when nothing read."""
+    ops = (_phase(document, row) or {}).get("ops", {})
+    gets = {name: op for name, op in ops.items() if "get" in name and op.get("hits", 0) + op.get("misses", 0)}
+    chosen = (gets or ops).values()
+    hits = sum(op.get("hits", 0) for op in chosen)
+    misses = sum(op.get("misses", 0) for op in chosen)
+    return hits / (hits + misses) if hits + misses else None
+
+
+def _value(row: dict[str, Any], metric: str, use_server: bool, direction: str) -> float | None:
     if metric == "ops":
         return row["ops_per_s"]
     if metric == "cpu":
         return row["server_cpu_pct_p90"]
     if use_server:
-        mbps = row["server_net_mbps_p90"]
+        mbps = row["server_net_out_mbps_p90" if direction == "out" else "server_net_mbps_p90"]
         return None if mbps is None else mbps * 1e6 / 8
-    return row["payload_mbps"] * 1e6 / 8
+    mbps = row["received_mbps"] if direction == "out" else row["payload_mbps"]
+    return mbps * 1e6 / 8
+
+
+def _source(metric: str, use_server: bool, direction: str) -> str:
+    if metric == "ops":
+        return "client ops/s"
+    if metric == "cpu":
+        return "server CPU % p90 over 1-s samples"
+    if use_server:
+        return ("server net out Mbps p90 over 1-s samples (bytes out only, like CloudWatch NetworkBytesOut)"
+                if direction == "out" else "server net Mbps p90 over 1-s samples (in + out)")
+    return ("client payload bytes/s received (values: the server's bytes out)" if direction == "out"
+            else "client payload bytes/s (keys + values)")
+
+
+def point_warnings(row: dict[str, Any], ratio: float | None, name: str | None = None) -> list[str]:
+    """Why a point's figures may not be a warm cache's: evictions, or mostly-missing gets."""
+    where = name or row["name"]
+    out = []
+    evicted = row.get("server_evictions")
+    if evicted:
+        out.append(f"{where}: the server evicted {evicted:,.0f} keys (its memory limit was reached): these are "
+                   "the figures of a full cache evicting as it writes, not of one the data fits in")
+    if ratio is not None and ratio < LOW_HIT_RATIO:
+        out.append(f"{where}: get hit ratio {ratio:.0%} (< {LOW_HIT_RATIO:.0%}): a miss returns no value, so "
+                   "bytes out (and the work per get) are below a warm cache's")
+    return out
 
 
 def compute(documents: list[dict[str, Any]], metric: str, levels: list[int],
-            labels: list[str] | None = None) -> dict[str, Any]:
+            labels: list[str] | None = None, direction: str = "out") -> dict[str, Any]:
     """Per target label: the maximum of ``metric`` and the alarm level at each percentage.
 
     ``labels``, when given, names the target each document measured (one per document,
-    e.g. the instance type), replacing the run labels in it.
+    e.g. the instance type), replacing the run labels in it. ``direction`` (bandwidth
+    only): ``out``, bytes out of the server, or ``both``, in + out.
     """
     if metric not in METRICS:
         raise UserError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    direction = parse_direction(direction)
     if labels and len(labels) != len(documents):
         raise UserError(f"{len(labels)} --label values for {len(documents)} results files: give one per file")
     per_label: dict[str, list[dict[str, Any]]] = {}
     for i, document in enumerate(documents):
         for row in phase_rows(document):
             name = labels[i] if labels else row["label"]
+            row = {**row, "received_mbps": _received_mbps(document, row), "hit_ratio": hit_ratio(document, row)}
             per_label.setdefault(name, []).append(row)
+    out_only = metric == "bandwidth" and direction == "out"
+    server_key = "server_net_out_mbps_p90" if out_only else "server_net_mbps_p90"
     targets: dict[str, Any] = {}
+    warnings: list[str] = []
     for name, rows in per_label.items():
-        use_server = metric == "bandwidth" and any(r["server_net_mbps_p90"] is not None for r in rows)
-        measured = [(v, r) for r in rows if (v := _value(r, metric, use_server)) is not None]
+        use_server = metric == "bandwidth" and any(r[server_key] is not None for r in rows)
+        measured = [(v, r) for r in rows if (v := _value(r, metric, use_server, direction)) is not None]
         if not measured:
             continue
         best, row = max(measured, key=lambda item: item[0])
-        source = {"ops": "client ops/s", "cpu": "server CPU % p90 over 1-s samples",
-                  "bandwidth": "server net Mbps p90 over 1-s samples (in + out)" if use_server
-                  else "client payload bytes/s (keys + values)"}[metric]
         entry: dict[str, Any] = {
-            "max": best, "source": source, "points": len(measured),
+            "max": best, "source": _source(metric, use_server, direction), "points": len(measured),
             "max_at": {"run": row["name"], "phase": row["phase"], "sweep": row["sweep_values"]},
             "server_kind": row["server_kind"] or "",
             "thresholds": {str(level): _level(best, level, metric) for level in levels},
         }
         if metric == "bandwidth":
             entry["max_mbps"] = best * 8 / 1e6
+        point = point_warnings(row, row["hit_ratio"], f"{name}: the maximum came from {row['name']}")
+        if point:
+            entry["warnings"] = point
+            warnings += point
         targets[name] = entry
     if not targets:
         need = "server CPU samples (run with server sampling)" if metric == "cpu" else "completed runs"
         raise UserError(f"no {metric} figures in the results: they need {need}")
-    return {"metric": metric, "unit": UNITS[metric], "levels": levels, "targets": targets}
+    result: dict[str, Any] = {"metric": metric, "unit": UNITS[metric], "levels": levels}
+    if metric == "bandwidth":
+        result["direction"] = "out" if out_only else "in + out"
+    result["targets"] = targets
+    result["warnings"] = warnings
+    return result
 
 
 def _level(maximum: float, level: int, metric: str) -> int | float:
@@ -150,8 +239,18 @@ def to_cloudformation(result: dict[str, Any], as_json: bool = False) -> str:
               f"{', '.join(f'{lv} %' for lv in levels)} of the measured maximum.\n"
               f"# Use: !FindInMap [{name}, !Ref CacheNodeType, \"{levels[min(1, len(levels) - 1)]}\"]")
     if result["metric"] == "bandwidth":
-        header += "\n# CloudWatch NetworkBytesIn/Out are per period: multiply by the alarm period in seconds."
+        if result.get("direction", "in + out") == "out":
+            header += ("\n# Bytes out of the server only: alarm on CloudWatch NetworkBytesOut, which is per "
+                       "period: multiply by the alarm period in seconds.")
+        else:
+            header += ("\n# In + out: alarm on NetworkBytesIn + NetworkBytesOut (metric math); CloudWatch's are "
+                       "per period: multiply by the alarm period in seconds.")
+    header += _warning_comments(result)
     return header + "\n" + yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False)
+
+
+def _warning_comments(result: dict[str, Any]) -> str:
+    return "".join(f"\n# warning: {one_line(w, 400)}" for w in result.get("warnings", []))
 
 
 def _severity(level: int, levels: list[int]) -> str:
@@ -160,10 +259,11 @@ def _severity(level: int, levels: list[int]) -> str:
 
 def prometheus_rules(result: dict[str, Any], for_duration: str = "5m") -> dict[str, Any]:
     metric = result["metric"]
+    query = "bandwidth_out" if metric == "bandwidth" and result.get("direction") == "out" else metric
     rules = []
     for label, target in result["targets"].items():
-        kind = target["server_kind"] if (target["server_kind"], metric) in _PROMQL else ""
-        expr = _PROMQL[(kind, metric)].replace("{sel}", '{cache_target="' + label.replace('"', '\\"') + '"}')
+        kind = target["server_kind"] if (target["server_kind"], query) in _PROMQL else ""
+        expr = _PROMQL[(kind, query)].replace("{sel}", '{cache_target="' + label.replace('"', '\\"') + '"}')
         for level, value in target["thresholds"].items():
             camel = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", label) if part)
             rules.append({
@@ -186,7 +286,8 @@ def to_prometheus(result: dict[str, Any]) -> str:
 
     header = ("# cachemark thresholds as Prometheus alerting rules. The expressions assume exporter "
               "metrics labelled\n# cache_target=<label> by your scrape config; edit them to match your "
-              "setup.\n")
+              "setup.")
+    header += _warning_comments(result) + "\n"
     body = yaml.safe_dump(prometheus_rules(result), sort_keys=False, default_flow_style=False, width=200)
     return header + body
 
@@ -199,3 +300,112 @@ def render(result: dict[str, Any], fmt: str, as_json: bool = False) -> str:
     if fmt == "prometheus":
         return to_prometheus(result)
     raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+# ---- the headline of reference 001: its own table, computed from the results ----------------------------------
+
+_HEADLINE_FIGURES = ("server_net_out_mbps_p90", "server_net_out_mbps_p70", "server_cpu_pct_p90",
+                     "server_cpu_pct_p50", "ops_per_s")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _cell(value: float | None, fmt: str, low: bool) -> str:
+    if value is None:
+        return "-"
+    text = format(value, fmt)
+    return f"{text} {LOW_SAMPLES_MARK}" if low else text
+
+
+def bandwidth_points(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """One entry per (target label, phase, sweep point): the headline's figures, repeats averaged
+    (as reference 001 averaged its test passes), with the flags and warnings of the point."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in phase_rows(document):
+        groups.setdefault((row["label"], row["phase"], row["sweep"]), []).append(row)
+    labels = list(dict.fromkeys(k[0] for k in groups))
+    phases = list(dict.fromkeys(k[1] for k in groups))
+    points = []
+    for (label, phase, _), rows in groups.items():
+        first = rows[0]
+        ratios = [hit_ratio(document, r) for r in rows]
+        point: dict[str, Any] = {
+            "label": label, "phase": phase, "sweep": first["sweep_values"], "runs": len(rows),
+            **{key: _mean([r[key] for r in rows]) for key in _HEADLINE_FIGURES},
+            "evictions": sum(r["server_evictions"] or 0 for r in rows),
+            "hit_ratio": _mean(list(ratios)),
+            "low_samples": any(r["server_low_samples"] for r in rows),
+            "has_server": any(r["server_net_out_mbps_p90"] is not None for r in rows),
+        }
+        point["warnings"] = point_warnings({"server_evictions": point["evictions"]}, point["hit_ratio"],
+                                           first["name"] if len(rows) == 1 else f"{label} [{first['sweep']}]")
+        points.append(point)
+
+    def order(p: dict[str, Any]) -> tuple[Any, ...]:
+        values = [p["sweep"][f] for f in sorted(p["sweep"])]
+        numbers = tuple((_number(v) is None, _number(v) or 0.0, v) for v in values)
+        return labels.index(p["label"]), phases.index(p["phase"]), numbers
+
+    return sorted(points, key=order)
+
+
+def bandwidth_headline(document: dict[str, Any]) -> list[Block]:
+    """Reference 001's table: per value size (sweep point), network Mbps p90 and p70 of bytes
+    out, server CPU % p90 and p50, ops/s; then the alarm thresholds it turns into."""
+    points = bandwidth_points(document)
+    if not points:
+        return []
+    fields = sorted({f for p in points for f in p["sweep"]})
+    many_phases = len({p["phase"] for p in points}) > 1
+    repeats = any(p["runs"] > 1 for p in points)
+    sweep_heads = ["value size (B)" if f == "value_size" else f for f in fields]
+    columns = ["target", *(["phase"] if many_phases else []), *sweep_heads,
+               "Mbps out p90", "Mbps out p70", "CPU % p90", "CPU % p50", "ops/s", *(["runs"] if repeats else [])]
+    rows = []
+    for p in points:
+        low = p["low_samples"]
+        rows.append([
+            p["label"], *([p["phase"]] if many_phases else []), *(str(p["sweep"].get(f, "-")) for f in fields),
+            _cell(p["server_net_out_mbps_p90"], ",.1f", low), _cell(p["server_net_out_mbps_p70"], ",.1f", low),
+            _cell(p["server_cpu_pct_p90"], ".1f", low), _cell(p["server_cpu_pct_p50"], ".1f", low),
+            _cell(p["ops_per_s"], ",.0f", False), *([str(p["runs"])] if repeats else []),
+        ])
+    by = " × ".join(sweep_heads) if fields else ""
+    title = f"Bandwidth and server CPU by {by} (reference 001)" if by else "Bandwidth and server CPU (reference 001)"
+    lines = ["Network Mbps (10^6 bit/s) of bytes out of the server (CloudWatch's NetworkBytesOut) and server "
+             "CPU (% of one core), percentiles over 1-s intervals; ops/s = all ops ÷ wall time."]
+    notes: list[str] = []
+    if repeats:
+        notes.append("Repeats of a point are averaged, as the reference averaged its test passes.")
+    if any(p["low_samples"] for p in points if p["has_server"]):
+        notes.append(f"{LOW_SAMPLES_MARK} {LOW_SAMPLES_NOTE}")
+    if not all(p["has_server"] for p in points):
+        missing = sorted({p["label"] for p in points if not p["has_server"]})
+        notes.append(f"no server figures for {', '.join(missing)}: the server was not sampled "
+                     "(no stats source for its scheme)")
+    try:
+        result = compute([document], "bandwidth", [100, 90, 80], direction="out")
+    except UserError:
+        result = None
+    if result is not None:
+        for label, target in result["targets"].items():
+            at = ",".join(f"{k}={v}" for k, v in sorted(target["max_at"]["sweep"].items())) or target["max_at"]["run"]
+            levels = " · ".join(f"{level} %: {value:,} B/s" for level, value in target["thresholds"].items())
+            what = ("the largest Mbps out p90" if target["source"].startswith("server")
+                    else "the largest client-received payload Mbps")
+            notes.append(f"{label}: alarm thresholds at 100/90/80 % of {what} "
+                         f"({target['max_mbps']:,.1f} Mbps at {at}): {levels} "
+                         "(cachemark thresholds writes them as a CloudFormation mapping).")
+    notes += [f"warning: {w}" for p in points for w in p["warnings"]]
+    return [Block(title=title, lines=lines, columns=columns, rows=rows, notes=notes,
+                  left=1 + int(many_phases) + len(fields))]

@@ -123,7 +123,9 @@ class ServerFigures(_Record):
     net_mbps_p70: Figure | None = None
     net_in_mbps_p90: Figure | None = None
     net_out_mbps_p90: Figure | None = None
+    net_out_mbps_p70: Figure | None = None
     cpu_pct_p90: Figure | None = None
+    cpu_pct_p50: Figure | None = None
     used_memory_bytes: Figure | None = None
     evictions: Figure | None = None
     samples: list[ServerSample] = Field(default_factory=list)
