@@ -18,13 +18,14 @@ from cachemark.lab import spawn_server
 from cachemark.measure.histogram import Histogram
 from cachemark.run.worker import Worker, WorkerTask
 from cachemark.spec import Workload
+from cachemark.target import parse_target
 
 
 def measure(url: str, ops: int, seed: int) -> tuple[float, float]:
     """(ops/s, p50 µs) of one in-process worker running get=90,set=10 on 1,000 keys."""
     workload = Workload(keys=1000, mix="get=90,set=10", value_size=200, ops=ops, duration=None, warmup=0,
                         workers=1, seed=seed)
-    worker = Worker(WorkerTask(url, f"cm:bench{seed}:", workload.model_dump(), 0, 1))
+    worker = Worker(WorkerTask(parse_target(url), f"cm:bench{seed}:", workload.model_dump(), 0, 1))
     worker.backend.open()
     worker.prefill()
     start = time.perf_counter()

@@ -36,7 +36,7 @@ def bare_loop(ops: int) -> float:
 
 def cachemark_loop(ops: int, mix: str, url: str) -> float:
     workload = Workload(keys=10_000, mix=mix, ops=ops, duration=None, warmup=0, workers=1, prefill=False)
-    task = WorkerTask(url, "cm:bench:", workload.model_dump(), 0, 1)
+    task = WorkerTask(parse_target(url), "cm:bench:", workload.model_dump(), 0, 1)
     worker = Worker(task)
     worker.backend.open()
     phase = workload.effective_phases()[0]
