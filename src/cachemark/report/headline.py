@@ -1,11 +1,391 @@
-"""Each preset's own figure: the table its reference's author printed, computed from the results."""
+"""Each preset's own figure: the table its reference's author printed, computed from the results.
+
+A preset declares ``headline`` (and, for ``baseline``, which configuration the others are
+shown against); :func:`headline_blocks` turns a results document into that figure as
+:class:`~.blocks.Block` s, which the terminal, Markdown and HTML draw alike. Every figure's
+arithmetic is a small pure function here (``seconds_per_1000``, ``harness_ops_per_s``,
+``latency_total_s``, ``percent_of``…), so a test can hold the printed numbers to it. A figure
+resting on too few samples is marked (``*``) or withheld (``-``), never printed as if it
+were as good as the others.
+"""
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
 from typing import Any
 
+from ..measure.histogram import Histogram
+from ..measure.summary import latency_histogram
+from ..results.names import run_name
 from .blocks import Block
+from .data import op_summary
+from .table import fmt_latency, fmt_rate
+
+FEW = "*"  # the mark on a figure from too few samples; each block's notes say what it means
+MIN_P99_SAMPLES = 30  # a p99 of fewer ops is one of the few largest values, not a percentile
+MIN_RATE_SAMPLES = 30
+DROPPED_NOTE = "writes were dropped: these timings are of a cache that stores nothing"
 
 
 def headline_blocks(document: dict[str, Any]) -> list[Block]:
-    return []
+    """The figure the experiment's ``headline`` names; none when it names none (or nothing ran)."""
+    kind = (document.get("experiment") or {}).get("headline")
+    if not kind:
+        return []
+    if kind == "bandwidth":
+        from . import thresholds
+
+        build: Callable[[dict[str, Any]], list[Block]] | None = getattr(thresholds, "bandwidth_headline", None)
+        return list(build(document)) if build is not None else []
+    builder = BUILDERS.get(kind)
+    if builder is None or not _measured(document):
+        return []
+    return builder(document)
+
+
+# --- shared ---------------------------------------------------------------------------
+
+
+def _measured(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [run for run in document.get("runs", []) if run.get("status") in ("ok", "interrupted")
+            and run.get("phases")]
+
+
+def _not_measured(document: dict[str, Any]) -> list[str]:
+    return [f"{run_name(run)}: {run.get('status')}: {run.get('reason') or 'no result'}"
+            for run in document.get("runs", []) if run.get("status") not in ("ok", "interrupted")
+            or not run.get("phases")]
+
+
+def _config_name(run: dict[str, Any]) -> str:
+    """The run's name without its repeat number: the configuration its repeats share."""
+    return run_name({**run, "repeat": None})
+
+
+def _phase(run: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((p for p in run.get("phases", []) if p.get("name", "main") == name), None)
+
+
+def _count(phase: dict[str, Any] | None) -> int:
+    return sum(op.get("count", 0) for op in (phase or {}).get("ops", {}).values())
+
+
+def _seconds(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+# --- 000: timeit -------------------------------------------------------------------------
+
+
+def seconds_per_1000(wall_s: float, count: int) -> float | None:
+    """What ``timeit`` prints for a loop of 1000 ops: the loop's wall time, scaled to 1000 ops."""
+    return wall_s / count * 1000 if count > 0 else None
+
+
+def timeit_summary(values: list[float]) -> tuple[float | None, float | None]:
+    """(min, median) of the repeats, as one reads ``timeit.repeat``'s list."""
+    return (min(values), statistics.median(values)) if values else (None, None)
+
+
+def writes_dropped(run: dict[str, Any]) -> str | None:
+    """Why this run's timings are of a cache that stores nothing, or None.
+
+    The write-then-read probe's finding (``run["dropped_writes"]``), or, without one, a get
+    phase that found nothing right after a set phase wrote its keys.
+    """
+    if run.get("dropped_writes"):
+        return str(run["dropped_writes"])
+    names = [p.get("name", "main") for p in run.get("phases", [])]
+    for i, phase in enumerate(run.get("phases", [])):
+        get = phase.get("ops", {}).get("get")
+        wrote = any("set" in p.get("ops", {}) and p["ops"]["set"].get("count") for p in run["phases"][:i])
+        if get and wrote and get.get("count") and not get.get("hits") and get.get("misses"):
+            return f"the {names[i]} phase found none of the keys the phases before it wrote"
+    return None
+
+
+def timeit_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+    """Per configuration × phase: seconds per 1000 ops of each repeat, min, median, × the fastest."""
+    groups: dict[tuple[str, str], list[tuple[int, float | None]]] = {}
+    dropped: dict[str, str] = {}
+    for run in _measured(document):
+        name = _config_name(run)
+        why = writes_dropped(run)
+        if why:
+            dropped.setdefault(name, why)
+        for phase in run["phases"]:
+            value = seconds_per_1000(phase.get("wall_s") or 0.0, _count(phase))
+            groups.setdefault((name, phase.get("name", "main")), []).append((run.get("repeat") or 0, value))
+    repeats = max((len(v) for v in groups.values()), default=0)
+    medians: dict[str, list[float]] = {}
+    figures = {}
+    for (name, phase), values in groups.items():
+        values.sort(key=lambda item: item[0])
+        per = [v for _, v in values if v is not None]
+        low, mid = timeit_summary(per)
+        figures[(name, phase)] = (values, low, mid)
+        if mid is not None and name not in dropped:
+            medians.setdefault(phase, []).append(mid)
+    columns = ["backend", "phase", *(f"repeat {i + 1}" for i in range(repeats)), "min", "median", "× fastest"]
+    rows, notes = [], []
+    few = False
+    for (name, phase), (values, low, mid) in figures.items():
+        cells = [_seconds(v) for _, v in values] + [""] * (repeats - len(values))
+        best = min(medians.get(phase, []), default=None)
+        if name in dropped:
+            factor = "writes dropped"
+        elif mid is None or not best:
+            factor = "-"
+        else:
+            factor = f"{mid / best:.1f}×"
+        median = _seconds(mid)
+        if len(values) < 3 and mid is not None:
+            median, few = median + FEW, True
+        label = f"{name} [writes dropped]" if name in dropped else name
+        rows.append([label, phase, *cells, _seconds(low), median, factor])
+    if few:
+        notes.append(f"Marked {FEW}: a median of fewer than timeit's 3 repeats (run with --repeat 3).")
+    for name, why in dropped.items():
+        notes.append(f"{name}: {DROPPED_NOTE}. Found by: {why}")
+    return columns, rows, notes
+
+
+def timeit_headline(document: dict[str, Any]) -> list[Block]:
+    columns, rows, notes = timeit_rows(document)
+    return [Block(
+        title="timeit: seconds per 1000 ops, each repeat (reference 000)",
+        lines=["Each phase's wall time ÷ its ops × 1000: what `timeit.Timer(loop of 1000).repeat(3, number=1)` "
+               "prints. Read the min (the least disturbed repeat) and the median; × fastest is the median "
+               "against the fastest cache that kept its writes."],
+        columns=columns, rows=rows, notes=notes + _not_measured(document), left=2,
+    )]
+
+
+# --- 002: Mollenhour's cache-benchmark ---------------------------------------------------
+
+TAG_OPS = (("read", "get"), ("write", "set"), ("clean", "clean"))
+
+
+def harness_ops_per_s(count: int, mean_us: float | None, clients: int) -> float | None:
+    """cache-benchmark's "ops/s": each client's count ÷ the time it spent in that op, summed
+    over the clients — with clients doing equal shares, count ÷ Σ latency × clients."""
+    if not count or not mean_us:
+        return None
+    return count / (mean_us * count / 1e6) * clients
+
+
+def wall_ops_per_s(count: int, wall_s: float) -> float | None:
+    return count / wall_s if count and wall_s > 0 else None
+
+
+def _rate(value: float | None, count: int) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:.3g}" if value < 100 else fmt_rate(value)  # a few ops/s keep their digits
+    return text + (FEW if count < MIN_RATE_SAMPLES else "")
+
+
+def tag_clean_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+    columns = ["backend"]
+    for what, _ in TAG_OPS:
+        columns += [f"{what} ops/s (harness)", f"{what} ops/s (wall)"]
+    rows, notes, few = [], [], False
+    sequences = set()
+    for run in _measured(document):
+        for phase in run["phases"]:
+            wall = phase.get("wall_s") or 0.0
+            clients = phase.get("workers") or 1
+            ops = phase.get("ops", {})
+            row = [_config_name(run) if len(run["phases"]) == 1 else f"{_config_name(run)}: {phase.get('name')}"]
+            for _, op_name in TAG_OPS:
+                op = ops.get(op_name) or {}
+                count = op.get("count", 0)
+                mean = op_summary(op, wall).get("mean_us") if count else None
+                few = few or 0 < count < MIN_RATE_SAMPLES
+                row += [_rate(harness_ops_per_s(count, mean, clients), count),
+                        _rate(wall_ops_per_s(count, wall), count)]
+            rows.append(row)
+            sequences.add(tuple(sorted((name, op.get("count", 0)) for name, op in ops.items())))
+    if len(sequences) == 1:
+        (sequence,) = sequences
+        notes.append("Every backend replayed the same op sequence: "
+                     + ", ".join(f"{count:,} {name}" for name, count in sequence) + ".")
+    elif sequences:
+        notes.append("The backends did NOT do the same ops (a time cap or errors ended some early): "
+                     "their rates are not of the same work.")
+    if few:
+        notes.append(f"Marked {FEW}: from fewer than {MIN_RATE_SAMPLES} ops, a rough rate.")
+    return columns, rows, notes
+
+
+def tag_clean_headline(document: dict[str, Any]) -> list[Block]:
+    columns, rows, notes = tag_clean_rows(document)
+    return [Block(
+        title="read / write / clean-by-tag ops/s (reference 002, Mollenhour's cache-benchmark)",
+        lines=["harness: as cache-benchmark.php computes it, each client's ops ÷ the time it spent in "
+               "that op type, summed over the clients (= count ÷ Σ latency × clients): the rate of a "
+               "client doing nothing else. wall: count ÷ the phase's wall-clock time, all ops of "
+               "all clients sharing it."],
+        columns=columns, rows=rows, notes=notes + _not_measured(document),
+    )]
+
+
+# --- 003: DiskCache's DjangoCache percentile tables --------------------------------------
+
+
+def latency_total_s(op: dict[str, Any]) -> float:
+    """Σ latency of the op's successful outcomes, from its histograms: mean × count."""
+    hists = {k: Histogram.decode(v) for k, v in (op.get("histograms") or {}).items()}
+    hist = latency_histogram(hists)
+    return hist.mean * hist.total / 1e9
+
+
+def fmt_total(seconds: float) -> str:
+    """Σ latency as the reference prints it: 28.962s, 265.399ms, 576.973µs."""
+    if seconds >= 1:
+        return f"{seconds:.3f}s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f}ms"
+    return f"{seconds * 1e6:.3f}µs"
+
+
+def percentile_cells(op: dict[str, Any], wall_s: float) -> tuple[list[str], bool]:
+    """Median, P90, P99, Max; a 1-op figure has no percentile, a p99 of < 30 ops is marked."""
+    count = op.get("count", 0)
+    summary = op_summary(op, wall_s)
+    if count <= 1:
+        return ["-", "-", "-", fmt_latency(summary.get("max_us")) if count else "-"], False
+    p99 = fmt_latency(summary.get("p99_us"))
+    few = count < MIN_P99_SAMPLES
+    if few:
+        p99 += FEW
+    return [fmt_latency(summary.get("p50_us")), fmt_latency(summary.get("p90_us")), p99,
+            fmt_latency(summary.get("max_us"))], few
+
+
+def percentile_table(run: dict[str, Any]) -> tuple[list[list[str]], bool]:
+    rows, few = [], False
+    total_count, total_s = 0, 0.0
+    many = len(run["phases"]) > 1
+    for phase in run["phases"]:
+        wall = phase.get("wall_s") or 0.0
+        for name, op in phase.get("ops", {}).items():
+            count = op.get("count", 0)
+            cells, marked = percentile_cells(op, wall)
+            few = few or marked
+            seconds = latency_total_s(op)
+            total_count, total_s = total_count + count, total_s + seconds
+            action = f"{phase.get('name')}:{name}" if many else name
+            rows.append([action, f"{count:,}", f"{op.get('misses', 0):,}", *cells, fmt_total(seconds)])
+    rows.append(["Total", f"{total_count:,}", "", "", "", "", "", fmt_total(total_s)])
+    return rows, few
+
+
+def percentiles_headline(document: dict[str, Any]) -> list[Block]:
+    blocks = []
+    counts = set()
+    any_few = False
+    for run in _measured(document):
+        rows, few = percentile_table(run)
+        any_few = any_few or few
+        counts.add(sum(_count(p) for p in run["phases"]))
+        blocks.append(Block(
+            title=f"Timings for {run_name(run)}",
+            columns=["Action", "Count", "Miss", "Median", "P90", "P99", "Max", "Total"],
+            rows=rows,
+        ))
+    if blocks:
+        same = (f"every backend did the same {next(iter(counts)):,} timed ops" if len(counts) == 1 else
+                "the backends did NOT do the same number of ops: compare the Totals with care")
+        blocks[0].lines = [
+            "Reference 003's table per backend: Miss counts gets that found nothing and deletes of a "
+            "key that was not there; Total is Σ latency (mean × count, from the histograms), the time "
+            f"the application spent waiting on the cache; {same}."]
+        if any_few:
+            blocks[-1].notes.append(f"Marked {FEW}: a P99 from fewer than {MIN_P99_SAMPLES} ops (the largest few "
+                                    "values, not a percentile). A 1-op row has no percentile (-).")
+        blocks[-1].notes += _not_measured(document)
+    return blocks
+
+
+# --- 004: Rails local vs remote, % of one baseline ---------------------------------------
+
+
+def percent_of(value: float | None, base: float | None) -> float | None:
+    """``value`` as a percentage of ``base``: the reference's "Comparison to Baseline"."""
+    if value is None or not base:
+        return None
+    return value / base * 100
+
+
+def _fixed(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.6f}"  # as Benchmark.bm prints "real"
+
+
+def _profile(run: dict[str, Any]) -> str:
+    return (run.get("network") or {}).get("profile") or ""
+
+
+def choose_baseline(runs: list[dict[str, Any]], wanted: str | None) -> tuple[dict[str, Any] | None, str]:
+    """The run every other one is shown against: ``label@profile``, ``label``, or the first."""
+    if not runs:
+        return None, ""
+    if not wanted:
+        return runs[0], ""
+    label, _, profile = wanted.partition("@")
+    for run in runs:
+        if run["label"] == label and (not profile or _profile(run) == profile):
+            return run, ""
+    return runs[0], f"baseline {wanted!r} is not among the measured configurations: the first stands in."
+
+
+def baseline_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+    runs = _measured(document)
+    base, problem = choose_baseline(runs, (document.get("experiment") or {}).get("baseline"))
+    base_read = _phase(base, "read") if base else None
+    base_time = base_read.get("wall_s") if base_read and _count(base_read) > 1 else None
+    n = _count(base_read)
+    columns = ["Configuration", "iterations", "read block (s)", "write (s)", "delete (s)", "Comparison to Baseline"]
+    rows, notes = [], [problem] if problem else []
+    for run in runs:
+        read, write, delete = _phase(run, "read"), _phase(run, "write"), _phase(run, "delete")
+        count = _count(read)
+        time = read.get("wall_s") if read else None
+        if run is base:
+            relative = "--"
+        elif count <= 1 or base_time is None:
+            relative = "-"  # one sample: no comparison
+        else:
+            pct = percent_of(time, base_time)
+            relative = "-" if pct is None else f"{pct:.0f}%"
+            if count != n:
+                relative += FEW
+        rows.append([_config_name(run), f"{count:,}", _fixed(time), _fixed((write or {}).get("wall_s")),
+                     _fixed((delete or {}).get("wall_s")), relative])
+    if base is not None:
+        notes.insert(0, f"baseline: {_config_name(base)}.")
+    if any(r[-1].endswith(FEW) for r in rows):
+        notes.append(f"Marked {FEW}: this configuration ran a different number of iterations than the baseline.")
+    if base_time is None and base is not None:
+        notes.append("the baseline's read block has one op or none: no comparison is made.")
+    return columns, rows, notes
+
+
+def baseline_headline(document: dict[str, Any]) -> list[Block]:
+    columns, rows, notes = baseline_rows(document)
+    return [Block(
+        title="Time of the block per configuration, and % of baseline (reference 004)",
+        lines=["The read block is the N iterations of exist? + fetch (the read phase's wall time, what "
+               "Benchmark.bm reports as real); the single write and delete around it are shown apart. "
+               "Every configuration is compared with the same baseline."],
+        columns=columns, rows=rows, notes=notes + _not_measured(document),
+    )]
+
+
+BUILDERS: dict[str, Callable[[dict[str, Any]], list[Block]]] = {
+    "timeit": timeit_headline,
+    "tag-clean": tag_clean_headline,
+    "percentiles": percentiles_headline,
+    "baseline": baseline_headline,
+}

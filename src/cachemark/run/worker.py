@@ -29,6 +29,7 @@ from ..backends import create_backend
 from ..backends.base import Backend
 from ..errors import PrefillFailed, UserError, is_bug
 from ..measure.recorder import ERROR, FLUSH_AT, HIT, MISS, OK, Recorder
+from ..schemes import scheme
 from ..spec import Phase, Workload
 from ..target import Target
 from ..textfile import one_line
@@ -36,7 +37,10 @@ from ..workload.ops import MixEntry, OpStream, mix_entries, split_ops, stream_se
 from ..workload.values import make_value, value_header, value_matches
 from .messages import Done, Fatal, PhaseReport
 
-READ, WRITE, BOOL, MANY = 0, 1, 2, 3
+# how an op's result is classified: READ (None is a miss), WRITE (ok), BOOL (exists: False is a
+# miss, and ends a sequence), MANY (a hit when every key came back), DELETE (the backend's
+# ``delete`` says whether the key existed: False is a miss, as reference 003 counts them)
+READ, WRITE, BOOL, MANY, DELETE = 0, 1, 2, 3, 4
 PRECOMPUTE_KEYS = 2_000_000
 PROGRESS_EVERY_NS = 100_000_000
 
@@ -211,7 +215,7 @@ class Worker:
             return (lambda key, k, value: set_(key, value, ttl)), WRITE
         if op == "delete":
             delete = b.delete
-            return (lambda key, k, value: delete(key)), WRITE
+            return (lambda key, k, value: delete(key)), DELETE
         if op == "exists":
             exists = b.exists
             return (lambda key, k, value: exists(key)), BOOL
@@ -264,7 +268,8 @@ class Worker:
         many_count = self.workload.get_many_count
         verify_reads = self.workload.verify_reads
         read_every = int(1 / verify_reads) if verify_reads > 0 else 0
-        verify_writes = self.workload.verify_writes
+        # null:// keeps nothing by design: its writes are not checked (they would all be "dropped")
+        verify_writes = self.workload.verify_writes if scheme(task.target.scheme).stores else 0
         write_every = int(1 / verify_writes) if verify_writes > 0 else 0
         read_count = write_count = 0
         interval = int(1e9 * task.workers / phase.rate) if open_loop else 0
@@ -325,7 +330,7 @@ class Worker:
                                     if write_count >= write_every:
                                         write_count = 0
                                         self._check_canary(recorder, op, size)
-                        elif kind == BOOL:
+                        elif kind in (BOOL, DELETE):
                             outcome = HIT if result else MISS
                         else:  # MANY: a hit when every key was found
                             outcome = HIT if len(result) == many_count else MISS

@@ -1,0 +1,233 @@
+"""Each preset prints its reference's own figure: run small, through the real command line.
+
+Every test holds the printed figure to arithmetic done here, from the saved results
+(histograms decoded afresh), not to the module's own helpers.
+"""
+
+import copy
+import json
+import re
+import statistics
+
+import pytest
+
+from cachemark.measure.histogram import Histogram
+from cachemark.report.headline import headline_blocks
+
+RATE = re.compile(r"^([0-9.,]+)(k|M)?\*?$")
+
+
+def rate_value(text: str) -> float:
+    number, unit = RATE.match(text).groups()
+    return float(number.replace(",", "")) * {None: 1, "k": 1e3, "M": 1e6}[unit]
+
+
+def seconds_value(text: str) -> float:
+    number, unit = re.match(r"^([0-9.]+)(s|ms|µs)$", text).groups()
+    return float(number) * {"s": 1.0, "ms": 1e-3, "µs": 1e-6}[unit]
+
+
+def sigma_latency_s(op: dict) -> float:
+    """Σ latency of an op's successful outcomes, straight from its saved histograms."""
+    total = Histogram()
+    for outcome in ("hit", "miss", "ok"):
+        if outcome in op.get("histograms", {}):
+            total.add(Histogram.decode(op["histograms"][outcome]))
+    return total.mean * total.total / 1e9
+
+
+def run_preset(cachemark, tmp_path, *args: str) -> tuple[object, dict]:
+    result = cachemark("run", *args, "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+    return result, json.loads((tmp_path / "out.json").read_text())
+
+
+def table_line(stdout: str, *cells: str) -> list[str]:
+    """The terminal line holding every one of ``cells``, split on runs of 2+ spaces."""
+    for line in stdout.splitlines():
+        if all(cell in line for cell in cells):
+            return re.split(r"\s{2,}", line.strip())
+    raise AssertionError(f"no line with {cells} in:\n{stdout}")
+
+
+def test_timeit_seconds_per_1000_per_repeat_and_dropped_writes_marked(tmp_path, cachemark):
+    result, document = run_preset(cachemark, tmp_path, "django-s3-vs-memcached", "--ops", "20")
+    assert result.returncode == 1, result.stderr  # the dummy cache drops writes: exit 1 by design
+    assert "timeit: seconds per 1000 ops" in result.stdout
+    s3 = [r for r in document["runs"] if r["backend"]["scheme"] == "s3"]
+    assert s3 and all(r["backend"]["info"]["key_naming"] == "sha1" and r["backend"]["info"]["encoding"] == "pickle"
+                      for r in s3)  # django-s3-cache's layout reached the backend
+    (block,) = headline_blocks(document)
+    assert block.columns[:5] == ["backend", "phase", "repeat 1", "repeat 2", "repeat 3"]
+    assert len(block.rows) == 4 * 2  # 4 caches × (set, get)
+    for label in document["experiment"]["labels"]:
+        runs = sorted((r for r in document["runs"] if r["label"] == label), key=lambda r: r["repeat"])
+        assert [r["repeat"] for r in runs] == [0, 1, 2]
+        for phase in ("set", "get"):
+            per_1000 = []
+            for run in runs:
+                (p,) = [p for p in run["phases"] if p["name"] == phase]
+                (op,) = p["ops"].values()
+                assert op["count"] == 20  # --ops scales timeit's loop
+                per_1000.append(p["wall_s"] / op["count"] * 1000)
+            (row,) = [r for r in block.rows if r[0].startswith(label) and r[1] == phase]
+            figures = [float(c.rstrip("*")) for c in row[2:7]]
+            expected = [*per_1000, min(per_1000), statistics.median(per_1000)]
+            assert figures == pytest.approx(expected, rel=1e-3)
+            dropped = label.startswith("misconfigured")
+            assert ("[writes dropped]" in row[0]) == dropped
+            assert (row[-1] == "writes dropped") == dropped
+            line = table_line(result.stdout, row[0], f" {phase} ")
+            assert line[2:7] == row[2:7]  # the terminal prints these very figures
+    assert "writes were dropped: these timings are of a cache that stores nothing" in result.stdout
+    # without the probe's finding, a get phase that found none of the keys just set is enough
+    bare = copy.deepcopy(document)
+    for run in bare["runs"]:
+        run["dropped_writes"] = None
+    rows = headline_blocks(bare)[0].rows
+    assert [r[0].endswith("[writes dropped]") for r in rows] == [r[0].endswith("[writes dropped]")
+                                                                  for r in block.rows]
+
+
+def test_tag_clean_rates_as_the_harness_and_the_wall_clock_count_them(tmp_path, cachemark):
+    result, document = run_preset(cachemark, tmp_path, "magento-clean-by-tag", "--ops", "2000", "--keys", "300")
+    assert result.returncode == 0, result.stderr
+    assert document["experiment"]["workload"]["duration"] is None  # ends by count, never by a time cap
+    (block,) = headline_blocks(document)
+    assert block.columns == ["backend", "read ops/s (harness)", "read ops/s (wall)", "write ops/s (harness)",
+                             "write ops/s (wall)", "clean ops/s (harness)", "clean ops/s (wall)"]
+    sequences = set()
+    for run, row in zip(document["runs"], block.rows, strict=True):
+        (phase,) = run["phases"]
+        assert phase["workers"] == 4
+        ops = phase["ops"]
+        assert sum(op["count"] for op in ops.values()) == 2000
+        sequences.add(tuple((name, ops[name]["count"]) for name in sorted(ops)))
+        for i, name in enumerate(("get", "set", "clean")):
+            op = ops[name]
+            harness = op["count"] / sigma_latency_s(op) * phase["workers"]
+            wall = op["count"] / phase["wall_s"]
+            assert rate_value(row[1 + 2 * i]) == pytest.approx(harness, rel=0.01)
+            assert rate_value(row[2 + 2 * i]) == pytest.approx(wall, rel=0.01)
+            assert row[1 + 2 * i].endswith("*") == (op["count"] < 30)  # a rate from a handful of ops is marked
+        assert table_line(result.stdout, row[0], row[1])[1:] == row[1:]
+    assert len(sequences) == 1  # every backend replayed the same op sequence
+    assert "Every backend replayed the same op sequence" in result.stdout
+    assert "count ÷ Σ latency × clients" in result.stdout
+
+
+def test_op_streams_are_the_same_for_every_backend():
+    from cachemark.spec import Workload
+    from cachemark.workload.ops import OpStream
+
+    workload = Workload(keys=10000, key_dist="uniform", mix={"get": 999, "set": 1, "clean": 1}, ops=200000,
+                        workers=4)
+    (phase,) = workload.effective_phases()
+    assert phase.duration is None and phase.ops == 200000
+
+    def stream(worker: int) -> list:
+        return [list(b) for b in OpStream(workload, phase, worker, 4, 5000).batches()]
+
+    assert stream(2) == stream(2)  # a second backend gets the very same ops, keys and sizes
+    assert stream(1) != stream(2)  # and each client its own
+
+
+def test_percentile_tables_with_totals_and_delete_misses(tmp_path, cachemark):
+    result, document = run_preset(cachemark, tmp_path, "diskcache-django", "--ops", "2000", "--warmup-ops", "0",
+                                  "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    blocks = headline_blocks(document)
+    assert [b.title for b in blocks] == [f"Timings for {label}" for label in document["experiment"]["labels"]]
+    counts = set()
+    for run, block in zip(document["runs"], blocks, strict=True):
+        assert block.columns == ["Action", "Count", "Miss", "Median", "P90", "P99", "Max", "Total"]
+        ops = run["phases"][0]["ops"]
+        total = 0.0
+        for row in block.rows[:-1]:
+            op = ops[row[0]]
+            assert row[1] == f"{op['count']:,}" and row[2] == f"{op['misses']:,}"
+            sigma = sigma_latency_s(op)
+            total += sigma
+            assert seconds_value(row[7]) == pytest.approx(sigma, rel=2e-3, abs=2e-9)
+            assert row[5].endswith("*") == (op["count"] < 30)  # a p99 of a handful of ops is marked
+        assert ops["delete"]["hits"] + ops["delete"]["misses"] == ops["delete"]["count"]  # deletes count misses
+        assert ops["set"]["misses"] == 0
+        last = block.rows[-1]
+        assert last[0] == "Total" and last[1] == f"{sum(op['count'] for op in ops.values()):,}"
+        assert seconds_value(last[7]) == pytest.approx(total, rel=2e-3)
+        counts.add(last[1])
+        title = result.stdout.index(block.title)
+        assert table_line(result.stdout[title:], "get", block.rows[0][1]) == block.rows[0]
+    assert counts == {"2,000"}  # every backend ran the same op count
+    locmem = document["runs"][0]["phases"][0]["ops"]
+    assert locmem["get"]["misses"] > 0  # per-process caches with culling: the reference's high miss count
+
+
+def test_delete_of_a_missing_key_is_a_miss():
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    workload = Workload(keys=40, key_dist="uniform", mix="set=30,delete=70", ops=2000, duration=None, warmup=0,
+                        workers=1, prefill=False)
+    ops = run_target("memory://", workload).phases[0]["ops"]
+    delete = ops["delete"]
+    assert delete["hits"] > 0 and delete["misses"] > 0  # more deletes than sets: many keys are already gone
+    assert delete["hits"] + delete["misses"] == delete["count"]
+    assert delete["hits"] <= ops["set"]["count"]  # a delete can only find what a set put there
+    assert Histogram.decode(delete["histograms"]["miss"]).total == delete["misses"]
+
+
+def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path, cachemark):
+    result, document = run_preset(cachemark, tmp_path, "rails-local-vs-remote", "--ops", "40",
+                                  "--network", "same-host,same-zone")
+    assert result.returncode == 0, result.stderr
+    (block,) = headline_blocks(document)
+    assert block.columns[0] == "Configuration" and block.columns[-1] == "Comparison to Baseline"
+    runs = document["runs"]
+    assert [r["display"] for r in runs] == [row[0] for row in block.rows]
+    reads = [next(p for p in r["phases"] if p["name"] == "read") for r in runs]
+    assert all(sum(op["count"] for op in p["ops"].values()) == 40 for p in reads)  # --ops scales the block
+    assert all(len(r["phases"]) == 3 for r in runs)
+    base = reads[0]["wall_s"]  # redis on the same host
+    assert block.rows[0][-1] == "--"
+    for read, row in zip(reads[1:], block.rows[1:], strict=True):
+        assert float(row[2]) == pytest.approx(read["wall_s"], abs=1e-6)
+        assert float(row[-1].rstrip("%")) == pytest.approx(read["wall_s"] / base * 100, abs=0.51)
+    assert table_line(result.stdout, block.rows[-1][0], block.rows[-1][2])[-1] == block.rows[-1][-1]
+    # one baseline for every target, chosen by label@profile
+    other = copy.deepcopy(document)
+    other["experiment"]["baseline"] = "memcached@same-zone"
+    rows = headline_blocks(other)[0].rows
+    (chosen,) = [i for i, r in enumerate(rows) if r[-1] == "--"]
+    assert rows[chosen][0] == "memcached [same-zone]"
+    assert float(rows[0][-1].rstrip("%")) == pytest.approx(base / reads[chosen]["wall_s"] * 100, abs=0.51)
+    # a 1-op block has no "% of baseline"
+    single = copy.deepcopy(document)
+    read = next(p for p in single["runs"][1]["phases"] if p["name"] == "read")
+    next(iter(read["ops"].values()))["count"] = 1
+    assert headline_blocks(single)[0].rows[1][-1] == "-"
+
+    markdown = cachemark("report", "out.json", "-f", "markdown", "-o", "-", cwd=tmp_path)
+    assert markdown.returncode == 0, markdown.stderr
+    header = "| Configuration | iterations | read block (s) | write (s) | delete (s) | Comparison to Baseline |"
+    assert header in markdown.stdout
+    assert "| " + " | ".join(block.rows[1]) + " |" in markdown.stdout
+    html = cachemark("report", "out.json", "-f", "html", "-o", "r.html", cwd=tmp_path)
+    assert html.returncode == 0, html.stderr
+    page = (tmp_path / "r.html").read_text()
+    section = page[page.index('<section class="headline">'):]
+    section = section[:section.index("</section>")]
+    assert "<th class=\"r\">Comparison to Baseline</th>" in section
+    assert f'<td class="r">{block.rows[1][-1]}</td>' in section
+
+
+def test_no_headline_without_the_field_and_bandwidth_is_the_thresholds_module(monkeypatch):
+    from cachemark.report import thresholds
+    from cachemark.report.blocks import Block
+
+    assert headline_blocks({"experiment": {"name": "x"}, "runs": []}) == []
+    document = {"experiment": {"headline": "bandwidth"}, "runs": []}
+    sentinel = Block(title="bandwidth")
+    monkeypatch.setattr(thresholds, "bandwidth_headline", lambda doc: [sentinel], raising=False)
+    assert headline_blocks(document) == [sentinel]
+    monkeypatch.delattr(thresholds, "bandwidth_headline")
+    assert headline_blocks(document) == []  # before thresholds.py has it, nothing breaks
