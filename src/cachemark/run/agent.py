@@ -1,0 +1,461 @@
+"""What runs on an agent: one slice of a distributed run, on one Dask worker's host.
+
+Two halves. :func:`run_agent` is the Dask task: it runs in a Dask worker's thread pool
+(never on its event loop) and starts the agent proper as a plain subprocess,
+``python -m cachemark.run.agent``, because a Dask worker under a nanny is a *daemonic*
+process and multiprocessing refuses daemonic processes children (the Python path's
+worker processes), and because a subprocess can be killed and accounted for (CPU) on its
+own. The task relays between the subprocess (JSON lines on its stdin and stdout) and the
+coordinator (``distributed`` Queue, Variable and Event objects, named per run):
+
+    agent → coordinator   hello (pid, host, CPUs) · ready k · started k (start lag) · progress ·
+                          ended k · phase k (the phase record: encoded HDR histograms, counters,
+                          CPU, schedule lag, per-second series with their histograms) · error ·
+                          done (the agent process's CPU) · died (exit status, stderr tail) · beat
+    coordinator → agent   go k (a start time on the coordinator's clock; the task turns it into
+                          this host's wall clock with the offset the coordinator measured) · stop
+
+:func:`main` is the subprocess: the Python path runs the runner's own supervision of worker
+processes (forkserver, barrier, fault handling) over this agent's slice of the *global*
+worker indices, so every key stream is the one a single-host run would use; the engine
+path runs the engine runner's phases on a per-agent share of the workload. Both hold each
+timed phase at its start until the coordinator's "go", then start at the given instant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue as queue_mod
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+BEAT_S = 1.0  # how often the task tells the coordinator it is alive (and its ops done)
+
+
+# --- the Dask task -------------------------------------------------------------------------
+
+
+def run_agent(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one agent's slice in a subprocess; relay its events to the coordinator. Returns a short
+    summary (the data itself travels through the coordinator's queue as it arrives)."""
+    from distributed import Event, Queue, Variable
+
+    agent = spec["agent"]
+    up = Queue(spec["names"]["up"])
+    stop = Event(spec["names"]["stop"])
+    if stop.is_set():  # the run is already over (a task resubmitted after its worker was lost)
+        return {"agent": agent, "exit": None}
+
+    def send(event: str, **fields: Any) -> None:
+        up.put({"agent": agent, "event": event, **fields})
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cachemark.run.agent"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        # a process group of its own: a terminal's Ctrl-C does not reach it (we stop it), and killpg
+        # ends its fork server and workers too; the same session: under CPU contention, a session
+        # (an autogroup of the kernel's scheduler) per agent would give agents an unfair share
+        stderr=subprocess.PIPE, text=True, bufsize=1, process_group=0,
+        env=_agent_environment(),
+    )
+    lines: queue_mod.Queue[str | None] = queue_mod.Queue()
+    tail: list[str] = []
+
+    def read_out() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.put(line)
+        lines.put(None)
+
+    def read_err() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            tail.append(line.rstrip())
+            del tail[:-20]
+
+    threading.Thread(target=read_out, daemon=True).start()
+    threading.Thread(target=read_err, daemon=True).start()
+
+    def tell(message: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            proc.stdin.write(json.dumps(message) + "\n")  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+
+    tell(spec)
+    waiting: int | None = None  # the phase whose "go" we wait for
+    stopped = finished = False
+    last_beat = 0.0
+    done = 0
+    exited_at: float | None = None
+    while True:
+        try:
+            line = lines.get(timeout=0.1)
+        except queue_mod.Empty:
+            line = ""
+            if proc.poll() is not None:  # gone: its last lines have a moment to arrive
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at > 1.0:
+                    break
+        if line is None:
+            break
+        if line:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = {"event": "noise", "text": line[:200]}
+            event = message.pop("event", "noise")
+            if event == "ready":
+                waiting = message["phase"]
+            if event == "progress":
+                done = message.get("done", 0)
+            elif event == "done":
+                finished = True
+            if event not in ("progress", "noise"):
+                send(event, **message)
+        if waiting is not None:
+            try:
+                go = Variable(f"{spec['names']['go']}-{waiting}").get(timeout=0.05)
+            except TimeoutError:
+                go = None
+            if go is not None:
+                if go.get("abort"):
+                    tell({"stop": go["abort"]})
+                    stopped = True
+                else:
+                    tell({"go": waiting, "at": go["at"] + spec["clock"]["offset_s"]})
+                waiting = None
+        now = time.monotonic()
+        if now - last_beat >= BEAT_S:
+            last_beat = now
+            send("beat", done=done)
+            if not stopped and stop.is_set():
+                tell({"stop": "the coordinator stopped the run"})
+                stopped = True
+    try:
+        code = proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    if not finished:
+        # Its fork server and workers (its process group: the agent leads one of its
+        # own) would otherwise wait out their barrier, or run ops, with nobody to report to.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        send("died", message=f"agent process {proc.pid} ended without reporting ({death(code)})",
+             stderr=tail[-5:])
+    return {"agent": agent, "exit": code}
+
+
+def _agent_environment() -> dict[str, str]:
+    """The Dask worker's environment without what its nanny set for Dask's own sake: a
+    ``MALLOC_TRIM_THRESHOLD_`` of 64 KiB makes glibc hand memory back at every turn, which
+    slows an allocating Python op loop (a single-host run has glibc's default)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        import dask
+
+        for name, value in (dask.config.get("distributed.nanny.pre-spawn-environ") or {}).items():
+            if name == "MALLOC_TRIM_THRESHOLD_" and env.get(name) == str(value):
+                del env[name]
+    except Exception:  # noqa: BLE001 — an unusual dask config: keep the environment as it is
+        pass
+    return env
+
+
+def death(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+# --- the agent process ---------------------------------------------------------------------
+
+
+class _Out:
+    """JSON lines to the task, one writer at a time (the clock thread and the main thread)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.lock = stream, threading.Lock()
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, **fields})
+        with self.lock, contextlib.suppress(OSError, ValueError):
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+
+class Gate:
+    """The runners' phase monitor, seen from an agent: each timed phase waits here for the
+    coordinator's start time, then starts on it; its end and record go back to the coordinator.
+
+    Commands come on stdin (read by a thread); "stop", or stdin closing (the task or its Dask
+    worker is gone), interrupts this process as Ctrl-C would, so what was measured is kept."""
+
+    def __init__(self, out: _Out, stdin: Any) -> None:
+        self.out = out
+        self.go: dict[int, float] = {}
+        self.stopped: str | None = None
+        self.changed = threading.Condition()
+        self.started: dict[int, float] = {}  # phase -> this host's wall clock at its start
+        self.lag: dict[int, float] = {}
+        threading.Thread(target=self._listen, args=(stdin,), daemon=True).start()
+
+    def _listen(self, stdin: Any) -> None:
+        for line in stdin:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            with self.changed:
+                if "go" in message:
+                    self.go[int(message["go"])] = float(message["at"])
+                if "stop" in message:
+                    self.stopped = str(message["stop"])
+                self.changed.notify_all()
+            if "stop" in message:
+                os.kill(os.getpid(), signal.SIGINT)
+        with self.changed:
+            if self.stopped is None:
+                self.stopped = "the Dask task went away"
+                self.changed.notify_all()
+            else:
+                return
+        os.kill(os.getpid(), signal.SIGINT)
+
+    # the PhaseMonitor interface (run/monitor.py) the runners call
+    def phase_coming(self, index: int) -> None:
+        pass
+
+    def phase_started(self, index: int) -> None:
+        self.out("ready", phase=index)
+        with self.changed:
+            self.changed.wait_for(lambda: index in self.go or self.stopped is not None)
+            at = self.go.get(index)
+        if at is None:
+            return  # stopped: the SIGINT we sent ourselves ends the run
+        while (left := at - time.time()) > 0:
+            time.sleep(min(left, 0.05) if left > 0.002 else left)
+        now = time.time()
+        self.started[index] = now
+        self.lag[index] = now - at
+        self.out("started", phase=index, lag_s=now - at)
+
+    def phase_ended(self, index: int, total_ops: int) -> None:
+        self.out("ended", phase=index, ops=total_ops)
+
+    def attach(self, index: int, phase: dict[str, Any]) -> None:
+        phase["server"] = None  # the coordinator samples the server once, not every agent
+        if "start_wall" not in phase:  # the engine path: it starts right after the gate opens
+            start = self.started.get(index, time.time())
+            phase["start_wall"], phase["end_wall"] = start, start + phase["wall_s"]
+        phase["start_lag_s"] = self.lag.get(index)
+        self.out("phase", phase=index, record=phase)
+
+    def stop_all(self) -> None:
+        pass
+
+
+def _cpu_total() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _merge_keeping_seconds(merge: Any) -> Any:
+    """The runner's phase merge, plus what the coordinator needs for an exact merge across
+    agents: the per-second series with their histograms, and the phase's start and end on
+    this host's wall clock (from the workers' monotonic clock: CLOCK_MONOTONIC is one clock
+    for every process of a host)."""
+
+    def merged(phase: Any, parts: list[Any], workload: Any) -> dict[str, Any]:
+        record = merge(phase, parts, workload)
+        seconds: dict[int, dict[str, Any]] = {}
+        from ..measure.histogram import Histogram
+
+        for part in parts:
+            for entry in part.timeseries:
+                into = seconds.setdefault(entry["t"], {"t": entry["t"], "ops": 0, "errors": 0, "_h": Histogram()})
+                into["ops"] += entry["ops"]
+                into["errors"] += entry["errors"]
+                into["_h"].add(Histogram.decode(entry["histogram"]))
+        record["timeseries"] = [
+            {"t": s["t"], "ops": s["ops"], "errors": s["errors"], "histogram": s["_h"].encode()}
+            for s in (seconds[t] for t in sorted(seconds))
+        ]
+        wall_now, mono_now = time.time(), time.perf_counter_ns()
+        record["start_wall"] = wall_now - (mono_now - min(p.start_ns for p in parts)) / 1e9
+        record["end_wall"] = wall_now - (mono_now - max(p.end_ns for p in parts)) / 1e9
+        record["workers"] = len(parts)
+        return record
+
+    return merged
+
+
+def _python_path(spec: dict[str, Any], gate: Gate, out: _Out) -> tuple[list[dict[str, Any]], str, str]:
+    from ..spec import Workload
+    from ..target import parse_target
+    from .worker import WorkerTask
+
+    target = parse_target(spec["target"])
+    workload = Workload.model_validate(spec["workload"])
+    first, count = spec["workers"]
+    tasks = [WorkerTask(target, spec["namespace"], spec["workload"], w, spec["total_workers"], spec["shared"])
+             for w in range(first, first + count)]
+    return supervise(tasks, workload, gate, out)
+
+
+def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[list[dict[str, Any]], str, str]:
+    """The runner's worker supervision (``runner._supervise``) for a slice of *global* worker
+    indices: the shared board has a slot per global worker, and deaths are told by worker id.
+    Returns (phase records, status, reason)."""
+    from ..errors import Crash, UserError
+    from . import runner
+    from .error_policy import ErrorWatch
+    from .messages import Done, Fatal, PhaseReport
+    from .worker import Board, worker_main
+
+    ctx = runner._context()
+    n, total = len(tasks), tasks[0].workers
+    results: Any = ctx.Queue()
+    barrier = ctx.Barrier(n + 1)
+    board = Board(ctx.RawArray("q", total), ctx.RawArray("q", total), ctx.RawArray("b", 1))
+    procs = {t.worker: ctx.Process(target=worker_main, args=(t, results, barrier, board), daemon=True) for t in tasks}
+    watch = ErrorWatch(workload)
+    halted: dict[int, float] = {}
+    phases = workload.effective_phases()
+    clock = threading.Thread(target=runner._phase_clock, args=(barrier, len(phases), gate), daemon=True)
+    per_phase: dict[int, list[Any]] = {}
+    finished: set[int] = set()
+    fatal: list[Any] = []
+    interrupted = False
+    current = 0
+    last_progress = 0.0
+    try:
+        with runner._interrupts_deferred():
+            for p in procs.values():
+                p.start()
+        clock.start()
+        while len(finished) < n:
+            try:
+                message = results.get(timeout=0.1)
+            except queue_mod.Empty:
+                message = None
+            if isinstance(message, PhaseReport):
+                per_phase.setdefault(message.index, []).append(message)
+                interrupted |= message.interrupted
+            elif isinstance(message, Fatal):
+                fatal.append(message)
+                board.halt[0] = 1
+                barrier.abort()
+                runner._signal_all(list(procs.values()), signal.SIGINT)
+            elif isinstance(message, Done):
+                finished.add(message.worker)
+            dead = [w for w, p in procs.items() if not p.is_alive() and w not in finished]
+            if dead:
+                time.sleep(0.2)  # its last messages may still be in flight
+                if results.empty():
+                    code = procs[dead[0]].exitcode
+                    fatal.append(Fatal(dead[0], f"worker {dead[0]} died ({death(code)})",
+                                       "killed" if code is not None and code < 0 else "crash"))
+                    barrier.abort()
+                    finished.update(dead)
+            if current not in halted and watch.should_stop(sum(board.done), sum(board.failed)):
+                halted[current] = watch.failing_since_wall or time.time()
+                board.halt[0] = 1
+            if time.monotonic() - last_progress >= 1.0:
+                last_progress = time.monotonic()
+                out("progress", done=sum(board.done))
+            if len(per_phase.get(current, [])) == n:
+                gate.phase_ended(current, sum(op["count"] for part in per_phase[current] for op in part.ops.values()))
+                current += 1
+                board.reset()
+                watch.reset()
+    except KeyboardInterrupt:
+        interrupted = True
+        board.halt[0] = 1
+        runner._signal_all(list(procs.values()), signal.SIGINT)
+        barrier.abort()
+        runner._drain(results, per_phase, finished, list(procs.values()), timeout=10)
+    finally:
+        barrier.abort()
+        for p in procs.values():
+            if p.pid is None:
+                continue
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    crashes = [f for f in fatal if f.kind == "crash"]
+    if crashes:
+        raise Crash(crashes[0].message, crashes[0].traceback)
+    if fatal and not per_phase:
+        raise UserError(fatal[0].message)
+    status, reason = "ok", ""
+    if fatal:
+        status, reason = "failed", fatal[0].message
+    elif interrupted and not halted:
+        status, reason = "interrupted", gate.stopped or "interrupted"
+    merge = _merge_keeping_seconds(runner._merge_phase)
+    records = []
+    for i in sorted(per_phase):
+        record = merge(phases[i], per_phase[i], workload)
+        record["stopped_on_errors"] = watch.reason(record, halted[i]) if i in halted else None
+        gate.attach(i, record)
+        records.append(record)
+    return records, status, reason
+
+
+def _engine_path(spec: dict[str, Any], gate: Gate) -> list[dict[str, Any]]:
+    from ..spec import Workload
+    from ..target import parse_target
+    from .engine_runner import run_engine_phases
+
+    return run_engine_phases(parse_target(spec["target"]), Workload.model_validate(spec["workload"]),
+                             spec["namespace"], gate)
+
+
+def main() -> None:
+    """``python -m cachemark.run.agent``: one spec line on stdin, JSON-line events on stdout."""
+    from ..errors import Crash, UserError
+
+    # The protocol gets a descriptor of its own that no child inherits (os.dup's are not
+    # inheritable), and fd 1 becomes stderr: a fork server or worker outliving us must not
+    # hold the task's pipe open, and nothing else may write into the protocol.
+    # A LocalCluster's workers run with the terminal's signals blocked (distributed.connect),
+    # and so did we, from them: SIGINT is how a stop reaches this process.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    out = _Out(os.fdopen(os.dup(1), "w", buffering=1))
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    spec = json.loads(sys.stdin.readline())
+    out("hello", pid=os.getpid(), host=socket.gethostname(), cpus=os.cpu_count())
+    gate = Gate(out, sys.stdin)
+    cpu0 = _cpu_total()
+    try:
+        if spec["engine"]:
+            _engine_path(spec, gate)
+        else:
+            _, status, reason = _python_path(spec, gate, out)
+            if status != "ok":
+                out("status", status=status, reason=reason)
+    except KeyboardInterrupt:
+        out("status", status="interrupted", reason=gate.stopped or "interrupted")
+    except UserError as exc:
+        out("error", kind="user", message=str(exc))
+    except Crash as exc:
+        out("error", kind="crash", message=str(exc), traceback=exc.details)
+    except Exception as exc:  # noqa: BLE001 — reported to the coordinator, which decides
+        out("error", kind="crash", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late stop must not cut the last report
+    out("done", cpu_s=_cpu_total() - cpu0)
+
+
+if __name__ == "__main__":
+    main()
