@@ -51,16 +51,21 @@ class Scheme:
     stores: bool = True  # False: keeps nothing by design (null://), so the dropped-writes probe skips it
     # survives a restart of the cache: True, False, or None when its configuration decides (Redis: RDB/AOF)
     persistent: bool | None = None
+    # ``client=`` values naming a driver in another stack (run/driver.py), for schemes without a client choice
+    drivers: frozenset[str] = frozenset()
 
     def allowed(self) -> list[str]:
         names = set(self.params | COMMON_PARAMS)
         if self.engine:
             names |= ENGINE_PARAMS | {"client"}
+        if self.drivers:
+            names.add("client")
         return sorted(names)
 
     def takes(self, name: str) -> bool:
         return name in self.params or name in COMMON_PARAMS or (
             self.engine is not None and (name in ENGINE_PARAMS or name == "client")) or (
+            name == "client" and bool(self.drivers)) or (
             self.open_params is not None and re.fullmatch(self.open_params, name) is not None)
 
 
@@ -74,6 +79,7 @@ class LabKind:
     options: frozenset[str] = field(default_factory=frozenset)  # server options in the spawn: URL
 
 
+_DRIVERS = frozenset({"ruby-activesupport"})  # Rails' MemoryStore and FileStore (docs/drivers.md)
 _REDIS = frozenset({"client", "hiredis", "socket_timeout", "socket_connect_timeout"})
 _REDIS_TLS = _REDIS | {"ssl_cert_reqs", "ssl_ca_certs"}
 _MEMCACHED = frozenset({"client", "binary", "connect_timeout", "no_delay", "noreply", "timeout"})
@@ -99,10 +105,12 @@ def _mysql(name: str) -> Scheme:
 
 
 _SCHEMES = {s.name: s for s in (
-    Scheme("memory", "cachemark.backends.memory:MemoryBackend", params=frozenset({"max_entries"}), persistent=False),
+    Scheme("memory", "cachemark.backends.memory:MemoryBackend", params=frozenset({"max_entries"}), persistent=False,
+           drivers=_DRIVERS),
     Scheme("null", "cachemark.backends.null:NullBackend", params=frozenset({"hit", "size"}), stores=False,
            persistent=False),
-    Scheme("file", "cachemark.backends.file:FileBackend", params=frozenset({"fanout"}), embedded="", persistent=True),
+    Scheme("file", "cachemark.backends.file:FileBackend", params=frozenset({"fanout"}), embedded="", persistent=True,
+           drivers=_DRIVERS),
     Scheme("diskcache", "cachemark.backends.diskcache:DiskCacheBackend", "diskcache",
            frozenset({"eviction_policy", "shards", "size_limit", "timeout"}), embedded="", persistent=True),
     Scheme("sqlite", "cachemark.backends.sqlite:SqliteBackend",
@@ -204,6 +212,9 @@ def check_params(target: Target) -> None:
         return
     row = scheme(target.scheme, target.redacted)
     for name, value in target.params.items():
+        if name == "client" and row.engine is None and row.drivers and value not in row.drivers:
+            raise SpecError(f"{target.redacted}: client={value!r}; {row.name}:// takes client= only to name a "
+                            f"driver: {', '.join(sorted(row.drivers))}")
         if not row.takes(name):
             raise SpecError(f"{target.redacted}: unknown parameter {name!r} for {row.name}://; "
                             f"it takes {', '.join(row.allowed())}")

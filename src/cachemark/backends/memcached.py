@@ -27,6 +27,7 @@ from ..target import Target
 from .base import Backend, Capabilities, CleanupFailed
 
 _CLIENTS = ("pymemcache", "pylibmc")
+_DRIVERS = ("ruby-activesupport",)  # drivers in other stacks (docs/drivers.md)
 _DELETE_BATCH = 1000
 
 
@@ -50,6 +51,8 @@ class MemcachedBackend(Backend):
     def __init__(self, target: Target, namespace: str) -> None:
         super().__init__(target, namespace)
         self.client_name = target.param("client", "pymemcache") or "pymemcache"
+        if self.client_name in _DRIVERS:  # the driver runs the load (run/driver.py); pymemcache checks and cleans up
+            self.client_name = "pymemcache"
         if self.client_name not in _CLIENTS:
             raise SpecError(
                 f"{target.redacted}: client={self.client_name!r}; use one of {', '.join(_CLIENTS)}"

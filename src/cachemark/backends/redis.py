@@ -28,6 +28,7 @@ from .base import Backend, Capabilities, cleanup_failed
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 _CLIENTS = ("redis-py",)
+_DRIVERS = ("ruby-activesupport",)  # drivers in other stacks (docs/drivers.md)
 _UNLINK_BATCH = 500
 
 
@@ -42,6 +43,8 @@ class RedisBackend(Backend):
     def __init__(self, target: Target, namespace: str) -> None:
         super().__init__(target, namespace)
         client = target.param("client", "redis-py")
+        if client in _DRIVERS:  # the driver runs the load (run/driver.py); redis-py checks and cleans up
+            client = "redis-py"
         if client not in _CLIENTS:
             raise SpecError(f"{target.redacted}: client={client!r} is not served here; use redis-py")
         requested = target.params.get("hiredis")

@@ -166,6 +166,12 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
                 outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
             _fail_on_errors(outcome)
             return
+        from .driver import driver_for, run_driver_phases
+
+        if driver_for(target) is not None:  # a program in another stack runs the load (docs/drivers.md)
+            run_driver_phases(target, workload, namespace, outcome, monitor)
+            _fail_on_errors(outcome)
+            return
         shared = outcome.backend["capabilities"].get("shared", True)
         tasks = [WorkerTask(target, namespace, workload.model_dump(), w, workload.workers, shared)
                  for w in range(workload.workers)]

@@ -1,0 +1,544 @@
+"""Runs for ``?client=<driver>`` targets: the load driven by a small program in another stack.
+
+A driver (``drivers/<stack>/``) is the application's own client — Rails.cache in Ruby, say —
+running cachemark's op stream natively. This module owns the Python side of the driver
+protocol (docs/drivers.md): it starts one driver process per worker, hands each its
+pre-generated ops before the clock starts, says ``go`` to all together, and turns the
+per-op outcomes and latencies they send back (binary arrays) into the same phase dicts
+the Python workers and the engine produce. Every exchange has a deadline: a driver that
+dies or hangs ends the run as failed, with one line saying which and why, never as a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendMissing, BackendUnavailable, PrefillFailed, UnsupportedOp
+from ..measure.histogram import COUNTS_LEN, Histogram, bucket_indexes
+from ..measure.recorder import ERROR, Recorder
+from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
+from ..schemes import scheme
+from ..spec import Phase, Workload
+from ..target import Target
+from ..textfile import one_line
+from ..workload.ops import OpStream, mix_entries, split_ops, stream_seed
+from .worker import arrival_gaps
+
+PROTOCOL = 1
+DRIVER_OPS = frozenset({"get", "set", "delete", "exists", "get_many"})
+# A closed-loop phase bounded by time only gets this many pre-generated ops per worker,
+# which the driver cycles through until the deadline.
+CYCLE_OPS = 100_000
+HELLO_TIMEOUT_S = 30.0
+REPLY_TIMEOUT_S = 60.0  # setup, ops upload, bye; plus per-op allowances for prefill and go
+INTERRUPT_TIMEOUT_S = 10.0  # after Ctrl-C: how long a driver may take to report what it ran
+PER_OP_TIMEOUT_S = 0.002  # a generous bound on one op of a count-bounded phase (Ruby: ~50 µs)
+DRIVERS_DIR = Path(os.environ.get("CACHEMARK_DRIVERS", Path(__file__).resolve().parents[3] / "drivers"))
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    """A driver: how to start it and what to install when its runtime is missing."""
+
+    name: str
+    runtime_env: str  # an environment variable naming the runtime's executable
+    runtime: str  # its default
+    script: str  # under DRIVERS_DIR
+    install: str
+    schemes: frozenset[str]
+    framework: str  # the library (in hello's "libraries") whose version names the client
+
+    def command(self) -> list[str]:
+        runtime = os.environ.get(self.runtime_env, self.runtime)
+        found = shutil.which(runtime)
+        if found is None:
+            raise BackendMissing(f"client={self.name} needs {runtime!r}, which is not installed: {self.install} "
+                                 f"(or set {self.runtime_env})")
+        script = DRIVERS_DIR / self.script
+        if not script.is_file():
+            raise BackendMissing(f"client={self.name}: the driver {script} is missing (set CACHEMARK_DRIVERS)")
+        return [found, str(script)]
+
+
+DRIVERS = {d.name: d for d in (
+    DriverSpec("ruby-activesupport", "CACHEMARK_RUBY", "ruby", "ruby/cachemark_driver.rb",
+               "apt-get install ruby ruby-activesupport ruby-dalli ruby-redis",
+               frozenset({"redis", "rediss", "valkey", "valkeys", "memcached", "memory", "file"}), "activesupport"),
+)}
+
+
+def driver_for(target: Target) -> DriverSpec | None:
+    """The driver a target's ``client`` parameter names, or None (a Python client or the engine)."""
+    return DRIVERS.get(target.param("client") or "")
+
+
+class DriverFailed(Exception):
+    """A driver died, hung or broke the protocol: the run failed (one line)."""
+
+
+class DriverProcess:
+    """One driver process and the framed exchange with it (docs/drivers.md), every step with a deadline."""
+
+    def __init__(self, spec: DriverSpec, worker: int) -> None:
+        self.spec, self.worker = spec, worker
+        command = spec.command()  # BackendMissing before anything is opened
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 — kept for the process's life, closed in close()
+        try:
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self.stderr, preexec_fn=_die_with_parent, close_fds=True)
+        except OSError as exc:  # not executable, not a program
+            self.stderr.close()
+            raise DriverFailed(f"driver {spec.name} (worker {worker}) cannot start {command[0]}: "
+                               f"{exc.strerror or exc}") from None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.inp, self.out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        os.set_blocking(self.inp, False)
+        os.set_blocking(self.out, False)
+        self.buf = bytearray()
+        self.stage = "hello"
+
+    # -- framing ------------------------------------------------------------------
+    def send(self, msg: dict[str, Any], blob: bytes = b"", timeout: float = REPLY_TIMEOUT_S) -> None:
+        self.stage = msg["type"]
+        header = dict(msg, blob=len(blob)) if blob else msg
+        view = memoryview(json.dumps(header).encode() + b"\n" + blob)
+        deadline = time.monotonic() + timeout
+        while view:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([], [self.inp], [], remaining)[1]:
+                raise self._failed(f"did not take {msg['type']!r} within {timeout:g} s", hung=True)
+            try:
+                view = view[os.write(self.inp, view):]
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                raise self._failed(f"exited before taking {msg['type']!r}") from None
+
+    def recv(self, timeout: float) -> tuple[dict[str, Any], bytes]:
+        deadline = time.monotonic() + timeout
+        while (end := self.buf.find(b"\n")) < 0:
+            self._fill(deadline, timeout)
+        try:
+            msg = json.loads(self.buf[:end])
+        except ValueError:
+            line = one_line(bytes(self.buf[:end]).decode(errors="replace"), 120)
+            raise self._failed(f"sent a line that is not JSON: {line}") from None
+        del self.buf[:end + 1]
+        size = int(msg.get("blob") or 0)
+        while len(self.buf) < size:
+            self._fill(deadline, timeout)
+        blob = bytes(self.buf[:size])
+        del self.buf[:size]
+        return msg, blob
+
+    def _fill(self, deadline: float, timeout: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([self.out], [], [], remaining)[0]:
+            raise self._failed(f"did not answer {self.stage!r} within {timeout:g} s", hung=True)
+        try:
+            chunk = os.read(self.out, 1 << 20)
+        except BlockingIOError:
+            return
+        if not chunk:
+            raise self._failed(f"exited during {self.stage!r}")
+        self.buf += chunk
+
+    def request(self, msg: dict[str, Any], blob: bytes = b"", timeout: float = REPLY_TIMEOUT_S,
+                expect: str = "") -> tuple[dict[str, Any], bytes]:
+        self.send(msg, blob, timeout)
+        reply, data = self.recv(timeout)
+        self.check(reply, expect)
+        return reply, data
+
+    def check(self, reply: dict[str, Any], expect: str) -> None:
+        if reply.get("type") == "error":
+            text = one_line(str(reply.get("message", "")), 300)
+            if reply.get("kind") == "missing":
+                raise BackendMissing(text)
+            if reply.get("kind") == "unsupported":
+                raise UnsupportedOp(text)
+            if reply.get("kind") == "setup":
+                raise BackendUnavailable(f"client={self.spec.name}: {text}")
+            raise self._failed(f"answered {self.stage!r} with an error: {text}")
+        if expect and reply.get("type") != expect:
+            raise self._failed(f"answered {self.stage!r} with {reply.get('type')!r}, not {expect!r}")
+
+    # -- ending -------------------------------------------------------------------
+    def _failed(self, what: str, hung: bool = False) -> DriverFailed:
+        if hung:
+            self.kill()
+        code = self._exit_code()
+        tail = self._stderr_tail()
+        status = "" if code is None else (f" (killed by {signal.Signals(-code).name})" if code < 0 else
+                                          f" (exit code {code})")
+        return DriverFailed(f"driver {self.spec.name} (worker {self.worker}) {what}{status}"
+                            + (f": {tail}" if tail else ""))
+
+    def _exit_code(self) -> int | None:
+        try:
+            return self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _stderr_tail(self) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            self.stderr.seek(0)
+            lines = [ln for ln in self.stderr.read().decode(errors="replace").splitlines() if ln.strip()]
+            return one_line(lines[-1], 300) if lines else ""
+        return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+
+    def close(self) -> None:
+        """Say bye (bounded), then make sure the process is gone."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(DriverFailed, OSError, ValueError):
+                self.request({"type": "bye"}, timeout=5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()  # type: ignore[union-attr]
+
+
+def _die_with_parent() -> None:
+    """A driver never outlives cachemark (and so never runs ops against the user's server)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+# -- what the driver is told ------------------------------------------------------
+
+
+def setup_message(target: Target, workload: Workload, namespace: str, worker: int) -> dict[str, Any]:
+    row = scheme(target.scheme)
+    port = row.default_port or 0
+    servers = [[host or "127.0.0.1", given or port] for host, given in target.hosts] or [["127.0.0.1", port]]
+    redis_like = row.stats == "redis"
+    path = target.path.strip("/")
+    sizes = workload.sizes
+    extra: dict[str, Any] = {}
+    if row.embedded is not None:  # a local store: no server; file:// gets the run's own directory
+        servers = []
+        if target.scheme == "file":
+            from ..backends.file import PrivateDir, local_path, run_temp_dir
+
+            extra["path"] = PrivateDir(local_path(target) or run_temp_dir("file", namespace), namespace).path
+    return extra | {
+        "type": "setup", "protocol": PROTOCOL, "scheme": target.scheme, "servers": servers,
+        "db": int(path) if redis_like and path.isdigit() else 0,
+        "username": target.username, "password": target.password, "tls": row.tls,
+        "namespace": namespace, "worker": worker, "keys": workload.keys, "ttl_s": workload.ttl,
+        "sizes": {"kind": sizes.kind, "sizes": list(sizes.sizes)},
+        "get_many_count": workload.get_many_count,
+        "timeout_s": target.float_param("socket_timeout" if redis_like else "timeout", 5.0),
+        "connect_timeout_s": target.float_param("socket_connect_timeout" if redis_like else "connect_timeout", 2.0),
+    }
+
+
+@dataclass
+class OpBatch:
+    """One worker's pre-generated ops for one phase (or its warm-up)."""
+
+    entries: np.ndarray  # u8: index into the mix entries
+    keys: np.ndarray  # u32: key id
+    sizes: np.ndarray  # u32: value size
+    at: np.ndarray | None  # u64: intended send time, ns after go (open loop)
+    cycle: bool  # closed loop bounded by time: the driver repeats the batch until the deadline
+
+    def blob(self) -> bytes:
+        parts = [self.entries.astype("u1").tobytes(), self.keys.astype("<u4").tobytes(),
+                 self.sizes.astype("<u4").tobytes()]
+        if self.at is not None:
+            parts.append(self.at.astype("<u8").tobytes())
+        return b"".join(parts)
+
+
+def op_batch(workload: Workload, phase: Phase, worker: int, purpose: str, limit: int | None,
+             duration: float | None, rate: float | None) -> OpBatch:
+    workers = workload.workers
+    cycle = False
+    if rate is not None and duration and limit is None:
+        limit = math.ceil(rate / workers * duration) + 1  # every op due before the deadline
+    if limit is None:
+        limit, cycle = CYCLE_OPS, True
+    chunks = list(OpStream(workload, phase, worker, workers, max(limit, 1), purpose).batches())
+    entries = np.concatenate([np.asarray(c[0], dtype=np.uint8) for c in chunks])[:limit]
+    keys = np.concatenate([np.asarray(c[1], dtype=np.uint32) for c in chunks])[:limit]
+    sizes = np.concatenate([np.asarray(c[2], dtype=np.uint32) for c in chunks])[:limit]
+    at = None
+    if rate is not None:
+        interval = int(1e9 * workers / rate)
+        rng = stream_seed(workload.seed, phase.name, worker, purpose + "/arrivals")
+        gaps = arrival_gaps(phase.arrival or workload.arrival, interval, rng)
+        at = np.zeros(limit, dtype=np.uint64)
+        if limit > 1:
+            at[1:] = np.cumsum(np.fromiter((next(gaps) for _ in range(limit - 1)), dtype=np.int64, count=limit - 1))
+    return OpBatch(entries, keys, sizes, at, cycle)
+
+
+# -- what it sends back -----------------------------------------------------------
+
+
+def worker_result(entries: list[str], batch: OpBatch, reply: dict[str, Any], blob: bytes
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One driver's ``done``: per-entry op results (docs/contracts.md) and its per-second series."""
+    count = int(reply["count"])
+    if len(blob) != 17 * count:
+        raise DriverFailed(f"results of {len(blob)} bytes for {count} ops (expected {17 * count})")
+    outcome = np.frombuffer(blob, dtype=np.uint8, count=count).astype(np.int64)
+    starts = np.frombuffer(blob[count:9 * count], dtype="<u8").astype(np.int64)
+    service = np.frombuffer(blob[9 * count:], dtype="<u8").astype(np.int64)
+    n = len(batch.entries)
+    index = np.arange(count) % max(n, 1)
+    entry = batch.entries[index].astype(np.int64) if count else np.zeros(0, dtype=np.int64)
+    if np.any(entry >= len(entries)):
+        raise DriverFailed("results name an op entry that was not sent")
+    codes = entry * 4 + np.minimum(outcome, ERROR)
+    open_loop = batch.at is not None
+    recorder = Recorder(entries, open_loop=open_loop)
+    if open_loop:
+        assert batch.at is not None
+        corrected = np.maximum(starts + service - batch.at[index].astype(np.int64), service)
+        Recorder._add(recorder.counts, codes, corrected)  # type: ignore[arg-type]
+        Recorder._add(recorder.counts_uncorrected, codes, service)  # type: ignore[arg-type]
+        latency = corrected
+    else:
+        Recorder._add(recorder.counts, codes, service)  # type: ignore[arg-type]
+        latency = service
+    kinds = list(reply.get("error_kinds") or [])
+    failed = outcome >= ERROR
+    for code in np.unique(outcome[failed]).tolist():
+        kind = kinds[code - ERROR] if code - ERROR < len(kinds) else f"kind{code - ERROR}"
+        for e, c in enumerate(np.bincount(entry[outcome == code], minlength=len(entries)).tolist()):
+            if c:
+                recorder.errors[e][kind] += c
+    for e, kind, c in reply.get("extra_errors") or []:
+        if 0 <= int(e) < len(entries):
+            recorder.errors[int(e)][str(kind)] += int(c)
+    recorder.bytes_in = [int(b) for b in reply.get("bytes_in") or [0] * len(entries)]
+    recorder.bytes_out = [int(b) for b in reply.get("bytes_out") or [0] * len(entries)]
+    return recorder.result(), _series(starts + service, latency, failed)
+
+
+def _series(ends: np.ndarray, latency: np.ndarray, failed: np.ndarray) -> list[dict[str, Any]]:
+    """Per second of the phase (by completion): ops, errors and the successes' latencies."""
+    if not len(ends):
+        return []
+    second = ends // 1_000_000_000
+    out = []
+    for t in range(int(second.max()) + 1):
+        mask = second == t
+        ok = mask & ~failed
+        counts = np.bincount(bucket_indexes(latency[ok]), minlength=COUNTS_LEN) if ok.any() else None
+        out.append({"t": t, "ops": int(mask.sum()), "errors": int((mask & failed).sum()),
+                    "histogram": Histogram(counts).encode()})
+    return out
+
+
+# -- the run ----------------------------------------------------------------------
+
+
+def check_workload(spec: DriverSpec, target: Target, workload: Workload) -> None:
+    """Refuse, before any driver starts, what this driver cannot run."""
+    if target.scheme not in spec.schemes:
+        raise UnsupportedOp(f"client={spec.name} runs {', '.join(sorted(spec.schemes))} targets, "
+                            f"not {target.scheme}://")
+    if workload.tags is not None:
+        raise UnsupportedOp(f"client={spec.name} does not run tagged workloads")
+    for phase in workload.effective_phases():
+        for entry in mix_entries(phase.mix or workload.mix):
+            for op in entry.steps:
+                if op not in DRIVER_OPS:
+                    raise UnsupportedOp(f"client={spec.name} does not run {op!r}; it runs "
+                                        f"{', '.join(sorted(DRIVER_OPS))}")
+
+
+def run_driver_phases(target: Target, workload: Workload, namespace: str, outcome: Any, monitor: Any = None) -> None:
+    """Every phase of ``workload`` through the target's driver, into ``outcome`` (phases, backend
+    info, and ``failed`` with one line when a driver dies or hangs)."""
+    spec = driver_for(target)
+    assert spec is not None
+    check_workload(spec, target, workload)
+    info = outcome.backend.setdefault("info", {})
+    for stale in ("hiredis", "client_class", "noreply", "no_delay", "client_version"):  # the Python client's
+        info.pop(stale, None)  # (it only checks and cleans up), even when the driver cannot start
+    info["client"] = spec.name
+    drivers: list[DriverProcess] = []
+    try:
+        for w in range(workload.workers):
+            drivers.append(DriverProcess(spec, w))
+        hellos = [d.recv(HELLO_TIMEOUT_S) for d in drivers]
+        for d, (hello, _) in zip(drivers, hellos, strict=True):
+            d.check(hello, "hello")
+            if hello.get("protocol") != PROTOCOL:
+                raise DriverFailed(f"driver {spec.name} speaks protocol {hello.get('protocol')}, not {PROTOCOL}")
+        for w, d in enumerate(drivers):
+            d.send(setup_message(target, workload, namespace, w))
+        ready = [d.recv(REPLY_TIMEOUT_S) for d in drivers]
+        for d, (reply, _) in zip(drivers, ready, strict=True):
+            d.check(reply, "ready")
+        hello, reply = hellos[0][0], ready[0][0]
+        libraries = hello.get("libraries") or {}
+        framework = libraries.get(spec.framework, "")
+        library = "" if reply.get("client_library") == spec.framework else (
+            f"{reply.get('client_library')} {reply.get('client_version')}, ")
+        info.update({"client": spec.name, "driver": spec.name, "runtime": hello.get("runtime"),
+                     "store": reply.get("client"), "client_library": reply.get("client_library"),
+                     "client_library_version": reply.get("client_version"), "libraries": libraries,
+                     # as the report prints it: "ruby-activesupport 6.1.7.10 (dalli 3.0.6, ruby 3.1.7)"
+                     "client_version": f"{framework} ({library}{hello.get('runtime')})".strip()})
+        _run_phases(drivers, target, workload, outcome, monitor)
+    except DriverFailed as exc:
+        outcome.status, outcome.reason = "failed", str(exc)
+    finally:
+        for d in drivers:
+            d.close()
+
+
+def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload, outcome: Any,
+                monitor: Any) -> None:
+    for index, phase in enumerate(workload.effective_phases()):
+        entries = [e.name for e in mix_entries(phase.mix or workload.mix)]
+        shared = outcome.backend.get("capabilities", {}).get("shared", True)
+        if index == 0 and workload.prefill and _prefill(drivers, target, workload, shared):
+            outcome.phases.append(_phase_record(phase, workload, [], interrupted=True))
+            outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
+            return
+        if phase.warmup_ops or (phase.warmup and phase.warmup_ops is None):
+            n = len(drivers)
+            limits = [split_ops(phase.warmup_ops, w, n) for w in range(n)]
+            _go(drivers, [op_batch(workload, phase, w, "warmup", limits[w], phase.warmup, None)
+                          for w in range(n)], entries, workload, None if phase.warmup_ops else phase.warmup)
+        batches = [op_batch(workload, phase, w, "timed", split_ops(phase.ops, w, len(drivers)), phase.duration,
+                            phase.rate) for w in range(len(drivers))]
+        if monitor is not None:
+            monitor.phase_coming(index)
+            monitor.phase_started(index)
+        replies = _go(drivers, batches, entries, workload, phase.duration)
+        parts = [worker_result(entries, b, reply, blob) for b, (reply, blob) in zip(batches, replies, strict=True)]
+        record = _phase_record(phase, workload, [r for r, _ in replies],
+                               ops=summarize_ops(merge_ops([p for p, _ in parts]),
+                                                 max(r["wall_ns"] for r, _ in replies) / 1e9),
+                               series=merge_timeseries([s for _, s in parts]))
+        if monitor is not None:
+            monitor.phase_ended(index, sum(op["count"] for op in record["ops"].values()))
+            monitor.attach(index, record)
+        outcome.phases.append(record)
+        if record["interrupted"]:
+            outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
+            return
+        if record["stopped_on_errors"]:
+            return
+
+
+def _prefill(drivers: list[DriverProcess], target: Target, workload: Workload, shared: bool) -> bool:
+    """Each driver writes its share of the keys (all of them when each has a private cache, as
+    Rails' MemoryStore in each process); a refusal is one PrefillFailed line. True: Ctrl-C."""
+    n = len(drivers)
+    shares = [np.arange(w if shared else 0, workload.keys, n if shared else 1, dtype=np.uint32) for w in range(n)]
+    for w, (d, ids) in enumerate(zip(drivers, shares, strict=True)):
+        sizes = workload.sizes.draw(stream_seed(workload.seed, "prefill", w), len(ids)).astype("<u4")
+        d.send({"type": "prefill", "count": len(ids)}, ids.astype("<u4").tobytes() + sizes.tobytes())
+    replies = [d.recv(REPLY_TIMEOUT_S + PER_OP_TIMEOUT_S * len(ids)) for d, ids in zip(drivers, shares, strict=True)]
+    refused = sum(int(r.get("refused", 0)) for r, _ in replies)
+    for d, (reply, _) in zip(drivers, replies, strict=True):
+        d.check(reply, "prefilled")
+    if refused:
+        sizes = workload.sizes
+        shown = f"{sizes.sizes[0]:,}-byte values" if len(set(sizes.sizes)) == 1 else (
+            f"values of {sizes.min:,}–{sizes.max:,} bytes")
+        sample = next((r.get("error_sample") for r, _ in replies if r.get("error_sample")), "")
+        raise PrefillFailed(f"{target.redacted}: {target.scheme} refused {shown} during prefill ({refused:,} of "
+                            f"{workload.keys:,} writes refused, through {drivers[0].spec.name}): {sample}")
+    return any(r.get("interrupted") for r, _ in replies)
+
+
+def _go(drivers: list[DriverProcess], batches: list[OpBatch], entries: list[str], workload: Workload,
+        duration: float | None) -> list[tuple[dict[str, Any], bytes]]:
+    """Upload every worker's ops, then ``go`` to all at once; their ``done`` replies."""
+    for d, batch in zip(drivers, batches, strict=True):
+        d.send({"type": "ops", "entries": [e.split("+") for e in entries], "count": len(batch.entries),
+                "schedule": batch.at is not None}, batch.blob())
+    for d in drivers:
+        d.check(d.recv(REPLY_TIMEOUT_S)[0], "loaded")
+    go = {"type": "go", "duration_s": duration, "verify_reads": workload.verify_reads,
+          "verify_writes": workload.verify_writes,
+          "stop_after_failing_s": workload.error_grace if workload.on_error == "stop" else None}
+    for d, batch in zip(drivers, batches, strict=True):
+        d.send(dict(go, cycle=batch.cycle))
+    replies = []
+    interrupted = False
+    for d, batch in zip(drivers, batches, strict=True):
+        schedule = float(batch.at[-1]) / 1e9 if batch.at is not None and len(batch.at) else 0.0
+        budget = REPLY_TIMEOUT_S + (duration or 0.0) + schedule + (
+            0.0 if batch.cycle else PER_OP_TIMEOUT_S * len(batch.entries))
+        while True:
+            try:
+                reply = d.recv(INTERRUPT_TIMEOUT_S if interrupted else budget)
+                break
+            except KeyboardInterrupt:
+                # Ctrl-C: every driver stops its loop (SIGINT) and reports what it ran, as workers do
+                interrupted = True
+                for other in drivers:
+                    with contextlib.suppress(OSError):
+                        other.proc.send_signal(signal.SIGINT)
+        d.check(reply[0], "done")
+        replies.append(reply)
+    return replies
+
+
+def _phase_record(phase: Phase, workload: Workload, replies: list[dict[str, Any]], ops: dict[str, Any] | None = None,
+                  series: list[dict[str, Any]] | None = None, interrupted: bool = False) -> dict[str, Any]:
+    stopped = any(r.get("stopped_on_errors") for r in replies)
+    ops = ops or {}
+    samples = [s for r in replies for s in r.get("error_samples") or []][:5]
+    reason = None
+    if stopped:
+        kinds: dict[str, int] = {}
+        for op in ops.values():
+            for kind, count in (op.get("errors") or {}).items():
+                kinds[kind] = kinds.get(kind, 0) + count
+        kind = max(kinds, key=kinds.__getitem__) if kinds else "op"
+        reason = (f"{kind} errors: 100 % of ops failed for {workload.error_grace:g} s, so the run stopped "
+                  f"(--on-error continue runs on)" + (f"; last: {samples[-1]}" if samples else ""))
+    return {
+        "name": phase.name,
+        "mode": "open" if phase.rate else "closed",
+        "rate": phase.rate,
+        "workers": workload.workers,
+        "workers_reported": len(replies),
+        "wall_s": max((r["wall_ns"] for r in replies), default=0) / 1e9,
+        "client_cpu_s": sum(float(r.get("cpu_s", 0.0)) for r in replies),
+        "interrupted": interrupted or any(r.get("interrupted") for r in replies),
+        "stopped_on_errors": reason,
+        "missed": sum(int(r.get("missed", 0)) for r in replies),
+        "error_samples": samples,
+        "ops": ops,
+        "timeseries": series or [],
+    }
+
+
+__all__ = ["DRIVERS", "DriverFailed", "DriverProcess", "driver_for", "run_driver_phases"]
