@@ -414,7 +414,9 @@ def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
         if emulator:
             emulated[label] = f" ({emulator})" if isinstance(emulator, str) else emulated.get(label, "")
         scheme = find_scheme(str(backend.get("scheme") or ""))
-        if (backend.get("capabilities") or {}).get("shared") is False:
+        if scheme is not None and not scheme.stores:
+            pass  # null:// keeps nothing by design: the harness's own cost, not a cache to share
+        elif (backend.get("capabilities") or {}).get("shared") is False:
             private[label] = None
         elif scheme is not None and scheme.embedded is not None:
             local[label] = scheme.name
