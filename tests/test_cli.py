@@ -135,3 +135,11 @@ def test_every_target_skipped_is_not_a_success(tmp_path):
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert "every target was skipped" in result.stdout
     assert json.loads((tmp_path / "out.json").read_text())["runs"][0]["status"] == "skipped"
+
+
+def test_ops_that_would_change_nothing_is_refused(tmp_path, cachemark):
+    (tmp_path / "p.toml").write_text('targets = ["memory://"]\n[workload]\nwarmup = 0\n'
+                                     '[[workload.phases]]\nname = "a"\nmix = { set = 1 }\nops = 10\n')
+    result = cachemark("run", "p.toml", "--ops", "100", "--no-calibrate", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "the phases a of p.toml set their own op counts" in result.stderr

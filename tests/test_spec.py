@@ -13,7 +13,7 @@ def test_mix_forms():
 
 
 @pytest.mark.parametrize(("bad", "message"), [
-    ("get=0,set=0", "sum to 0"), ("fetch=1", "unknown"), ("get", "op=weight"), ("get=x", "not a number"),
+    ("get=0,set=0", "sum to 0"), ("fetchall=1", "unknown"), ("get", "op=weight"), ("get=x", "not a number"),
 ])
 def test_bad_mixes(bad, message):
     with pytest.raises(SpecError, match=message):

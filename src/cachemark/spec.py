@@ -21,6 +21,7 @@ from .backends.base import OPS
 from .errors import SpecError
 from .textfile import MAX_DEPTH, check_tree, location, one_line, read_text
 from .workload.keys import KeyDist
+from .workload.origin import parse_origin
 from .workload.values import ValueSizes
 
 DEFAULT_TARGETS = ["memory://", "file://", "diskcache://", "sqlite://", "spawn:redis", "spawn:memcached"]
@@ -152,6 +153,9 @@ class Workload(_Model):
     verify_reads: float = Field(1 / 16, ge=0, le=1)
     verify_writes: float = Field(1 / 256, ge=0, le=1)
     tags: TagSpec | None = None
+    # what the `fetch` op calls on a miss (cache-aside): fixed:10ms, lognormal:10ms,0.5, hist:FILE,
+    # postgresql://…?query=…, each with an optional ?pool=N (workload/origin.py)
+    origin: str | None = None
     phases: list[Phase] = Field(default_factory=list)
 
     @field_validator("mix", mode="before")
@@ -174,6 +178,14 @@ class Workload(_Model):
     def _duration(cls, value: object, info: Any) -> object:
         return None if value is None else parse_duration(value, info.field_name)
 
+    @field_validator("origin", mode="before")
+    @classmethod
+    def _origin(cls, value: object) -> object:
+        if value is None:
+            return None
+        parse_origin(value)  # SpecError: one line, before anything runs
+        return str(value).strip()
+
     @model_validator(mode="after")
     def _bounded(self) -> Workload:
         if self.ops is not None and "duration" not in self.model_fields_set:
@@ -181,6 +193,8 @@ class Workload(_Model):
         for phase in self.effective_phases():
             if phase.ops is None and not phase.duration:
                 raise ValueError(f"phase {phase.name!r} needs ops or a duration (else it would never end)")
+            if self.origin is None and any("fetch" in name.split("+") for name in phase.mix or {}):
+                raise ValueError('the fetch op needs an origin: set origin = "fixed:10ms" (or --origin fixed:10ms)')
         return self
 
     @property
@@ -331,7 +345,9 @@ def merge_overrides(data: dict[str, Any], targets: list[str] | None, workload: d
         data["targets"] = targets
         data.pop("labels", None)
     if workload:
-        data["workload"] = {**data.get("workload", {}), **workload}
+        base = data.get("workload", {})
+        # a workload that is not a table is left as it is, for validation to refuse in one line
+        data["workload"] = {**base, **workload} if isinstance(base, dict) else base
     return data
 
 

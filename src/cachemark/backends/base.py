@@ -19,8 +19,12 @@ from typing import Any, ClassVar
 from ..errors import UserError
 from ..target import Target
 
-#: The operations a workload may ask for. ``clean`` is clean-by-tag.
-OPS = ("get", "set", "delete", "exists", "get_many", "set_many", "incr", "clean")
+#: The operations a workload may ask for. ``clean`` is clean-by-tag. ``fetch`` is cache-aside:
+#: get, and on a miss the workload's origin then set (the worker composes it; no method here).
+OPS = ("get", "set", "delete", "exists", "get_many", "set_many", "incr", "clean", "fetch")
+#: Not ops a workload asks for but parts of one, reported beside the ops (docs/contracts.md): the origin
+#: calls of ``fetch`` and, with ``?pool=N``, their wait for a slot. Phase totals should leave them out.
+PSEUDO_OPS = ("origin", "origin_wait")
 
 
 class CleanupFailed(RuntimeError):
@@ -52,6 +56,8 @@ class Capabilities:
     shared: bool = True  # False: each worker process has its own private cache (e.g. memory)
 
     def supports(self, op: str) -> bool:
+        if op == "fetch":  # get + the origin + set, composed by the worker
+            return self.supports("get") and self.supports("set")
         return op in self.native or op in self.emulated
 
     def to_json(self) -> dict[str, Any]:

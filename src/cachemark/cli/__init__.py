@@ -16,10 +16,15 @@ import typer
 
 from .. import __version__
 from ..errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
+from .decide_commands import advise as advise_command
+from .decide_commands import cost as cost_command
 from .report_commands import compare as compare_command
 from .report_commands import report as report_command
 from .report_commands import thresholds as thresholds_command
+from .size_command import size as size_command
+from .stampede_command import stampede as stampede_command
 from .terminal import make_console
+from .trace_commands import trace_app
 
 if TYPE_CHECKING:
     from ..spec import Experiment
@@ -78,7 +83,14 @@ def experiment_from(data: dict[str, Any], where: str, targets: list[str] | None,
         data["repeat"] = repeat
     if network is not None:
         data["network"] = network
-    return build_experiment(data, where)
+    experiment = build_experiment(data, where)
+    if flags.get("ops") is not None:
+        phases = experiment.workload.phases
+        fixed = [p.name for p in phases if p.ops is not None]
+        if phases and len(fixed) == len(phases):  # their own counts win: --ops would change nothing
+            raise SpecError(f"--ops {flags['ops']}: the phases {', '.join(fixed)} of {where} set their own op "
+                            "counts; edit them in the file (or move the count to [workload] ops)")
+    return experiment
 
 
 def split_sources(sources: list[str]) -> tuple[str | None, list[str]]:
@@ -150,6 +162,9 @@ def run(
     value_size: Annotated[str | None, typer.Option(help="100 | 100-1000 | 100:9,10000:1")] = None,
     mix: Annotated[str | None, typer.Option(help="Op mix, e.g. get=90,set=9,delete=1 or exists+get=100.")] = None,
     ttl: Annotated[float | None, typer.Option(help="TTL in seconds for writes (0: none).")] = None,
+    origin: Annotated[str | None, typer.Option(
+        help="What the fetch op (cache-aside) calls on a miss: fixed:10ms | lognormal:10ms,0.5 | hist:FILE | "
+             "postgresql://…?query=…, with ?pool=N (docs/contracts.md).")] = None,
     prefill: Annotated[bool | None, typer.Option("--prefill/--no-prefill", help="Write every key first.")] = None,
     warmup: Annotated[str | None, typer.Option(help="Untimed warm-up before each phase, e.g. 1s.")] = None,
     warmup_ops: Annotated[int | None, typer.Option(help="Untimed warm-up ops per phase (all workers).")] = None,
@@ -183,6 +198,11 @@ def run(
     calibrate: Annotated[
         bool, typer.Option("--calibrate/--no-calibrate", help="Measure timer and loopback RTT first.")
     ] = True,
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="Drive the load from a Dask cluster: tcp://scheduler:8786 or local:N "
+                     "(?agents=K&measure=RATE; docs/distributed.md)."),
+    ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
 ) -> None:
     """Run an experiment and print the comparison table.
@@ -201,11 +221,14 @@ def run(
     flags = _workload_flags(
         keys=keys, key_dist=key_dist, value_size=value_size, mix=mix, ttl=ttl, prefill=prefill, warmup=warmup,
         warmup_ops=warmup_ops, duration=duration, ops=ops, workers=workers, rate=rate, seed=seed,
-        arrival=arrival, on_error=on_error, error_grace=error_grace,
+        arrival=arrival, on_error=on_error, error_grace=error_grace, origin=origin,
     )
     results_path, report_path, report_format = output_paths(out)
     experiment = experiment_from(data, where, target, flags, label, sweep, repeat, network)
-    document, path = run_experiment(experiment, out=results_path, calibrate=calibrate, console=console)
+    from ..run.distributed import cluster_session
+
+    with cluster_session(cluster):
+        document, path = run_experiment(experiment, out=results_path, calibrate=calibrate, console=console)
     console.print(f"results: {path}", markup=False, highlight=False)
     reports = [(report_path, report_format)] if report_path is not None else []
     if html:
@@ -263,6 +286,11 @@ def presets() -> None:
 app.command("report")(report_command)
 app.command("compare")(compare_command)
 app.command("thresholds")(thresholds_command)
+app.command("size")(size_command)
+app.command("advise")(advise_command)
+app.command("cost")(cost_command)
+app.command("stampede")(stampede_command)
+app.add_typer(trace_app, name="trace")
 
 
 def _redeliver_interrupts(default: Any) -> Any:

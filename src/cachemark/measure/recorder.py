@@ -24,9 +24,13 @@ MAX_ERROR_SAMPLES = 5
 class Recorder:
     """Histograms and counters for the mix entries of one phase in one worker."""
 
-    def __init__(self, entries: list[str], open_loop: bool = False) -> None:
+    def __init__(self, entries: list[str], open_loop: bool = False, pseudo: int = 0) -> None:
         self.entries = entries
         self.open_loop = open_loop
+        # the last ``pseudo`` entries are parts of other ops (the origin of `fetch`): recorded and
+        # reported like ops, but left out of the per-second series, which counts the load's ops
+        self.real_codes = (len(entries) - pseudo) * 4
+        self.pseudo_records = 0  # appended so far to the pseudo entries (the worker's progress leaves them out)
         self.latencies: list[int] = []
         self.uncorrected: list[int] = []
         self.codes: list[int] = []
@@ -53,9 +57,10 @@ class Recorder:
             return
         codes = np.asarray(self.codes, dtype=np.int64)
         buckets = self._add(self.counts, codes, self.latencies)
-        failed = (codes & 3) == ERROR
-        self.second_counts += np.bincount(buckets[~failed], minlength=COUNTS_LEN)
-        self.second_ops += len(codes)
+        real = codes < self.real_codes
+        failed = ((codes & 3) == ERROR) & real
+        self.second_counts += np.bincount(buckets[real & ~failed], minlength=COUNTS_LEN)
+        self.second_ops += int(real.sum())
         self.second_errors += int(failed.sum())
         if self.counts_uncorrected is not None:
             self._add(self.counts_uncorrected, codes, self.uncorrected)

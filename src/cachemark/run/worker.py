@@ -34,6 +34,7 @@ from ..spec import Phase, Workload
 from ..target import Target
 from ..textfile import one_line
 from ..workload.ops import MixEntry, OpStream, mix_entries, split_ops, stream_seed, tags_for_key
+from ..workload.origin import Origin, parse_origin
 from ..workload.values import make_value, value_header, value_matches
 from .messages import Done, Fatal, PhaseReport
 
@@ -129,6 +130,12 @@ class Worker:
         self.interrupted = False
         self.prefilled = self.prefill_total = 0
         self.missed = 0  # open loop: ops due before the deadline but never sent
+        # cache-aside (`fetch`): the origin a miss calls, and where its latencies go (set per phase)
+        fetches = any("fetch" in name.split("+") for p in self.workload.effective_phases() for name in p.mix or {})
+        self.origin = (Origin(parse_origin(self.workload.origin), stream_seed(self.workload.seed, "origin",
+                                                                              task.worker), task.namespace)
+                       if fetches and self.workload.origin else None)
+        self._origin_sink: tuple[Recorder, int, bool] | None = None
 
     # -- untimed phases ------------------------------------------------------------
     def prefill(self, halt=None) -> int:
@@ -226,6 +233,8 @@ class Worker:
             clean, pool = b.clean_tags, (wl.tags.pool if wl.tags else 1)
             return (lambda key, k, value: clean([f"t{k % pool}"])), WRITE
         count, keys, n = wl.get_many_count, self.keys, wl.keys
+        if op == "fetch":
+            return self._fetch_handler(), READ
         if op == "get_many":
             get_many = b.get_many
 
@@ -244,6 +253,53 @@ class Worker:
             return set_many_fn, WRITE
         raise UserError(f"op {op!r} is not supported by the worker")
 
+    def _fetch_handler(self):
+        """Cache-aside as applications do it: get; on a miss the origin, then set with the TTL.
+
+        The whole is timed by the loop (a hit or a miss); the origin's own latency is recorded
+        apart, as the pseudo-op ``origin`` (and, with ``?pool=N``, the wait for a slot as
+        ``origin_wait``), into the same lists as the loop's, so they merge like any op."""
+        if self.origin is None or self._origin_sink is None:
+            raise UserError('the fetch op needs an origin: set origin = "fixed:10ms" (or --origin fixed:10ms)')
+        origin, (recorder, index, open_loop) = self.origin, self._origin_sink
+        origin.open()
+        get, set_, ttl, call, perf = self.backend.get, self.backend.set, self.ttl, origin.call, time.perf_counter_ns
+        lat, codes, lat_u = recorder.latencies.append, recorder.codes.append, recorder.uncorrected.append
+        ok, failed, waited = index * 4 + OK, index * 4 + ERROR, (index + 1) * 4 + OK
+        pool = origin.pool
+
+        def record(code: int, ns: int) -> None:
+            lat(ns)
+            codes(code)
+            recorder.pseudo_records += 1
+            if open_loop:
+                lat_u(ns)
+
+        def fetch(key, k, value):
+            found = get(key)
+            if found is not None:
+                return found
+            if pool is not None:
+                t0 = perf()
+                pool.acquire()
+                record(waited, perf() - t0)
+            t1 = perf()
+            try:
+                call()
+            except Exception as exc:
+                record(failed, perf() - t1)
+                recorder.error(index, classify_error(exc), str(exc))
+                raise
+            else:
+                record(ok, perf() - t1)
+            finally:
+                if pool is not None:
+                    pool.release()
+            set_(key, value, ttl)
+            return None
+
+        return fetch
+
     # -- the timed loop -------------------------------------------------------------
     def run_phase(self, phase: Phase, limit: int | None, deadline_ns: int | None,
                   board: Board | None = None, purpose: str = "timed") -> Recorder:
@@ -253,13 +309,18 @@ class Worker:
         task = self.task
         entries = mix_entries(phase.mix or self.workload.mix)
         open_loop = phase.rate is not None
-        recorder = Recorder([e.name for e in entries], open_loop=open_loop)
+        names = [e.name for e in entries]
+        fetching = any("fetch" in e.steps for e in entries)
+        pseudo = (["origin"] + (["origin_wait"] if self.origin and self.origin.spec.pool else [])
+                  if fetching and self.origin is not None else [])
+        recorder = Recorder(names + pseudo, open_loop=open_loop, pseudo=len(pseudo))
+        self._origin_sink = (recorder, len(names), open_loop) if pseudo else None
         stream = OpStream(self.workload, phase, task.worker, task.workers, limit, purpose)
         table = [self._handler(e) for e in entries]
         fns = [fn for fn, _ in table]
         kinds = [kind for _, kind in table]
-        writes = [e.writes for e in entries]
-        verifiable = [e.steps[-1] == "get" for e in entries]
+        writes = [e.writes or "fetch" in e.steps for e in entries]  # a fetch writes on a miss
+        verifiable = [e.steps[-1] in ("get", "fetch") for e in entries]
         keys, headers, sizes_spec = self.keys, self.headers, self.sizes
         lat, codes, lat_u = recorder.latencies, recorder.codes, recorder.uncorrected
         lat_append, code_append, lat_u_append = lat.append, codes.append, lat_u.append
@@ -311,6 +372,8 @@ class Worker:
                         if kind == READ:
                             if result is None:
                                 outcome = MISS
+                                if value is not None:  # a fetch: the origin's value was written
+                                    bytes_out[op] += len(value)
                             else:
                                 outcome = HIT
                                 bytes_in[op] += len(result)
@@ -352,8 +415,8 @@ class Worker:
                                 next_second += 1_000_000_000
                         else:
                             recorder.flush()
-                        if progress is not None:
-                            progress[task.worker] = done
+                        if progress is not None:  # the load's ops: an origin call is part of a fetch
+                            progress[task.worker] = done - recorder.pseudo_records
                             failures[task.worker] = failed
                         if halt is not None and halt[0]:
                             return recorder
@@ -373,7 +436,7 @@ class Worker:
             _deaf()
         finally:
             if progress is not None:
-                progress[task.worker] = done + len(codes)
+                progress[task.worker] = done + len(codes) - recorder.pseudo_records
                 failures[task.worker] = failed
             if recorder.codes or recorder.second_ops:
                 recorder.end_second(second)  # the last, partial second
@@ -465,6 +528,8 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
         try:
             worker = Worker(task)
             worker.backend.open()
+            if worker.origin is not None:  # before the first barrier: every worker holds the shared pool
+                worker.origin.open()
         except UserError as exc:
             _final(queue, Fatal(task.worker, str(exc), "user"))
             return
@@ -511,4 +576,7 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
         if worker is not None:
             with contextlib.suppress(Exception):
                 worker.backend.close()
+            if worker.origin is not None:
+                with contextlib.suppress(Exception):
+                    worker.origin.close()
         queue.put(Done(task.worker, os.getpid()))

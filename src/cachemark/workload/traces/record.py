@@ -20,7 +20,7 @@ from ...textfile import one_line
 
 #: cachemark's op names, in the order of ``backends.base.OPS`` (the workload layer may not import
 #: backends; tests/test_traces.py checks the two agree). A record's ``op`` is an index into it.
-OPS = ("get", "set", "delete", "exists", "get_many", "set_many", "incr", "clean")
+OPS = ("get", "set", "delete", "exists", "get_many", "set_many", "incr", "clean", "fetch")
 OP_CODE = {name: code for code, name in enumerate(OPS)}
 GET, SET, DELETE, EXISTS, INCR = (OP_CODE[n] for n in ("get", "set", "delete", "exists", "incr"))
 

@@ -1,0 +1,245 @@
+"""Origins for cache-aside: what the ``fetch`` op calls on a miss, and how long that takes.
+
+Owns the ``origin`` workload field — its parsing (one-line :class:`SpecError` messages) and
+the per-worker :class:`Origin` the worker calls. An origin is a latency model
+(``fixed:10ms``, ``lognormal:10ms,0.5`` for median and sigma, ``hist:FILE`` replaying
+latencies in µs, one per line) or a real query against a PostgreSQL or MySQL/MariaDB server
+(``postgresql://user@host:port/db?query=SELECT pg_sleep(0.005)``, ``mysql://…?query=SELECT SLEEP(0.005)``);
+a password goes in PGPASSWORD / ~/.pgpass or MYSQL_PWD, never in the URL, which is saved with the results.
+``?pool=N`` bounds how many calls may be at the origin at once across every worker process of a run, as a database
+connection pool does: a POSIX named semaphore named after the run's namespace, which every
+worker opens (the first one creates it) before the first timed phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import numpy as np
+
+from ..errors import SpecError, UserError
+from ..target import redact_text
+from ..textfile import one_line
+
+EXAMPLES = ("fixed:10ms, lognormal:10ms,0.5, hist:FILE (µs per line) or postgresql://HOST/DB?query=SELECT 1 "
+            "(mysql:// too)")
+SQL_SCHEMES = ("postgresql", "postgres", "mysql")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+MAX_LATENCY_S = 60.0
+MAX_POOL = 4096
+DRAWS = 65_536
+
+
+@dataclass(frozen=True)
+class OriginSpec:
+    kind: str  # fixed | lognormal | hist | postgresql | mysql
+    latency_s: float = 0.0  # fixed: the latency; lognormal: the median
+    sigma: float = 0.0
+    path: str = ""  # hist: the file
+    url: str = ""  # postgresql: the connection URL (query and pool removed)
+    query: str = ""
+    pool: int | None = None
+    text: str = ""
+
+
+def _latency(text: str, what: str) -> float:
+    text = text.strip()
+    number = text.rstrip("nsuµm")
+    unit = text[len(number):] or "ms"
+    if unit not in _UNITS:
+        raise SpecError(f"origin {what} {text!r}: expected a latency like 10ms, 500us, 0.01s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise SpecError(f"origin {what} {text!r}: expected a latency like 10ms, 500us, 0.01s") from None
+    if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_LATENCY_S:
+        raise SpecError(f"origin {what} {text!r}: must be between 0 and {MAX_LATENCY_S:g}s")
+    return seconds
+
+
+def _pool(params: dict[str, str], source: str) -> int | None:
+    if "pool" not in params:
+        return None
+    value = params.pop("pool")
+    if not value.isdigit() or not 1 <= int(value) <= MAX_POOL:
+        raise SpecError(f"origin {source!r}: pool={value!r} must be a whole number from 1 to {MAX_POOL}")
+    return int(value)
+
+
+def read_hist(path: str) -> np.ndarray:
+    """Latencies in seconds from a file of one latency in µs per line (blank lines and # comments skipped)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"origin hist:{one_line(path, 200)}: cannot read it: {one_line(exc, 200)}") from None
+    values = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            us = float(line)
+        except ValueError:
+            raise SpecError(f"origin hist:{one_line(path, 200)}: line {number}: {one_line(line, 40)!r} "
+                            "is not a latency in µs") from None
+        if not math.isfinite(us) or us < 0 or us > MAX_LATENCY_S * 1e6:
+            raise SpecError(f"origin hist:{one_line(path, 200)}: line {number}: {line!r} µs is out of range")
+        values.append(us / 1e6)
+    if not values:
+        raise SpecError(f"origin hist:{one_line(path, 200)}: no latencies in the file (one µs value per line)")
+    return np.asarray(values, dtype=np.float64)
+
+
+def parse_origin(text: object) -> OriginSpec:
+    """``fixed:10ms?pool=4`` and the like → an :class:`OriginSpec`; anything else one SpecError line."""
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError(f"origin {one_line(text, 80)!r}: expected {EXAMPLES}")
+    text = text.strip()
+    shown = one_line(text, 120)
+    if text.split("://", 1)[0] in SQL_SCHEMES and "://" in text:
+        parts = urlsplit(text)
+        if parts.password is not None:
+            raise SpecError("origin: a password in the origin URL would be saved with the results; "
+                            "give it in PGPASSWORD / ~/.pgpass (PostgreSQL) or MYSQL_PWD (MySQL) instead")
+        params = dict(parse_qsl(parts.query, keep_blank_values=True))
+        pool = _pool(params, shown)
+        query = params.pop("query", "").strip()
+        if not query:
+            raise SpecError(f"origin {shown!r}: a SQL origin needs ?query=…, e.g. ?query=SELECT pg_sleep(0.005)")
+        if parts.scheme == "mysql" and params:
+            raise SpecError(f"origin {shown!r}: unknown parameter {next(iter(params))!r}; allowed: query, pool")
+        rest = "&".join(f"{k}={v}" for k, v in params.items())
+        url = parts._replace(query=rest).geturl()
+        kind = "mysql" if parts.scheme == "mysql" else "postgresql"
+        return OriginSpec(kind, url=url, query=query, pool=pool, text=text)
+    if text.startswith("spawn:"):
+        raise SpecError(f"origin {shown!r}: spawned origins are not provided yet; start the server "
+                        "(e.g. cachemark lab) and give its postgresql:// URL with ?query=…")
+    kind, sep, rest = text.partition(":")
+    if not sep or kind not in ("fixed", "lognormal", "hist"):
+        raise SpecError(f"origin {shown!r}: unknown kind {kind!r}; expected {EXAMPLES}")
+    body, _, query = rest.partition("?")
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    pool = _pool(params, shown)
+    if params:
+        raise SpecError(f"origin {shown!r}: unknown parameter {next(iter(params))!r}; allowed: pool")
+    if kind == "fixed":
+        return OriginSpec("fixed", latency_s=_latency(body, "latency"), pool=pool, text=text)
+    if kind == "lognormal":
+        median, comma, sigma = body.partition(",")
+        if not comma:
+            raise SpecError(f"origin {shown!r}: expected lognormal:MEDIAN,SIGMA, e.g. lognormal:10ms,0.5")
+        try:
+            s = float(sigma)
+        except ValueError:
+            raise SpecError(f"origin {shown!r}: sigma {sigma!r} is not a number") from None
+        if not math.isfinite(s) or not 0 <= s <= 5:
+            raise SpecError(f"origin {shown!r}: sigma must be between 0 and 5")
+        return OriginSpec("lognormal", latency_s=_latency(median, "median"), sigma=s, pool=pool, text=text)
+    if not body.strip():
+        raise SpecError(f"origin {shown!r}: expected hist:FILE, a file of one latency in µs per line")
+    read_hist(body.strip())  # checked now: a bad file is one line before anything runs
+    return OriginSpec("hist", path=body.strip(), pool=pool, text=text)
+
+
+def _connect(spec: OriginSpec):
+    if spec.kind == "postgresql":
+        import psycopg
+
+        return psycopg.connect(spec.url, autocommit=True, connect_timeout=10)
+    import os
+
+    import pymysql
+
+    parts = urlsplit(spec.url)
+    return pymysql.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
+                           user=unquote(parts.username or "root"), password=os.environ.get("MYSQL_PWD", ""),
+                           database=unquote(parts.path.lstrip("/")) or None, autocommit=True, connect_timeout=10)
+
+
+class SharedPool:
+    """At most ``size`` holders at once across the processes that open the same ``key``."""
+
+    def __init__(self, key: str, size: int) -> None:
+        import _multiprocessing
+
+        self.name = "/cm-pool-" + hashlib.sha1(key.encode()).hexdigest()[:20]
+        try:
+            self.sem = _multiprocessing.SemLock(1, size, size, self.name, False)  # kind 1: a semaphore
+        except FileExistsError:  # another worker of the run created it first
+            self.sem = _multiprocessing.SemLock._rebuild(0, 1, size, self.name)
+        self.acquire, self.release = self.sem.acquire, self.sem.release
+
+    def unlink(self) -> None:
+        """Remove the name (holders keep their handle); the first worker to finish does it."""
+        import _multiprocessing
+
+        with contextlib.suppress(OSError):
+            _multiprocessing.sem_unlink(self.name)
+
+
+class Origin:
+    """One worker's origin: ``call()`` blocks for one origin query (a modelled or a real one)."""
+
+    def __init__(self, spec: OriginSpec, rng: np.random.Generator, pool_key: str) -> None:
+        self.spec = spec
+        self.rng = rng
+        self.pool_key = pool_key
+        self.pool: SharedPool | None = None
+        self.conn = None
+        self._draws: list[float] = []
+        self._next = 0
+        if spec.kind == "hist":
+            self._table = read_hist(spec.path)
+
+    def open(self) -> None:
+        if self.spec.pool is not None and self.pool is None:
+            self.pool = SharedPool(self.pool_key, self.spec.pool)
+        if self.spec.kind in ("postgresql", "mysql") and self.conn is None:
+            try:
+                self.conn = _connect(self.spec)
+            except ImportError as exc:
+                raise UserError(f"a {self.spec.kind} origin needs the {exc.name} package: "
+                                f"pip install {exc.name}") from None
+            except Exception as exc:  # noqa: BLE001 — the driver's own errors: one line for the user
+                raise UserError(f"origin: cannot connect: {redact_text(' '.join(str(exc).split()), 200)}") from None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.unlink()
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            self.conn = None
+
+    def _refill(self) -> None:
+        spec = self.spec
+        if spec.kind == "fixed":
+            draws = np.full(DRAWS, spec.latency_s)
+        elif spec.kind == "lognormal":
+            draws = spec.latency_s * np.exp(self.rng.normal(0.0, spec.sigma, DRAWS))
+        else:
+            draws = self.rng.choice(self._table, DRAWS)
+        self._draws = np.minimum(draws, MAX_LATENCY_S).tolist()
+        self._next = 0
+
+    def call(self) -> None:
+        """One origin query: sleep the model's next latency, or run the SQL query and read its rows."""
+        if self.conn is not None:  # a real query: its rows are read, as the application would
+            with self.conn.cursor() as cur:
+                cur.execute(self.spec.query)
+                if cur.description is not None:
+                    cur.fetchall()
+            return
+        if self._next >= len(self._draws):
+            self._refill()
+        delay = self._draws[self._next]
+        self._next += 1
+        if delay > 0:
+            time.sleep(delay)

@@ -1,0 +1,159 @@
+"""Cache-aside with an origin: the ``fetch`` op (get → origin on a miss → set), its origin
+recorded apart as the pseudo-op ``origin``, a pool shared by every worker, and the origin specs.
+
+Real runs only (worker processes, a real PostgreSQL for the SQL origin); the cache is
+``memory://?max_entries=800`` over 1,000 uniform keys, an LRU that holds 80 % of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from cachemark.errors import SpecError, UnsupportedOp
+from cachemark.measure.histogram import Histogram
+from cachemark.run.engine_runner import engine_mix
+from cachemark.run.runner import run_target
+from cachemark.run.worker import Worker, WorkerTask
+from cachemark.spec import Workload, build_experiment
+from cachemark.target import parse_target
+
+pytest_plugins = ["tests.fixtures_servers"]
+
+
+def _mean(op: dict, outcome: str) -> float:
+    return Histogram.decode(op["histograms"][outcome]).mean
+
+
+def test_fetch_mean_is_the_cache_aside_model_of_its_own_parts():
+    workload = Workload(keys=1000, key_dist="uniform", value_size="100", mix="fetch=90,get=5,set=5",
+                        origin="fixed:10ms", duration="3s", warmup="0.5s", workers=2)
+    outcome = run_target("memory://?max_entries=800", workload, sample_server=False)
+    assert outcome.status == "ok", outcome.reason
+    ops = outcome.phases[0]["ops"]
+    fetch, origin, get, set_ = ops["fetch"], ops["origin"], ops["get"], ops["set"]
+    assert not fetch["errors"] and not origin["errors"]
+    hit_ratio = fetch["hits"] / (fetch["hits"] + fetch["misses"])
+    assert 0.75 <= hit_ratio <= 0.85  # an LRU of 800 entries over 1,000 uniform keys
+    # every miss called the origin once; nothing else did
+    assert origin["count"] == fetch["misses"]
+    assert abs(Histogram.decode(origin["histograms"]["ok"]).percentile(50) - 10e6) <= 1e6
+    predicted = hit_ratio * _mean(fetch, "hit") + (1 - hit_ratio) * (
+        _mean(get, "miss") + _mean(origin, "ok") + _mean(set_, "ok"))
+    measured = fetch["summary"]["mean_us"] * 1000
+    assert abs(measured - predicted) / predicted < 0.05, (measured, predicted)
+    # the origin's queries per second: its count over the phase's wall time
+    assert origin["summary"]["ops_per_s"] == pytest.approx(origin["count"] / outcome.phases[0]["wall_s"])
+    # the per-second series counts the load's ops only, not the origin's calls inside them
+    series_ops = sum(s["ops"] for s in outcome.phases[0]["timeseries"])
+    assert series_ops == fetch["count"] + get["count"] + set_["count"]
+
+
+def test_a_pool_of_one_caps_the_origin_for_all_workers_and_every_report_shows_it(cachemark, tmp_path: Path):
+    result = cachemark(
+        "run", "-t", "memory://?max_entries=1", "--keys", "100000", "--key-dist", "uniform", "--no-prefill",
+        "--mix", "fetch=100", "--origin", "fixed:10ms?pool=1", "--workers", "4", "--duration", "2s",
+        "--warmup", "0", "--no-calibrate", "-o", "report.md", cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = result.stdout
+    assert re.search(r"│ origin +│", table) and re.search(r"│ origin_wait +│", table)
+    assert "| origin |" in (tmp_path / "report.md").read_text()
+    saved = re.search(r"results: (\S+)", table).group(1)
+    phase = json.loads((tmp_path / saved).read_text())["runs"][0]["phases"][0]
+    origin, fetch = phase["ops"]["origin"], phase["ops"]["fetch"]
+    assert origin["count"] == fetch["misses"] == phase["ops"]["origin_wait"]["count"]
+    assert origin["count"] / phase["wall_s"] == pytest.approx(100, rel=0.15)  # 1 slot × 10 ms
+    # 4 workers queue for the one slot: each waits about 3 origin calls
+    assert Histogram.decode(phase["ops"]["origin_wait"]["histograms"]["ok"]).percentile(50) > 15e6
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith("sem.cm-pool-")]
+
+
+def test_sql_origin_runs_a_real_query(postgres_server, cachemark, tmp_path: Path):
+    origin = f"{postgres_server.url()}?query=SELECT pg_sleep(0.005)&pool=2"
+    workload = Workload(keys=1000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,
+                        duration="1s", warmup="0", workers=2, prefill=False)
+    outcome = run_target("memory://?max_entries=100", workload, sample_server=False)
+    assert outcome.status == "ok", outcome.reason
+    ops = outcome.phases[0]["ops"]
+    assert not ops["origin"]["errors"] and ops["origin"]["count"] == ops["fetch"]["misses"] > 50
+    assert 5e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
+
+
+def test_a_failing_origin_fails_the_fetches_and_stops_the_run(postgres_server):
+    origin = f"{postgres_server.url()}?query=SELECT * FROM no_such_table"
+    workload = Workload(keys=100_000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,
+                        duration="20s", warmup="0", workers=2, prefill=False, error_grace="1s")
+    outcome = run_target("memory://?max_entries=1", workload, sample_server=False)
+    phase = outcome.phases[0]
+    fetch, origin_op = phase["ops"]["fetch"], phase["ops"]["origin"]
+    # each failed origin call is one error on the origin and one on its fetch; the on-error policy still
+    # sees only failures (origin records are not counted as the load's ops) and stops the run
+    assert outcome.status == "failed" and phase["wall_s"] < 10
+    assert sum(fetch["errors"].values()) == sum(origin_op["errors"].values()) == fetch["count"] > 0
+
+
+def test_mysql_origin_runs_a_real_query(mysql_server):
+    origin = f"{mysql_server.url()}?query=SELECT SLEEP(0.005)"
+    workload = Workload(keys=1000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,
+                        duration="1s", warmup="0", workers=2, prefill=False)
+    outcome = run_target("memory://?max_entries=100", workload, sample_server=False)
+    assert outcome.status == "ok", outcome.reason
+    ops = outcome.phases[0]["ops"]
+    assert not ops["origin"]["errors"] and ops["origin"]["count"] == ops["fetch"]["misses"] > 50
+    assert 5e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
+
+
+def _origin_p50(origin: str) -> float:
+    workload = Workload(keys=100_000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,
+                        prefill=False, workers=1)
+    worker = Worker(WorkerTask(parse_target("memory://?max_entries=1"), "cmt:origin:", workload.model_dump(), 0, 1))
+    worker.backend.open()
+    result = worker.run_phase(workload.effective_phases()[0], 100, None).result()
+    worker.origin.close()
+    assert result["origin"]["count"] == result["fetch"]["misses"] == 100
+    return Histogram.decode(result["origin"]["histograms"]["ok"]).percentile(50)
+
+
+def test_latency_models_lognormal_and_a_replayed_histogram(tmp_path: Path):
+    assert 3.5e6 <= _origin_p50("lognormal:4ms,0.3") <= 5e6
+    hist = tmp_path / "latencies.txt"
+    hist.write_text("# µs, one per line\n2000\n2000\n\n2000\n")
+    assert 2e6 <= _origin_p50(f"hist:{hist}") <= 2.8e6
+
+
+@pytest.mark.parametrize(("origin", "says"), [
+    ("fixed:abc", "expected a latency like 10ms"),
+    ("lognormal:10ms", "expected lognormal:MEDIAN,SIGMA"),
+    ("gauss:1ms", "unknown kind 'gauss'"),
+    ("fixed:10ms?pool=0", "pool='0' must be a whole number"),
+    ("hist:/nonexistent/lat.txt", "cannot read it"),
+    ("postgresql://u:secret@127.0.0.1/db?query=SELECT 1", "PGPASSWORD"),
+    ("postgresql://127.0.0.1/db", "needs ?query="),
+    ("spawn:postgresql?query=SELECT 1", "give its postgresql:// URL"),
+])
+def test_bad_origin_specs_are_one_line(origin: str, says: str):
+    with pytest.raises(SpecError, match=re.escape(says)) as caught:
+        build_experiment({"workload": {"mix": "fetch=100", "origin": origin}})
+    assert "\n" not in str(caught.value) and "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("args", [
+    ["--mix", "fetch=100", "--origin", "fixed:ten"],
+    ["--mix", "fetch=100"],  # a fetch needs an origin
+    ["--mix", "fetch=100", "--origin", "postgresql://cachemark@127.0.0.1:1/postgres?query=SELECT 1"],  # refused
+])
+def test_bad_origin_on_the_command_line_exits_2(cachemark, tmp_path: Path, args: list[str]):
+    result = cachemark("run", "-t", "memory://", "--no-calibrate", *args, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "origin" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_the_engine_refuses_fetch_in_one_line():
+    workload = Workload(mix="fetch=100", origin="fixed:1ms")
+    with pytest.raises(UnsupportedOp, match="does not run 'fetch'"):
+        engine_mix(workload.effective_phases()[0], workload)
