@@ -157,3 +157,21 @@ def test_the_engine_refuses_fetch_in_one_line():
     workload = Workload(mix="fetch=100", origin="fixed:1ms")
     with pytest.raises(UnsupportedOp, match="does not run 'fetch'"):
         engine_mix(workload.effective_phases()[0], workload)
+
+
+def test_origin_calls_are_not_counted_as_ops_of_the_load() -> None:
+    from cachemark.report.data import phase_rows
+    from cachemark.report.verdict import verdict_blocks
+
+    def run(label: str) -> dict:
+        summary = {"p50_us": 5.0, "p99_us": 9.0, "ops_per_s": 50.0}
+        return {"label": label, "status": "ok", "backend": {"scheme": "redis"}, "phases": [{
+            "name": "main", "wall_s": 2.0, "ops": {
+                "fetch": {"count": 100, "hits": 80, "misses": 20, "summary": summary},
+                "origin": {"count": 20, "summary": {**summary, "p50_us": 10_000.0}}}}]}
+
+    document = {"experiment": {"workload": {}}, "runs": [run("a"), run("b")]}
+    (row, _) = phase_rows(document)
+    assert row["count"] == 100 and row["ops_per_s"] == 50.0  # fetches only: an origin call is part of one
+    text = "\n".join(line for block in verdict_blocks(document) for r in block.rows for line in r)
+    assert "origin" not in text  # the origin is nobody's op to rank

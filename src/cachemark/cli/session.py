@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..backends.base import PSEUDO_OPS
 from ..errors import Crash, UserError
 from ..measure.fingerprint import calibrate as run_calibration
 from ..measure.fingerprint import fingerprint
@@ -83,7 +84,8 @@ class LineProgress:
         if not phases:
             self._say(f"{self.name}: {status}")
             return
-        ops = sum(op.get("count") or 0 for phase in phases for op in (phase.get("ops") or {}).values())
+        ops = sum(op.get("count") or 0 for phase in phases for name, op in (phase.get("ops") or {}).items()
+                  if name not in PSEUDO_OPS)  # an origin call is part of a fetch, not an op of its own
         seconds = sum(phase.get("wall_s") or 0.0 for phase in phases)
         self._say(f"{self.name}: {status} · {ops:,} ops in {seconds:.1f} s")
 

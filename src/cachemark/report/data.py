@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backends.base import PSEUDO_OPS
 from ..errors import UserError
 from ..measure.summary import summary_from_result
 from ..results.names import run_name, sweep_key
@@ -77,7 +78,7 @@ def phase_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
         for phase in run.get("phases", []):
             wall = phase.get("wall_s") or 0.0
             ops = phase.get("ops", {})
-            count = sum(op.get("count", 0) for op in ops.values())
+            count = sum(op.get("count", 0) for name, op in ops.items() if name not in PSEUDO_OPS)
             payload = sum(op.get("bytes_in", 0) + op.get("bytes_out", 0) for op in ops.values())
             p99 = [op_summary(op, wall).get("p99_us") or 0.0 for op in ops.values()]
             server = phase.get("server") or {}
@@ -120,7 +121,7 @@ def load_notes(document: dict[str, Any]) -> list[str]:
         for phase in run.get("phases", []):
             missed = phase.get("missed") or 0
             if missed > 0:
-                sent = sum(op.get("count", 0) for op in phase.get("ops", {}).values())
+                sent = sum(op.get("count", 0) for name, op in phase.get("ops", {}).items() if name not in PSEUDO_OPS)
                 notes.append(f"{run_name(run)}: {phase.get('name', 'main')}: the load fell behind its rate: "
                              f"{missed:,} ops due were never sent ({missed / max(missed + sent, 1):.0%} of the "
                              "schedule); the latencies cover the ops that were sent")

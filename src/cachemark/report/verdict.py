@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
+from ..backends.base import PSEUDO_OPS
 from ..results.names import run_name, sweep_key
 from ..schemes import find_scheme
 from ..sweep import LOAD_PARAMS
@@ -257,7 +258,7 @@ def _entries(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str,
                 summary = op_summary(op, wall)
                 count = op.get("count") or 0
                 p50 = summary.get("p50_us")
-                if count < 2 or not p50 or p50 <= 0:
+                if count < 2 or not p50 or p50 <= 0 or op_name in PSEUDO_OPS:  # the origin is no backend's op
                     continue
                 figures = {"p50": p50, "p99": summary.get("p99_us") if count >= FEW_SAMPLES else None}
                 groups.setdefault(key, {}).setdefault(op_name, {}).setdefault(run["label"], []).append(

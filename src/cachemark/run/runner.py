@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends import backend_class, create_backend
-from ..backends.base import CleanupFailed
+from ..backends.base import PSEUDO_OPS, CleanupFailed
 from ..errors import BackendMissing, Crash, PrefillFailed, UnsupportedOp, UserError
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..plan import default_label
@@ -325,7 +325,7 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                 progress(phase.name, done, phase.ops, elapsed, phase.duration)
             if len(per_phase.get(current, [])) == n:
                 monitor.phase_ended(current, sum(op["count"] for part in per_phase[current]
-                                                 for op in part.ops.values()))
+                                                 for name, op in part.ops.items() if name not in PSEUDO_OPS))
                 current += 1
                 phase_started = None
                 board.reset()
