@@ -269,9 +269,13 @@ def targets() -> None:
     """List the target URL schemes and spawnable servers. Example: cachemark targets"""
     from ..backends import schemes
     from ..lab import kinds
+    from ..run.driver import DRIVERS
 
     console.print("schemes: " + ", ".join(f"{s}://" for s in schemes()))
     console.print("spawn:   " + ", ".join(f"spawn:{k}" for k in kinds()))
+    console.print("clients: ?client=engine (redis, memcached: the native Rust engine); "
+                  + "; ".join(f"?client={d.name} ({', '.join(sorted(d.schemes))}: docs/drivers.md)"
+                              for d in DRIVERS.values()), markup=False, highlight=False)
 
 
 @app.command()
