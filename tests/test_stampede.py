@@ -53,3 +53,14 @@ def test_the_stampede_command_refuses_bad_input_in_one_line(tmp_path, cachemark)
         result = cachemark("stampede", "-t", "redis://127.0.0.1:1", *args, cwd=tmp_path)
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_stampede_experiment_runs_through_cachemark_run(tmp_path, cachemark) -> None:
+    (tmp_path / "s.toml").write_text('targets = ["spawn:redis"]\n[stampede]\nstrategy = "lock"\nduration = "2.5s"\n')
+    result = cachemark("run", "s.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.strip().startswith("lock "))
+    assert row.split()[1] == "1.00"  # one origin call per expiry
+    (tmp_path / "bad.toml").write_text('targets = ["spawn:redis"]\n[stampede]\nstrategies = "lock"\n')
+    bad = cachemark("run", "bad.toml", cwd=tmp_path)
+    assert bad.returncode == 2 and "unknown field 'strategies'" in bad.stderr

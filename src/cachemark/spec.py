@@ -237,6 +237,9 @@ class Experiment(_Model):
     baseline: str | None = None
     # what the application needs (cachemark.analysis.advise): the report then says which target meets it
     needs: dict[str, Any] | None = None
+    # a stampede experiment (`cachemark stampede`'s fields: strategy, rate, recompute, ttl, duration, …):
+    # `cachemark run` then measures a hot key expiring under load instead of the workload
+    stampede: dict[str, Any] | None = None
 
     @field_validator("needs")
     @classmethod

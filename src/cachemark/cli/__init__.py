@@ -225,6 +225,11 @@ def run(
     )
     results_path, report_path, report_format = output_paths(out)
     experiment = experiment_from(data, where, target, flags, label, sweep, repeat, network)
+    if experiment.stampede is not None:  # a hot key expiring under load, per strategy (docs/decide.md)
+        from .stampede_command import run_stampedes
+
+        run_stampedes(list(experiment.targets), {**experiment.stampede, **({"duration": duration} if duration else {})})
+        return
     from ..run.distributed import cluster_session
 
     with cluster_session(cluster):

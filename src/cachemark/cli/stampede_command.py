@@ -29,34 +29,62 @@ def stampede(
 
     Example: cachemark stampede -t spawn:redis --rate 200 --recompute 50ms --ttl 1s
     """
+    run_stampedes(target, {"strategy": strategy, "rate": rate, "recompute": recompute, "ttl": ttl,
+                           "duration": duration, "clients": clients, "beta": beta, "seed": seed}, markdown)
+
+
+STAMPEDE_KEYS = ("strategy", "rate", "recompute", "ttl", "duration", "clients", "beta", "seed")
+DEFAULTS = {"strategy": "none,lock,xfetch,swr", "rate": 200.0, "recompute": "50ms", "ttl": "1s", "duration": "10s",
+            "clients": 16, "beta": 1.0, "seed": 0}
+
+
+def stampede_params(data: dict) -> dict:
+    """An experiment's ``[stampede]`` table (or the command's flags) with defaults, checked: one line if wrong."""
+    from ..spec import parse_duration
+
+    unknown = sorted(set(data) - set(STAMPEDE_KEYS))
+    if unknown:
+        raise UserError(f"[stampede]: unknown field {unknown[0]!r}; fields: {', '.join(STAMPEDE_KEYS)}")
+    params = {**DEFAULTS, **data}
+    from ..run.stampede import STRATEGIES
+
+    strategies = [s.strip() for s in str(params["strategy"]).split(",") if s.strip()]
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if not strategies or unknown:
+        raise UserError(f"--strategy {params['strategy']!r}: choose from {', '.join(STRATEGIES)}")
+    try:
+        rate, clients, beta = float(params["rate"]), int(params["clients"]), float(params["beta"])
+    except (TypeError, ValueError):
+        raise UserError("rate, clients and beta must be numbers") from None
+    if not 0 < rate <= 100_000 or not 1 <= clients <= 512 or beta <= 0:
+        raise UserError("--rate must be in (0, 100000], --clients in [1, 512], --beta > 0")
+    delta_s = parse_duration(params["recompute"], "recompute")
+    ttl_s = parse_duration(params["ttl"], "ttl")
+    duration_s = parse_duration(params["duration"], "duration")
+    if not (0 < delta_s < ttl_s and 0 < duration_s <= 3600):
+        raise UserError("--recompute must be shorter than --ttl, and --duration within (0, 1h]")
+    return {"strategies": strategies, "rate": rate, "delta_s": delta_s, "ttl_s": ttl_s, "duration_s": duration_s,
+            "clients": clients, "beta": beta, "seed": int(params["seed"])}
+
+
+def run_stampedes(targets: list[str], data: dict, markdown: bool = False) -> None:
+    """Every strategy against every target (spawned servers started and stopped here), one block per target."""
     from ..report.blocks import to_markdown, to_rich
     from ..report.stampede_report import stampede_block
     from ..run.provide import provide
-    from ..run.stampede import STRATEGIES, run_stampede
-    from ..spec import parse_duration
+    from ..run.stampede import run_stampede
     from ..target import parse_target
 
-    strategies = [s.strip() for s in strategy.split(",") if s.strip()]
-    unknown = [s for s in strategies if s not in STRATEGIES]
-    if not strategies or unknown:
-        raise UserError(f"--strategy {strategy!r}: choose from {', '.join(STRATEGIES)}")
-    if not 0 < rate <= 100_000 or not 1 <= clients <= 512 or beta <= 0:
-        raise UserError("--rate must be in (0, 100000], --clients in [1, 512], --beta > 0")
-    delta_s, ttl_s = parse_duration(recompute, "recompute"), parse_duration(ttl, "ttl")
-    duration_s = parse_duration(duration, "duration")
-    if not (0 < delta_s < ttl_s and 0 < duration_s <= 3600):
-        raise UserError("--recompute must be shorter than --ttl, and --duration within (0, 1h]")
+    p = stampede_params(data)
     console = make_console()
-    blocks = []
-    for url in target:
+    for url in targets:
         with provide(parse_target(url)) as (reachable, _servers):
             results = []
-            for name in strategies:
-                with console.status(f"{url}: {name} for {duration_s:g} s"):
-                    results.append(run_stampede(reachable.url, name, rate, delta_s, ttl_s, duration_s, clients,
-                                                beta, seed))
-        blocks.append(stampede_block(url, results, rate, delta_s, ttl_s, clients))
-    for block in blocks:
+            for name in p["strategies"]:
+                with console.status(f"{url}: {name} for {p['duration_s']:g} s"):
+                    results.append(run_stampede(reachable.url, name, p["rate"], p["delta_s"], p["ttl_s"],
+                                                p["duration_s"], p["clients"], p["beta"], p["seed"]))
+        block = stampede_block(url, results, p["rate"], p["delta_s"], p["ttl_s"], p["clients"])
         if markdown:
             console.print(to_markdown(block), markup=False, highlight=False)
         else:
