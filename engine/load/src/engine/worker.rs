@@ -750,7 +750,9 @@ pub(super) fn run(
     // The start is set a little ahead, so that every thread begins on one clock: a thread
     // that began at once would send ops before it, executed but not timed.
     while shared.now() < start {
-        std::thread::sleep(Duration::from_nanos(start.saturating_sub(shared.now()).min(200_000)));
+        std::thread::sleep(Duration::from_nanos(
+            start.saturating_sub(shared.now()).min(200_000),
+        ));
     }
     w.phase = Phase::Run;
     w.depth = plan.pipeline;
