@@ -465,6 +465,10 @@ def summarize(arrays: dict[str, np.ndarray], command: str = "GET") -> ServerStat
     if command not in names:
         raise AssertionError(f"the server saw no {command} (it saw {names})")
     pick = arrays["code"] == names.index(command)
+    first_two = np.sort(arrays["arrival_ns"][pick])[:2]
+    if len(first_two) == 2 and first_two[1] - first_two[0] > 500_000_000:
+        # cachemark's write probe reads its own key once, before prefill and warm-up: not the load
+        pick &= arrays["arrival_ns"] != first_two[0]
     arrival, done = arrays["arrival_ns"][pick], arrays["done_ns"][pick]
     start, end = int(arrival.min()), int(done.max())
     in_window = (arrays["arrival_ns"] >= start) & (arrays["arrival_ns"] <= end)
