@@ -433,7 +433,7 @@ class Worker:
         except KeyboardInterrupt:
             # Stop here, and let no second Ctrl-C (the parent forwards one) cut the report short.
             self.interrupted = True
-            _deaf()
+            _deaf()  # the one interrupt is spent: no other can come
         finally:
             if progress is not None:
                 progress[task.worker] = done + len(codes) - recorder.pseudo_records
@@ -491,16 +491,25 @@ def _die_with_parent() -> None:
                 os._exit(1)
 
 
+_stopping = False
+
+
+def _interrupt_once(signum, frame) -> None:
+    """SIGINT handler: the first Ctrl-C stops the work (KeyboardInterrupt), any later one is
+    ignored. The terminal's Ctrl-C and the parent's forwarded one arrive back to back; the
+    second must never cut the clean-up or the last report short."""
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
+    raise KeyboardInterrupt
+
+
 def _deaf() -> None:
-    """Ignore Ctrl-C from here on. The terminal's Ctrl-C and the parent's forwarded one can
-    arrive back to back, the second while the first one's clean-up starts: a KeyboardInterrupt
-    raised inside this very call is retried, and once SIG_IGN is in place none can follow."""
-    while True:
-        try:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            return
-        except KeyboardInterrupt:
-            continue
+    """Ignore Ctrl-C from here on (we are ending anyway)."""
+    global _stopping
+    _stopping = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _final(queue, message: Fatal) -> None:
@@ -520,7 +529,7 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
     _die_with_parent()
     worker = None
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _interrupt_once)
         # The fork server was started with the terminal's signals blocked (runner): a Ctrl-C
         # that came meanwhile arrives here, as KeyboardInterrupt. SIGTERM and SIGHUP stay
         # ignored (preload); SIGINT is how the parent stops us.
@@ -570,9 +579,13 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
     except Exception as exc:  # noqa: BLE001 — reported to the parent, which decides
         _final(queue, Fatal(task.worker, f"{type(exc).__name__}: {exc}", "crash", traceback.format_exc()))
     finally:
-        # Ending anyway: a second Ctrl-C (the terminal's and the parent's forwarded one) must
-        # not cut the clean-up short with a traceback.
-        _deaf()
+        # Ending anyway: a Ctrl-C (the terminal's or the parent's forwarded one) must not cut
+        # the clean-up short with a traceback. The one interrupt the handler raises may land on
+        # this very call (on entering it), hence the try here and not inside.
+        try:
+            _deaf()
+        except KeyboardInterrupt:
+            _deaf()
         if worker is not None:
             with contextlib.suppress(Exception):
                 worker.backend.close()
