@@ -3,11 +3,14 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-RUN_PACKAGES  := redis-server memcached libmemcached-dev ruby ruby-activesupport ruby-dalli ruby-redis
+RUN_PACKAGES  := redis-server memcached libmemcached-dev ruby ruby-activesupport ruby-dalli ruby-redis \
+                 php-cli php-redis php-memcached php-symfony-cache
 TEST_PACKAGES := $(RUN_PACKAGES) redis-tools libmemcached-tools postgresql mariadb-server chromium
 ENGINE_SOURCES := $(shell find engine -name '*.rs' -o -name 'Cargo.toml' -o -name 'Cargo.lock' | grep -v target)
+DRIVER_SOURCES := $(shell find drivers -name build.sh -o -name '*.go' -o -name go.mod -o -name go.sum -o -name pom.xml \
+                    -o -name '*.java' -o -name package.json -o -name package-lock.json | grep -v -e node_modules -e target)
 
-.PHONY: run test setup setup-test packages-run packages-test lint bench clean
+.PHONY: run test setup setup-test packages-run packages-test drivers lint bench clean
 
 run: packages-run setup
 	$(BIN)/cachemark run
@@ -25,9 +28,17 @@ packages-run:
 packages-test:
 	@scripts/ensure-packages.sh $(TEST_PACKAGES)
 
-setup: $(VENV)/.stamp-install
+setup: $(VENV)/.stamp-install drivers/.stamp-built
 
-setup-test: $(VENV)/.stamp-test
+setup-test: $(VENV)/.stamp-test drivers/.stamp-built
+
+# Drivers in other stacks that need a build (npm, Maven, Go): one line for each that cannot.
+drivers:
+	@scripts/build-drivers.sh
+
+drivers/.stamp-built: $(DRIVER_SOURCES)
+	@scripts/build-drivers.sh
+	touch $@
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,4 +65,4 @@ bench: packages-test setup-test
 	$(BIN)/python benchmarks/vs_peers.py
 
 clean:
-	rm -rf $(VENV) engine/target
+	rm -rf $(VENV) engine/target drivers/.stamp-built drivers/node/node_modules drivers/java/target drivers/go/cachemark-driver

@@ -79,7 +79,22 @@ class LabKind:
     options: frozenset[str] = field(default_factory=frozenset)  # server options in the spawn: URL
 
 
-_DRIVERS = frozenset({"ruby-activesupport"})  # Rails' MemoryStore and FileStore (docs/drivers.md)
+# Drivers in other stacks (docs/drivers.md, run/driver.py): the ``client=`` names and the schemes each runs.
+_REDIS_LIKE = frozenset({"redis", "rediss", "valkey", "valkeys"})
+DRIVER_SCHEMES: dict[str, frozenset[str]] = {
+    "ruby-activesupport": _REDIS_LIKE | {"memcached", "memory", "file"},
+    "php-symfony": _REDIS_LIKE | {"memcached", "file"},
+    "node-ioredis": _REDIS_LIKE, "node-redis": _REDIS_LIKE, "node-memjs": frozenset({"memcached"}),
+    "java-jedis": _REDIS_LIKE, "java-lettuce": _REDIS_LIKE, "java-spymemcached": frozenset({"memcached"}),
+    "go-redis": _REDIS_LIKE, "go-memcache": frozenset({"memcached"}),
+}
+
+
+def drivers_of(scheme_name: str) -> frozenset[str]:
+    """The driver ``client=`` names that run a scheme's targets."""
+    return frozenset(name for name, served in DRIVER_SCHEMES.items() if scheme_name in served)
+
+
 _REDIS = frozenset({"client", "hiredis", "socket_timeout", "socket_connect_timeout"})
 _REDIS_TLS = _REDIS | {"ssl_cert_reqs", "ssl_ca_certs"}
 _MEMCACHED = frozenset({"client", "binary", "connect_timeout", "no_delay", "noreply", "timeout"})
@@ -106,11 +121,11 @@ def _mysql(name: str) -> Scheme:
 
 _SCHEMES = {s.name: s for s in (
     Scheme("memory", "cachemark.backends.memory:MemoryBackend", params=frozenset({"max_entries"}), persistent=False,
-           drivers=_DRIVERS),
+           drivers=drivers_of("memory")),
     Scheme("null", "cachemark.backends.null:NullBackend", params=frozenset({"hit", "size"}), stores=False,
            persistent=False),
     Scheme("file", "cachemark.backends.file:FileBackend", params=frozenset({"fanout"}), embedded="", persistent=True,
-           drivers=_DRIVERS),
+           drivers=drivers_of("file")),
     Scheme("diskcache", "cachemark.backends.diskcache:DiskCacheBackend", "diskcache",
            frozenset({"eviction_policy", "shards", "size_limit", "timeout"}), embedded="", persistent=True),
     Scheme("sqlite", "cachemark.backends.sqlite:SqliteBackend",

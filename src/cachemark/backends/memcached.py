@@ -22,12 +22,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
-from ..schemes import scheme
+from ..schemes import drivers_of, scheme
 from ..target import Target
 from .base import Backend, Capabilities, CleanupFailed
 
 _CLIENTS = ("pymemcache", "pylibmc")
-_DRIVERS = ("ruby-activesupport",)  # drivers in other stacks (docs/drivers.md)
 _DELETE_BATCH = 1000
 
 
@@ -51,7 +50,8 @@ class MemcachedBackend(Backend):
     def __init__(self, target: Target, namespace: str) -> None:
         super().__init__(target, namespace)
         self.client_name = target.param("client", "pymemcache") or "pymemcache"
-        if self.client_name in _DRIVERS:  # the driver runs the load (run/driver.py); pymemcache checks and cleans up
+        # a driver in another stack runs the load (run/driver.py); pymemcache checks and cleans up
+        if self.client_name in drivers_of("memcached"):
             self.client_name = "pymemcache"
         if self.client_name not in _CLIENTS:
             raise SpecError(

@@ -22,13 +22,12 @@ from redis.retry import Retry
 from redis.utils import HIREDIS_AVAILABLE
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
-from ..schemes import scheme
+from ..schemes import drivers_of, scheme
 from ..target import Target
 from .base import Backend, Capabilities, cleanup_failed
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 _CLIENTS = ("redis-py",)
-_DRIVERS = ("ruby-activesupport",)  # drivers in other stacks (docs/drivers.md)
 _UNLINK_BATCH = 500
 
 
@@ -43,7 +42,8 @@ class RedisBackend(Backend):
     def __init__(self, target: Target, namespace: str) -> None:
         super().__init__(target, namespace)
         client = target.param("client", "redis-py")
-        if client in _DRIVERS:  # the driver runs the load (run/driver.py); redis-py checks and cleans up
+        # a driver in another stack runs the load (run/driver.py); redis-py checks and cleans up
+        if client in drivers_of(target.scheme):
             client = "redis-py"
         if client not in _CLIENTS:
             raise SpecError(f"{target.redacted}: client={client!r} is not served here; use redis-py")

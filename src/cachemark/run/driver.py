@@ -33,7 +33,7 @@ from ..errors import BackendMissing, BackendUnavailable, PrefillFailed, Unsuppor
 from ..measure.histogram import COUNTS_LEN, Histogram, bucket_indexes
 from ..measure.recorder import ERROR, Recorder
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
-from ..schemes import scheme
+from ..schemes import DRIVER_SCHEMES, scheme
 from ..spec import Phase, Workload
 from ..target import Target
 from ..textfile import one_line
@@ -54,33 +54,74 @@ DRIVERS_DIR = Path(os.environ.get("CACHEMARK_DRIVERS", Path(__file__).resolve().
 
 @dataclass(frozen=True)
 class DriverSpec:
-    """A driver: how to start it and what to install when its runtime is missing."""
+    """A driver: how to start it, what it needs built, and what to install when it is missing."""
 
-    name: str
-    runtime_env: str  # an environment variable naming the runtime's executable
-    runtime: str  # its default
-    script: str  # under DRIVERS_DIR
-    install: str
-    schemes: frozenset[str]
+    name: str  # the ``client=`` value; the schemes it runs are in schemes.DRIVER_SCHEMES
+    runtime_env: str  # an environment variable naming the runtime (or, for a compiled driver, the program)
+    runtime: str  # its default; "" when argv[0] is the program itself
+    argv: tuple[str, ...]  # after the runtime; "{dir}" is DRIVERS_DIR
+    install: str  # the one line saying what to install
     framework: str  # the library (in hello's "libraries") whose version names the client
+    built: str = ""  # a file under DRIVERS_DIR that `make drivers` makes (node_modules, a jar, a binary)
+    tags: bool = False  # runs tagged workloads: writes with tags, and the ``clean`` op
+
+    @property
+    def schemes(self) -> frozenset[str]:
+        return DRIVER_SCHEMES[self.name]
+
+    @property
+    def ops(self) -> frozenset[str]:
+        return DRIVER_OPS | {"clean"} if self.tags else DRIVER_OPS
 
     def command(self) -> list[str]:
+        argv = [a.replace("{dir}", str(DRIVERS_DIR)) for a in self.argv]
         runtime = os.environ.get(self.runtime_env, self.runtime)
-        found = shutil.which(runtime)
-        if found is None:
-            raise BackendMissing(f"client={self.name} needs {runtime!r}, which is not installed: {self.install} "
-                                 f"(or set {self.runtime_env})")
-        script = DRIVERS_DIR / self.script
-        if not script.is_file():
+        if not self.runtime and runtime:  # the program itself was named
+            argv[0] = runtime
+        if self.built and not (DRIVERS_DIR / self.built).exists() and not (self.runtime_env in os.environ
+                                                                          and not self.runtime):
+            raise BackendMissing(f"client={self.name}: the driver is not built ({DRIVERS_DIR / self.built} is "
+                                 f"missing): {self.install}")
+        if self.runtime:
+            found = shutil.which(runtime)
+            if found is None:
+                raise BackendMissing(f"client={self.name} needs {runtime!r}, which is not installed: {self.install} "
+                                     f"(or set {self.runtime_env})")
+            argv.insert(0, found)
+        script = next((Path(a) for a in argv[1 if self.runtime else 0:] if a.startswith(str(DRIVERS_DIR))), None)
+        if script is not None and not script.is_file():
             raise BackendMissing(f"client={self.name}: the driver {script} is missing (set CACHEMARK_DRIVERS)")
-        return [found, str(script)]
+        return argv
 
 
+_NODE = "install Node.js and npm, then `make drivers` (npm ci in drivers/node)"
+_JAVA = "install a JDK (17+) and Maven, then `make drivers` (mvn package in drivers/java)"
+_GO = "install Go (1.21+), then `make drivers` (go build in drivers/go)"
 DRIVERS = {d.name: d for d in (
-    DriverSpec("ruby-activesupport", "CACHEMARK_RUBY", "ruby", "ruby/cachemark_driver.rb",
-               "apt-get install ruby ruby-activesupport ruby-dalli ruby-redis",
-               frozenset({"redis", "rediss", "valkey", "valkeys", "memcached", "memory", "file"}), "activesupport"),
+    DriverSpec("ruby-activesupport", "CACHEMARK_RUBY", "ruby", ("{dir}/ruby/cachemark_driver.rb",),
+               "apt-get install ruby ruby-activesupport ruby-dalli ruby-redis", "activesupport"),
+    DriverSpec("php-symfony", "CACHEMARK_PHP", "php", ("{dir}/php/cachemark_driver.php",),
+               "apt-get install php-cli php-redis php-memcached php-symfony-cache", "symfony/cache", tags=True),
+    DriverSpec("node-ioredis", "CACHEMARK_NODE", "node", ("{dir}/node/cachemark_driver.js", "ioredis"), _NODE,
+               "ioredis", built="node/node_modules/ioredis/package.json"),
+    DriverSpec("node-redis", "CACHEMARK_NODE", "node", ("{dir}/node/cachemark_driver.js", "redis"), _NODE,
+               "redis", built="node/node_modules/redis/package.json"),
+    DriverSpec("node-memjs", "CACHEMARK_NODE", "node", ("{dir}/node/cachemark_driver.js", "memjs"), _NODE,
+               "memjs", built="node/node_modules/memjs/package.json"),
+    DriverSpec("java-jedis", "CACHEMARK_JAVA", "java", ("-jar", "{dir}/java/target/cachemark-driver.jar", "jedis"),
+               _JAVA, "jedis", built="java/target/cachemark-driver.jar"),
+    DriverSpec("java-lettuce", "CACHEMARK_JAVA", "java",
+               ("-jar", "{dir}/java/target/cachemark-driver.jar", "lettuce"), _JAVA, "lettuce",
+               built="java/target/cachemark-driver.jar"),
+    DriverSpec("java-spymemcached", "CACHEMARK_JAVA", "java",
+               ("-jar", "{dir}/java/target/cachemark-driver.jar", "spymemcached"), _JAVA, "spymemcached",
+               built="java/target/cachemark-driver.jar"),
+    DriverSpec("go-redis", "CACHEMARK_GO_DRIVER", "", ("{dir}/go/cachemark-driver", "go-redis"), _GO, "go-redis",
+               built="go/cachemark-driver"),
+    DriverSpec("go-memcache", "CACHEMARK_GO_DRIVER", "", ("{dir}/go/cachemark-driver", "gomemcache"), _GO,
+               "gomemcache", built="go/cachemark-driver"),
 )}
+assert set(DRIVERS) == set(DRIVER_SCHEMES), "every driver's schemes are in schemes.DRIVER_SCHEMES"
 
 
 def driver_for(target: Target) -> DriverSpec | None:
@@ -253,6 +294,8 @@ def setup_message(target: Target, workload: Workload, namespace: str, worker: in
         "namespace": namespace, "worker": worker, "keys": workload.keys, "ttl_s": workload.ttl,
         "sizes": {"kind": sizes.kind, "sizes": list(sizes.sizes)},
         "get_many_count": workload.get_many_count,
+        "tags": None if workload.tags is None else {"pool": workload.tags.pool, "min": workload.tags.min_per_key,
+                                                    "max": workload.tags.max_per_key},
         "timeout_s": target.float_param("socket_timeout" if redis_like else "timeout", 5.0),
         "connect_timeout_s": target.float_param("socket_connect_timeout" if redis_like else "connect_timeout", 2.0),
     }
@@ -366,14 +409,14 @@ def check_workload(spec: DriverSpec, target: Target, workload: Workload) -> None
     if target.scheme not in spec.schemes:
         raise UnsupportedOp(f"client={spec.name} runs {', '.join(sorted(spec.schemes))} targets, "
                             f"not {target.scheme}://")
-    if workload.tags is not None:
+    if workload.tags is not None and not spec.tags:
         raise UnsupportedOp(f"client={spec.name} does not run tagged workloads")
     for phase in workload.effective_phases():
         for entry in mix_entries(phase.mix or workload.mix):
             for op in entry.steps:
-                if op not in DRIVER_OPS:
+                if op not in spec.ops:
                     raise UnsupportedOp(f"client={spec.name} does not run {op!r}; it runs "
-                                        f"{', '.join(sorted(DRIVER_OPS))}")
+                                        f"{', '.join(sorted(spec.ops))}")
 
 
 def run_driver_phases(target: Target, workload: Workload, namespace: str, outcome: Any, monitor: Any = None) -> None:
