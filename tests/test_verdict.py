@@ -389,3 +389,29 @@ def test_a_swept_workload_field_is_what_the_run_planned(doc):
     first(clean, "redis")["sweep"] = {"ops": "10000"}  # this point planned 10,000 ops; the others had no budget
     found = [w for w in warnings_of(clean) if "planned" in w]
     assert found == ["redis [ops=10000]: 5,297 of the 10,000 ops planned were done"]
+
+
+def test_clients_of_the_same_server_are_compared_over_the_wire_floor(doc):
+    """Three clients of one redis: each one's p50 over the engine's, from the summaries by hand."""
+    template = next(r for r in doc["runs"] if r["label"] == "memory" and r.get("repeat") in (None, 1))
+    p50 = {"cachemark-engine": 30.0, "redis-py": 59.0, "ruby-activesupport": 104.5}
+    runs = []
+    for client, latency in p50.items():
+        run = copy.deepcopy(template)
+        run.pop("repeat", None)
+        run["label"] = f"redis({client})"
+        run["backend"] = {"scheme": "redis", "info": {"client": client, "server": "redis", "server_version": "7.0.15"}}
+        if client == "ruby-activesupport":
+            run["backend"]["info"]["store"] = "ActiveSupport::Cache::RedisCacheStore"
+        for op in run["phases"][0]["ops"].values():
+            op["summary"] = {**op["summary"], "p50_us": latency}
+        runs.append(run)
+    lines = [line for line in verdict({**doc, "runs": runs}).lines if line.startswith("Client cost")]
+    assert lines and all("over the engine's wire floor (30" in line for line in lines), lines
+    assert "redis-py +29" in lines[0] and "(1.97×)" in lines[0]
+    assert "ruby-activesupport (RedisCacheStore) +74.5" in lines[0] and "(3.48×)" in lines[0]
+
+    without_engine = [r for r in runs if r["label"] != "redis(cachemark-engine)"]
+    line = next(x for x in verdict({**doc, "runs": without_engine}).lines if x.startswith("Client cost"))
+    assert "over the fastest client, redis-py (59" in line and "+45.5" in line
+    assert not [x for x in verdict({**doc, "runs": runs[:1]}).lines if x.startswith("Client cost")]

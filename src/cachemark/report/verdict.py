@@ -77,7 +77,7 @@ def verdict_blocks(document: dict[str, Any]) -> list[Block]:
     if not runs:
         return []
     ranking = _ranking(runs)
-    lines = [workload_sentence(document, runs)]
+    lines = [workload_sentence(document, runs), *client_costs(runs)]
     notes: list[str] = []
     if ranking.rows:
         notes.append(ranking.footnote())
@@ -310,6 +310,58 @@ def _ranking(runs: list[dict[str, Any]]) -> _Ranking:
                 cell, p99 = _compare(labels[other], labels[best], ranking)
                 ranking.rows.append([name if i == 0 else "", fastest if i == 0 else "", other, cell, p99])
     return ranking
+
+
+# --- clients of the same server -----------------------------------------------------------------------------
+
+MAX_CLIENT_LINES = 6
+
+
+def _client_name(info: dict[str, Any]) -> str:
+    """A client as the reader knows it: the driver and the store it built (``ruby-activesupport
+    (RedisCacheStore)``), the Python library, or the engine."""
+    client = str(info.get("client") or "")
+    store = str(info.get("store") or "").rsplit("::", 1)[-1].rsplit("\\", 1)[-1]
+    return f"{client} ({store})" if store else client
+
+
+def client_costs(runs: list[dict[str, Any]]) -> list[str]:
+    """What each client costs on the same server software, per op: its p50 over the engine's
+    (the wire floor: no client library in the way) or, without an engine run, over the fastest
+    client's. One line per server and op, like with like (phase, sweep point, network profile)."""
+    groups: dict[tuple[str, ...], dict[str, list[float]]] = {}
+    for run in runs:
+        if run.get("status", "ok") not in RANKED_STATUSES or run.get("dropped_writes"):
+            continue
+        info = _dict(_dict(run.get("backend")).get("info"))
+        server = _dict(run.get("server"))
+        kind, version = info.get("server") or server.get("kind"), info.get("server_version") or server.get("version")
+        if not kind or not info.get("client"):
+            continue
+        profile = _dict(run.get("network")).get("profile") or ""
+        for phase in run.get("phases") or []:
+            wall = phase.get("wall_s") or 0.0
+            for op_name, op in (phase.get("ops") or {}).items():
+                p50 = op_summary(op, wall).get("p50_us")
+                if (op.get("count") or 0) < 2 or not p50 or op_name in PSEUDO_OPS:
+                    continue
+                key = (f"{kind} {version}" if version else str(kind), phase.get("name") or "main", sweep_key(run),
+                       profile, op_name)
+                groups.setdefault(key, {}).setdefault(_client_name(info), []).append(p50)
+    lines = []
+    for (server, phase, sweep, profile, op_name), clients in groups.items():
+        if len(clients) < 2:
+            continue
+        p50 = {name: statistics.median(values) for name, values in clients.items()}
+        floor_name = next((n for n in p50 if n == ENGINE_CLIENT), min(p50, key=p50.__getitem__))
+        floor = p50[floor_name]
+        what = "the engine's wire floor" if floor_name == ENGINE_CLIENT else f"the fastest client, {floor_name}"
+        where = "".join(f" [{x}]" for x in (phase if phase != "main" else "", profile, sweep) if x)
+        costs = "; ".join(f"{name} {'+' if p50[name] >= floor else '−'}{fmt_latency(abs(p50[name] - floor))} "
+                          f"({fmt_factor(p50[name] / floor)}×)"
+                          for name in sorted(p50, key=p50.__getitem__) if name != floor_name)
+        lines.append(f"Client cost on {server}{where}, {op_name} p50 over {what} ({fmt_latency(floor)}): {costs}.")
+    return lines[:MAX_CLIENT_LINES]
 
 
 # --- the warnings ---------------------------------------------------------------------------------------------
