@@ -25,7 +25,15 @@ import uuid
 
 from cachemark.errors import BackendMissing
 from cachemark.lab import server_class
-from cachemark.run.driver import DRIVERS, DriverFailed, DriverProcess, DriverSpec, op_batch, setup_message, worker_result
+from cachemark.run.driver import (
+    DRIVERS,
+    DriverFailed,
+    DriverProcess,
+    DriverSpec,
+    op_batch,
+    setup_message,
+    worker_result,
+)
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
 from cachemark.target import parse_target
