@@ -14,7 +14,7 @@ from typing import Any
 from .errors import UserError
 from .results.names import run_name
 from .schemes import check_params
-from .spec import Experiment, Workload, build_experiment
+from .spec import Experiment, Phase, Workload, build_experiment
 from .sweep import sweep_points
 from .target import Target, parse_target, redact, with_params
 
@@ -96,6 +96,40 @@ def plan_runs(experiment: Experiment) -> list[RunSpec]:
                 for repeat in range(experiment.repeat):
                     runs.append(RunSpec(target, label, workload, point, profile, repeat))
     return runs
+
+
+def with_trace(experiment: Experiment, directory: str) -> Experiment:
+    """A trace replay's experiment: the trace read once, each worker's share written to ``directory``,
+    and the workload the report shows — the trace's own op mix, key count, size range and rate —
+    in one phase, ``replay``, ended when the trace ends (or by ``--duration``)."""
+    wl = experiment.workload
+    trace = wl.trace
+    if trace is None or trace.prepared:
+        return experiment
+    if "workers" in experiment.sweep:
+        raise UserError("a trace replay takes one worker count (its requests are split over the workers "
+                        "by key hash before the runs): give --workers, not a sweep of it")
+    if wl.phases:
+        raise UserError("a trace replay is its own phase: drop the workload's phases (or the trace)")
+    from .workload.replay import prepare
+
+    got = prepare(trace.path, wl.workers, format=trace.format, speed=trace.speed, amplify=trace.amplify,
+                  limit=trace.limit, directory=directory)
+    recorded_rate = got.records / got.span_s * trace.speed if trace.speed and got.span_s > 0 else None
+    duration = wl.duration if "duration" in wl.model_fields_set else None
+    phase = Phase(name="replay", mix=got.ops, ops=got.records, duration=duration, warmup=0, rate=recorded_rate)
+    sizes = str(got.min_size) if got.min_size == got.max_size else f"{got.min_size}-{got.max_size}"
+    fields: dict[str, Any] = {
+        "trace": trace.model_copy(update={"prepared": got.directory}), "keys": got.keys, "key_dist": "uniform",
+        "value_size": sizes, "mix": got.ops, "ops": got.records, "duration": None, "warmup": 0, "rate": None,
+        "phases": [phase], "prefill": wl.prefill if "prefill" in wl.model_fields_set else False,
+    }
+    if got.skipped:
+        print("cachemark: not replayed (not an op on one key): "
+              + ", ".join(f"{op} {n:,}" for op, n in got.skipped.items()))
+    return experiment.model_copy(update={"workload": Workload.model_validate({**wl.model_dump(), **fields,
+                                                                            "trace": fields["trace"].model_dump(),
+                                                                            "phases": [phase.model_dump()]})})
 
 
 def describe(spec: RunSpec, repeats: int = 1) -> str:

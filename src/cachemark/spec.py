@@ -101,6 +101,17 @@ class TagSpec(_Model):
         return self
 
 
+class TraceSpec(_Model):
+    """A recorded trace replayed as the workload (workload/replay.py, docs/traces.md)."""
+
+    path: str
+    format: str | None = None  # detected from the name or first bytes when unset
+    speed: float = Field(1.0, ge=0, le=1_000_000, allow_inf_nan=False)  # × the recorded rate; 0: closed loop
+    amplify: int = Field(1, ge=1, le=1000)  # copies of the key space replayed at the same times
+    limit: int | None = Field(None, ge=1)  # only the first N requests
+    prepared: str | None = None  # set by cachemark: the directory with each worker's share
+
+
 class Phase(_Model):
     """One timed part of a workload; unset fields inherit the workload's."""
 
@@ -156,6 +167,7 @@ class Workload(_Model):
     # what the `fetch` op calls on a miss (cache-aside): fixed:10ms, lognormal:10ms,0.5, hist:FILE,
     # postgresql://…?query=…, each with an optional ?pool=N (workload/origin.py)
     origin: str | None = None
+    trace: TraceSpec | None = None  # replay a recorded trace instead of drawing ops (plan.with_trace)
     phases: list[Phase] = Field(default_factory=list)
 
     @field_validator("mix", mode="before")

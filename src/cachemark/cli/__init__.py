@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -198,6 +199,19 @@ def run(
     calibrate: Annotated[
         bool, typer.Option("--calibrate/--no-calibrate", help="Measure timer and loopback RTT first.")
     ] = True,
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Replay a recorded trace as the workload (Twitter CSV, oracleGeneral, CacheLib, Redis "
+                     "MONITOR, cachemark's own; .zst too): its ops, keys, sizes and timing (docs/traces.md).")
+    ] = None,
+    trace_format: Annotated[str | None, typer.Option(help="The trace's format, when not told by its name.")] = None,
+    speed: Annotated[
+        float | None, typer.Option(help="Replay at this × the recorded rate (open loop); 0: as fast as possible.")
+    ] = None,
+    amplify: Annotated[
+        int | None, typer.Option(help="Replay N copies of the trace over disjoint keys at the same times.")
+    ] = None,
+    trace_limit: Annotated[int | None, typer.Option(help="Replay only the trace's first N requests.")] = None,
     cluster: Annotated[
         str | None,
         typer.Option(help="Drive the load from a Dask cluster: tcp://scheduler:8786 or local:N "
@@ -223,6 +237,11 @@ def run(
         warmup_ops=warmup_ops, duration=duration, ops=ops, workers=workers, rate=rate, seed=seed,
         arrival=arrival, on_error=on_error, error_grace=error_grace, origin=origin,
     )
+    if trace is not None:
+        flags["trace"] = _workload_flags(path=str(trace), format=trace_format, speed=speed, amplify=amplify,
+                                         limit=trace_limit)
+    elif any(v is not None for v in (trace_format, speed, amplify, trace_limit)):
+        raise SpecError("--trace-format, --speed, --amplify and --trace-limit go with --trace FILE")
     results_path, report_path, report_format = output_paths(out)
     experiment = experiment_from(data, where, target, flags, label, sweep, repeat, network)
     if experiment.stampede is not None:  # a hot key expiring under load, per strategy (docs/decide.md)
@@ -232,7 +251,12 @@ def run(
         return
     from ..run.distributed import cluster_session
 
-    with cluster_session(cluster):
+    if experiment.workload.trace is not None and cluster:
+        raise SpecError("--trace with --cluster: a replay's shares are prepared on this host; not yet supported")
+    with cluster_session(cluster), tempfile.TemporaryDirectory(prefix="cachemark-replay-") as scratch:
+        from ..plan import with_trace
+
+        experiment = with_trace(experiment, scratch)  # a trace replay: read once, split over the workers
         document, path = run_experiment(experiment, out=results_path, calibrate=calibrate, console=console)
     console.print(f"results: {path}", markup=False, highlight=False)
     reports = [(report_path, report_format)] if report_path is not None else []

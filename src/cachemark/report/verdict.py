@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ..backends.base import PSEUDO_OPS
@@ -171,8 +172,14 @@ def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> s
     experiment = _dict(document.get("experiment"))
     wl = _dict(experiment.get("workload"))
     parts: list[str] = []
+    trace = _dict(wl.get("trace"))
+    if trace.get("path"):
+        speed = trace.get("speed", 1)
+        timing = "as fast as possible" if speed == 0 else f"at {_num(speed)}× the recorded rate"
+        copies = f", {_num(trace['amplify'])} copies of its key space" if (trace.get("amplify") or 1) > 1 else ""
+        parts.append(f"replay of the trace {Path(str(trace['path'])).name} ({timing}{copies})")
     if wl.get("keys") is not None:
-        dist = f" ({wl['key_dist']})" if wl.get("key_dist") else ""
+        dist = f" ({wl['key_dist']})" if wl.get("key_dist") and not trace else ""
         parts.append(f"{_num(wl['keys'])} key{'s' if wl['keys'] != 1 else ''}{dist}")
     if wl.get("value_size") is not None:
         parts.append(_values(wl["value_size"]))
@@ -189,7 +196,10 @@ def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> s
         parts.append(f"{count} worker{'s' if workers[-1] != 1 else ''}")
     modes = {p.get("mode") for r in runs for p in r.get("phases") or []}
     rate = wl.get("rate") or next((p.get("rate") for p in phases if p.get("rate")), None)
-    if "open" in modes or rate:
+    if trace and ("open" in modes or rate):
+        parts.append(f"open loop at the recorded times (mean {rate:,.0f} ops/s)" if isinstance(rate, int | float)
+                     else "open loop at the recorded times")
+    elif "open" in modes or rate:
         arrival = f", {wl['arrival']} arrivals" if wl.get("arrival") else ""
         parts.append(f"open loop at {_num(rate)} ops/s{arrival}" if rate else "open loop")
     elif modes or wl:

@@ -38,6 +38,7 @@ from ..spec import Phase, Workload
 from ..target import Target
 from ..textfile import one_line
 from ..workload.ops import OpStream, mix_entries, split_ops, stream_seed
+from ..workload.replay import load_share
 from .worker import arrival_gaps
 
 PROTOCOL = 1
@@ -322,6 +323,9 @@ class OpBatch:
 def op_batch(workload: Workload, phase: Phase, worker: int, purpose: str, limit: int | None,
              duration: float | None, rate: float | None) -> OpBatch:
     workers = workload.workers
+    if workload.trace is not None and workload.trace.prepared and purpose == "timed":  # a recorded trace
+        share = load_share(workload.trace.prepared, worker)
+        return OpBatch(share.entries, share.keys, share.sizes, share.at_ns if rate is not None else None, False)
     cycle = False
     if rate is not None and duration and limit is None:
         limit = math.ceil(rate / workers * duration) + 1  # every op due before the deadline

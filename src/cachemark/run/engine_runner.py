@@ -79,6 +79,9 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
     short; when that happened during its prefill or warm-up, the phase is reported with no
     ops and ``interrupted`` or ``stopped_on_errors`` set, so the runner still sees why.
     """
+    if workload.trace is not None:
+        raise UnsupportedOp("the native engine does not replay traces yet; the Python workers and the drivers do "
+                            "(drop client=engine)")
     from ..engine import run_load
 
     phases = []

@@ -35,6 +35,7 @@ from ..target import Target
 from ..textfile import one_line
 from ..workload.ops import MixEntry, OpStream, mix_entries, split_ops, stream_seed, tags_for_key
 from ..workload.origin import Origin, parse_origin
+from ..workload.replay import load_share
 from ..workload.values import make_value, value_header, value_matches
 from .messages import Done, Fatal, PhaseReport
 
@@ -315,7 +316,11 @@ class Worker:
                   if fetching and self.origin is not None else [])
         recorder = Recorder(names + pseudo, open_loop=open_loop, pseudo=len(pseudo))
         self._origin_sink = (recorder, len(names), open_loop) if pseudo else None
-        stream = OpStream(self.workload, phase, task.worker, task.workers, limit, purpose)
+        replay = None
+        if self.workload.trace is not None and self.workload.trace.prepared:  # a recorded trace, in its order
+            replay = stream = load_share(self.workload.trace.prepared, task.worker)
+        else:
+            stream = OpStream(self.workload, phase, task.worker, task.workers, limit, purpose)
         table = [self._handler(e) for e in entries]
         fns = [fn for fn, _ in table]
         kinds = [kind for _, kind in table]
@@ -335,14 +340,15 @@ class Worker:
         read_count = write_count = 0
         interval = int(1e9 * task.workers / phase.rate) if open_loop else 0
         arrivals_rng = stream_seed(self.workload.seed, phase.name, task.worker, purpose + "/arrivals")
-        next_gap = arrival_gaps(phase.arrival or "fixed", interval, arrivals_rng).__next__
+        next_gap = (replay.gaps() if replay is not None else
+                    arrival_gaps(phase.arrival or "fixed", interval, arrivals_rng)).__next__
         timed = board is not None and purpose == "timed"  # only the timed phase publishes its counts
         progress, failures = (board.done, board.failed) if timed else (None, None)
         halt = board.halt if board is not None else None
         failed = 0
         self.missed = 0
         start = perf()
-        intended = start
+        intended = start + (replay.first_due() if replay is not None and open_loop else 0)
         second = 0
         next_second = start + 1_000_000_000
         checkpoint = min(start + PROGRESS_EVERY_NS, next_second)
@@ -422,7 +428,8 @@ class Worker:
                             return recorder
                         if deadline_ns is not None and t1 >= deadline_ns:
                             if open_loop and intended < deadline_ns:
-                                self.missed = _due_before(intended, deadline_ns, interval)
+                                self.missed = (replay.due_between(intended - start, deadline_ns - start)
+                                               if replay is not None else _due_before(intended, deadline_ns, interval))
                             return recorder
                         checkpoint = min(t1 + PROGRESS_EVERY_NS, next_second)
                         if deadline_ns is not None:
