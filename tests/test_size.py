@@ -53,6 +53,21 @@ def _libcachesim_miss_ratio(cls, ids: np.ndarray, capacity: int) -> float:
     return misses / len(ids)
 
 
+@pytest.mark.parametrize("share", [0.01, 0.10])
+def test_a_live_run_against_an_lru_memory_cache_matches_che_within_001(share) -> None:
+    """The measured hit ratio of cache-aside (fetch: a miss writes the key) on ``memory://?max_entries``,
+    an LRU of 1 % / 10 % of 100,000 Zipf(0.99) keys, after a warm-up that fills it."""
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    workload = Workload(keys=100_000, key_dist="zipf:0.99", value_size=100, mix={"fetch": 1}, origin="fixed:0ms",
+                        workers=1, prefill=False, warmup_ops=150_000, ops=150_000, verify_reads=0)
+    outcome = run_target(f"memory://?max_entries={int(100_000 * share)}", workload, sample_server=False)
+    assert outcome.status == "ok", outcome.reason
+    fetch = outcome.phases[0]["ops"]["fetch"]
+    assert fetch["hits"] / fetch["count"] == pytest.approx(CHE_TABLE[(0.99, share)], abs=0.01)
+
+
 def test_lru_fifo_and_sieve_equal_libcachesim_on_the_same_stream() -> None:
     libcachesim = pytest.importorskip("libcachesim")
     ids = _skewed_ids(60_000, 5_000, 1)
