@@ -83,6 +83,24 @@ def test_sql_origin_runs_a_real_query(postgres_server, cachemark, tmp_path: Path
     assert 5e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
 
 
+def test_a_spawned_postgresql_origin_is_started_for_the_run_and_queried():
+    """spawn:postgresql?query=… starts a private server, the workers query it, and it is gone afterwards."""
+    import psutil
+
+    def postgres_processes() -> int:
+        return sum(1 for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("postgres"))
+
+    before = postgres_processes()
+    workload = Workload(keys=1000, key_dist="uniform", value_size="100", mix="fetch=100", warmup="0", workers=2,
+                        origin="spawn:postgresql?query=SELECT pg_sleep(0.003)&pool=2", ops=400, prefill=False)
+    outcome = run_target("memory://?max_entries=100", workload, sample_server=False)
+    assert outcome.status == "ok", outcome.reason
+    ops = outcome.phases[0]["ops"]
+    assert not ops["origin"]["errors"] and ops["origin"]["count"] == ops["fetch"]["misses"] > 50
+    assert 3e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
+    assert postgres_processes() == before
+
+
 def test_a_failing_origin_fails_the_fetches_and_stops_the_run(postgres_server):
     origin = f"{postgres_server.url()}?query=SELECT * FROM no_such_table"
     workload = Workload(keys=100_000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,
@@ -133,7 +151,8 @@ def test_latency_models_lognormal_and_a_replayed_histogram(tmp_path: Path):
     ("hist:/nonexistent/lat.txt", "cannot read it"),
     ("postgresql://u:secret@127.0.0.1/db?query=SELECT 1", "PGPASSWORD"),
     ("postgresql://127.0.0.1/db", "needs ?query="),
-    ("spawn:postgresql?query=SELECT 1", "give its postgresql:// URL"),
+    ("spawn:redis?query=SELECT 1", "a spawned origin is one of spawn:postgresql"),
+    ("spawn:postgresql", "needs ?query="),
 ])
 def test_bad_origin_specs_are_one_line(origin: str, says: str):
     with pytest.raises(SpecError, match=re.escape(says)) as caught:

@@ -97,6 +97,24 @@ def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
             yield version_key(namespace, f"t{j}")
 
 
+@contextlib.contextmanager
+def _provide_origin(workload: Workload) -> Iterator[Workload]:
+    """A ``spawn:postgresql?query=…`` origin gets its private server for the run (stopped after it);
+    the workers then see a plain ``postgresql://…?query=…`` origin."""
+    if not (workload.origin or "").startswith("spawn:"):
+        yield workload
+        return
+    from ..lab import server_class
+    from ..workload.origin import spawned_origin
+
+    kind = workload.origin.split(":", 1)[1].split("?", 1)[0]
+    server = server_class(kind)().start()
+    try:
+        yield workload.model_copy(update={"origin": spawned_origin(workload.origin, server.url())})
+    finally:
+        server.stop()
+
+
 def run_target(target: Target | str, workload: Workload, label: str | None = None,
                progress: ProgressFn | None = None, network: Any = None, sample_server: bool = True) -> RunOutcome:
     """Run ``workload`` against ``target`` (parsed by the plan; a URL string is parsed here,
@@ -105,7 +123,7 @@ def run_target(target: Target | str, workload: Workload, label: str | None = Non
     label = label or default_label(target)
     outcome = RunOutcome(label=label, target=target.redacted_whole)  # whole, not cut as in messages
     try:
-        with provide(target) as (reachable, servers):
+        with provide(target) as (reachable, servers), _provide_origin(workload) as workload:
             outcome.server = servers[0].describe() if len(servers) == 1 else None
             if len(servers) > 1:
                 outcome.server = {"servers": [s.describe() for s in servers]}

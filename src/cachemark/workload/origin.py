@@ -6,6 +6,7 @@ the per-worker :class:`Origin` the worker calls. An origin is a latency model
 latencies in µs, one per line) or a real query against a PostgreSQL or MySQL/MariaDB server
 (``postgresql://user@host:port/db?query=SELECT pg_sleep(0.005)``, ``mysql://…?query=SELECT SLEEP(0.005)``);
 a password goes in PGPASSWORD / ~/.pgpass or MYSQL_PWD, never in the URL, which is saved with the results.
+``spawn:postgresql?query=…`` (or ``spawn:mysql``) starts a private server for the run and queries it.
 ``?pool=N`` bounds how many calls may be at the origin at once across every worker process of a run, as a database
 connection pool does: a POSIX named semaphore named after the run's namespace, which every
 worker opens (the first one creates it) before the first timed phase.
@@ -30,6 +31,8 @@ from ..textfile import one_line
 EXAMPLES = ("fixed:10ms, lognormal:10ms,0.5, hist:FILE (µs per line) or postgresql://HOST/DB?query=SELECT 1 "
             "(mysql:// too)")
 SQL_SCHEMES = ("postgresql", "postgres", "mysql")
+# spawn:<kind>?query=… — a private server the run starts (lab), then the origin is its URL (spawned_origin)
+SPAWNED = {"postgresql": "postgresql", "mysql": "mysql", "mariadb": "mysql"}
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 MAX_LATENCY_S = 60.0
 MAX_POOL = 4096
@@ -96,6 +99,12 @@ def read_hist(path: str) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
+def spawned_origin(text: str, server_url: str) -> str:
+    """A ``spawn:`` origin made concrete: the started server's URL with the origin's own ``?query=…&pool=N``."""
+    _, _, query = text.partition("?")
+    return f"{server_url}?{query}"
+
+
 def parse_origin(text: object) -> OriginSpec:
     """``fixed:10ms?pool=4`` and the like → an :class:`OriginSpec`; anything else one SpecError line."""
     if not isinstance(text, str) or not text.strip():
@@ -119,8 +128,12 @@ def parse_origin(text: object) -> OriginSpec:
         kind = "mysql" if parts.scheme == "mysql" else "postgresql"
         return OriginSpec(kind, url=url, query=query, pool=pool, text=text)
     if text.startswith("spawn:"):
-        raise SpecError(f"origin {shown!r}: spawned origins are not provided yet; start the server "
-                        "(e.g. cachemark lab) and give its postgresql:// URL with ?query=…")
+        kind, _, query = text[len("spawn:"):].partition("?")
+        if kind not in SPAWNED:
+            raise SpecError(f"origin {shown!r}: a spawned origin is one of {', '.join(f'spawn:{k}' for k in SPAWNED)}"
+                            ", e.g. spawn:postgresql?query=SELECT pg_sleep(0.005)")
+        parse_origin(f"{SPAWNED[kind]}://127.0.0.1/x?{query}")  # the same checks as the server's own URL gets
+        return OriginSpec("spawn", text=text)
     kind, sep, rest = text.partition(":")
     if not sep or kind not in ("fixed", "lognormal", "hist"):
         raise SpecError(f"origin {shown!r}: unknown kind {kind!r}; expected {EXAMPLES}")
