@@ -65,6 +65,9 @@ class DriverSpec:
     framework: str  # the library (in hello's "libraries") whose version names the client
     built: str = ""  # a file under DRIVERS_DIR that `make drivers` makes (node_modules, a jar, a binary)
     tags: bool = False  # runs tagged workloads: writes with tags, and the ``clean`` op
+    # where a cache that cannot list its keys (memcached) gets the tag scheme's own keys, for the cleanup:
+    # (per item "{ns}…{i}", per tag "{ns}…{j}") — Symfony's TagAwareAdapter: "\0tags\0" as "/tags/"
+    tag_keys: tuple[str, str] | None = None
 
     @property
     def schemes(self) -> frozenset[str]:
@@ -102,7 +105,8 @@ DRIVERS = {d.name: d for d in (
     DriverSpec("ruby-activesupport", "CACHEMARK_RUBY", "ruby", ("{dir}/ruby/cachemark_driver.rb",),
                "apt-get install ruby ruby-activesupport ruby-dalli ruby-redis", "activesupport"),
     DriverSpec("php-symfony", "CACHEMARK_PHP", "php", ("{dir}/php/cachemark_driver.php",),
-               "apt-get install php-cli php-redis php-memcached php-symfony-cache", "symfony/cache", tags=True),
+               "apt-get install php-cli php-redis php-memcached php-symfony-cache", "symfony/cache", tags=True,
+               tag_keys=("{ns}/tags/{i}", "{ns}t{j}/tags/")),
     DriverSpec("node-ioredis", "CACHEMARK_NODE", "node", ("{dir}/node/cachemark_driver.js", "ioredis"), _NODE,
                "ioredis", built="node/node_modules/ioredis/package.json"),
     DriverSpec("node-redis", "CACHEMARK_NODE", "node", ("{dir}/node/cachemark_driver.js", "redis"), _NODE,

@@ -67,6 +67,11 @@ def check_ops(target: Target, workload: Workload) -> dict[str, Any]:
     capabilities = backend_class(target).capabilities(target)
     if workload.tags is not None and target.param("tags"):
         capabilities.tags = target.param("tags")
+    from .driver import driver_for
+
+    driver = driver_for(target)
+    if workload.tags is not None and driver is not None and driver.tags:
+        capabilities.tags = capabilities.tags or "driver"  # the driver tags by its framework's own scheme
     for phase in workload.effective_phases():
         for entry in mix_entries(phase.mix or workload.mix):
             for op in entry.steps:
@@ -82,8 +87,9 @@ def check_ops(target: Target, workload: Workload) -> dict[str, Any]:
     return capabilities.to_json()
 
 
-def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
-    """Every key a run may have written (for backends that cannot enumerate theirs)."""
+def written_keys(namespace: str, workload: Workload, target: Target | None = None) -> Iterator[str]:
+    """Every key a run may have written (for backends that cannot enumerate theirs), with the
+    bookkeeping keys of the target's driver's tag scheme."""
     yield probe_key(namespace)
     for i in range(workload.keys):
         yield f"{namespace}{i}"
@@ -95,6 +101,13 @@ def written_keys(namespace: str, workload: Workload) -> Iterator[str]:
 
         for j in range(workload.tags.pool):
             yield version_key(namespace, f"t{j}")
+        from .driver import driver_for
+
+        driver = driver_for(target) if target is not None else None
+        if driver is not None and driver.tag_keys is not None:
+            per_item, per_tag = driver.tag_keys
+            yield from (per_item.format(ns=namespace, i=i) for i in range(workload.keys))
+            yield from (per_tag.format(ns=namespace, j=j) for j in range(workload.tags.pool))
 
 
 @contextlib.contextmanager
@@ -198,7 +211,7 @@ def _run_workers(target: Target, workload: Workload, outcome: RunOutcome, progre
     finally:
         monitor.stop_all()
         try:
-            removed = preflight.clear_namespace(written_keys(namespace, workload))
+            removed = preflight.clear_namespace(written_keys(namespace, workload, target))
             outcome.backend["cleanup_removed"] = removed
         except Exception as exc:  # noqa: BLE001 — cleanup failure must not hide results
             # CleanupFailed already reads "cleanup failed: …; what may remain".
