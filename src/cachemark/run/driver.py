@@ -100,7 +100,7 @@ class DriverSpec:
 
 _NODE = "install Node.js and npm, then `make drivers` (npm ci in drivers/node)"
 _JAVA = "install a JDK (17+) and Maven, then `make drivers` (mvn package in drivers/java)"
-_GO = "install Go (1.21+), then `make drivers` (go build in drivers/go)"
+_GO = "install Go (1.26+), then `make drivers` (go build in drivers/go)"
 DRIVERS = {d.name: d for d in (
     DriverSpec("ruby-activesupport", "CACHEMARK_RUBY", "ruby", ("{dir}/ruby/cachemark_driver.rb",),
                "apt-get install ruby ruby-activesupport ruby-dalli ruby-redis", "activesupport"),
@@ -301,6 +301,8 @@ def setup_message(target: Target, workload: Workload, namespace: str, worker: in
         "get_many_count": workload.get_many_count,
         "tags": None if workload.tags is None else {"pool": workload.tags.pool, "min": workload.tags.min_per_key,
                                                     "max": workload.tags.max_per_key},
+        # a TLS target's verification, as the URL says it (a private CA, or none): rediss://…?ssl_ca_certs=…
+        "ssl_ca_certs": target.param("ssl_ca_certs"), "ssl_cert_reqs": target.param("ssl_cert_reqs"),
         "timeout_s": target.float_param("socket_timeout" if redis_like else "timeout", 5.0),
         "connect_timeout_s": target.float_param("socket_connect_timeout" if redis_like else "connect_timeout", 2.0),
     }
