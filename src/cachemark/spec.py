@@ -25,7 +25,7 @@ from .workload.origin import parse_origin
 from .workload.values import ValueSizes
 
 DEFAULT_TARGETS = ["memory://", "file://", "diskcache://", "sqlite://", "spawn:redis", "spawn:memcached"]
-Arrival = Literal["fixed", "poisson"]
+Arrival = Literal["fixed", "poisson", "etc"]  # etc: Facebook ETC's gap shape (workload/etc.py)
 OnError = Literal["stop", "continue"]
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|us)?\s*$")
 

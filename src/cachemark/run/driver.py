@@ -297,7 +297,7 @@ def setup_message(target: Target, workload: Workload, namespace: str, worker: in
         "db": int(path) if redis_like and path.isdigit() else 0,
         "username": target.username, "password": target.password, "tls": row.tls,
         "namespace": namespace, "worker": worker, "keys": workload.keys, "ttl_s": workload.ttl,
-        "sizes": {"kind": sizes.kind, "sizes": list(sizes.sizes)},
+        "sizes": {"kind": "choice" if sizes.kind == "etc" else sizes.kind, "sizes": list(sizes.sizes)},
         "get_many_count": workload.get_many_count,
         "tags": None if workload.tags is None else {"pool": workload.tags.pool, "min": workload.tags.min_per_key,
                                                     "max": workload.tags.max_per_key},

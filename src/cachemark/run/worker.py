@@ -33,6 +33,7 @@ from ..schemes import scheme
 from ..spec import Phase, Workload
 from ..target import Target
 from ..textfile import one_line
+from ..workload.etc import gaps_ns
 from ..workload.ops import MixEntry, OpStream, mix_entries, split_ops, stream_seed, tags_for_key
 from ..workload.origin import Origin, parse_origin
 from ..workload.replay import load_share
@@ -79,7 +80,14 @@ class Board:
 
 
 def arrival_gaps(arrival: str, interval_ns: int, rng: np.random.Generator) -> Iterator[int]:
-    """Nanoseconds between one worker's intended starts: even, or exponential (Poisson)."""
+    """Nanoseconds between one worker's intended starts: even, exponential (Poisson), or with
+    Facebook ETC's generalised-Pareto shape (workload/etc.py), each with the mean ``interval_ns``."""
+    if arrival == "etc":
+        def etc_gaps() -> Iterator[int]:
+            while True:
+                yield from gaps_ns(rng, 65_536, interval_ns).tolist()
+
+        return etc_gaps()
     if arrival != "poisson":
         return itertools.repeat(interval_ns)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -39,7 +40,8 @@ def value_matches(header: bytes, value: bytes) -> bool:
 
 @dataclass(frozen=True)
 class ValueSizes:
-    """``fixed`` (one size), ``range`` (uniform min..max) or ``choice`` (sizes with weights)."""
+    """``fixed`` (one size), ``range`` (uniform min..max), ``choice`` (sizes with weights) or ``etc``
+    (Facebook's ETC value sizes: a choice from :func:`.etc.value_table`)."""
 
     sizes: tuple[int, ...] = (100, 1000)
     weights: tuple[float, ...] = ()
@@ -59,6 +61,11 @@ class ValueSizes:
                 pairs = [(int(size), float(weight)) for size, weight in spec]
                 return cls._checked(tuple(p[0] for p in pairs), tuple(p[1] for p in pairs), "choice")
             text = str(spec).strip().lower().replace("_", "")
+            if text == "etc":  # Facebook's ETC pool: a measured head, then a generalised Pareto (workload/etc.py)
+                from .etc import value_table
+
+                sizes, weights = value_table()
+                return cls(sizes, weights, "etc")
             if ":" in text or "," in text:
                 pairs = []
                 for part in text.split(","):
@@ -97,7 +104,11 @@ class ValueSizes:
     def allows(self, size: int) -> bool:
         if self.kind == "range":
             return self.sizes[0] <= size <= self.sizes[1]
-        return size in self.sizes
+        return size in self._allowed
+
+    @cached_property
+    def _allowed(self) -> frozenset[int]:
+        return frozenset(self.sizes)
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.kind == "fixed":
@@ -115,6 +126,8 @@ class ValueSizes:
         return float(np.average(self.sizes, weights=self.weights))
 
     def __str__(self) -> str:
+        if self.kind == "etc":
+            return "etc"
         if self.kind == "fixed":
             return str(self.sizes[0])
         if self.kind == "range":
