@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 RUN_PACKAGES  := redis-server memcached libmemcached-dev ruby ruby-activesupport ruby-dalli ruby-redis \
-                 php-cli php-redis php-memcached php-symfony-cache
+                 php-cli php-redis php-memcached php-symfony-cache openjdk-17-jdk-headless maven
 TEST_PACKAGES := $(RUN_PACKAGES) redis-tools libmemcached-tools postgresql mariadb-server chromium
 ENGINE_SOURCES := $(shell find engine -name '*.rs' -o -name 'Cargo.toml' -o -name 'Cargo.lock' | grep -v target)
 DRIVER_SOURCES := $(shell find drivers -name build.sh -o -name '*.go' -o -name go.mod -o -name go.sum -o -name pom.xml \
