@@ -303,6 +303,7 @@ def setup_message(target: Target, workload: Workload, namespace: str, worker: in
                                                     "max": workload.tags.max_per_key},
         # a TLS target's verification, as the URL says it (a private CA, or none): rediss://…?ssl_ca_certs=…
         "ssl_ca_certs": target.param("ssl_ca_certs"), "ssl_cert_reqs": target.param("ssl_cert_reqs"),
+        "ssl_certfile": target.param("ssl_certfile"), "ssl_keyfile": target.param("ssl_keyfile"),
         "timeout_s": target.float_param("socket_timeout" if redis_like else "timeout", 5.0),
         "connect_timeout_s": target.float_param("socket_connect_timeout" if redis_like else "connect_timeout", 2.0),
     }
