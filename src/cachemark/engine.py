@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from .errors import BackendUnavailable, SpecError
-from .schemes import scheme
+from .schemes import scheme, unix_socket
 from .target import Target, parse_target
 
 try:
@@ -52,24 +52,38 @@ def run_load(config: dict[str, Any]) -> dict[str, Any]:
     return json.loads(out)
 
 
+def tls_config(t: Target) -> dict[str, Any]:
+    """The engine's ``tls`` section from redis-py's URL parameters (``ssl_ca_certs``,
+    ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs=none``); SNI is the URL's host."""
+    reqs = (t.param("ssl_cert_reqs") or "required").lower()
+    if reqs not in ("required", "none"):
+        raise SpecError(f"{t.redacted}: ssl_cert_reqs must be required or none for the engine")
+    tls: dict[str, Any] = {"verify": reqs == "required"}
+    for param, key in (("ssl_ca_certs", "ca_file"), ("ssl_certfile", "cert_file"), ("ssl_keyfile", "key_file")):
+        if t.param(param):
+            tls[key] = t.param(param)
+    return tls
+
+
 def target_config(target: str | Target) -> dict[str, Any]:
     """The connection part of an engine config for a target URL.
 
-    ``redis://[user:pass@]host:port[/db][?protocol=resp3]`` and
-    ``memcached://h1:11211,h2:11211[?protocol=meta]``; engine knobs given in the
-    query (``threads``, ``connections``, ``pipeline``) are copied too.
+    ``redis://[user:pass@]host:port[/db][?protocol=resp3]``,
+    ``memcached://h1:11211,h2:11211[?protocol=meta]`` and their Unix-socket forms
+    (``redis+unix:///path.sock?db=N``: the engine's server is then ``unix:/path.sock``); ``rediss://``
+    and ``memcached://…?tls=1`` add a ``tls`` section (:func:`tls_config`);
+    engine knobs given in the query (``threads``, ``connections``, ``pipeline``) are copied too.
     """
     t = parse_target(target) if isinstance(target, str) else target
     cfg: dict[str, Any] = {}
-    family = scheme(t.scheme, t.redacted).engine
+    row = scheme(t.scheme, t.redacted)
+    family = row.engine
     if family == "resp":
-        if scheme(t.scheme).tls:
-            raise SpecError(f"{t.redacted}: the engine does not speak TLS yet; use client=redis-py")
         proto = (t.param("protocol") or "resp2").lower()
         cfg["protocol"] = {"2": "resp2", "3": "resp3"}.get(proto, proto)
         if cfg["protocol"] not in ("resp2", "resp3"):
             raise SpecError(f"{t.redacted}: protocol must be resp2 or resp3")
-        db = t.path.strip("/")
+        db = t.param("db", "") if row.unix else t.path.strip("/")
         if db:
             if not db.isdigit():
                 raise SpecError(f"{t.redacted}: database {db!r} must be a number")
@@ -85,9 +99,15 @@ def target_config(target: str | Target) -> dict[str, Any]:
             raise SpecError(f"{t.redacted}: protocol must be text or meta")
     else:
         raise SpecError(f"{t.redacted}: the native engine speaks redis:// and memcached:// only")
-    default_port = scheme(t.scheme).default_port
+    default_port = row.default_port
     hosts = t.hosts or (("127.0.0.1", None),)
-    cfg["servers"] = [f"{h}:{p or default_port}" if ":" not in h else f"[{h}]:{p or default_port}" for h, p in hosts]
+    if row.unix:
+        cfg["servers"] = [f"unix:{unix_socket(t)}"]
+    else:
+        cfg["servers"] = [f"{h}:{p or default_port}" if ":" not in h else f"[{h}]:{p or default_port}"
+                          for h, p in hosts]
+    if row.tls or (family == "memcache" and t.bool_param("tls")):
+        cfg["tls"] = tls_config(t)
     for knob in ("threads", "connections", "pipeline"):
         value = t.int_param(knob)
         if value is not None:

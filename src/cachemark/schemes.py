@@ -46,6 +46,8 @@ class Scheme:
     nested: tuple[str, ...] = ()  # parameters that are target URLs themselves
     open_params: str | None = None  # a regex for open-ended parameter names (Django's settings)
     tls: bool = False
+    # the URL's path is a Unix domain socket (``redis+unix:///run/redis.sock``): no host, no port, no proxy
+    unix: bool = False
     # further client libraries its adapter may use: their versions go into the results' fingerprint
     clients: tuple[str, ...] = ()
     stores: bool = True  # False: keeps nothing by design (null://), so the dropped-writes probe skips it
@@ -96,8 +98,9 @@ def drivers_of(scheme_name: str) -> frozenset[str]:
 
 
 _REDIS = frozenset({"client", "hiredis", "socket_timeout", "socket_connect_timeout"})
-_REDIS_TLS = _REDIS | {"ssl_cert_reqs", "ssl_ca_certs"}
-_MEMCACHED = frozenset({"client", "binary", "connect_timeout", "no_delay", "noreply", "timeout"})
+_TLS = frozenset({"ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"})
+_REDIS_TLS = _REDIS | _TLS
+_MEMCACHED = frozenset({"client", "binary", "connect_timeout", "no_delay", "noreply", "timeout", "tls"}) | _TLS
 _SQL = frozenset({"client", "connect_timeout", "create", "cull_frequency", "max_entries", "sslmode", "table"})
 _S3 = frozenset({"addressing", "aws_access_key_id", "aws_secret_access_key", "connect_timeout", "cull_frequency",
                  "emulator", "encoding", "endpoint_url", "key_naming", "max_entries", "read_timeout", "region",
@@ -107,6 +110,12 @@ _S3 = frozenset({"addressing", "aws_access_key_id", "aws_secret_access_key", "co
 def _redis(name: str, tls: bool = False) -> Scheme:
     return Scheme(name, "cachemark.backends.redis:RedisBackend", "redis", _REDIS_TLS if tls else _REDIS,
                   default_port=6379, stats="redis", engine="resp", tls=tls, clients=("hiredis",))
+
+
+def _redis_unix(name: str) -> Scheme:
+    # redis-py's unix:// URLs name the database with ?db=, as the path is the socket's
+    return Scheme(name, "cachemark.backends.redis:RedisBackend", "redis", _REDIS | {"db"}, stats="redis",
+                  engine="resp", unix=True, clients=("hiredis",))
 
 
 def _postgres(name: str) -> Scheme:
@@ -133,8 +142,11 @@ _SCHEMES = {s.name: s for s in (
            persistent=True),
     # redis-py's default port is 6379 for rediss:// too, so it is here: the proxy must agree with the client
     _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True),
+    _redis_unix("redis+unix"), _redis_unix("valkey+unix"),
     Scheme("memcached", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED,
            default_port=11211, stats="memcached", engine="memcache", clients=("pylibmc",), persistent=False),
+    Scheme("memcached+unix", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED - _TLS - {"tls"},
+           stats="memcached", engine="memcache", unix=True, clients=("pylibmc",), persistent=False),
     _postgres("postgresql"), _postgres("postgres"), _mysql("mysql"), _mysql("mariadb"),
     Scheme("s3", "cachemark.backends.s3:S3Backend", "boto3", _S3, proxy_param="endpoint_url", persistent=True),
     Scheme("django", "cachemark.backends.django:DjangoBackend", "django", nested=("LOCATION", "DATABASE"),
@@ -145,9 +157,9 @@ _SCHEMES = {s.name: s for s in (
 
 _LAB = {k.name: k for k in (
     LabKind("redis", "cachemark.lab.redis:RedisServer", "redis",
-            frozenset({"password", "maxmemory", "maxmemory_policy"})),
+            frozenset({"password", "maxmemory", "maxmemory_policy", "unix", "tls"})),
     LabKind("memcached", "cachemark.lab.memcached:MemcachedServer", "memcached",
-            frozenset({"memory_mb", "threads", "max_connections", "max_item_size"})),
+            frozenset({"memory_mb", "threads", "max_connections", "max_item_size", "unix", "tls"})),
     LabKind("postgresql", "cachemark.lab.postgres:PostgresServer", "postgresql"),
     LabKind("postgres", "cachemark.lab.postgres:PostgresServer", "postgresql"),
     LabKind("mysql", "cachemark.lab.mysql:MysqlServer", "mysql"),
@@ -218,6 +230,14 @@ def split_spawn_params(target: Target) -> tuple[dict[str, str], dict[str, str]]:
     return server, client
 
 
+def unix_socket(target: Target) -> str:
+    """The socket path of a ``+unix`` target (``redis+unix:///run/redis.sock`` → ``/run/redis.sock``)."""
+    if any(host for host, _ in target.hosts) or not target.path.startswith("/"):
+        raise SpecError(f"{target.redacted}: {target.scheme}:// takes an absolute socket path after three "
+                        f"slashes, e.g. {target.scheme}:///run/{target.scheme.split('+')[0]}.sock")
+    return target.path
+
+
 def check_params(target: Target) -> None:
     """Refuse a parameter the target's scheme does not take (nested targets too), naming the allowed ones."""
     from .target import parse_target
@@ -226,6 +246,8 @@ def check_params(target: Target) -> None:
         split_spawn_params(target)
         return
     row = scheme(target.scheme, target.redacted)
+    if row.unix:
+        unix_socket(target)
     for name, value in target.params.items():
         if name == "client" and row.engine is None and row.drivers and value not in row.drivers:
             raise SpecError(f"{target.redacted}: client={value!r}; {row.name}:// takes client= only to name a "

@@ -4,8 +4,12 @@
 
 use crate::keyspace::{make_filler, KeyDist, ValueSizes};
 use crate::proto::{Kind, Limits};
+use crate::tls::{client_config, server_name, TlsConfig};
+use rustls::pki_types::ServerName;
 use serde::Deserialize;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -144,6 +148,9 @@ pub struct Config {
     pub error_grace_s: f64,
     #[serde(default = "d_arrival")]
     pub arrival: Arrival,
+    /// TLS on every connection (`crate::tls`); epoll only.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 fn d_on_error() -> OnError {
@@ -241,12 +248,40 @@ pub struct OpPlan {
     pub writes_value: bool,
 }
 
+/// Where a server listens: `host:port`, or `unix:/path/to.sock` (a Unix domain socket).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl ServerAddr {
+    pub fn parse(s: &str) -> Result<ServerAddr, String> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(format!(
+                    "server {s:?}: a Unix socket needs a path (unix:/path)"
+                ));
+            }
+            return Ok(ServerAddr::Unix(PathBuf::from(path)));
+        }
+        s.to_socket_addrs()
+            .map_err(|e| format!("server {s:?} is not host:port or unix:/path ({e})"))?
+            .next()
+            .map(ServerAddr::Tcp)
+            .ok_or_else(|| format!("server {s:?} resolves to no address"))
+    }
+}
+
 /// Everything the load threads share, validated.
 #[derive(Debug)]
 pub struct Plan {
     pub protocol: Protocol,
-    pub servers: Vec<SocketAddr>,
+    pub servers: Vec<ServerAddr>,
     pub server_names: Vec<String>,
+    /// TLS: one client configuration for all connections, and each server's name (SNI).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub tls_names: Vec<ServerName<'static>>,
     pub username: Option<String>,
     pub password: Option<String>,
     pub db: u32,
@@ -346,13 +381,29 @@ impl Config {
         }
         let mut servers = Vec::new();
         for s in &self.servers {
-            let addr = s
-                .to_socket_addrs()
-                .map_err(|e| format!("server {s:?} is not host:port ({e})"))?
-                .next()
-                .ok_or_else(|| format!("server {s:?} resolves to no address"))?;
-            servers.push(addr);
+            servers.push(ServerAddr::parse(s)?);
         }
+        let (tls, tls_names) = match &self.tls {
+            None => (None, Vec::new()),
+            Some(t) => {
+                if servers.iter().any(|a| matches!(a, ServerAddr::Unix(_))) {
+                    return Err(
+                        "tls: the engine speaks TLS over TCP only, not over a Unix socket".into(),
+                    );
+                }
+                if self.io == IoBackend::Uring {
+                    return Err(
+                        "tls: io \"uring\" does not speak TLS; use io \"epoll\" or \"auto\"".into(),
+                    );
+                }
+                let names = self
+                    .servers
+                    .iter()
+                    .map(|s| server_name(t, s))
+                    .collect::<Result<Vec<_>, _>>()?;
+                (Some(client_config(t)?), names)
+            }
+        };
         if !is_resp && (self.password.is_some() || self.username.is_some()) {
             return Err(
                 "engine config: the engine does not support memcached authentication".into(),
@@ -548,6 +599,8 @@ impl Config {
             protocol: self.protocol,
             server_names: self.servers.clone(),
             servers,
+            tls,
+            tls_names,
             username: self.username.clone(),
             password: self.password.clone(),
             db: self.db,
@@ -584,6 +637,22 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_addresses() {
+        assert_eq!(
+            ServerAddr::parse("unix:/tmp/r.sock").unwrap(),
+            ServerAddr::Unix(PathBuf::from("/tmp/r.sock"))
+        );
+        assert!(matches!(
+            ServerAddr::parse("127.0.0.1:6379").unwrap(),
+            ServerAddr::Tcp(_)
+        ));
+        assert!(ServerAddr::parse("unix:")
+            .unwrap_err()
+            .contains("needs a path"));
+        assert!(ServerAddr::parse("nohost").is_err());
+    }
 
     #[test]
     fn defaults_and_errors() {

@@ -9,6 +9,7 @@
 //! * [`outbuf`] — outgoing requests with large values sent from the filler in place
 //! * [`engine`] — the load threads (closed and open loop) over io_uring, or epoll as the
 //!   fallback, and run orchestration: connections, recording, canaries, the result
+//! * [`tls`] — TLS client configuration (rustls): CA, client certificate, SNI, no-verify
 //! * [`watch`] — the on-error policy: stop a phase once only errors come in
 //! * [`python`] — the PyO3 surface: `run_load` and `Histogram`
 
@@ -20,4 +21,5 @@ pub mod keyspace;
 pub mod outbuf;
 pub mod proto;
 pub mod python;
+pub mod tls;
 pub mod watch;

@@ -111,6 +111,24 @@ impl OutBuf {
         }
     }
 
+    /// The stream from byte `from` on, as slices (for TLS, which copies them into records).
+    pub fn slices_from<'b>(
+        &'b self,
+        from: usize,
+        filler: &'b [u8],
+    ) -> impl Iterator<Item = &'b [u8]> + 'b {
+        let mut skip = from;
+        self.parts(filler).filter_map(move |part| {
+            if skip >= part.len() {
+                skip -= part.len();
+                return None;
+            }
+            let rest = &part[skip..];
+            skip = 0;
+            Some(rest)
+        })
+    }
+
     /// The whole stream as one vector (for the few blocking writes outside the load loop).
     pub fn to_bytes(&self, filler: &[u8]) -> Vec<u8> {
         self.parts(filler).collect::<Vec<_>>().concat()

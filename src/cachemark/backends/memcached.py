@@ -1,4 +1,5 @@
-"""``memcached://h1:11211,h2:11211?client=pymemcache|pylibmc&timeout=…&connect_timeout=…`` — memcached.
+"""``memcached://h1:11211,h2:11211?client=pymemcache|pylibmc&timeout=…&connect_timeout=…`` — memcached
+(``memcached+unix:///path/to/memcached.sock``: one server on a Unix domain socket).
 
 Owns :class:`MemcachedBackend`. pymemcache (default) uses ``Client`` for one server and
 ``HashClient`` for several; pylibmc uses libmemcached (text protocol unless
@@ -18,11 +19,12 @@ a failed batch is retried once on a fresh connection, and if that fails too,
 from __future__ import annotations
 
 import math
+import ssl
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
-from ..schemes import drivers_of, scheme
+from ..schemes import drivers_of, scheme, unix_socket
 from ..target import Target
 from .base import Backend, Capabilities, CleanupFailed
 
@@ -37,6 +39,26 @@ class WriteRejected(RuntimeError):
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _tls_context(target: Target) -> ssl.SSLContext:
+    """``?tls=1``: the CA file (``ssl_ca_certs``, else the system's), a client certificate
+    (``ssl_certfile`` + ``ssl_keyfile``), or no verification (``ssl_cert_reqs=none``), as redis-py names them."""
+    try:
+        context = ssl.create_default_context(cafile=target.param("ssl_ca_certs"))
+        if (target.param("ssl_cert_reqs") or "required").lower() == "none":
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if target.param("ssl_certfile"):
+            context.load_cert_chain(target.param("ssl_certfile"), target.param("ssl_keyfile"))
+    except (OSError, ssl.SSLError) as exc:
+        raise SpecError(f"{target.redacted}: TLS: {_one_line(exc)}") from None
+    return context
+
+
+def _name(server: tuple[str, int] | str) -> str:
+    """``host:port``, or a socket's path."""
+    return server if isinstance(server, str) else f"{server[0]}:{server[1]}"
 
 
 def _expire(ttl: float | None) -> int:
@@ -57,13 +79,22 @@ class MemcachedBackend(Backend):
             raise SpecError(
                 f"{target.redacted}: client={self.client_name!r}; use one of {', '.join(_CLIENTS)}"
             )
-        port = scheme(target.scheme).default_port
-        self.servers = [(host or "127.0.0.1", given or port) for host, given in target.hosts] or [("127.0.0.1", port)]
+        row = scheme(target.scheme)
+        port = row.default_port or 11211
+        # a server is (host, port), or a socket path: both clients take a string starting with "/" as one
+        self.servers: list[Any] = (
+            [unix_socket(target)] if row.unix
+            else [(host or "127.0.0.1", given or port) for host, given in target.hosts] or [("127.0.0.1", port)])
         self.timeout = target.float_param("timeout", 5.0)
         self.connect_timeout = target.float_param("connect_timeout", 2.0)
         self.no_delay = target.bool_param("no_delay", True)
         self.noreply = target.bool_param("noreply", False)
         self.binary = target.bool_param("binary", False)
+        self.tls = target.bool_param("tls", False)
+        self.tls_verify = self.tls and (target.param("ssl_cert_reqs") or "required").lower() != "none"
+        self.tls_context = _tls_context(target) if self.tls else None
+        if self.tls and self.client_name == "pylibmc":
+            raise SpecError(f"{target.redacted}: pylibmc does not speak TLS; use client=pymemcache or client=engine")
         self.client: Any = None
         self.server_versions: list[str] = []
 
@@ -81,6 +112,9 @@ class MemcachedBackend(Backend):
         info: dict[str, Any] = {
             "client": self.client_name,
             "servers": len(self.servers),
+            "unix_socket": isinstance(self.servers[0], str),
+            "tls": self.tls,
+            **({"tls_verify": self.tls_verify} if self.tls else {}),
             "server": "memcached",
         }
         if self.client_name == "pymemcache":
@@ -122,6 +156,7 @@ class MemcachedBackend(Backend):
             "timeout": self.timeout,
             "no_delay": self.no_delay,
             "default_noreply": self.noreply,
+            "tls_context": self.tls_context,
         }
         if len(self.servers) == 1:
             client: Any = Client(self.servers[0], **options)
@@ -132,12 +167,12 @@ class MemcachedBackend(Backend):
             client = HashClient(self.servers, retry_attempts=0, dead_timeout=0, ignore_exc=False, **options)
             members = [(server, client.clients[f"{server[0]}:{server[1]}"]) for server in self.servers]
         versions = []
-        for (host, port), member in members:
+        for server, member in members:
             try:
                 versions.append(member.version().decode())
             except Exception as exc:  # OSError, socket.timeout, MemcacheError: the server does not answer
                 client.close()
-                raise BackendUnavailable(f"memcached at {host}:{port}: {_one_line(exc)}") from None
+                raise BackendUnavailable(f"memcached at {_name(server)}: {_one_line(exc)}") from None
         self.server_versions = versions
         self.client = client
         self._members = [member for _, member in members]
@@ -159,20 +194,19 @@ class MemcachedBackend(Backend):
         }
         if len(self.servers) > 1:
             behaviors["ketama"] = True
-        client = pylibmc.Client(
-            [f"{host}:{port}" for host, port in self.servers], binary=self.binary, behaviors=behaviors
-        )
+        client = pylibmc.Client([_name(server) for server in self.servers], binary=self.binary, behaviors=behaviors)
         try:
             stats = client.get_stats()
         except pylibmc.Error as exc:
             client.disconnect_all()
             raise BackendUnavailable(f"memcached at {self._where()}: {_one_line(exc)}") from None
         answered = {name.decode().split(" ")[0]: s for name, s in stats}
-        for host, port in self.servers:
-            entry = answered.get(f"{host}:{port}")
+        for server in self.servers:
+            # libmemcached names a socket server by its path (with a ":0" port on some versions)
+            entry = answered.get(_name(server)) or (answered.get(f"{server}:0") if isinstance(server, str) else None)
             if entry is None:
                 client.disconnect_all()
-                raise BackendUnavailable(f"memcached at {host}:{port}: no answer to stats")
+                raise BackendUnavailable(f"memcached at {_name(server)}: no answer to stats")
             self.server_versions.append(entry.get("version", b"").decode())
         self.client = client
         self._members = [client]
@@ -180,7 +214,7 @@ class MemcachedBackend(Backend):
         self._not_found = (pylibmc.NotFound,)
 
     def _where(self) -> str:
-        return ",".join(f"{host}:{port}" for host, port in self.servers)
+        return ",".join(_name(server) for server in self.servers)
 
     def _bind(self, client: Any) -> None:
         # Bound methods looked up once; the two clients share get/set/delete/add names.

@@ -1,4 +1,5 @@
-"""``redis://[:password@]host:port/db?client=redis-py&hiredis=true|false&socket_timeout=…`` (and ``rediss://``).
+"""``redis://[:password@]host:port/db?client=redis-py&hiredis=true|false&socket_timeout=…`` (and ``rediss://``,
+``redis+unix:///path/to/redis.sock?db=N``: a Unix domain socket).
 
 Owns :class:`RedisBackend`, the redis-py adapter. Each op is one redis-py call:
 ``get_many`` is MGET, ``set_many`` one non-transactional pipeline of SETs, TTLs go
@@ -22,7 +23,7 @@ from redis.retry import Retry
 from redis.utils import HIREDIS_AVAILABLE
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
-from ..schemes import drivers_of, scheme
+from ..schemes import drivers_of, scheme, unix_socket
 from ..target import Target
 from .base import Backend, Capabilities, cleanup_failed
 
@@ -53,17 +54,23 @@ class RedisBackend(Backend):
             raise BackendMissing(
                 f"{target.redacted}: hiredis=true but hiredis is not installed (pip install hiredis)"
             )
-        path = target.path.strip("/")
+        row = scheme(target.scheme)
+        self.socket_path = unix_socket(target) if row.unix else None
+        path = target.param("db", "") if row.unix else target.path.strip("/")
         try:
             db = int(path) if path else 0
         except ValueError:
             raise SpecError(f"{target.redacted}: database {path!r} must be a number") from None
-        row = scheme(target.scheme)
         self.tls = row.tls
         # Connection settings only; nothing connects until open().
+        if self.socket_path:
+            address: dict[str, Any] = {"path": self.socket_path}
+            self.where = f"unix:{self.socket_path}"
+        else:
+            address = {"host": target.host, "port": target.port(row.default_port or 6379)}
+            self.where = f"{target.host}:{address['port']}"
         self._kwargs: dict[str, Any] = {
-            "host": target.host,
-            "port": target.port(row.default_port),
+            **address,
             "db": db,
             "username": target.username,
             "password": target.password,
@@ -71,12 +78,15 @@ class RedisBackend(Backend):
             "socket_connect_timeout": target.float_param("socket_connect_timeout", 2.0),
             "retry": Retry(NoBackoff(), 0),
             "parser_class": _HiredisParser if self.hiredis else _RESP2Parser,
-            "connection_class": redis.SSLConnection if self.tls else redis.Connection,
+            "connection_class": redis.SSLConnection if self.tls else (
+                redis.UnixDomainSocketConnection if self.socket_path else redis.Connection),
         }
+        self.tls_verify = self.tls and (target.param("ssl_cert_reqs") or "required").lower() != "none"
         if self.tls:
             self._kwargs["ssl_cert_reqs"] = target.param("ssl_cert_reqs", "required")
-            if target.param("ssl_ca_certs"):
-                self._kwargs["ssl_ca_certs"] = target.param("ssl_ca_certs")
+            for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+                if target.param(name):
+                    self._kwargs[name] = target.param(name)
         self.client: redis.Redis | None = None
         self.server_version = ""
 
@@ -92,6 +102,8 @@ class RedisBackend(Backend):
             "client_version": redis.__version__,
             "hiredis": self.hiredis,
             "tls": self.tls,
+            **({"tls_verify": self.tls_verify} if self.tls else {}),
+            "unix_socket": self.socket_path is not None,
             "server": "redis",
             "server_version": self.server_version,
         }
@@ -101,7 +113,7 @@ class RedisBackend(Backend):
             return
         pool = redis.ConnectionPool(**self._kwargs)
         client = redis.Redis(connection_pool=pool)
-        where = f"{self.target.host}:{self._kwargs['port']}"
+        where = self.where
         try:
             client.ping()
             self.server_version = str(client.info("server").get("redis_version", ""))
@@ -184,7 +196,6 @@ class RedisBackend(Backend):
             if batch:
                 removed += client.unlink(*batch)
         except Exception as exc:  # noqa: BLE001 - redis-py already reconnected once; say what is left
-            where = f"redis at {self.target.host}:{self._kwargs['port']}"
-            raise cleanup_failed(where, exc, f"keys of namespace {self.namespace} ({removed:,} removed before)"
-                                 ) from None
+            left = f"keys of namespace {self.namespace} ({removed:,} removed before)"
+            raise cleanup_failed(f"redis at {self.where}", exc, left) from None
         return removed

@@ -302,6 +302,11 @@ def targets() -> None:
 
     console.print("schemes: " + ", ".join(f"{s}://" for s in schemes()))
     console.print("spawn:   " + ", ".join(f"spawn:{k}" for k in kinds()))
+    console.print("sockets: redis+unix:///path.sock?db=N, memcached+unix:///path.sock (Unix domain sockets, "
+                  "no --network); spawn:redis?unix=1, spawn:memcached?unix=1 give one", markup=False, highlight=False)
+    console.print("tls:     rediss://…?ssl_ca_certs=ca.pem[&ssl_certfile=…&ssl_keyfile=…|&ssl_cert_reqs=none], "
+                  "memcached://…?tls=1&ssl_ca_certs=…; spawn:redis?tls=1, spawn:memcached?tls=1 give one",
+                  markup=False, highlight=False)
     console.print("clients: ?client=engine (redis, memcached: the native Rust engine); "
                   + "; ".join(f"?client={d.name} ({', '.join(sorted(d.schemes))}: docs/drivers.md)"
                               for d in DRIVERS.values()), markup=False, highlight=False)

@@ -18,7 +18,8 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from ..errors import BackendMissing, BackendUnavailable
+from ..errors import BackendMissing, BackendUnavailable, SpecError
+from ..textfile import one_line
 
 _LIVE: set[LocalServer] = set()
 
@@ -55,6 +56,47 @@ def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen |
         except OSError:
             time.sleep(0.02)
     raise BackendUnavailable(f"server did not listen on {host}:{port} within {timeout:.0f}s")
+
+
+def unix_connection(path: str, timeout: float) -> socket.socket:
+    """A stream connection to the Unix socket at ``path`` (``socket.create_connection``'s twin)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def wait_for_socket(path: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Wait until something accepts connections on the Unix socket at ``path``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise BackendUnavailable(f"server exited with code {proc.returncode} before listening on {path}")
+        try:
+            unix_connection(path, 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise BackendUnavailable(f"server did not listen on {path} within {timeout:.0f}s")
+
+
+def flag_option(kind: str, options: dict[str, Any], name: str) -> bool:
+    """A yes/no server option from a ``spawn:`` URL (``unix=1``), or one line saying what it takes."""
+    value = options.get(name)
+    if value in (None, "", False, 0):
+        return False
+    if value is True or value == 1:
+        return True
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise SpecError(f"spawn:{kind}: {name}={one_line(repr(value), 40)} must be true or false (1 or 0)")
 
 
 class LocalServer(ABC):

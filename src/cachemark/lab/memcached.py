@@ -6,19 +6,26 @@ of cache (default 256), optional ``threads=``, ``max_connections=`` and
 ``spawn:memcached?…`` URL as text: each is checked when the server object is made, so a
 bad value is one line (exit 2) before anything starts, and an unknown option is refused
 rather than ignored. memcached refuses to run as root unless told which user to be, so
-``-u root`` is added only then. Ready means it answers ``version``.
+``-u root`` is added only then. ``unix=1`` listens on a Unix socket in its temp dir
+instead (``-s``; memcached then opens no TCP port), giving a ``memcached+unix://`` URL.
+``tls=1`` serves TLS (``-Z``) with a throw-away CA and certificate made in its temp dir
+(``lab/certs.py``), giving ``memcached://127.0.0.1:PORT?tls=1&ssl_ca_certs=…/ca.pem``.
+Ready means it answers ``version``.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import ssl
 import time
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import BackendUnavailable, SpecError
 from ..textfile import one_line
-from .base import LocalServer, find_binary, wait_for_port
+from .base import LocalServer, find_binary, flag_option, unix_connection, wait_for_port, wait_for_socket
+from .certs import Certs, make_certs
 
 # option -> (smallest, largest) accepted; memcached itself refuses -I above 1 GiB or below 1 KiB
 _LIMITS = {
@@ -52,18 +59,32 @@ class MemcachedServer(LocalServer):
     kind = "memcached"
 
     def __init__(self, **options: Any) -> None:
-        unknown = sorted(set(options) - set(_LIMITS))
+        unknown = sorted(set(options) - set(_LIMITS) - {"unix", "tls"})
         if unknown:
             raise SpecError(f"spawn:memcached: unknown option {one_line(repr(unknown[0]), 40)}; "
-                            f"known: {', '.join(_LIMITS)}")
-        checked = {name: _whole(name, value) for name, value in options.items() if value not in (None, "")}
+                            f"known: {', '.join(_LIMITS)}, unix, tls")
+        checked = {name: _whole(name, value) for name, value in options.items()
+                   if value not in (None, "") and name in _LIMITS}
         super().__init__(**checked)
+        self.unix = flag_option("memcached", options, "unix")
+        self.tls = flag_option("memcached", options, "tls")
+        if self.tls and self.unix:
+            raise SpecError("spawn:memcached: tls and unix do not go together (TLS is served over TCP)")
+        self.certs: Certs | None = None
+
+    def prepare(self) -> None:
+        if self.tls:
+            self.certs = make_certs(self.tmpdir)
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self.tmpdir, "memcached.sock")
 
     def command(self) -> list[str]:
+        listen = ["-s", self.socket_path, "-a", "0700"] if self.unix else ["-l", "127.0.0.1", "-p", str(self.port)]
         argv = [
             find_binary("memcached"),
-            "-l", "127.0.0.1",
-            "-p", str(self.port),
+            *listen,
             "-U", "0",
             "-m", str(int(self.options.get("memory_mb", 256))),
         ]  # fmt: skip
@@ -76,21 +97,39 @@ class MemcachedServer(LocalServer):
             argv += ["-I", str(size)]
             if size < _SLAB_CHUNK_MAX:  # memcached refuses an -I below its slab chunk size (512 KiB)
                 argv += ["-o", f"slab_chunk_max={size}"]
+        if self.certs is not None:
+            argv += ["-Z", "-o", f"ssl_chain_cert={self.certs.cert},ssl_key={self.certs.key}"]
         if os.geteuid() == 0:
             argv += ["-u", "root"]
         return argv
 
     def url(self) -> str:
+        if self.unix:
+            return f"memcached+unix://{quote(self.socket_path)}"
+        if self.certs is not None:
+            return f"memcached://127.0.0.1:{self.port}?tls=1&ssl_ca_certs={quote(self.certs.ca)}"
         return f"memcached://127.0.0.1:{self.port}"
 
+    def _connect(self) -> socket.socket:
+        if self.certs is not None:
+            context = ssl.create_default_context(cafile=self.certs.ca)
+            sock = socket.create_connection((self.host, self.port), timeout=1.0)
+            return context.wrap_socket(sock, server_hostname=self.host)
+        if self.unix:
+            return unix_connection(self.socket_path, 1.0)
+        return socket.create_connection((self.host, self.port), timeout=1.0)
+
     def wait_ready(self) -> None:
-        wait_for_port(self.host, self.port, self.ready_timeout, self.proc)
+        if self.unix:
+            wait_for_socket(self.socket_path, self.ready_timeout, self.proc)
+        else:
+            wait_for_port(self.host, self.port, self.ready_timeout, self.proc)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise BackendUnavailable(f"memcached exited with code {self.proc.returncode}")
             try:
-                with socket.create_connection((self.host, self.port), timeout=1.0) as sock:
+                with self._connect() as sock:
                     sock.sendall(b"version\r\n")
                     reply = b""
                     while not reply.endswith(b"\r\n"):
@@ -104,10 +143,16 @@ class MemcachedServer(LocalServer):
             except OSError:
                 pass
             time.sleep(0.02)
-        raise BackendUnavailable(f"memcached on port {self.port} did not answer version")
+        where = self.socket_path if self.unix else f"port {self.port}"
+        raise BackendUnavailable(f"memcached on {where} did not answer version")
 
     def detect_version(self) -> str:
         return self.version
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "memory_mb": int(self.options.get("memory_mb", 256))}
+        described = {**super().describe(), "memory_mb": int(self.options.get("memory_mb", 256))}
+        if self.unix:
+            described.update(port=None, unix_socket=True)
+        if self.tls:
+            described["tls"] = True
+        return described

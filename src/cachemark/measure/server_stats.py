@@ -38,10 +38,11 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 import threading
 import time
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from ..schemes import find_scheme
 
@@ -127,9 +128,13 @@ class _RedisSource:
 
         # only the connection options redis-py understands; cachemark's own (client=...) are dropped
         parts = urlsplit(url)
-        self.client = redis.Redis.from_url(
-            parts._replace(query="").geturl(), socket_timeout=5, socket_connect_timeout=5
-        )
+        row = find_scheme(parts.scheme)
+        # TLS settings stay (the sampler verifies the server as the run does)
+        tls = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.startswith("ssl_")])
+        # redis+unix://[:pw@]/path.sock is redis-py's unix:// (geturl() would drop its empty host)
+        plain = (f"unix://{parts.netloc}{parts.path}" if row is not None and row.unix
+                 else parts._replace(query=tls).geturl())
+        self.client = redis.Redis.from_url(plain, socket_timeout=5, socket_connect_timeout=5)
         self.lock = threading.Lock()
         self.link = 0
         self.own_in = 0  # request bytes the server has counted (including the current one)
@@ -206,6 +211,19 @@ def _redis_keys(info: dict[str, str]) -> int:
     return total
 
 
+def _tls_context(params: dict[str, str]) -> ssl.SSLContext | None:
+    """memcached's ``?tls=1`` with redis-py's ``ssl_*`` names, verified as the run's client does."""
+    if params.get("tls", "").lower() not in ("1", "true", "yes", "on"):
+        return None
+    context = ssl.create_default_context(cafile=params.get("ssl_ca_certs"))
+    if params.get("ssl_cert_reqs", "").lower() == "none":
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if params.get("ssl_certfile"):
+        context.load_cert_chain(params["ssl_certfile"], params.get("ssl_keyfile"))
+    return context
+
+
 class _MemcachedSource:
     """``stats`` over a raw socket to the first server of the URL (reconnected after a failure,
     which counts ``link`` up as for Redis)."""
@@ -214,9 +232,16 @@ class _MemcachedSource:
     _REQUEST = b"stats\r\n"
 
     def __init__(self, url: str) -> None:
-        first = urlsplit(url).netloc.rpartition("@")[2].split(",")[0]
-        host, _, port = first.rpartition(":") if ":" in first else (first, "", "11211")
-        self.address = (host or "127.0.0.1", int(port or 11211))
+        parts = urlsplit(url)
+        row = find_scheme(parts.scheme)
+        self.address: tuple[str, int] | str
+        if row is not None and row.unix:  # memcached+unix:///path.sock
+            self.address = unquote(parts.path)
+        else:
+            first = parts.netloc.rpartition("@")[2].split(",")[0]
+            host, _, port = first.rpartition(":") if ":" in first else (first, "", "11211")
+            self.address = (host or "127.0.0.1", int(port or 11211))
+        self.tls = _tls_context(dict(parse_qsl(parts.query)))
         self.lock = threading.Lock()
         self.link = 0
         self.own_in = 0
@@ -225,7 +250,19 @@ class _MemcachedSource:
         self._connect()
 
     def _connect(self) -> None:
-        self.sock = socket.create_connection(self.address, timeout=5)
+        if isinstance(self.address, str):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(5)
+            try:
+                sock.connect(self.address)
+            except OSError:
+                sock.close()
+                raise
+            self.sock = sock
+        else:
+            self.sock = socket.create_connection(self.address, timeout=5)
+            if self.tls is not None:
+                self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.address[0])
         self.link += 1
 
     def _drop(self) -> None:

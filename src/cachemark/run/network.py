@@ -35,6 +35,10 @@ def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -
     from ..lab.proxy import start_proxy
 
     row = scheme(target.scheme, target.redacted)
+    if row.unix:
+        tcp = target.scheme.split("+")[0]
+        raise SpecError(f"{target.redacted}: a network profile puts a TCP proxy in front of the server, which "
+                        f"cannot listen for a Unix socket; use a {tcp}:// target (or drop --network)")
     if row.proxy_param:
         endpoint = target.param(row.proxy_param)
         if not endpoint:

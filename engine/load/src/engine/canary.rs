@@ -4,12 +4,12 @@
 //! `dropped_write` error of `set`.
 
 use super::conn::{connect, read_some};
+use super::stream::Stream;
 use crate::config::{OpPlan, Plan};
 use crate::keyspace::{route, verify_value, Rng};
 use crate::outbuf::OutBuf;
 use crate::proto::{self, encode, key_bytes, Kind, Outcome, Parse, Request};
 use std::io::Write;
-use std::net::TcpStream;
 use std::time::Duration;
 
 /// Most canaries a run writes.
@@ -51,7 +51,7 @@ pub(super) fn canaries(plan: &Plan, n: usize, rng: &mut Rng) -> (u64, Vec<String
     let mut dropped = 0;
     let mut msgs = Vec::new();
     let timeout = Duration::from_nanos(plan.timeout_ns);
-    let mut conns: Vec<Option<TcpStream>> = (0..plan.servers.len()).map(|_| None).collect();
+    let mut conns: Vec<Option<Stream>> = (0..plan.servers.len()).map(|_| None).collect();
     let prefix = canary_prefix(&plan.prefix);
     let (mut kb, mut tmp, mut out) = (Vec::new(), Vec::new(), OutBuf::default());
     let op = |kind| OpPlan {

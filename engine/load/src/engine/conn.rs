@@ -1,6 +1,7 @@
 //! One logical client's connections: per-socket state (buffers, the requests in flight,
 //! the I/O backends' flags) and the blocking connect + set-up handshake.
 
+use super::stream::Stream;
 use crate::arrivals::Arrivals;
 use crate::config::Plan;
 use crate::keyspace::KeyPicker;
@@ -8,7 +9,6 @@ use crate::outbuf::OutBuf;
 use crate::proto::{self, printable, Kind, Outcome, Parse};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 /// A request queued or sent on a socket, waiting for its reply.
@@ -32,7 +32,7 @@ pub(super) struct Pending {
 /// One connection of a client to one server: its buffers, the requests in flight on it,
 /// and what each I/O backend keeps per socket.
 pub(super) struct Sock {
-    pub(super) stream: Option<TcpStream>,
+    pub(super) stream: Option<Stream>,
     pub(super) fd: i32,
     pub(super) server: usize,
     pub(super) client: usize,
@@ -57,7 +57,7 @@ pub(super) struct Sock {
     pub(super) send_busy: bool,
     pub(super) recv_busy: bool,
     pub(super) dirty: bool,
-    pub(super) zombie: Option<TcpStream>,
+    pub(super) zombie: Option<Stream>,
 }
 
 /// What an I/O backend did on one socket, for the worker to act on.
@@ -138,7 +138,7 @@ pub(super) struct Client {
 /// One blocking read, retried when a signal interrupts it: Python installs its handlers
 /// without SA_RESTART, and a read on a socket with a timeout is never restarted anyway.
 /// (`connect_timeout` and `write_all` retry on EINTR themselves.)
-pub(super) fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+pub(super) fn read_some(s: &mut Stream, buf: &mut [u8]) -> std::io::Result<usize> {
     loop {
         match s.read(buf) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -149,15 +149,12 @@ pub(super) fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<us
 
 /// Opens one connection and sends the protocol's set-up handshake (`proto::handshake`:
 /// HELLO/AUTH/SELECT/PING, `version` or `mn`), all blocking, then makes it non-blocking.
-pub(super) fn connect(plan: &Plan, server: usize, timeout: Duration) -> Result<TcpStream, String> {
+pub(super) fn connect(plan: &Plan, server: usize, timeout: Duration) -> Result<Stream, String> {
     let name = &plan.server_names[server];
-    let mut s = TcpStream::connect_timeout(&plan.servers[server], timeout)
+    let tls = plan.tls.as_ref().map(|c| (c, &plan.tls_names[server]));
+    let mut s = Stream::connect(&plan.servers[server], timeout, tls)
         .map_err(|e| format!("cannot connect to {name}: {e}"))?;
-    let _ = s.set_nodelay(true);
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
+    s.set_timeouts(Some(timeout)).map_err(|e| e.to_string())?;
     let hs = proto::handshake(plan);
     s.write_all(&hs.request)
         .map_err(|e| format!("{name}: cannot send: {e}"))?;
@@ -264,12 +261,44 @@ mod tests {
         let _conn = server.join().unwrap();
         assert!(result.is_ok(), "{:?}", result.err());
     }
+
+    #[test]
+    fn connects_and_handshakes_over_a_unix_socket() {
+        let dir = std::env::temp_dir().join(format!("cachemark-conn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("redis.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf);
+            s.write_all(b"+PONG\r\n").unwrap();
+            s
+        });
+        let json = format!(
+            r#"{{"protocol":"resp2","servers":["unix:{}"]}}"#,
+            path.display()
+        );
+        let plan = Config::from_json(&json).unwrap().plan().unwrap();
+        let result = connect(&plan, 0, Duration::from_secs(5));
+        let _conn = server.join().unwrap();
+        assert!(matches!(result, Ok(Stream::Unix(_))));
+        let missing = format!(
+            r#"{{"protocol":"resp2","servers":["unix:{}x"]}}"#,
+            path.display()
+        );
+        let plan = Config::from_json(&missing).unwrap().plan().unwrap();
+        let err = connect(&plan, 0, Duration::from_secs(1)).err().unwrap();
+        assert!(err.starts_with("cannot connect to unix:"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// For the reactors' tests: a socket connected to a peer on loopback, as the worker attaches one.
 #[cfg(test)]
 pub(crate) mod test_support {
-    use super::Sock;
+    use super::{Sock, Stream};
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
 
@@ -280,7 +309,7 @@ pub(crate) mod test_support {
         let (peer, _) = listener.accept().unwrap();
         let mut s = Sock::new(0, 0, 1);
         s.fd = stream.as_raw_fd();
-        s.stream = Some(stream);
+        s.stream = Some(Stream::Tcp(stream));
         (s, peer)
     }
 }

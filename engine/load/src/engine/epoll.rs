@@ -6,8 +6,20 @@
 //!
 //! It moves bytes between sockets and their buffers and reports what happened as a
 //! [`Completion`]; what that means for the requests is the worker's business.
+//!
+//! A TLS socket takes the same path with rustls in between: requests are sealed into
+//! records and written until the kernel's buffer is full; a read pulls what the socket
+//! has and opens every complete record, leaving no plaintext behind in rustls (a level-
+//! triggered epoll would not report it again).
 
-use super::conn::{Completion, Sock};
+use super::conn::{Completion, Sock, MAX_READ};
+use super::stream::Stream;
+use std::io::{ErrorKind, Read, Write};
+
+/// Most plaintext one TLS record carries: the room a read makes before opening records.
+const TLS_RECORD: usize = 16 * 1024 + 256;
+/// Most plaintext handed to rustls at once (four full records).
+const TLS_GATHER: usize = 64 * 1024;
 
 /// An epoll set over one thread's sockets (tagged with their index) and its event buffer.
 pub(super) struct Epoll {
@@ -47,6 +59,9 @@ impl Epoll {
     /// spliced in from `filler`); asks for write readiness only while the kernel's buffer
     /// is full. `None`: nothing was written, and nothing went wrong.
     pub(super) fn write(&self, si: usize, s: &mut Sock, filler: &[u8]) -> Option<Completion> {
+        if matches!(s.stream, Some(Stream::Tls(_))) {
+            return self.write_tls(si, s, filler);
+        }
         if s.wpos >= s.wbuf.len() {
             return None;
         }
@@ -89,6 +104,9 @@ impl Epoll {
         if s.fd < 0 {
             return None;
         }
+        if matches!(s.stream, Some(Stream::Tls(_))) {
+            return read_tls(s);
+        }
         let spare = s.read_room();
         let len = s.rbuf.len();
         // SAFETY: reading into the vector's spare capacity; set_len only covers bytes read.
@@ -114,6 +132,63 @@ impl Epoll {
         // SAFETY: the kernel initialised n bytes after len.
         unsafe { s.rbuf.set_len(len + n as usize) };
         Some(Completion::Read(n as usize))
+    }
+
+    /// [`write`](Self::write) on a TLS socket: the queued bytes go into rustls as records,
+    /// and the records to the socket; write interest stays while either is left over.
+    fn write_tls(&self, si: usize, s: &mut Sock, filler: &[u8]) -> Option<Completion> {
+        let Some(Stream::Tls(t)) = s.stream.as_mut() else {
+            return None;
+        };
+        let mut took = 0;
+        let mut blocked = false;
+        loop {
+            // Records first: rustls holds a bounded amount of unsent data.
+            while t.conn.wants_write() {
+                match t.conn.write_tls(&mut t.sock) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        blocked = true;
+                        break;
+                    }
+                    Err(e) => return Some(Completion::WriteFailed(e)),
+                }
+            }
+            if blocked || s.wpos >= s.wbuf.len() {
+                break;
+            }
+            // Full records, not one per piece: a request's pieces (header, value from the
+            // filler, trailer) are gathered first, as each record costs a header, a tag and
+            // a pass of the cipher.
+            let mut plain = Vec::with_capacity(TLS_GATHER.min(s.wbuf.len() - s.wpos));
+            for part in s.wbuf.slices_from(s.wpos, filler) {
+                let room = TLS_GATHER - plain.len();
+                plain.extend_from_slice(&part[..part.len().min(room)]);
+                if plain.len() == TLS_GATHER {
+                    break;
+                }
+            }
+            let accepted = match t.conn.writer().write(&plain) {
+                Ok(n) => n,
+                Err(e) => return Some(Completion::WriteFailed(e)),
+            };
+            s.wpos += accepted;
+            took += accepted;
+            if accepted == 0 && !t.conn.wants_write() {
+                break;
+            }
+        }
+        if s.wpos >= s.wbuf.len() {
+            s.wbuf.clear();
+            s.wpos = 0;
+        }
+        let out = s.wpos < s.wbuf.len() || t.conn.wants_write();
+        if out != s.want_out {
+            s.want_out = out;
+            self.ctl(libc::EPOLL_CTL_MOD, si, s.fd, out);
+        }
+        (took > 0).then_some(Completion::Wrote(took))
     }
 
     /// The `k`-th socket found ready by the last [`wait`](Self::wait): its index, whether
@@ -170,6 +245,78 @@ impl Epoll {
         };
         n.max(0) as usize
     }
+}
+
+/// [`Epoll::read`] on a TLS socket: reads records (up to about `MAX_READ` of plaintext)
+/// and opens them into the read buffer. `None`: no whole record arrived.
+fn read_tls(s: &mut Sock) -> Option<Completion> {
+    s.read_room(); // drops the bytes already parsed
+    let start = s.rbuf.len();
+    let Some(Stream::Tls(t)) = s.stream.as_mut() else {
+        return None;
+    };
+    // rbuf[start..filled] is plaintext; beyond it, zeroed room to open records into.
+    let mut filled = start;
+    let mut closed = false;
+    let mut failed = None;
+    'records: loop {
+        // Take every byte of plaintext rustls has opened.
+        loop {
+            if s.rbuf.len() - filled < TLS_RECORD {
+                s.rbuf.resize(filled + 2 * TLS_RECORD, 0);
+            }
+            match t.conn.reader().read(&mut s.rbuf[filled..]) {
+                Ok(0) => {
+                    closed = true; // the server's close_notify
+                    break 'records;
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break 'records;
+                }
+            }
+        }
+        if filled - start >= MAX_READ {
+            break;
+        }
+        match t.conn.read_tls(&mut t.sock) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(_) => {
+                if let Err(e) = t.conn.process_new_packets() {
+                    let _ = t.conn.write_tls(&mut t.sock); // the alert, if it fits
+                    failed = Some(std::io::Error::new(
+                        ErrorKind::InvalidData,
+                        format!("TLS: {e}"),
+                    ));
+                    break;
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    s.rbuf.truncate(filled);
+    if let Some(e) = failed {
+        return Some(Completion::ReadFailed(e));
+    }
+    if t.conn.wants_write() {
+        let _ = t.conn.write_tls(&mut t.sock); // e.g. a key update's answer; the next write sends the rest
+    }
+    let n = filled - start;
+    if n > 0 {
+        // A close is seen on the next readiness event (the socket stays readable).
+        return Some(Completion::Read(n));
+    }
+    closed.then_some(Completion::Closed)
 }
 
 impl Drop for Epoll {

@@ -29,6 +29,7 @@
 //! * `worker.rs` — one load thread: clients, issuing, replies, timeouts, the phase loop
 //! * `uring.rs`, `epoll.rs` — the two I/O backends, as methods of the worker
 //! * `conn.rs` — per-socket state and the blocking connect + handshake
+//! * `stream.rs` — a connection's stream: TCP or a Unix domain socket
 //! * `record.rs` — counters, histograms, error samples, the merge of threads' results
 //! * `canary.rs` — dropped-write canaries after the timed phase
 //!
@@ -39,6 +40,7 @@ mod conn;
 mod epoll;
 mod record;
 mod run;
+mod stream;
 mod uring;
 mod worker;
 

@@ -6,13 +6,13 @@
 use super::canary::{canaries, canary_count};
 use super::conn::connect;
 use super::record::{Recorder, E_DROPPED};
+use super::stream::Stream;
 use super::worker;
 use crate::config::{IoBackend, Plan};
 use crate::keyspace::Rng;
 use crate::proto::Kind;
 use crate::watch::{ErrorWatch, Kinds};
 use serde_json::{json, Value};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -129,7 +129,7 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         }
     }
     // Connect everything up front so an unreachable server or bad password fails fast.
-    let mut streams: Vec<Vec<TcpStream>> = Vec::new();
+    let mut streams: Vec<Vec<Stream>> = Vec::new();
     for _ in 0..plan.connections {
         let mut per = Vec::new();
         for server in 0..plan.servers.len() {
@@ -138,7 +138,7 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         streams.push(per);
     }
     let t = plan.threads;
-    let mut groups: Vec<Vec<(usize, Vec<TcpStream>)>> = (0..t).map(|_| Vec::new()).collect();
+    let mut groups: Vec<Vec<(usize, Vec<Stream>)>> = (0..t).map(|_| Vec::new()).collect();
     for (g, per) in streams.into_iter().enumerate() {
         groups[g % t].push((g, per));
     }

@@ -8,13 +8,13 @@ use super::record::{
     complete, record_error, Recorder, E_CONNECTION, E_PROTOCOL, E_TIMEOUT, INTERNAL, NO_KEY,
 };
 use super::run::Shared;
+use super::stream::Stream;
 use super::uring::Uring;
 use crate::arrivals::Arrivals;
 use crate::config::{Arrival, IoBackend, Plan};
 use crate::keyspace::{route, KeyPicker, Rng};
 use crate::proto::request::PREFILL_SET;
 use crate::proto::{self, encode, encode_counter, key_bytes, printable, Kind, Parse, Request};
-use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -67,7 +67,7 @@ struct Worker<'a> {
 
 impl Worker<'_> {
     /// Puts a connected stream in socket `si` and registers it with the backend.
-    fn attach(&mut self, si: usize, stream: TcpStream) {
+    fn attach(&mut self, si: usize, stream: Stream) {
         let s = &mut self.socks[si];
         s.fd = stream.as_raw_fd();
         s.stream = Some(stream);
@@ -680,7 +680,7 @@ pub(super) fn run(
     plan: &Plan,
     shared: &Shared,
     ti: usize,
-    group: Vec<(usize, Vec<TcpStream>)>,
+    group: Vec<(usize, Vec<Stream>)>,
     share: u64,
 ) -> Recorder {
     let mut w = Worker {
@@ -706,9 +706,10 @@ pub(super) fn run(
         uring: None,
         retry_soon: false,
     };
-    if plan.io != IoBackend::Epoll {
+    if plan.io != IoBackend::Epoll && plan.tls.is_none() {
         // `run` probed io_uring already; a later failure here (e.g. memory limits) falls
-        // back to epoll rather than failing the run.
+        // back to epoll rather than failing the run. TLS runs on epoll: rustls seals and
+        // opens the records there.
         w.uring = Uring::new(plan.servers.len() * (plan.connections / plan.threads + 1));
     }
     let mut pending_attach = Vec::new();
