@@ -4,7 +4,8 @@
 //! arrivals are evenly spaced (clients interleaved by the caller's start offsets);
 //! Poisson arrivals draw exponential gaps from the client's own seeded generator, so a
 //! client's schedule does not depend on timing or on the other clients, and the
-//! superposition of all clients is a Poisson process of the total `rate`.
+//! superposition of all clients is a Poisson process of the total `rate`. ETC arrivals draw
+//! generalised-Pareto gaps of the same mean (Facebook ETC's shape) the same way.
 
 use crate::keyspace::Rng;
 
@@ -13,13 +14,19 @@ use crate::keyspace::Rng;
 /// spend seconds drawing).
 const MAX_DRAWS: u64 = 1 << 20;
 
+/// Facebook ETC's inter-arrival shape (Atikoglu et al. 2012): a generalised Pareto with this ξ,
+/// scaled to the schedule's mean (cachemark/workload/etc.py draws the same for the Python path).
+pub const ETC_GAP_SHAPE: f64 = 0.154971;
+
 /// One client's arrival process.
 #[derive(Clone, Debug)]
 pub struct Arrivals {
     /// Mean gap, ns.
     mean: f64,
-    /// The Poisson generator; `None` for fixed gaps.
+    /// The generator of random gaps; `None` for fixed gaps.
     rng: Option<Rng>,
+    /// The shape ξ of generalised-Pareto gaps; 0 for exponential ones.
+    shape: f64,
     /// Fraction of a nanosecond carried to the next gap, so the long-run rate is exact.
     carry: f64,
 }
@@ -29,7 +36,16 @@ impl Arrivals {
         Arrivals {
             mean: mean_ns,
             rng: None,
+            shape: 0.0,
             carry: 0.0,
+        }
+    }
+
+    /// Generalised-Pareto gaps of mean `mean_ns` and ETC's shape, seeded like [`Arrivals::poisson`].
+    pub fn etc(mean_ns: f64, seed: u64, client: u64) -> Self {
+        Arrivals {
+            shape: ETC_GAP_SHAPE,
+            ..Arrivals::poisson(mean_ns, seed, client)
         }
     }
 
@@ -40,6 +56,7 @@ impl Arrivals {
         Arrivals {
             mean: mean_ns,
             rng: Some(Rng::new(mix)),
+            shape: 0.0,
             carry: 0.0,
         }
     }
@@ -50,7 +67,12 @@ impl Arrivals {
         let g = match &mut self.rng {
             None => self.mean,
             // 1 - U is in (0, 1]: never ln(0).
-            Some(r) => -(1.0 - r.next_f64()).ln() * self.mean,
+            Some(r) if self.shape == 0.0 => -(1.0 - r.next_f64()).ln() * self.mean,
+            // GP(0, σ, ξ) by its inverse CDF, σ = mean·(1 − ξ) so the mean is kept.
+            Some(r) => {
+                let xi = self.shape;
+                self.mean * (1.0 - xi) * ((1.0 - r.next_f64()).powf(-xi) - 1.0) / xi
+            }
         } + self.carry;
         let whole = g.floor();
         self.carry = g - whole;
@@ -100,6 +122,23 @@ mod tests {
         let mut a = Arrivals::poisson(mean, 1, 4);
         let over = (0..100_000).filter(|_| a.gap() as f64 > mean).count() as f64 / 1e5;
         assert!((over - (-1.0f64).exp()).abs() < 0.01, "{over}");
+    }
+
+    #[test]
+    fn etc_gaps_have_the_pareto_mean_and_median() {
+        // ETC's own mean gap, 18.969 µs: GP(0, 16.0292 µs, 0.154971).
+        let mean = 18_968.8;
+        let mut a = Arrivals::etc(mean, 1, 0);
+        let mut gaps: Vec<f64> = (0..1_000_000).map(|_| a.gap() as f64).collect();
+        let m = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        assert!((m / mean - 1.0).abs() < 0.01, "mean gap {m} vs {mean}");
+        gaps.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        let median = gaps[gaps.len() / 2];
+        let want = 16_029.2 * (2f64.powf(ETC_GAP_SHAPE) - 1.0) / ETC_GAP_SHAPE;
+        assert!(
+            (median / want - 1.0).abs() < 0.01,
+            "median {median} vs {want}"
+        );
     }
 
     #[test]

@@ -53,12 +53,14 @@ pub enum OnError {
     Continue,
 }
 
-/// Open-loop arrivals: evenly spaced, or a Poisson process (exponential gaps).
+/// Open-loop arrivals: evenly spaced, a Poisson process (exponential gaps), or Facebook
+/// ETC's generalised-Pareto gaps.
 #[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Arrival {
     Fixed,
     Poisson,
+    Etc,
 }
 
 #[derive(Deserialize, Debug)]

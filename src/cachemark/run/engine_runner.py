@@ -79,9 +79,6 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
     short; when that happened during its prefill or warm-up, the phase is reported with no
     ops and ``interrupted`` or ``stopped_on_errors`` set, so the runner still sees why.
     """
-    if any((phase.arrival or workload.arrival) == "etc" for phase in workload.effective_phases()):
-        raise UnsupportedOp("the native engine's open loop has fixed or poisson arrivals, not etc yet; "
-                            "the Python workers and the drivers have it")
     if workload.trace is not None:
         raise UnsupportedOp("the native engine does not replay traces yet; the Python workers and the drivers do "
                             "(drop client=engine)")

@@ -665,11 +665,12 @@ fn start_schedules(w: &mut Worker, plan: &Plan, ti: usize, start: u64) {
         cl.arrivals = match plan.arrival {
             Arrival::Fixed => Arrivals::fixed(mean),
             Arrival::Poisson => Arrivals::poisson(mean, plan.seed, g as u64),
+            Arrival::Etc => Arrivals::etc(mean, plan.seed, g as u64),
         };
         cl.next_intended = start
             + match plan.arrival {
                 Arrival::Fixed => (spacing * g as f64) as u64,
-                Arrival::Poisson => cl.arrivals.gap(),
+                Arrival::Poisson | Arrival::Etc => cl.arrivals.gap(),
             };
     }
 }
