@@ -4,6 +4,7 @@
 
 use crate::keyspace::{make_filler, KeyDist, ValueSizes};
 use crate::proto::{Kind, Limits};
+use crate::replay::Replay;
 use crate::tls::{client_config, server_name, TlsConfig};
 use rustls::pki_types::ServerName;
 use serde::Deserialize;
@@ -153,6 +154,16 @@ pub struct Config {
     /// TLS on every connection (`crate::tls`); epoll only.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// A recorded trace replayed instead of drawn ops (`crate::replay`).
+    #[serde(default)]
+    pub replay: Option<ReplayConfig>,
+}
+
+/// Where a prepared replay's arrays are (`crate::replay`).
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayConfig {
+    pub dir: PathBuf,
 }
 
 fn d_on_error() -> OnError {
@@ -315,6 +326,8 @@ pub struct Plan {
     pub limits: Limits,
     /// Whether counters (`prefix + "n:" + i`) must be created before timing.
     pub uses_counters: bool,
+    /// A recorded trace's scripts, one per logical client, sent instead of drawn ops.
+    pub replay: Option<Arc<Replay>>,
 }
 
 fn parse_template(args: &[String], is_resp: bool) -> Result<Vec<Vec<Seg>>, String> {
@@ -597,6 +610,10 @@ impl Config {
             return Err("timeout_ms must be positive".into());
         }
         let max_value = sizes.max();
+        let replay = match &self.replay {
+            Some(r) => Some(Arc::new(Replay::load(&r.dir, self.connections, ops.len())?)),
+            None => None,
+        };
         Ok(Plan {
             protocol: self.protocol,
             server_names: self.servers.clone(),
@@ -632,6 +649,7 @@ impl Config {
             timeout_ns: self.timeout_ms * 1_000_000,
             io: self.io,
             limits: Limits::for_values(max_value),
+            replay,
         })
     }
 }

@@ -21,5 +21,6 @@ pub mod keyspace;
 pub mod outbuf;
 pub mod proto;
 pub mod python;
+pub mod replay;
 pub mod tls;
 pub mod watch;

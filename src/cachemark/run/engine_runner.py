@@ -67,6 +67,10 @@ def phase_config(target: Target, workload: Workload, phase: Phase, namespace: st
         "error_grace_s": workload.error_grace,
     })
     config.setdefault("connections", workload.workers)
+    if workload.trace is not None and workload.trace.prepared:  # a recorded trace, each key on one connection
+        from ..workload.replay import engine_stream
+
+        config["replay"] = {"dir": engine_stream(workload.trace.prepared, workload.workers)}
     return config
 
 
@@ -79,9 +83,6 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
     short; when that happened during its prefill or warm-up, the phase is reported with no
     ops and ``interrupted`` or ``stopped_on_errors`` set, so the runner still sees why.
     """
-    if workload.trace is not None:
-        raise UnsupportedOp("the native engine does not replay traces yet; the Python workers and the drivers do "
-                            "(drop client=engine)")
     from ..engine import run_load
 
     phases = []

@@ -171,3 +171,24 @@ def _save_atomic(path: Path, **arrays: np.ndarray) -> None:
     partial = path.with_suffix(".partial.npz")
     np.savez(partial, **arrays)
     os.replace(partial, path)
+
+
+def engine_stream(prepared: str, workers: int) -> str:
+    """The whole replay as the native engine reads it (engine/load/src/replay.rs): the workers'
+    shares merged back into recorded order, as four little-endian arrays in ``prepared/engine``;
+    written once per prepared replay."""
+    target = Path(prepared) / "engine"
+    if (target / "at.u64").exists():
+        return str(target)
+    shares = [load_share(prepared, w) for w in range(workers)]
+    at = np.concatenate([s.at_ns for s in shares])
+    order = np.argsort(at, kind="stable")
+    target.mkdir(exist_ok=True)
+    for name, column, dtype in (("ops.u8", "entries", "u1"), ("keys.u32", "keys", "<u4"),
+                                ("sizes.u32", "sizes", "<u4"), ("at.u64", "at_ns", "<u8")):
+        merged = np.concatenate([getattr(s, column) for s in shares])[order].astype(dtype)
+        partial = target / f".{name}.partial"
+        partial.write_bytes(merged.tobytes())
+        os.replace(partial, target / name)  # at.u64 last: its presence says the set is whole
+    return str(target)
+

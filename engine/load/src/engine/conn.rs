@@ -133,6 +133,9 @@ pub(super) struct Client {
     pub(super) arrivals: Arrivals,
     pub(super) picker: KeyPicker,
     pub(super) prefill_next: u64,
+    /// Replay: this client's script (`plan.replay.scripts[script]`) and the next step to send.
+    pub(super) script: usize,
+    pub(super) cursor: usize,
 }
 
 /// One blocking read, retried when a signal interrupts it: Python installs its handlers

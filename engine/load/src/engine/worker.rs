@@ -58,6 +58,8 @@ struct Worker<'a> {
     end: u64,
     quota: Option<u64>,
     issued: u64,
+    /// When the timed phase started (ns): a replay's due times count from it.
+    origin: u64,
     inflight_total: usize,
     uring: Option<Uring>,
     /// Closed loop: a client's op failed at once (connection down); it tries again on the
@@ -304,8 +306,19 @@ impl Worker<'_> {
                         && now < self.end
                         && !self.shared.stopping()
                         && (!self.plan.open || cl.next_intended <= now)
+                        && self.script_left(c)
                 }
             }
+    }
+
+    /// Replay: whether client `c` has steps left (always, when ops are drawn).
+    #[inline]
+    fn script_left(&self, c: usize) -> bool {
+        let cl = &self.clients[c];
+        self.plan
+            .replay
+            .as_ref()
+            .is_none_or(|r| cl.cursor < r.scripts[cl.script].len())
     }
 
     fn prefill_total(&self) -> u64 {
@@ -362,6 +375,20 @@ impl Worker<'_> {
                         plan.sizes.sample(&mut self.rng)
                     },
                 )
+            }
+            Phase::Run if plan.replay.is_some() => {
+                let cl = &self.clients[c];
+                let step = plan.replay.as_ref().unwrap().scripts[cl.script][cl.cursor];
+                let op = &plan.ops[step.op as usize];
+                self.keys.clear();
+                self.keys.push(step.key);
+                let intended = if plan.open { cl.next_intended } else { now };
+                let size = if op.writes_value {
+                    step.size as usize
+                } else {
+                    0
+                };
+                (step.op, op.kind, intended, size)
             }
             Phase::Run => {
                 let x = self.rng.next_f64();
@@ -514,7 +541,13 @@ impl Worker<'_> {
                 if timed {
                     self.issued += 1;
                 }
-                if self.plan.open {
+                if let Some(replay) = &self.plan.replay {
+                    let cl = &mut self.clients[c];
+                    cl.cursor += 1;
+                    if let Some(next) = replay.scripts[cl.script].get(cl.cursor) {
+                        cl.next_intended = self.origin + next.at;
+                    }
+                } else if self.plan.open {
                     let cl = &mut self.clients[c];
                     cl.next_intended += cl.arrivals.gap();
                 }
@@ -633,6 +666,15 @@ impl Worker<'_> {
         }
         // A phase stopped early ends when its loop did, not at its deadline.
         let end = self.end.min(self.rec.last_done);
+        if let Some(replay) = &self.plan.replay {
+            for cl in &self.clients {
+                let rest =
+                    &replay.scripts[cl.script][cl.cursor.min(replay.scripts[cl.script].len())..];
+                self.rec.missed +=
+                    rest.iter().take_while(|s| self.origin + s.at < end).count() as u64;
+            }
+            return;
+        }
         for cl in &mut self.clients {
             let from = cl.next_intended.max(self.measure_start);
             self.rec.missed += cl.arrivals.due_in(from, end);
@@ -649,6 +691,7 @@ impl Worker<'_> {
                     self.quota.is_none_or(|q| self.issued < q)
                         && now < self.end
                         && (!self.plan.open || cl.next_intended < self.end)
+                        && self.script_left(c)
                 }
             }
     }
@@ -660,6 +703,12 @@ impl Worker<'_> {
 fn start_schedules(w: &mut Worker, plan: &Plan, ti: usize, start: u64) {
     let spacing = 1e9 / plan.rate; // between any two sends of the whole run
     let mean = spacing * plan.connections as f64;
+    if let Some(replay) = &plan.replay {
+        for cl in w.clients.iter_mut() {
+            cl.next_intended = w.origin + replay.scripts[cl.script].first().map_or(0, |s| s.at);
+        }
+        return;
+    }
     for (k, cl) in w.clients.iter_mut().enumerate() {
         let g = k * plan.threads + ti;
         cl.arrivals = match plan.arrival {
@@ -699,9 +748,12 @@ pub(super) fn run(
         depth: plan.pipeline.max(16),
         measure_start: u64::MAX,
         end: u64::MAX,
+        // a replay ends with its scripts, not at an even share of the ops
         quota: plan
             .ops_limit
+            .filter(|_| plan.replay.is_none())
             .map(|q| (q * share).div_ceil(plan.connections as u64)),
+        origin: 0,
         issued: 0,
         inflight_total: 0,
         uring: None,
@@ -733,6 +785,8 @@ pub(super) fn run(
                 g as u64 * plan.key_count / plan.connections as u64,
             ),
             prefill_next: g as u64,
+            script: g,
+            cursor: 0,
         });
     }
     for (si, stream) in pending_attach {
@@ -759,6 +813,7 @@ pub(super) fn run(
     w.phase = Phase::Run;
     w.depth = plan.pipeline;
     w.measure_start = start + plan.warmup_ns;
+    w.origin = w.measure_start;
     w.end = w.measure_start + plan.duration_ns;
     if shared.stop.load(Ordering::Relaxed) {
         w.end = start;
