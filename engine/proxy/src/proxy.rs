@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
+use crate::capture::{ConnTap, Tap};
 use crate::config::{Config, DirConfig, FaultKind};
 use crate::sock::Sock;
 use crate::timer::{now_ns, PreciseTimer};
@@ -95,6 +96,8 @@ struct Shared {
     stats: Stats,
     upstream: SocketAddr,
     cfg_rx: watch::Receiver<Arc<Config>>,
+    /// Capturing: every segment read is also handed to the tap (never waited on).
+    tap: Option<Arc<Tap>>,
 }
 
 impl Shared {
@@ -131,6 +134,8 @@ struct ConnState {
     stall_until_ns: AtomicU64,
     /// CLOCK_MONOTONIC of the connection's last read, either way (busy-poll mode only).
     last_io_ns: AtomicU64,
+    /// This connection's handle on the capture tap, when capturing.
+    tap: Option<ConnTap>,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -234,6 +239,9 @@ async fn pump(
                     shared.stats.bytes_dropped.fetch_add(n as u64, Relaxed);
                     continue;
                 }
+                if let (Some(tap), Some(ct)) = (&shared.tap, &conn.tap) {
+                    tap.segment(ct, dir == Dir::Up, arrival, &buf[..n]);
+                }
                 let cfg = cfg_rx.borrow().clone();
                 let d: &DirConfig = if dir == Dir::Up { &cfg.up } else { &cfg.down };
                 if queue.is_empty() && d.is_passthrough() && conn.stall_until_ns.load(Relaxed) <= arrival {
@@ -311,7 +319,10 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
             return;
         }
     };
-    let conn = ConnState::default();
+    let conn = ConnState {
+        tap: shared.tap.as_ref().map(|t| t.open()),
+        ..ConnState::default()
+    };
     let mut rng = SmallRng::from_entropy();
     let mut fault_at = schedule_fault(&cfg, accepted, &mut rng);
     let mut fault_cfg = cfg.fault.clone();
@@ -382,6 +393,9 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
         client.reset_on_close();
         upstream.reset_on_close();
     }
+    if let (Some(tap), Some(ct)) = (&shared.tap, &conn.tap) {
+        tap.closed(ct);
+    }
 }
 
 struct ActiveGuard<'a>(&'a Stats);
@@ -404,6 +418,17 @@ pub struct Proxy {
 impl Proxy {
     /// Bind `listen` now (so the port is known and errors are immediate) and start serving.
     pub fn start(listen: &str, upstream: &str, cfg: Config, threads: usize) -> io::Result<Proxy> {
+        Proxy::start_with_tap(listen, upstream, cfg, threads, None)
+    }
+
+    /// [`Proxy::start`], also copying every segment read to `tap` (capture).
+    pub fn start_with_tap(
+        listen: &str,
+        upstream: &str,
+        cfg: Config,
+        threads: usize,
+        tap: Option<Arc<Tap>>,
+    ) -> io::Result<Proxy> {
         let upstream_addr = upstream.to_socket_addrs()?.next().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -424,6 +449,7 @@ impl Proxy {
             stats: Stats::new(),
             upstream: upstream_addr,
             cfg_rx,
+            tap,
         });
         let listener = {
             let _guard = rt.enter();

@@ -2,25 +2,29 @@
 //!
 //! The proxy runs on its own runtime threads and never takes the GIL; every method here
 //! releases the GIL around anything that can block (starting, closing).
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 
+use crate::capture::{Capture, Protocol, DEFAULT_TAP_BYTES};
 use crate::{Config, Proxy};
 
-/// Proxy(upstream, config_json="{}", listen="127.0.0.1:0", threads=1)
+/// Proxy(upstream, config_json="{}", listen="127.0.0.1:0", threads=1, capture=None, capture_buffer=64 MiB)
 ///
 /// A latency/bandwidth/fault proxy in front of ``upstream`` ("host:port"), listening on
 /// ``listen``. ``config_json`` follows the schema in docs/network.md. Closes on ``close()``,
-/// on garbage collection, and when used as a context manager.
+/// on garbage collection, and when used as a context manager. ``capture="resp"`` or
+/// ``"memcached"`` also records the op stream: read it with ``drain_capture()``; the tap holds
+/// up to ``capture_buffer`` bytes between drains, and drops (and counts) what would not fit.
 #[pyclass(module = "cachemark._engine", name = "Proxy")]
 pub struct PyProxy {
     inner: Mutex<Option<Proxy>>,
     host: String,
     port: u16,
     upstream: String,
+    capture: Option<Arc<Capture>>,
 }
 
 fn parse(config_json: &str) -> PyResult<Config> {
@@ -43,17 +47,28 @@ impl PyProxy {
 #[pymethods]
 impl PyProxy {
     #[new]
-    #[pyo3(signature = (upstream, config_json = "{}", listen = "127.0.0.1:0", threads = 1))]
+    #[pyo3(signature = (upstream, config_json = "{}", listen = "127.0.0.1:0", threads = 1, capture = None,
+                        capture_buffer = DEFAULT_TAP_BYTES))]
     fn new(
         py: Python<'_>,
         upstream: &str,
         config_json: &str,
         listen: &str,
         threads: usize,
+        capture: Option<&str>,
+        capture_buffer: usize,
     ) -> PyResult<Self> {
         let cfg = parse(config_json)?;
+        let capture = match capture {
+            Some(name) => Some(Arc::new(Capture::new(
+                Protocol::parse(name).map_err(PyValueError::new_err)?,
+                capture_buffer,
+            ))),
+            None => None,
+        };
+        let tap = capture.as_ref().map(|c| c.tap.clone());
         let proxy = py
-            .allow_threads(|| Proxy::start(listen, upstream, cfg, threads))
+            .allow_threads(|| Proxy::start_with_tap(listen, upstream, cfg, threads, tap))
             .map_err(|e| {
                 PyOSError::new_err(format!(
                     "proxy: cannot listen on {listen} for {upstream}: {e}"
@@ -65,7 +80,61 @@ impl PyProxy {
             host: local.ip().to_string(),
             port: local.port(),
             upstream: upstream.to_string(),
+            capture,
         })
+    }
+
+    /// drain_capture(last=False, raw_keys=False) -> (lines, count, per_op)
+    ///
+    /// The requests recorded since the last drain, in time order, as ``count`` lines of the
+    /// ``#cachemark-trace/1`` format (``bytes``; keys hashed, and kept percent-encoded when
+    /// ``raw_keys``), and the count per op code. A read whose reply has not arrived is held
+    /// back (and everything after it); ``last=True`` (after ``close()``) hands out everything.
+    /// Works after ``close()``.
+    #[pyo3(signature = (last = false, raw_keys = false))]
+    fn drain_capture<'py>(
+        &self,
+        py: Python<'py>,
+        last: bool,
+        raw_keys: bool,
+    ) -> PyResult<(Bound<'py, PyBytes>, usize, Vec<u64>)> {
+        let capture = self
+            .capture
+            .clone()
+            .ok_or_else(|| PyRuntimeError::new_err("this proxy does not capture"))?;
+        let d = py.allow_threads(move || capture.drain(last, raw_keys));
+        Ok((PyBytes::new(py, &d.lines), d.count, d.per_op.to_vec()))
+    }
+
+    /// Capture counters: requests parsed, records, other (not cache ops), connections,
+    /// unparsed connections, and the segments/bytes dropped because drains fell behind.
+    fn capture_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let capture = self
+            .capture
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("this proxy does not capture"))?;
+        let c = capture.counts();
+        let d = PyDict::new(py);
+        d.set_item("requests", c.requests)?;
+        d.set_item("records", c.records)?;
+        d.set_item("other", c.other)?;
+        d.set_item("connections", c.connections)?;
+        d.set_item("unparsed_connections", c.unparsed_connections)?;
+        d.set_item(
+            "dropped_segments",
+            capture
+                .tap
+                .dropped_segments
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )?;
+        d.set_item(
+            "dropped_bytes",
+            capture
+                .tap
+                .dropped_bytes
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )?;
+        Ok(d)
     }
 
     /// "host:port" the proxy listens on.

@@ -17,6 +17,7 @@ import typer
 
 from .. import __version__
 from ..errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
+from .capture_command import capture as capture_command
 from .decide_commands import advise as advise_command
 from .decide_commands import cost as cost_command
 from .report_commands import compare as compare_command
@@ -328,6 +329,7 @@ app.command("size")(size_command)
 app.command("advise")(advise_command)
 app.command("cost")(cost_command)
 app.command("stampede")(stampede_command)
+app.command("capture")(capture_command)
 app.add_typer(trace_app, name="trace")
 
 

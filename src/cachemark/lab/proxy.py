@@ -243,3 +243,124 @@ def measure_overhead(samples: int = 2000, **kwargs: Any) -> dict[str, Any]:
     """The proxy's own added round-trip latency with nothing configured (the honesty figure
     a run reports next to its network profile): ``added_p50`` / ``added_p99`` in µs."""
     return measure_added_latency({}, samples=samples, **kwargs)
+
+
+# --- capture: the proxy recording the op stream to a trace ------------------------------
+
+CAPTURE_PROTOCOLS = ("resp", "memcached")
+
+
+class TraceCapture:
+    """A capturing proxy in front of ``upstream`` writing a cachemark trace to ``path``.
+
+    The proxy's pumps only copy what they read; a thread here drains the records every
+    ``interval`` seconds — parsed and formatted as trace lines natively, keys hashed unless
+    ``raw_keys``; values never, only their sizes — and appends them to the trace. :meth:`stop`
+    closes the proxy, writes what is left and renames the file into place; a trace whose tap
+    dropped segments says so in a comment line and in :meth:`summary`. ``tap_bytes`` is what the
+    tap may hold between drains before it drops segments (rather than slow the traffic).
+    """
+
+    def __init__(self, upstream: tuple[str, int], protocol: str, path: Any, *, raw_keys: bool = False,
+                 listen: str = "127.0.0.1:0", threads: int = 1, interval: float = 0.1,
+                 config: dict[str, Any] | None = None, tap_bytes: int = 64 << 20) -> None:
+        import threading
+
+        from ..workload.traces import OPS, TraceWriter
+
+        if protocol not in CAPTURE_PROTOCOLS:
+            raise SpecError(f"unknown protocol {protocol!r}: use one of {', '.join(CAPTURE_PROTOCOLS)}")
+        self.ops = OPS
+        self.op_counts = [0] * len(OPS)
+        self.raw_keys = raw_keys
+        self.interval = interval
+        self.writer = TraceWriter(path, raw_keys=raw_keys)  # first: an unwritable path fails before we listen
+        from .._engine import Proxy
+
+        try:
+            self.proxy = Proxy(f"{upstream[0]}:{upstream[1]}", json.dumps(config or {}), listen, threads, protocol,
+                               tap_bytes)
+        except OSError as exc:
+            self.writer.close(ok=False)
+            raise SpecError(str(exc)) from None
+        self._lock = threading.Lock()  # the writer: the drain thread's, then stop()'s
+        self._stopping = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain_loop, name="cachemark-capture", daemon=True)
+        self._thread.start()
+
+    @property
+    def host(self) -> str:
+        return self.proxy.host
+
+    @property
+    def port(self) -> int:
+        return self.proxy.port
+
+    @property
+    def address(self) -> str:
+        return self.proxy.address
+
+    @property
+    def written(self) -> int:
+        return sum(self.op_counts)
+
+    def _drain(self, last: bool = False) -> None:
+        lines, count, per_op = self.proxy.drain_capture(last, self.raw_keys)
+        if not count:
+            return
+        with self._lock:
+            self.writer.write_lines(lines, count)
+            for op, n in enumerate(per_op):
+                self.op_counts[op] += n
+
+    def _drain_loop(self) -> None:
+        import os
+        import threading
+
+        # The recorder only gets spare CPU: on a busy machine the proxy's pumps, the application
+        # and the server come first; if it falls behind, the tap drops (and counts), never delays.
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        try:
+            while not self._stopping.wait(self.interval):
+                self._drain()
+        except BaseException as exc:  # noqa: BLE001 — re-raised by stop(), in the caller's thread
+            self._error = exc
+
+    def stats(self) -> dict[str, Any]:
+        """The recorder's counters (requests, records, other, connections, dropped_segments...)."""
+        return dict(self.proxy.capture_stats())
+
+    def summary(self) -> dict[str, Any]:
+        """Requests written per op, and the recorder's counters."""
+        per_op = {name: n for name, n in zip(self.ops, self.op_counts, strict=True) if n}
+        return {"path": str(self.writer.path), "written": self.written, "per_op": per_op, **self.stats()}
+
+    def stop(self, ok: bool = True) -> dict[str, Any]:
+        """Close the proxy, write the rest, and put the trace in place (``ok=False``: discard it)."""
+        self._stopping.set()
+        self._thread.join()
+        self.proxy.close()
+        try:
+            if self._error is not None:
+                raise self._error
+            if ok:
+                self._drain(last=True)
+                stats = self.stats()
+                if stats["dropped_segments"] or stats["unparsed_connections"]:
+                    self.writer.comment(
+                        f"incomplete: {stats['dropped_segments']} segments ({stats['dropped_bytes']} bytes) dropped "
+                        f"because the recorder fell behind; {stats['unparsed_connections']} connections not parsed")
+        except BaseException:
+            self.writer.close(ok=False)
+            raise
+        self.writer.close(ok=ok)
+        return self.summary()
+
+    def __enter__(self) -> TraceCapture:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if not self.proxy.closed or self._thread.is_alive():
+            self.stop(ok=kind is None)

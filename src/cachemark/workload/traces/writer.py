@@ -73,6 +73,19 @@ class TraceWriter:
             self._lines.append(line.encode())
         self._flush()
 
+    def write_lines(self, lines: bytes, count: int) -> None:
+        """``count`` lines already in this format, each ending in ``\\n`` (what the capture recorder
+        formats natively, hashing keys with the same :func:`~.record.key_hash`)."""
+        self._flush()
+        if count:
+            self._out.write(lines)
+            self.count += count
+
+    def comment(self, text: str) -> None:
+        """A ``# text`` line (readers skip it): e.g. a capture saying it is incomplete."""
+        self._flush()
+        self._out.write(b"# " + one_line(text).encode() + b"\n")
+
     def _flush(self) -> None:
         if self._keys:
             hashes = key_hashes(self._keys).tolist()
