@@ -5,10 +5,12 @@ keys of 20–40 bytes, 80 % get / 18 % set / 2 % delete, TTLs on sets) and write
 format cachemark reads — libCacheSim oracleGeneral, Twitter cache-trace CSV, CacheLib KV CSV,
 cachemark's own CSV — plain and zstd (level 3). Then, for each file, reads every record
 (``TraceReader.batches``) ``--repeat`` times and prints the median records/s, plus the time
-of reading *and* computing statistics once. Finally, in a fresh process per case, the peak
-RSS of reading 1 M and 4 M records (``--memory``), to show it stays flat.
+of reading *and* computing statistics once. The CSV formats are read both ways, alternately: by the
+numpy block parsers and by the Rust ones (``cachemark._engine``, when built), with the ratio; records/s
+is given by wall time and by the process's CPU time (steadier on a shared machine). Finally, in a
+fresh process per case, the peak RSS of reading 1 M and 4 M records (``--memory``), to show it stays flat.
 
-Example:  python benchmarks/trace_read.py --records 2000000 --repeat 3 --memory
+Example:  python benchmarks/trace_read.py --records 2000000 --repeat 5 --memory
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import zstandard
 
-from cachemark.workload.traces import StatsBuilder, TraceWriter, open_trace, oracle_bytes
+from cachemark.workload.traces import StatsBuilder, TraceWriter, fastcsv, open_trace, oracle_bytes
 
 OPS = np.array(["get", "set", "delete"])
 TW_OP = {"get": b"get", "set": b"set", "delete": b"delete"}
@@ -72,6 +74,37 @@ def generate(n: int, keys: int, directory: Path) -> dict[str, Path]:
             zstandard.ZstdCompressor(level=3).copy_stream(src, dst)
         files[f"{fmt}.zst"] = zst
     return files
+
+
+class parser_path:  # noqa: N801 — a context manager, named for what it does
+    """``with parser_path(native=False):`` reads the CSV formats with numpy even if the extension is built."""
+
+    def __init__(self, native: bool) -> None:
+        self.native = native
+
+    def __enter__(self) -> None:
+        self.saved = dict(fastcsv.NATIVE)
+        if not self.native:
+            fastcsv.NATIVE.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        fastcsv.NATIVE.clear()
+        fastcsv.NATIVE.update(self.saved)
+
+
+def timed_read(path: Path, native: bool) -> tuple[int, float, float]:
+    """(records, wall seconds, CPU seconds) of one read of ``path``."""
+    with parser_path(native):
+        wall, cpu = time.perf_counter(), time.process_time()
+        count = read_all(path)
+        return count, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor() or "?")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cpus ({model}), load average {load}"
 
 
 def read_all(path: Path) -> int:
@@ -126,27 +159,37 @@ def main() -> None:
         return
     n = max(args.records, 4_000_000) if args.memory else args.records
     print(f"config: {n:,} records, Zipf 1.0 over {args.keys:,} keys, repeat {args.repeat} (median); "
-          f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} cpus")
+          f"python {platform.python_version()}, numpy {np.__version__}, zstandard {zstandard.__version__}; "
+          f"Rust CSV parsers: {'built' if fastcsv.NATIVE else 'NOT BUILT (numpy only)'}")
+    print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="trace-read-") as tmp:
         started = time.perf_counter()
         files = generate(n, args.keys, Path(tmp))
         print(f"generated in {time.perf_counter() - started:.1f} s")
         only = set(filter(None, args.only.split(",")))
-        print(f"{'file':<14} {'MB':>8} {'records/s (median)':>20} {'best':>12} {'read+stats /s':>14}")
+        print("records/s, median of the repeats, by wall time (cpu: by the process's CPU time); "
+              "oracle has one path (numpy)")
+        print(f"{'file':<14} {'MB':>6} {'numpy':>11} {'(cpu)':>11} {'rust':>11} {'(cpu)':>11} {'rust/numpy':>10} "
+              f"{'read+stats /s':>14}")
         for name, path in files.items():
             if (only and name.split(".")[0] not in only) or args.skip_speed:
                 continue
-            times = []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                count = read_all(path)
-                times.append(time.perf_counter() - t0)
-            assert count == n, (name, count)
+            paths = [False] if name.startswith("oracle") or not fastcsv.NATIVE else [False, True]
+            runs: dict[bool, list] = {native: [] for native in paths}
+            for _ in range(args.repeat):  # alternate the paths, so a change in the machine's load hits both
+                for native in paths:
+                    count, wall, cpu = timed_read(path, native)
+                    assert count == n, (name, native, count)
+                    runs[native].append((wall, cpu))
+            rate = {native: (n / statistics.median(w for w, _ in r), n / statistics.median(c for _, c in r))
+                    for native, r in runs.items()}
             t0 = time.perf_counter()
             read_and_stats(path)
             with_stats = time.perf_counter() - t0
-            print(f"{name:<14} {path.stat().st_size / 1e6:>8.1f} {n / statistics.median(times):>20,.0f} "
-                  f"{n / min(times):>12,.0f} {n / with_stats:>14,.0f}", flush=True)
+            rust = f"{rate[True][0]:>11,.0f} {rate[True][1]:>11,.0f} {rate[True][0] / rate[False][0]:>9.1f}×" \
+                if True in rate else f"{'—':>11} {'—':>11} {'—':>10}"
+            print(f"{name:<14} {path.stat().st_size / 1e6:>6.1f} {rate[False][0]:>11,.0f} {rate[False][1]:>11,.0f} "
+                  f"{rust} {n / with_stats:>14,.0f}", flush=True)
         if args.memory:
             print("peak RSS while reading (fresh process each; MiB above the RSS after imports, and the peak):")
             for name, path in files.items():

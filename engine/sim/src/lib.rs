@@ -1,7 +1,9 @@
 //! cachemark's cache simulator: miss-ratio curves from a key stream, for `cachemark size`.
 //! `lru` (exact stack distances and SHARDS sampling, one pass for every size), `policy`
-//! (FIFO, SIEVE simulated per size), `python` (the bindings).
+//! (FIFO, SIEVE simulated per size), `csv` (trace CSV blocks parsed in one pass, for the trace
+//! reader), `python` (the bindings).
 
+pub mod csv;
 pub mod fenwick;
 pub mod lru;
 pub mod policy;

@@ -1,10 +1,16 @@
 //! Python bindings: `StackDistances` (LRU curves, exact or SHARDS) and `PolicySim` (FIFO,
 //! SIEVE at given sizes). Both are fed chunks of a trace as little-endian byte buffers
 //! (numpy's `.tobytes()`: u64 object ids, u32 sizes), with the GIL released, so a reader
-//! can stream a trace of any length through them in constant memory.
+//! can stream a trace of any length through them in constant memory. `parse_*_csv` parse one
+//! block of a CSV trace (the fast path of `workload/traces/fastcsv.py`).
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes};
 
+use crate::csv::{self, Block, CachelibColumns, Ops};
 use crate::lru;
 use crate::policy::{self, Policy};
 
@@ -161,8 +167,111 @@ impl PyPolicySim {
     }
 }
 
+/// (records as RECORD_DTYPE bytes — a bytearray, so numpy's view of it is writable —, then the line
+/// index of each record and every line's start and end offsets as i64s, or three Nones when every
+/// line gave exactly one record: nothing is left for the slow path).
+type Parsed<'py> = (
+    Bound<'py, PyByteArray>,
+    Option<Bound<'py, PyBytes>>,
+    Option<Bound<'py, PyBytes>>,
+    Option<Bound<'py, PyBytes>>,
+);
+
+thread_local! {
+    // one block's buffers, reused: fresh ones would cost page faults on every 4 MiB block
+    static SCRATCH: RefCell<Block> = RefCell::new(Block::default());
+}
+
+fn i64_bytes<'py>(py: Python<'py>, values: &[i64]) -> Bound<'py, PyBytes> {
+    PyBytes::new_with(py, values.len() * 8, |out| {
+        for (dst, v) in out.chunks_exact_mut(8).zip(values) {
+            dst.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    })
+    .expect("a bytes object of the right size")
+}
+
+/// Runs `parse` on the scratch block with the GIL released, then hands the block to Python.
+fn parse_block<'py>(py: Python<'py>, parse: impl FnOnce(&mut Block) + Send) -> Parsed<'py> {
+    SCRATCH.with(|cell| {
+        let mut block = cell.borrow_mut();
+        let block = &mut *block;
+        py.allow_threads(|| parse(block));
+        let records = PyByteArray::new(py, &block.records);
+        if block.all_handled() {
+            return (records, None, None, None);
+        }
+        (
+            records,
+            Some(i64_bytes(py, &block.rows)),
+            Some(i64_bytes(py, &block.starts)),
+            Some(i64_bytes(py, &block.ends)),
+        )
+    })
+}
+
+/// One block of Twitter's CSV (whole lines); `ops`: (name, op code) pairs.
+#[pyfunction]
+fn parse_twitter_csv<'py>(py: Python<'py>, data: &[u8], ops: Vec<(Vec<u8>, u8)>) -> Parsed<'py> {
+    let ops = Ops::new(ops);
+    parse_block(py, |out| csv::parse_twitter(data, &ops, out))
+}
+
+/// One block of the own format's data lines; `with_keys`: the header has the `key` column.
+#[pyfunction]
+fn parse_own_csv<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    ops: Vec<(Vec<u8>, u8)>,
+    with_keys: bool,
+) -> Parsed<'py> {
+    let ops = Ops::new(ops);
+    parse_block(py, |out| csv::parse_own(data, &ops, with_keys, out))
+}
+
+/// One block of CacheLib's KV CSV: `index` maps column names to positions (the header's),
+/// `width` is the header's number of fields.
+#[pyfunction]
+fn parse_cachelib_csv<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    ops: Vec<(Vec<u8>, u8)>,
+    index: HashMap<String, usize>,
+    width: usize,
+) -> PyResult<Parsed<'py>> {
+    let required = |name: &str| {
+        index
+            .get(name)
+            .copied()
+            .ok_or_else(|| PyValueError::new_err(format!("no {name:?} column")))
+    };
+    let cols = CachelibColumns {
+        width,
+        key: required("key")?,
+        op: required("op")?,
+        size: required("size")?,
+        op_time: index.get("op_time").copied(),
+        key_size: index.get("key_size").copied(),
+        op_count: index.get("op_count").copied(),
+        ttl: index.get("ttl").copied(),
+    };
+    if index.values().any(|&k| k >= width) {
+        return Err(PyValueError::new_err(
+            "a column index beyond the header's width",
+        ));
+    }
+    let ops = Ops::new(ops);
+    Ok(parse_block(py, |out| {
+        csv::parse_cachelib(data, &ops, &cols, out)
+    }))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStackDistances>()?;
     m.add_class::<PyPolicySim>()?;
+    m.add_function(wrap_pyfunction!(parse_twitter_csv, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_own_csv, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_cachelib_csv, m)?)?;
     Ok(())
 }

@@ -8,6 +8,10 @@ by digit position, the operation as one 8-byte word looked up in a table, the ke
 (:func:`.record.hash_spans`). A line this path cannot vouch for — a key with commas, a fractional
 timestamp, an upper-case op, anything malformed — goes to the Python parser, which accepts it or
 says why not; records keep the order of their lines either way.
+
+When the native extension (``cachemark._engine``) has them, ``parse_*_csv`` do the same in one Rust
+pass over the bytes (engine/sim/src/csv.rs), with exactly the same rules for which lines they handle;
+the numpy code stays for ``keep_keys`` (the raw keys) and for a build without the extension.
 """
 
 from __future__ import annotations
@@ -27,6 +31,67 @@ from .formats import (
     parse_twitter,
 )
 from .record import OPS, RECORD_DTYPE, Problems, hash_spans
+
+
+def _native_parsers() -> dict:
+    try:
+        from ... import _engine
+    except ImportError:  # not built: numpy does it all
+        return {}
+    names = ("parse_twitter_csv", "parse_own_csv", "parse_cachelib_csv")
+    return {name: getattr(_engine, name) for name in names if hasattr(_engine, name)}
+
+
+#: the Rust block parsers by name, when the extension has them (tests clear it to compare the paths)
+NATIVE = _native_parsers()
+_TWITTER_OP_LIST = list(TWITTER_OPS.items())
+_OWN_OP_LIST = [(name.encode(), code) for code, name in enumerate(OPS)]
+_CACHELIB_OP_LIST = list(CACHELIB_OPS.items())
+
+
+def _own_columns() -> Columns:
+    columns = Columns()
+    columns.hashes = []  # the own format's slow path reads hashes, not keys
+    return columns
+
+
+_NATIVE_NAMES = {"twitter": "parse_twitter_csv", "cachemark": "parse_own_csv", "cachelib": "parse_cachelib_csv"}
+
+
+def has_native(fmt: str, keep_keys: bool) -> bool:
+    """Whether ``native_parser`` gives a parser for ``fmt`` (the extension has it, keys are not kept)."""
+    return not keep_keys and _NATIVE_NAMES[fmt] in NATIVE
+
+
+def native_parser(fmt: str, keep_keys: bool, *args):  # noqa: ANN002, ANN201 — a parse function or None
+    """For the reader: ``parse(data, first, problems) -> (records, lines read)`` through the Rust parser
+    of ``fmt`` (``"twitter"``; ``"cachemark"``, with_keys; ``"cachelib"``, index, width), the lines it
+    leaves going through the line parser; or None when numpy must do it (no extension, or keys kept).
+    The Rust parser ignores whatever follows the block's last newline, so the reader need not cut it off."""
+    if not has_native(fmt, keep_keys):
+        return None
+    native = NATIVE[_NATIVE_NAMES[fmt]]
+    if fmt == "twitter":
+        extra, parse_line, new_columns = (_TWITTER_OP_LIST,), parse_twitter, Columns
+    elif fmt == "cachemark":
+        (with_keys,) = args
+        extra, parse_line, new_columns = (_OWN_OP_LIST, with_keys), make_own_parser(with_keys), _own_columns
+    else:
+        index, width = args
+        extra, parse_line, new_columns = (_CACHELIB_OP_LIST, index, width), make_cachelib_parser(index), Columns
+
+    def parse(data: bytes, first: int, problems: Problems) -> tuple[np.ndarray, int]:
+        records, rows, starts, ends = native(data, *extra)
+        out = np.frombuffer(records, dtype=RECORD_DTYPE)
+        if rows is None:  # every line gave one record
+            return out, len(out)
+        good, starts, ends = (np.frombuffer(b, dtype="<i8") for b in (rows, starts, ends))
+        out, _ = _with_slow_lines(data, first, problems, False, starts, ends, good, out, None, parse_line,
+                                  new_columns())
+        return out, len(starts)
+
+    return parse
+
 
 _OP_WORDS = np.array(sorted(int.from_bytes(name, "little") for name in TWITTER_OPS), dtype=np.uint64)
 _OP_CODES = np.array([TWITTER_OPS[int(w).to_bytes(8, "little").rstrip(b"\0")] for w in _OP_WORDS], dtype=np.uint8)
@@ -105,10 +170,10 @@ def _with_slow_lines(data: bytes, first: int, problems: Problems, keep_keys: boo
     """Add the lines the vectorised path left (everything not in ``good``) through the line parser,
     in line order."""
     n = len(starts)
-    if len(good) == n:
-        return out, keys
     slow = np.ones(n, dtype=bool)
-    slow[good] = False
+    slow[good] = False  # not len(good) == n: CacheLib's repeated lines make good longer than its lines
+    if not slow.any():
+        return out, keys
     origin = []
     for i in np.flatnonzero(slow).tolist():
         before = len(columns.op)
@@ -129,6 +194,9 @@ def _with_slow_lines(data: bytes, first: int, problems: Problems, keep_keys: boo
 def parse_twitter_block(data: bytes, first: int, problems: Problems,
                         keep_keys: bool) -> tuple[np.ndarray, list[bytes] | None]:
     """The records of a block of whole lines (each ending in ``\n``), in line order."""
+    native = native_parser("twitter", keep_keys)
+    if native is not None:
+        return native(data, first, problems)[0], None
     buf, starts, ends, fast, c = _lines(data, 6)
     ls, le = starts[fast], ends[fast]
     ts, ok = _uint(buf, ls, c[:, 0], _MAX_DIGITS["ts"])
@@ -162,6 +230,9 @@ _OWN_CODES = np.array([OPS.index(int(w).to_bytes(8, "little").rstrip(b"\0").deco
 def parse_own_block(data: bytes, first: int, problems: Problems, keep_keys: bool,
                     with_keys: bool) -> tuple[np.ndarray, list[bytes] | None]:
     """The records of a block of the own format's data lines (the two header lines already read)."""
+    native = native_parser("cachemark", keep_keys, with_keys)
+    if native is not None:
+        return native(data, first, problems)[0], None
     buf, starts, ends, fast, c = _lines(data, 7 if with_keys else 6)
     ls, le = starts[fast], ends[fast]
     last = c[:, 6] if with_keys else le
@@ -180,10 +251,8 @@ def parse_own_block(data: bytes, first: int, problems: Problems, keep_keys: bool
     keys = None
     if keep_keys and with_keys:
         keys = [unquote_to_bytes(data[s + 1:e]) for s, e in zip(c[ok, 6].tolist(), le[ok].tolist())]
-    columns = Columns()
-    columns.hashes = []
     return _with_slow_lines(data, first, problems, keep_keys, starts, ends, good, out, keys,
-                            make_own_parser(with_keys), columns)
+                            make_own_parser(with_keys), _own_columns())
 
 
 _CL_NAMES = {b"GET": 0, b"GET_LEASE": 0, b"SET": 1, b"SET_LEASE": 1, b"DELETE": 2}
@@ -199,6 +268,9 @@ def parse_cachelib_block(data: bytes, first: int, problems: Problems, keep_keys:
     """The records of a block of CacheLib KV lines (header read), ``op_count`` repeats applied, in line order.
     Lines with exactly the header's number of fields take the vectorised path; others (cachebench also
     accepts extra trailing fields) go line by line."""
+    native = native_parser("cachelib", keep_keys, index, columns_in_header)
+    if native is not None:
+        return native(data, first, problems)[0], None
     commas = columns_in_header - 1
     buf, starts, ends, fast, c = _lines(data, commas)
     ls, le = starts[fast], ends[fast]

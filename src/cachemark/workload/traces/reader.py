@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...errors import UserError
 from ...textfile import one_line
-from .fastcsv import parse_cachelib_block, parse_own_block, parse_twitter_block
+from .fastcsv import has_native, native_parser, parse_cachelib_block, parse_own_block, parse_twitter_block
 from .formats import (
     FORMATS,
     MAGIC,
@@ -30,7 +30,7 @@ from .formats import (
     suggested_by_name,
 )
 from .record import Batch, Problems, Record
-from .source import iter_byte_blocks, iter_line_blocks, open_bytes, peek, read_chunks
+from .source import MAX_LINE, iter_byte_blocks, iter_line_blocks, open_bytes, peek, read_chunks
 
 ORACLE_BATCH = 65_536
 
@@ -97,8 +97,10 @@ class TraceReader:
 
     def _text(self, stream) -> Iterator[Batch]:
         if self.format == "twitter":
-            for first, block in iter_byte_blocks(stream):
-                yield Batch(*parse_twitter_block(block, first, self.problems, self.keep_keys))
+            native = native_parser("twitter", self.keep_keys)
+            for first, block in self._blocks(stream, native is not None):
+                yield self._parsed(native, block, first) if native else \
+                    Batch(*parse_twitter_block(block, first, self.problems, self.keep_keys))
             return
         if self.format == "cachemark":
             yield from self._own(stream)
@@ -113,9 +115,37 @@ class TraceReader:
             records, keys = columns.finish(self.keep_keys)
             yield Batch(records, keys)
 
+    def _blocks(self, stream, native: bool) -> Iterator[tuple[int, bytes]]:
+        """(number of the first line, block of whole lines). For a native parser (``fastcsv.native_parser``)
+        a block may run past its last newline and its lines are not counted here: the parser ignores that
+        tail and says how many lines it read (``_parsed`` moves ``_line`` on) — a copy and a count of each
+        4 MiB block saved, a third of the reading time once parsing is native."""
+        if not native:
+            yield from iter_byte_blocks(stream)
+            return
+        self._line = 1
+        rest = b""
+        for chunk in read_chunks(stream):
+            data = rest + chunk if rest else chunk
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if len(rest) > MAX_LINE:
+                at = self._line + data.count(b"\n", 0, cut)
+                raise UserError(f"{one_line(self.path)}:{at}: "
+                                f"a line longer than {MAX_LINE:,} bytes: not a text trace (try --format)")
+            if cut:
+                yield self._line, data
+        if rest:
+            yield self._line, rest + b"\n"
+
+    def _parsed(self, native, block: bytes, first: int) -> Batch:  # noqa: ANN001
+        records, lines = native(block, first, self.problems)
+        self._line = first + lines
+        return Batch(records, None)
+
     def _own(self, stream) -> Iterator[Batch]:
-        with_keys = None
-        for first, block in iter_byte_blocks(stream):
+        with_keys = native = None
+        for first, block in self._blocks(stream, has_native("cachemark", self.keep_keys)):
             if with_keys is None:
                 head = block.split(b"\n", 2)
                 if not head[0].rstrip(b"\r").startswith(MAGIC):
@@ -123,22 +153,28 @@ class TraceReader:
                 if len(head) < 3:
                     raise UserError(f"{one_line(self.path)}:2: the cachemark trace header line is missing")
                 with_keys = own_header(head[1].rstrip(b"\r"), self.path)
+                native = native_parser("cachemark", self.keep_keys, with_keys)
                 block, first = head[2], first + 2
+                self._line = first
                 if not block:
                     continue
-            yield Batch(*parse_own_block(block, first, self.problems, self.keep_keys, with_keys))
+            yield self._parsed(native, block, first) if native else \
+                Batch(*parse_own_block(block, first, self.problems, self.keep_keys, with_keys))
 
     def _cachelib(self, stream) -> Iterator[Batch]:
-        index = None
-        for first, block in iter_byte_blocks(stream):
+        index = native = None
+        for first, block in self._blocks(stream, has_native("cachelib", self.keep_keys)):
             if index is None:
                 header, _, block = block.partition(b"\n")
                 header = header.rstrip(b"\r")
                 index, width = cachelib_header(header, self.path), header.count(b",") + 1
+                native = native_parser("cachelib", self.keep_keys, index, width)
                 first += 1
+                self._line = first
                 if not block:
                     continue
-            yield Batch(*parse_cachelib_block(block, first, self.problems, self.keep_keys, index, width))
+            yield self._parsed(native, block, first) if native else \
+                Batch(*parse_cachelib_block(block, first, self.problems, self.keep_keys, index, width))
 
 
 def open_trace(path: str | Path, format: str | None = None, *, strict: bool = False,
