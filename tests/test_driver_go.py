@@ -10,9 +10,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pymemcache.client.base
@@ -22,8 +21,13 @@ import redis
 from cachemark.errors import BackendMissing, UnsupportedOp
 from cachemark.run.driver import DRIVERS, DriverProcess, setup_message
 from cachemark.run.runner import run_target
-from cachemark.spec import Workload
 from cachemark.target import parse_target
+
+sys.path.insert(0, str(Path(__file__).parent))
+from driver_kit import assert_ops_then_errors, run_killing_the_server
+from driver_kit import op as _op  # noqa: E402
+from driver_kit import workload as _workload  # noqa: E402
+from driver_kit import write_foreign as _foreign  # noqa: E402
 
 SERVER = {"go-redis": "redis", "go-memcache": "memcached"}
 CLIENTS = pytest.mark.parametrize("client", list(SERVER))
@@ -41,27 +45,9 @@ def _url(server, client: str) -> str:
     return f"{server.url()}{'&' if '?' in server.url() else '?'}client={client}"
 
 
-def _workload(**fields) -> Workload:
-    base = {"keys": 200, "key_dist": "uniform", "value_size": "100-2000", "workers": 2, "warmup": 0,
-            "verify_reads": 1.0}
-    return Workload(**(base | fields))
-
-
-def _op(outcome, name: str) -> dict:
-    return outcome.phases[0]["ops"][name]
-
-
 def _memcached(server) -> pymemcache.client.base.Client:
     host, port = server.url().split("//")[1].split("/")[0].split("?")[0].split(":")
     return pymemcache.client.base.Client((host, int(port)))
-
-
-def _foreign(server) -> callable:
-    """Write keys outside the run's namespace; return a function reading them back."""
-    client = redis.Redis.from_url(server.url()) if server.url().startswith("redis") else _memcached(server)
-    client.set("foreign:keep", b"mine")
-    client.set("cm:00000000:1", b"another run's")
-    return lambda: (client.get("foreign:keep"), client.get("cm:00000000:1"))
 
 
 @CLIENTS
@@ -174,42 +160,13 @@ def test_refused_writes_are_errors(client, spawn):
     assert any(said in s for s in outcome.phases[0]["error_samples"]), outcome.phases[0]["error_samples"]
 
 
-def _processed(server, client: str) -> int:
-    if client == "go-redis":  # the load's gets and sets only: each INFO is a command too
-        stats = redis.Redis.from_url(server.url()).info("commandstats")
-        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("get", "set"))
-    stats = _memcached(server).stats()
-    return int(stats[b"cmd_get"]) + int(stats[b"cmd_set"])
-
-
 @CLIENTS
 def test_errors_are_counted_when_the_server_dies_mid_run(client, spawn):
     server = spawn(SERVER[client])
-    url = _url(server, client)
-    stop = threading.Event()
-
-    def kill_once_the_load_runs() -> None:  # no prefill, no warm-up: 300 commands are timed ops
-        while not stop.is_set():
-            if _processed(server, client) > 300:
-                server.stop()
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_once_the_load_runs, daemon=True)
-    killer.start()
-    started = time.monotonic()
-    try:
-        outcome = run_target(url, _workload(mix={"get": 9, "set": 1}, duration=2, workers=1, prefill=False,
-                                            on_error="continue"))
-    finally:
-        stop.set()
-        killer.join(timeout=10)
-    assert time.monotonic() - started < 15  # a dead server does not hang the loop
-    assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
-    errors = sum(sum(op["errors"].values()) for op in ops.values())
-    assert 0 < errors < sum(op["count"] for op in ops.values())  # ops succeeded, then failed
-    assert {k for op in ops.values() for k in op["errors"]} <= {"connection", "timeout"}
+    outcome = run_killing_the_server(server, _url(server, client), _workload(
+        mix={"get": 9, "set": 1}, duration=2, workers=1, prefill=False, on_error="continue"))
+    assert_ops_then_errors(outcome)
+    assert outcome.took_s < 15  # a dead server does not hang the loop
     assert 0.5 < outcome.phases[0]["wall_s"] < 5
 
 

@@ -11,9 +11,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pymemcache.client.base
@@ -25,6 +24,9 @@ from cachemark.run.driver import DRIVERS, DriverProcess, setup_message
 from cachemark.run.runner import run_target
 from cachemark.spec import Phase, Workload
 from cachemark.target import parse_target
+
+sys.path.insert(0, str(Path(__file__).parent))
+from driver_kit import assert_ops_then_errors, run_killing_the_server  # noqa: E402
 
 SERVER = {"java-jedis": "redis", "java-lettuce": "redis", "java-spymemcached": "memcached"}
 STORE = {"java-jedis": "redis.clients.jedis.Jedis", "java-lettuce": "io.lettuce.core.RedisClient",
@@ -169,43 +171,15 @@ def test_a_value_of_the_wrong_shape_is_a_verify_error(client, request):
             _memcached(server).delete_many([f"{namespace}{i}" for i in range(10)])
 
 
-def _commands(server) -> int:
-    if server.url().startswith("redis"):  # the load's gets and sets only: this very INFO counts as a command
-        stats = redis.Redis.from_url(server.url()).info("commandstats")
-        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("get", "set"))
-    stats = _memcached(server).stats()
-    return int(stats[b"cmd_get"]) + int(stats[b"cmd_set"])
-
-
 @clients
 def test_errors_are_counted_when_the_server_dies_mid_run(spawn, client):
     _needs_driver(client)
     server = spawn(SERVER[client])
-    stop = threading.Event()
-
-    def kill_once_the_load_runs() -> None:  # no prefill, no warm-up: the 300 ops counted are timed ops
-        while not stop.is_set():
-            if _commands(server) > 300:
-                server.stop()
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_once_the_load_runs, daemon=True)
     timeout = {"socket_timeout": 0.5} if SERVER[client] == "redis" else {"timeout": 0.5}
-    started = time.monotonic()
-    killer.start()
-    try:
-        outcome = run_target(_url(server, client, **timeout),
-                             _workload(mix={"get": 9, "set": 1}, duration=2, prefill=False, on_error="continue"))
-    finally:
-        stop.set()
-        killer.join(timeout=10)
-    assert time.monotonic() - started < 30  # a dead server does not hang the loop
-    assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
-    errors = sum(sum(op["errors"].values()) for op in ops.values())
-    assert 0 < errors < sum(op["count"] for op in ops.values())  # ops succeeded, then failed
-    assert {k for op in ops.values() for k in op["errors"]} <= {"connection", "timeout"}, ops
+    outcome = run_killing_the_server(server, _url(server, client, **timeout), _workload(
+        mix={"get": 9, "set": 1}, duration=2, workers=1, prefill=False, on_error="continue"))
+    assert_ops_then_errors(outcome)
+    assert outcome.took_s < 30  # a dead server does not hang the loop
     assert outcome.phases[0]["wall_s"] < 4
 
 

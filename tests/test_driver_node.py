@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pymemcache.client.base
@@ -25,8 +26,11 @@ import redis
 from cachemark.errors import BackendMissing
 from cachemark.run.driver import DRIVERS, DriverProcess, setup_message
 from cachemark.run.runner import run_target
-from cachemark.spec import Workload
 from cachemark.target import parse_target
+
+sys.path.insert(0, str(Path(__file__).parent))
+from driver_kit import assert_ops_then_errors, run_killing_the_server
+from driver_kit import workload as _workload  # noqa: E402
 
 CLIENTS = {"node-ioredis": "redis", "node-redis": "redis", "node-memjs": "memcached"}
 STORES = {"node-ioredis": "ioredis.Redis", "node-redis": "redis.RedisClient", "node-memjs": "memjs.Client"}
@@ -48,12 +52,6 @@ def client(request) -> str:
 
 def _url(server, client: str) -> str:
     return f"{server.url()}{'&' if '?' in server.url() else '?'}client={client}"
-
-
-def _workload(**fields) -> Workload:
-    base = {"keys": 200, "key_dist": "uniform", "value_size": "100-2000", "workers": 2, "warmup": 0,
-            "verify_reads": 1.0}
-    return Workload(**(base | fields))
 
 
 def _plain(server):
@@ -159,45 +157,15 @@ def test_refused_writes_are_errors(spawn, client):
     assert any(said in s for s in outcome.phases[0]["error_samples"]), outcome.phases[0]["error_samples"]
 
 
-def _commands(plain) -> int:
-    if isinstance(plain, redis.Redis):  # the load's gets and sets only: each INFO is a command too
-        stats = plain.info("commandstats")
-        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("get", "set"))
-    stats = plain.stats()
-    return int(stats[b"cmd_get"]) + int(stats[b"cmd_set"])
-
-
 def test_errors_are_counted_when_the_server_dies_mid_run(spawn, client):
     server = spawn(CLIENTS[client])
-    watcher = _plain(server)
-    stop = threading.Event()
-
-    def kill_once_the_load_runs() -> None:  # no prefill, no warm-up: 300 commands are timed ops
-        while not stop.is_set():
-            if _commands(watcher) > 300:
-                server.stop()
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_once_the_load_runs, daemon=True)
-    killer.start()
     # short client timeouts: an op in flight when the server dies may wait for one (memjs can lose it)
     timeouts = "socket_timeout=0.5" if CLIENTS[client] == "redis" else "timeout=0.5&connect_timeout=0.5"
-    started = time.monotonic()
-    try:
-        outcome = run_target(f"{_url(server, client)}&{timeouts}",
-                             _workload(mix={"get": 9, "set": 1}, duration=2, workers=1, prefill=False,
-                                       on_error="continue"))
-    finally:
-        stop.set()
-        killer.join(timeout=10)
-    assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
-    errors = sum(sum(op["errors"].values()) for op in ops.values())
-    assert 0 < errors < sum(op["count"] for op in ops.values())  # ops succeeded, then failed
-    assert {k for op in ops.values() for k in op["errors"]} <= {"connection", "timeout"}
+    outcome = run_killing_the_server(server, f"{_url(server, client)}&{timeouts}", _workload(
+        mix={"get": 9, "set": 1}, duration=2, workers=1, prefill=False, on_error="continue"))
+    assert_ops_then_errors(outcome)
     assert outcome.phases[0]["wall_s"] < 2 + 2  # the dead server held the loop no longer than a client timeout
-    assert time.monotonic() - started < 20
+    assert outcome.took_s < 20
 
 
 def test_cli_get_through_ioredis(tmp_path):

@@ -13,9 +13,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pymemcache.client.base
@@ -24,9 +24,13 @@ import redis
 
 from cachemark.run.driver import DRIVERS, DriverProcess, setup_message
 from cachemark.run.runner import run_target
-from cachemark.spec import Workload
 from cachemark.target import parse_target
 from cachemark.workload.ops import tags_for_key
+
+sys.path.insert(0, str(Path(__file__).parent))
+from driver_kit import assert_ops_then_errors, run_killing_the_server
+from driver_kit import op as _op  # noqa: E402
+from driver_kit import workload as _workload  # noqa: E402
 
 CLIENT = "client=php-symfony"
 SPEC = DRIVERS["php-symfony"]
@@ -52,19 +56,9 @@ _MISSING = _php_ready()
 pytestmark = pytest.mark.skipif(bool(_MISSING), reason=_MISSING or "php ready")
 
 
-def _workload(**fields) -> Workload:
-    base = {"keys": 200, "key_dist": "uniform", "value_size": "100-2000", "workers": 2, "warmup": 0,
-            "verify_reads": 1.0}
-    return Workload(**(base | fields))
-
-
 def _url(server, *params: str) -> str:
     url = server.url()
     return url + ("&" if "?" in url else "?") + "&".join((CLIENT, *params))
-
-
-def _op(outcome, name: str) -> dict:
-    return outcome.phases[0]["ops"][name]
 
 
 def _foreign(server) -> callable:
@@ -179,30 +173,9 @@ def test_refused_writes_are_errors(spawn):
 
 def test_errors_are_counted_when_the_server_dies_mid_run(spawn):
     server = spawn("redis")
-    watcher = redis.Redis.from_url(server.url())
-    stop = threading.Event()
-
-    def kill_once_the_load_runs() -> None:  # no prefill, no warm-up: 300 commands are timed ops
-        while not stop.is_set():
-            stats = watcher.info("commandstats")  # the load's gets and sets: each INFO is a command too
-            if sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("get", "set")) > 300:
-                server.stop()
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_once_the_load_runs, daemon=True)
-    killer.start()
-    try:
-        outcome = run_target(_url(server), _workload(mix={"get": 9, "set": 1}, duration=2, workers=1, prefill=False,
-                                                     on_error="continue"))
-    finally:
-        stop.set()
-        killer.join(timeout=10)
-    assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
-    errors = sum(sum(op["errors"].values()) for op in ops.values())
-    assert 0 < errors < sum(op["count"] for op in ops.values())  # ops succeeded, then failed
-    assert {k for op in ops.values() for k in op["errors"]} <= {"connection", "timeout"}
+    outcome = run_killing_the_server(server, _url(server), _workload(
+        mix={"get": 9, "set": 1}, duration=2, workers=1, prefill=False, on_error="continue"))
+    assert_ops_then_errors(outcome)
     assert "cleanup failed" in outcome.backend.get("cleanup_error", "")
 
 

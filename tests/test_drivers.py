@@ -12,9 +12,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pymemcache.client.base
@@ -24,8 +24,12 @@ import redis
 from cachemark.run import driver as driver_mod
 from cachemark.run.driver import DRIVERS, DriverProcess, setup_message
 from cachemark.run.runner import run_target
-from cachemark.spec import Workload
 from cachemark.target import parse_target
+
+sys.path.insert(0, str(Path(__file__).parent))
+from driver_kit import assert_ops_then_errors, run_killing_the_server
+from driver_kit import op as _op  # noqa: E402
+from driver_kit import workload as _workload  # noqa: E402
 
 CLIENT = "client=ruby-activesupport"
 
@@ -40,16 +44,6 @@ def _ruby_ready() -> str:
 
 _MISSING = _ruby_ready()
 needs_ruby = pytest.mark.skipif(bool(_MISSING), reason=_MISSING or "ruby ready")
-
-
-def _workload(**fields) -> Workload:
-    base = {"keys": 200, "key_dist": "uniform", "value_size": "100-2000", "workers": 2, "warmup": 0,
-            "verify_reads": 1.0}
-    return Workload(**(base | fields))
-
-
-def _op(outcome, name: str) -> dict:
-    return outcome.phases[0]["ops"][name]
 
 
 def _foreign(server) -> tuple[str, callable]:
@@ -127,7 +121,7 @@ def test_client_on_a_scheme_without_a_client_choice_must_name_a_driver():
     from cachemark.schemes import check_params
 
     check_params(parse_target(f"memory://?{CLIENT}"))
-    with pytest.raises(SpecError, match="only to name a driver: ruby-activesupport"):
+    with pytest.raises(SpecError, match="only to name a driver: php-symfony, ruby-activesupport"):
         check_params(parse_target("file:///tmp/x?client=redis-py"))
 
 
@@ -178,30 +172,9 @@ def test_a_value_of_the_wrong_shape_is_a_verify_error(redis_server):
 @needs_ruby
 def test_errors_are_counted_when_the_server_dies_mid_run(spawn):
     server = spawn("redis")
-    watcher = redis.Redis.from_url(server.url())
-    stop = threading.Event()
-
-    def kill_once_the_load_runs() -> None:  # no prefill, no warm-up: 300 commands are timed ops
-        while not stop.is_set():
-            stats = watcher.info("commandstats")  # the load's gets and sets: each INFO is a command too
-            if sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("get", "set")) > 300:
-                server.stop()
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_once_the_load_runs, daemon=True)
-    killer.start()
-    try:
-        outcome = run_target(f"{server.url()}?{CLIENT}", _workload(mix={"get": 9, "set": 1}, duration=3, workers=1,
-                                                                   prefill=False, on_error="continue"))
-    finally:
-        stop.set()
-        killer.join(timeout=10)
-    assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
-    errors = sum(sum(op["errors"].values()) for op in ops.values())
-    assert 0 < errors < sum(op["count"] for op in ops.values())  # ops succeeded, then failed
-    assert {k for op in ops.values() for k in op["errors"]} <= {"connection", "timeout"}
+    outcome = run_killing_the_server(server, f"{server.url()}?{CLIENT}", _workload(
+        mix={"get": 9, "set": 1}, duration=3, workers=1, prefill=False, on_error="continue"))
+    assert_ops_then_errors(outcome)
     assert "cleanup failed" in outcome.backend.get("cleanup_error", "")
 
 

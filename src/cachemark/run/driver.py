@@ -78,24 +78,26 @@ class DriverSpec:
         return DRIVER_OPS | {"clean"} if self.tags else DRIVER_OPS
 
     def command(self) -> list[str]:
+        """The driver's command line; BackendMissing (one line: what to install) when it cannot start."""
+        named = os.environ.get(self.runtime_env)
         argv = [a.replace("{dir}", str(DRIVERS_DIR)) for a in self.argv]
-        runtime = os.environ.get(self.runtime_env, self.runtime)
-        if not self.runtime and runtime:  # the program itself was named
-            argv[0] = runtime
-        if self.built and not (DRIVERS_DIR / self.built).exists() and not (self.runtime_env in os.environ
-                                                                          and not self.runtime):
+        if not self.runtime:  # a compiled driver: argv[0] is the program (the environment may name another)
+            program = named or argv[0]
+            if not Path(program).is_file():
+                raise BackendMissing(f"client={self.name}: the driver is not built ({program} is missing): "
+                                     f"{self.install}")
+            return [program, *argv[1:]]
+        runtime = shutil.which(named or self.runtime)
+        if runtime is None:
+            raise BackendMissing(f"client={self.name} needs {named or self.runtime!r}, which is not installed: "
+                                 f"{self.install} (or set {self.runtime_env})")
+        if self.built and not (DRIVERS_DIR / self.built).exists():
             raise BackendMissing(f"client={self.name}: the driver is not built ({DRIVERS_DIR / self.built} is "
                                  f"missing): {self.install}")
-        if self.runtime:
-            found = shutil.which(runtime)
-            if found is None:
-                raise BackendMissing(f"client={self.name} needs {runtime!r}, which is not installed: {self.install} "
-                                     f"(or set {self.runtime_env})")
-            argv.insert(0, found)
-        script = next((Path(a) for a in argv[1 if self.runtime else 0:] if a.startswith(str(DRIVERS_DIR))), None)
-        if script is not None and not script.is_file():
+        script = next(Path(a) for a in argv if a.startswith(str(DRIVERS_DIR)))
+        if not script.is_file():
             raise BackendMissing(f"client={self.name}: the driver {script} is missing (set CACHEMARK_DRIVERS)")
-        return argv
+        return [runtime, *argv]
 
 
 _NODE = "install Node.js and npm, then `make drivers` (npm ci in drivers/node)"
