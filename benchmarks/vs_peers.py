@@ -10,6 +10,10 @@ and noisy: the spread of the two says how far a ratio can be trusted).
 
   Redis:     redis-benchmark -t get (keys prefilled by an untimed redis-benchmark -t set)
              vs the engine's 100 % GET on the same number of prefilled keys.
+  Redis too:  resp-benchmark (PyPI; a Rust core, like the engine) `GET {key uniform K}` on K keys it
+             loaded itself (`--load`, untimed) with the same value size, pinned to one core (`--cores 0`)
+             as the engine runs one thread; its CPU includes its own start-up (~0.2 s), a small bias
+             against it, so compare its CPU ratio with that in mind.
   memcached: memcaslap (90 % get / 10 % set, its own default mix) vs the engine with
              the same mix. memcaslap cannot pipeline, so its P=16 row runs at P=1.
 
@@ -109,6 +113,30 @@ def redis_peer(port: int, c: int, p: int, d: int, n: int) -> tuple[float, float]
     return float(m.group(1)), cpu / n * 1e6
 
 
+def resp_benchmark() -> str | None:
+    """The resp-benchmark executable beside this Python (pip install resp-benchmark), or on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "resp-benchmark")
+    return beside if os.path.exists(beside) else shutil.which("resp-benchmark")
+
+
+def resp_load(exe: str, port: int, d: int) -> None:
+    k = key_count(d)
+    load = f"SET {{key sequence {k}}} {{value {d}}}"
+    subprocess.run([exe, "-p", str(port), "--load", "-n", str(k), "-c", "10", load], check=True, capture_output=True,
+                   timeout=120)
+
+
+def resp_peer(exe: str, port: int, c: int, p: int, d: int, seconds: float) -> tuple[float, float]:
+    argv = [exe, "-p", str(port), "-c", str(c), "-P", str(p), "-s", str(max(1, round(seconds))), "--cores", "0",
+            f"GET {{key uniform {key_count(d)}}}"]
+    out, cpu, _, _ = run_child(argv)
+    m = re.findall(r"qps: (\d+), conn: \d+, cnt: (\d+)", out)
+    if not m:
+        raise RuntimeError(f"cannot read resp-benchmark output: {out[-300:]}")
+    qps, count = (int(x) for x in m[-1])
+    return float(qps), cpu / max(count, 1) * 1e6
+
+
 def memcaslap_peer(port: int, c: int, d: int, seconds: float, cfg: str) -> tuple[float, float]:
     argv = ["memcaslap", "-s", f"127.0.0.1:{port}", "-T", "1", "-c", str(c), "-t", f"{int(seconds)}s"]
     out, cpu, samples, end = run_child([*argv, "-X", str(d), "-F", cfg, "-w", "1k"], sample=True)
@@ -165,6 +193,16 @@ def main() -> int:
                         n = max(10_000, int(eng[-1][0] * args.seconds * 0.8))
                         peer.append(redis_peer(port, c, p, d, n))
                     rows.append(("redis", "redis-benchmark", c, p, p, d, best(eng), best(peer), paired(eng, peer)))
+                    print_row(rows[-1], flush=True)
+                    exe = resp_benchmark()
+                    if exe is None:
+                        continue
+                    resp_load(exe, port, d)
+                    eng, peer = [], []
+                    for _ in range(args.repeat):
+                        eng.append(engine("resp2", port, c, p, d, args.seconds, [{"op": "get"}]))
+                        peer.append(resp_peer(exe, port, c, p, d, args.seconds))
+                    rows.append(("redis", "resp-benchmark", c, p, p, d, best(eng), best(peer), paired(eng, peer)))
                     print_row(rows[-1], flush=True)
             finally:
                 srv.terminate()
