@@ -62,6 +62,7 @@ bench: packages-test setup-test
 	$(BIN)/python benchmarks/django_overhead.py
 	$(BIN)/python benchmarks/proxy_accuracy.py
 	$(BIN)/python benchmarks/report_speed.py
+	$(BIN)/pip install -q 'resp-benchmark==0.2.5'  # vs_peers.py's third Redis peer
 	$(BIN)/python benchmarks/vs_peers.py
 
 clean:
