@@ -201,6 +201,17 @@ def test_measuring_agent_is_reported_apart(cli_cluster, spawn) -> None:
     assert abs(count - 100) <= 5, count
     assert [a["role"] for a in phase["agents"]] == ["load"]  # its ops are not in the load's merge
     assert sum(a["ops"] for a in phase["agents"]) == sum(op["count"] for op in phase["ops"].values())
+    # the agents' table is in every report, not only on the terminal after the run
+    from cachemark.report.agents import agent_blocks
+    from cachemark.report.blocks import to_html
+    from cachemark.report.export import to_block_markdown
+
+    (block,) = agent_blocks({"runs": [outcome.to_json()]})
+    load, measure, total = block.rows
+    assert load[3] == f"{phase['agents'][0]['ops']:,}" and measure[0].endswith("(measure)")
+    assert total[0] == "all" and total[3] == load[3]
+    assert any(note.startswith("Measuring agent") for note in block.notes)
+    assert f"| {' | '.join(load)} |" in to_block_markdown(block) and "(measure)" in to_html(block)
 
 
 def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:

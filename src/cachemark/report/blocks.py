@@ -22,7 +22,7 @@ class Block:
     """A titled answer: prose ``lines``, then a table (``columns`` × ``rows``), then ``notes``.
 
     ``left`` is how many leading columns hold names (left-aligned); the rest are figures.
-    ``kind`` says which module made it (``headline`` or ``verdict``): the HTML styles a
+    ``kind`` says which module made it (``headline``, ``agents`` or ``verdict``): the HTML styles a
     verdict as the report's top card.
     """
 
@@ -36,10 +36,12 @@ class Block:
 
 
 def headline_blocks(document: dict[str, Any]) -> list[Block]:
-    """The preset's own figure(s), when its experiment declares a headline view."""
+    """The preset's own figure(s), when its experiment declares a headline view; and, for a run
+    driven from a cluster, its agents' share, throughput and CPU."""
+    from .agents import agent_blocks
     from .headline import headline_blocks as build
 
-    return build(document)
+    return [*build(document), *agent_blocks(document)]
 
 
 def verdict_blocks(document: dict[str, Any]) -> list[Block]:
