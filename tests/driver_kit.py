@@ -101,3 +101,21 @@ def assert_ops_then_errors(outcome: Any) -> None:
     errors = sum(sum(o["errors"].values()) for o in ops.values())
     assert 0 < errors < sum(o["count"] for o in ops.values())
     assert {k for o in ops.values() for k in o["errors"]} <= {"connection", "timeout"}, ops
+
+
+def cli_get_run(tmp_path: Any, target: str) -> tuple[Any, dict[str, Any]]:
+    """``cachemark run -t TARGET`` of 500 gets on 100 prefilled keys, as a user types it: the finished
+    process (its stdout says which client) and the saved run."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "cachemark", "run", "-t", target, "--mix", "get=100", "--ops", "500", "--keys", "100",
+         "--workers", "1", "--warmup", "0", "--no-calibrate", "-o", "out.json"],
+        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=120)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    run = json.loads((tmp_path / "out.json").read_text())["runs"][0]
+    assert run["status"] == "ok", run.get("reason")
+    return result, run

@@ -6,9 +6,6 @@ one line, where the binary is not built (`make setup` runs drivers/go/build.sh).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -24,7 +21,7 @@ from cachemark.run.runner import run_target
 from cachemark.target import parse_target
 
 sys.path.insert(0, str(Path(__file__).parent))
-from driver_kit import assert_ops_then_errors, run_killing_the_server
+from driver_kit import assert_ops_then_errors, cli_get_run, run_killing_the_server
 from driver_kit import op as _op  # noqa: E402
 from driver_kit import workload as _workload  # noqa: E402
 from driver_kit import write_foreign as _foreign  # noqa: E402
@@ -185,14 +182,7 @@ def test_open_loop_follows_the_schedule_and_keeps_both_latencies(client, request
 
 def test_cli_get_through_gomemcache(tmp_path):
     _built("go-memcache")
-    env = {**os.environ, "COLUMNS": "200"}
-    result = subprocess.run(
-        [sys.executable, "-m", "cachemark", "run", "-t", "spawn:memcached?client=go-memcache", "--mix", "get=100",
-         "--ops", "500", "--keys", "100", "--workers", "1", "--warmup", "0", "--no-calibrate", "-o", "out.json"],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
-    assert result.returncode == 0, (result.stdout, result.stderr)
-    run = json.loads((tmp_path / "out.json").read_text())["runs"][0]
-    assert run["status"] == "ok"
+    result, run = cli_get_run(tmp_path, "spawn:memcached?client=go-memcache")
     info = run["backend"]["info"]
     assert info["runtime"].startswith("go ") and info["client_library"] == "gomemcache"
     assert info["client_version"] == f"{info['libraries']['gomemcache']} ({info['runtime']})"

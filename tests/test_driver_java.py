@@ -7,9 +7,6 @@ slowly, so runs are small and use one or two workers.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -26,7 +23,7 @@ from cachemark.spec import Phase, Workload
 from cachemark.target import parse_target
 
 sys.path.insert(0, str(Path(__file__).parent))
-from driver_kit import assert_ops_then_errors, run_killing_the_server  # noqa: E402
+from driver_kit import assert_ops_then_errors, cli_get_run, run_killing_the_server  # noqa: E402
 
 SERVER = {"java-jedis": "redis", "java-lettuce": "redis", "java-spymemcached": "memcached"}
 STORE = {"java-jedis": "redis.clients.jedis.Jedis", "java-lettuce": "io.lettuce.core.RedisClient",
@@ -185,14 +182,7 @@ def test_errors_are_counted_when_the_server_dies_mid_run(spawn, client):
 
 def test_cli_run_through_lettuce(tmp_path):
     _needs_driver("java-lettuce")
-    env = {**os.environ, "COLUMNS": "200"}
-    result = subprocess.run(
-        [sys.executable, "-m", "cachemark", "run", "-t", "spawn:redis?client=java-lettuce", "--mix", "get=100",
-         "--ops", "500", "--keys", "100", "--workers", "1", "--warmup", "0", "--no-calibrate", "-o", "out.json"],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
-    assert result.returncode == 0, (result.stdout, result.stderr)
-    run = json.loads((tmp_path / "out.json").read_text())["runs"][0]
-    assert run["status"] == "ok"
+    result, run = cli_get_run(tmp_path, "spawn:redis?client=java-lettuce")
     info = run["backend"]["info"]
     assert info["client_library"] == "lettuce" and info["runtime"].startswith("java ")
     assert f"via java-lettuce {info['client_version']}" in " ".join(result.stdout.split())

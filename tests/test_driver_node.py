@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -29,7 +28,7 @@ from cachemark.run.runner import run_target
 from cachemark.target import parse_target
 
 sys.path.insert(0, str(Path(__file__).parent))
-from driver_kit import assert_ops_then_errors, run_killing_the_server
+from driver_kit import assert_ops_then_errors, cli_get_run, run_killing_the_server
 from driver_kit import workload as _workload  # noqa: E402
 
 CLIENTS = {"node-ioredis": "redis", "node-redis": "redis", "node-memjs": "memcached"}
@@ -170,14 +169,7 @@ def test_errors_are_counted_when_the_server_dies_mid_run(spawn, client):
 
 def test_cli_get_through_ioredis(tmp_path):
     _built("node-ioredis")
-    env = {**os.environ, "COLUMNS": "200"}
-    result = subprocess.run(
-        [sys.executable, "-m", "cachemark", "run", "-t", "spawn:redis?client=node-ioredis", "--mix", "get=100",
-         "--ops", "500", "--keys", "100", "--workers", "1", "--warmup", "0", "--no-calibrate", "-o", "out.json"],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
-    assert result.returncode == 0, (result.stdout, result.stderr)
-    run = json.loads((tmp_path / "out.json").read_text())["runs"][0]
-    assert run["status"] == "ok"
+    result, run = cli_get_run(tmp_path, "spawn:redis?client=node-ioredis")
     info = run["backend"]["info"]
     assert info["runtime"].startswith("node ") and info["client_library"] == "ioredis"
     assert f"via node-ioredis {info['client_version']}" in " ".join(result.stdout.split())
