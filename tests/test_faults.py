@@ -128,28 +128,47 @@ def test_a_full_redis_refuses_the_prefill_in_one_line(tmp_path, cachemark) -> No
     assert "maxmemory" in lines[0]
 
 
-def test_a_bug_in_a_worker_is_a_crash_with_its_traceback_saved(tmp_path, cachemark) -> None:
-    # A cache class whose set_many has a bug: the worker's prefill raises TypeError.
+def _run_buggy_cache(tmp_path, set_many_body: str) -> subprocess.CompletedProcess:
+    """Run against a Django cache class whose set_many is ``set_many_body`` (a bug of the user's code
+    or ours: the worker's prefill raises)."""
     (tmp_path / "buggy_cache.py").write_text(
+        "import os, signal\n"
         "from django.core.cache.backends.locmem import LocMemCache\n"
         "class BuggyCache(LocMemCache):\n"
         "    def set_many(self, data, timeout=None, version=None):\n"
-        "        return len(None)\n")
+        f"        {set_many_body}\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "COLUMNS": "200"}
-    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", "django://?BACKEND=buggy_cache.BuggyCache",
-                             "--duration", "1s", "--warmup", "0", "--no-calibrate"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", "django://?BACKEND=buggy_cache.BuggyCache",
+                           "--duration", "1s", "--warmup", "0", "--no-calibrate", "--workers", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+
+
+def _assert_one_crash_line(result: subprocess.CompletedProcess, exception: str) -> Path:
     assert result.returncode == 70, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("cachemark: crash (a bug in cachemark")
-    assert "TypeError" in lines[0]
-    saved = Path(lines[0].rsplit("traceback saved to ", 1)[1])
+    assert exception in lines[0]
+    return Path(lines[0].rsplit("traceback saved to ", 1)[1])
+
+
+def test_a_bug_in_a_worker_is_a_crash_with_its_traceback_saved(tmp_path) -> None:
+    saved = _assert_one_crash_line(_run_buggy_cache(tmp_path, "return len(None)"), "TypeError")
     try:
         assert "Traceback (most recent call last)" in saved.read_text() and "set_many" in saved.read_text()
         assert saved.stat().st_mode & 0o077 == 0  # private: it may hold paths and arguments
     finally:
         saved.unlink()
+
+
+def test_a_ctrl_c_while_a_worker_reports_its_crash_cuts_nothing_short(tmp_path) -> None:
+    # The parent answers one worker's crash with SIGINT to every worker; one that is itself
+    # crashing may get it while its report is being written. Here the exception's own text
+    # sends that SIGINT, so it lands exactly there, every time.
+    body = ("raise type('Boom', (TypeError,), {'__str__': "
+            "lambda self: (os.kill(os.getpid(), signal.SIGINT), 'boom')[1]})()")
+    saved = _assert_one_crash_line(_run_buggy_cache(tmp_path, body), "Boom: boom")
+    saved.unlink()
 
 
 def test_a_bug_in_the_cli_is_a_crash(tmp_path, monkeypatch, capsys) -> None:

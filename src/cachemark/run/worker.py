@@ -527,11 +527,13 @@ def _deaf() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _final(queue, message: Fatal) -> None:
-    """Send a fatal report; the parent answers it with SIGINT to every worker, which must
-    not cut this very send (or the clean-up after it) short."""
-    _deaf()
-    queue.put(message)
+class _Failed(Exception):
+    """A fatal report the work raises instead of sending it: sent once we are deaf to Ctrl-C,
+    so an interrupt can never cut it short."""
+
+    def __init__(self, fatal: Fatal):
+        super().__init__(fatal.message)
+        self.fatal = fatal
 
 
 def cpu_seconds() -> float:
@@ -540,71 +542,97 @@ def cpu_seconds() -> float:
 
 
 def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
-    """Process entry point: report each phase's result, or one fatal message."""
+    """Process entry point: report each phase's result, or one fatal message, then Done.
+
+    The handler raises at most one KeyboardInterrupt (the terminal's Ctrl-C and the parent's
+    forwarded one come back to back), and it may land anywhere: in the work, while a crash is
+    being caught, or on the way to turning deaf. The nesting below catches it in each place;
+    what went wrong is reported only after that, deaf, so no interrupt cuts the report short."""
     _die_with_parent()
-    worker = None
+    held = _Held()
     try:
-        signal.signal(signal.SIGINT, _interrupt_once)
-        # The fork server was started with the terminal's signals blocked (runner): a Ctrl-C
-        # that came meanwhile arrives here, as KeyboardInterrupt. SIGTERM and SIGHUP stay
-        # ignored (preload); SIGINT is how the parent stops us.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
         try:
-            worker = Worker(task)
-            worker.backend.open()
-            if worker.origin is not None:  # before the first barrier: every worker holds the shared pool
-                worker.origin.open()
-        except UserError as exc:
-            _final(queue, Fatal(task.worker, str(exc), "user"))
-            return
-        wl = worker.workload
-        if board.halt[0]:
-            return  # stopped before we started (our SIGINT may have come before our handler)
-        if wl.prefill:
-            try:
-                worker.prefill(board.halt)
-            except PrefillFailed as exc:
-                _final(queue, Fatal(task.worker, str(exc), "user"))
-                return
-        for index, phase in enumerate(wl.effective_phases()):
-            if phase.warmup_ops or (phase.warmup and phase.warmup_ops is None):
-                warm_limit = split_ops(phase.warmup_ops, task.worker, task.workers)
-                warm_deadline = None if warm_limit else time.perf_counter_ns() + int(phase.warmup * 1e9)
-                worker.run_phase(phase, warm_limit, warm_deadline, board, purpose="warmup")
-                if worker.interrupted:
-                    break
-            barrier.wait(timeout=600)
-            cpu0 = cpu_seconds()
-            start = time.perf_counter_ns()
-            limit = split_ops(phase.ops, task.worker, task.workers)
-            deadline = start + int(phase.duration * 1e9) if phase.duration else None
-            recorder = worker.run_phase(phase, limit, deadline, board)
-            end = time.perf_counter_ns()
-            queue.put(PhaseReport(
-                task.worker, index, start_ns=start, end_ns=end, cpu_s=cpu_seconds() - cpu0, ops=recorder.result(),
-                interrupted=worker.interrupted, missed=worker.missed, error_samples=recorder.error_samples,
-                timeseries=recorder.series(),
-            ))
-            if worker.interrupted or board.halt[0]:
+            _work(task, queue, barrier, board, held)
+        except (KeyboardInterrupt, threading.BrokenBarrierError):
+            pass
+        except Exception as exc:  # noqa: BLE001 — reported to the parent, which decides
+            held.failure = exc
+        _deaf()
+    except KeyboardInterrupt as late:
+        _deaf()
+        caught = late.__context__  # what was being caught when the interrupt landed, if anything
+        quiet_end = isinstance(caught, threading.BrokenBarrierError)
+        if held.failure is None and isinstance(caught, Exception) and not quiet_end:
+            held.failure = caught
+    _end(task, queue, held)
+
+
+@dataclass
+class _Held:
+    """What worker_main must still close and report when the work ends."""
+
+    worker: Worker | None = None
+    failure: Exception | None = None
+
+
+def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
+    signal.signal(signal.SIGINT, _interrupt_once)
+    # The fork server was started with the terminal's signals blocked (runner): a Ctrl-C that
+    # came meanwhile arrives here, as KeyboardInterrupt. SIGTERM and SIGHUP stay ignored
+    # (preload); SIGINT is how the parent stops us.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    try:
+        worker = held.worker = Worker(task)
+        worker.backend.open()
+        if worker.origin is not None:  # before the first barrier: every worker holds the shared pool
+            worker.origin.open()
+    except UserError as exc:
+        raise _Failed(Fatal(task.worker, str(exc), "user")) from None
+    wl = worker.workload
+    if board.halt[0]:
+        return  # stopped before we started (our SIGINT may have come before our handler)
+    if wl.prefill:
+        try:
+            worker.prefill(board.halt)
+        except PrefillFailed as exc:
+            raise _Failed(Fatal(task.worker, str(exc), "user")) from None
+    for index, phase in enumerate(wl.effective_phases()):
+        if phase.warmup_ops or (phase.warmup and phase.warmup_ops is None):
+            warm_limit = split_ops(phase.warmup_ops, task.worker, task.workers)
+            warm_deadline = None if warm_limit else time.perf_counter_ns() + int(phase.warmup * 1e9)
+            worker.run_phase(phase, warm_limit, warm_deadline, board, purpose="warmup")
+            if worker.interrupted:
                 break
-    except KeyboardInterrupt:
-        pass
-    except threading.BrokenBarrierError:
-        pass
-    except Exception as exc:  # noqa: BLE001 — reported to the parent, which decides
-        _final(queue, Fatal(task.worker, f"{type(exc).__name__}: {exc}", "crash", traceback.format_exc()))
-    finally:
-        # Ending anyway: a Ctrl-C (the terminal's or the parent's forwarded one) must not cut
-        # the clean-up short with a traceback. The one interrupt the handler raises may land on
-        # this very call (on entering it), hence the try here and not inside.
-        try:
-            _deaf()
-        except KeyboardInterrupt:
-            _deaf()
-        if worker is not None:
+        barrier.wait(timeout=600)
+        cpu0 = cpu_seconds()
+        start = time.perf_counter_ns()
+        limit = split_ops(phase.ops, task.worker, task.workers)
+        deadline = start + int(phase.duration * 1e9) if phase.duration else None
+        recorder = worker.run_phase(phase, limit, deadline, board)
+        end = time.perf_counter_ns()
+        queue.put(PhaseReport(
+            task.worker, index, start_ns=start, end_ns=end, cpu_s=cpu_seconds() - cpu0, ops=recorder.result(),
+            interrupted=worker.interrupted, missed=worker.missed, error_samples=recorder.error_samples,
+            timeseries=recorder.series(),
+        ))
+        if worker.interrupted or board.halt[0]:
+            break
+
+
+def _end(task: WorkerTask, queue, held: _Held) -> None:
+    """Deaf to Ctrl-C by now: report the failure (the parent answers a fatal report with SIGINT
+    to every worker), close what we opened, say Done."""
+    failure = held.failure
+    if isinstance(failure, _Failed):
+        queue.put(failure.fatal)
+    elif failure is not None:
+        trace = "".join(traceback.format_exception(failure))
+        queue.put(Fatal(task.worker, f"{type(failure).__name__}: {failure}", "crash", trace))
+    worker = held.worker
+    if worker is not None:
+        with contextlib.suppress(Exception):
+            worker.backend.close()
+        if worker.origin is not None:
             with contextlib.suppress(Exception):
-                worker.backend.close()
-            if worker.origin is not None:
-                with contextlib.suppress(Exception):
-                    worker.origin.close()
-        queue.put(Done(task.worker, os.getpid()))
+                worker.origin.close()
+    queue.put(Done(task.worker, os.getpid()))
