@@ -212,9 +212,10 @@ def wait_for_line(proc: subprocess.Popen, text: str, timeout: float = 20) -> str
 
 def test_ctrl_c_mid_capture_leaves_a_valid_trace(tmp_path, redis_server):
     env = {**os.environ, "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "cachemark", "capture", "-u", redis_server.url(), "-o",
-                             "app.cmtrace"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    # -X faulthandler: if it ever hangs, SIGABRT below makes it print every thread's stack
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "cachemark", "capture", "-u",
+                             redis_server.url(), "-o", "app.cmtrace"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = wait_for_line(proc, "point the application at")
         address = line.split("point the application at ")[1].split()[0]
@@ -225,7 +226,11 @@ def test_ctrl_c_mid_capture_leaves_a_valid_trace(tmp_path, redis_server):
             client.get(f"cc:{i}")
         time.sleep(0.3)  # mid-capture: the client is still connected
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            raise AssertionError(f"capture ignored Ctrl-C: {proc.communicate(timeout=10)[1][-4000:]}") from None
         client.close()
     finally:
         proc.kill()
