@@ -8,6 +8,7 @@ Fixtures for further servers (postgres, mysql, s3, ...) go below the marked sect
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +20,12 @@ import pytest
 
 from cachemark.errors import BackendMissing
 from cachemark.lab import LocalServer, server_class
+
+# A shell starts a background job (`make test &`) with Ctrl-C ignored, and every process it
+# starts inherits that: the tests that send SIGINT would then test nothing and hang. They test
+# Ctrl-C as a terminal delivers it, so the suite hears it whatever started it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # --- redis / memcached (lab servers) ----------------------------------------------
 

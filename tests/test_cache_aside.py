@@ -66,7 +66,9 @@ def test_a_pool_of_one_caps_the_origin_for_all_workers_and_every_report_shows_it
     phase = json.loads((tmp_path / saved).read_text())["runs"][0]["phases"][0]
     origin, fetch = phase["ops"]["origin"], phase["ops"]["fetch"]
     assert origin["count"] == fetch["misses"] == phase["ops"]["origin_wait"]["count"]
-    assert origin["count"] / phase["wall_s"] == pytest.approx(100, rel=0.15)  # 1 slot × 10 ms
+    # 1 slot × 10 ms caps the origin at 100 calls/s; the hand-over between processes costs a
+    # little, more on a busy machine (84/s at load average 7 on 2 cores)
+    assert 60 <= origin["count"] / phase["wall_s"] <= 105
     # 4 workers queue for the one slot: each waits about 3 origin calls
     assert Histogram.decode(phase["ops"]["origin_wait"]["histograms"]["ok"]).percentile(50) > 15e6
     assert not [name for name in os.listdir("/dev/shm") if name.startswith("sem.cm-pool-")]
