@@ -51,15 +51,18 @@ def read_reply(sock: socket.socket) -> tuple[int, int, bytes, bytes]:
     return opcode, status, body[extras_len:extras_len + key_len], body[extras_len + key_len:]
 
 
-def authenticate(sock: socket.socket, username: str, password: str) -> None:
-    """SASL PLAIN (``\\0user\\0password``); :class:`AuthRefused` when memcached says no."""
-    sock.sendall(frame(OP_SASL_AUTH, b"PLAIN", b"\0" + username.encode() + b"\0" + password.encode()))
-    _, status, _, value = read_reply(sock)
+def authenticate(sock: socket.socket, username: str, password: str) -> tuple[int, int]:
+    """SASL PLAIN (``\\0user\\0password``); :class:`AuthRefused` when memcached says no.
+    Returns the bytes sent and received (the stats sampler keeps its own traffic apart)."""
+    request = frame(OP_SASL_AUTH, b"PLAIN", b"\0" + username.encode() + b"\0" + password.encode())
+    sock.sendall(request)
+    _, status, key, value = read_reply(sock)
     if status == STATUS_AUTH_ERROR:
         raise AuthRefused(f"memcached refused the credentials of user {username!r}")
     if status != STATUS_OK:
         raise ConnectionError(f"memcached SASL authentication failed: status 0x{status:02x} "
                               f"{value[:80].decode(errors='replace')}")
+    return len(request), HEADER.size + len(key) + len(value)
 
 
 def version(sock: socket.socket) -> str:
