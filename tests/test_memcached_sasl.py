@@ -192,3 +192,17 @@ def test_pymemcache_and_text_protocols_are_refused_with_credentials(sasl_server,
         target_config(sasl_server.url() + "&client=engine&protocol=meta")
     with pytest.raises(SpecError, match="binary-only"):
         MemcachedBackend(parse_target(sasl_server.url().replace("binary=1", "binary=0")), "cmt:")
+
+
+def test_spawned_sasl_targets_run_on_both_paths(cachemark, tmp_path):
+    out = tmp_path / "r.json"
+    proc = cachemark("run", "--no-calibrate", "--mix", "get=90,set=10", "--ops", "600", "-o", str(out),
+                     "-t", "spawn:memcached?sasl=1", "-t", "spawn:memcached?sasl=1&client=engine", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["backend"]["info"]["client"] for r in runs] == ["pylibmc", "cachemark-engine"]
+    for run in runs:
+        assert run["status"] == "ok" and run["server"]["sasl"] is True
+        assert run["backend"]["info"]["sasl"] is True and not run["phases"][-1]["server"]["errors"]
+        assert sum(op["count"] for op in run["phases"][-1]["ops"].values()) == 600
+        assert not any(op.get("errors") for op in run["phases"][-1]["ops"].values())
