@@ -206,3 +206,12 @@ def test_spawned_sasl_targets_run_on_both_paths(cachemark, tmp_path):
         assert run["backend"]["info"]["sasl"] is True and not run["phases"][-1]["server"]["errors"]
         assert sum(op["count"] for op in run["phases"][-1]["ops"].values()) == 600
         assert not any(op.get("errors") for op in run["phases"][-1]["ops"].values())
+
+
+def test_the_engine_without_credentials_fails_at_connect(sasl_server):
+    """memcached answers NOOP only once authenticated (VERSION it answers anyway): the connect fails, not every op."""
+    cfg = target_config(f"memcached://127.0.0.1:{sasl_server.port}?protocol=binary&client=engine")
+    assert "username" not in cfg
+    cfg.update(threads=1, connections=1, ops=10, keys={"count": 10, "prefix": "cmt:anon:"})
+    with pytest.raises(BackendUnavailable, match="authentication failed at the binary protocol"):
+        run_load(cfg)
