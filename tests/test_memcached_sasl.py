@@ -215,3 +215,16 @@ def test_the_engine_without_credentials_fails_at_connect(sasl_server):
     cfg.update(threads=1, connections=1, ops=10, keys={"count": 10, "prefix": "cmt:anon:"})
     with pytest.raises(BackendUnavailable, match="authentication failed at the binary protocol"):
         run_load(cfg)
+
+
+def test_django_pylibmc_cache_with_sasl_options(sasl_server, cachemark, tmp_path):
+    pytest.importorskip("django")
+    base = f"django://?BACKEND=pylibmc&LOCATION=127.0.0.1:{sasl_server.port}&OPTIONS.binary=true&OPTIONS.username=cachemark"
+    ok = cachemark("run", "--no-calibrate", "--ops", "300", "-t", f"{base}&OPTIONS.password={sasl_server.password}",
+                   cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout[-1500:] + ok.stderr[-1500:]
+    assert sasl_server.password not in ok.stdout + ok.stderr
+    wrong = cachemark("run", "--no-calibrate", "--ops", "300", "-t", f"{base}&OPTIONS.password=not-the-password",
+                      cwd=tmp_path)
+    _one_line_exit_2(wrong, "AUTHENTICATION FAILURE")
+    assert "not-the-password" not in wrong.stdout + wrong.stderr
