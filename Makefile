@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-RUN_PACKAGES  := redis-server memcached libmemcached-dev ruby ruby-activesupport ruby-dalli ruby-redis \
+RUN_PACKAGES  := redis-server memcached sasl2-bin libsasl2-modules libmemcached-dev ruby ruby-activesupport ruby-dalli ruby-redis \
                  php-cli php-redis php-memcached php-symfony-cache openjdk-17-jdk-headless maven
 TEST_PACKAGES := $(RUN_PACKAGES) redis-tools libmemcached-tools postgresql mariadb-server chromium
 ENGINE_SOURCES := $(shell find engine -name '*.rs' -o -name 'Cargo.toml' -o -name 'Cargo.lock' | grep -v target)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import socket
+import struct
 import threading
 import time
 
@@ -124,6 +125,16 @@ class FakeServer:
 RESP_HANDSHAKE = (b"PING", b"+PONG\r\n")
 MC_HANDSHAKE = (b"version", b"VERSION 1.6.0\r\n")
 
+
+def _binary_reply(opcode: int, status: int = 0, value: bytes = b"", body: int | None = None) -> bytes:
+    """A memcached binary response frame (24-byte header + value); `body` overrides the length field."""
+    length = len(value) if body is None else body
+    return struct.pack(">BBHBBHIIQ", 0x81, opcode, 0, 0, 0, status, length, 0, 0) + value
+
+
+# the binary handshake is a NOOP (0x0a); every GET request starts 0x80 0x00
+MCB_HANDSHAKE = (b"\x80\x0a", _binary_reply(0x0A))
+
 CASES = {
     "malformed": (RESP_HANDSHAKE, lambda d: b"?garbage\r\n", "protocol", "unknown RESP type"),
     "truncated": (RESP_HANDSHAKE, lambda d: (b"$100\r\nabc", True), "connection", "truncated"),
@@ -134,6 +145,15 @@ CASES = {
     "silent": (RESP_HANDSHAKE, lambda d: None, "timeout", "no reply within"),
     "mc_bad_value": (MC_HANDSHAKE, lambda d: b"VALUE k 0 zz\r\n", "protocol", "bad VALUE line"),
     "mc_huge_value": (MC_HANDSHAKE, lambda d: b"VALUE k 0 999999999999\r\n", "protocol", "exceeds"),
+    "mcb_text_reply": (MCB_HANDSHAKE, lambda d: b"VALUE k 0 5\r\nhello\r\nEND\r\n", "protocol",
+                       "not a binary memcached reply"),
+    "mcb_huge_body": (MCB_HANDSHAKE, lambda d: _binary_reply(0x00, body=0xFFFFFFF0), "protocol", "exceeds"),
+    "mcb_wrong_opcode": (MCB_HANDSHAKE, lambda d: _binary_reply(0x01) * d.count(b"\x80\x00"), "protocol",
+                         "opcode"),
+    "mcb_truncated": (MCB_HANDSHAKE, lambda d: (_binary_reply(0x00, value=b"abc", body=100), True), "connection",
+                      "truncated"),
+    "mcb_auth_error": (MCB_HANDSHAKE, lambda d: _binary_reply(0x00, 0x20, b"Auth failure.") * d.count(b"\x80\x00"),
+                       "server", "Auth failure."),
 }
 
 
@@ -143,7 +163,7 @@ def test_misbehaving_server_yields_counted_errors(case, io):
     need_io(io)
     handshake, reply, kind, message = CASES[case]
     server = FakeServer(handshake, reply)
-    protocol = "memcache_text" if case.startswith("mc_") else "resp2"
+    protocol = {"mc": "memcache_text", "mcb": "memcache_binary"}.get(case.split("_")[0], "resp2")
     try:
         t0 = time.monotonic()
         res = run_load(

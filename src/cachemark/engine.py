@@ -27,7 +27,7 @@ except ImportError as exc:  # pragma: no cover - only without a built extension
 
 __all__ = ["Histogram", "run_load", "target_config", "PROTOCOLS"]
 
-PROTOCOLS = ("resp2", "resp3", "memcache_text", "memcache_meta")
+PROTOCOLS = ("resp2", "resp3", "memcache_text", "memcache_meta", "memcache_binary")
 
 
 def run_load(config: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +69,8 @@ def target_config(target: str | Target) -> dict[str, Any]:
     """The connection part of an engine config for a target URL.
 
     ``redis://[user:pass@]host:port[/db][?protocol=resp3]``,
-    ``memcached://h1:11211,h2:11211[?protocol=meta]`` and their Unix-socket forms
+    ``memcached://[user:pass@]h1:11211,h2:11211[?protocol=meta|binary]`` (credentials: SASL PLAIN over the
+    binary protocol, which is then the default, as with ``binary=1``) and their Unix-socket forms
     (``redis+unix:///path.sock?db=N``: the engine's server is then ``unix:/path.sock``); ``rediss://``
     and ``memcached://…?tls=1`` add a ``tls`` section (:func:`tls_config`);
     engine knobs given in the query (``threads``, ``connections``, ``pipeline``) are copied too.
@@ -93,10 +94,21 @@ def target_config(target: str | Target) -> dict[str, Any]:
         if len(t.hosts) > 1:
             raise SpecError(f"{t.redacted}: the engine takes one Redis server (no cluster mode)")
     elif family == "memcache":
-        proto = (t.param("protocol") or "text").lower()
-        cfg["protocol"] = {"text": "memcache_text", "meta": "memcache_meta"}.get(proto, proto)
-        if cfg["protocol"] not in ("memcache_text", "memcache_meta"):
-            raise SpecError(f"{t.redacted}: protocol must be text or meta")
+        sasl = t.username is not None or t.password is not None
+        proto = (t.param("protocol") or ("binary" if sasl or t.bool_param("binary") else "text")).lower()
+        cfg["protocol"] = {"text": "memcache_text", "meta": "memcache_meta", "binary": "memcache_binary"}.get(
+            proto, proto)
+        if cfg["protocol"] not in ("memcache_text", "memcache_meta", "memcache_binary"):
+            raise SpecError(f"{t.redacted}: protocol must be text, meta or binary")
+        if sasl:
+            if cfg["protocol"] != "memcache_binary":
+                raise SpecError(f"{t.redacted}: protocol={proto} with a user and password; memcached's SASL "
+                                f"is binary-only (protocol=binary)")
+            if not (t.username and t.password):
+                raise SpecError(f"{t.redacted}: SASL needs both a user and a password "
+                                f"(memcached://USER:PASSWORD@host)")
+            cfg["username"] = t.username
+            cfg["password"] = t.password
     else:
         raise SpecError(f"{t.redacted}: the native engine speaks redis:// and memcached:// only")
     default_port = row.default_port

@@ -159,7 +159,7 @@ _LAB = {k.name: k for k in (
     LabKind("redis", "cachemark.lab.redis:RedisServer", "redis",
             frozenset({"password", "maxmemory", "maxmemory_policy", "unix", "tls"})),
     LabKind("memcached", "cachemark.lab.memcached:MemcachedServer", "memcached",
-            frozenset({"memory_mb", "threads", "max_connections", "max_item_size", "unix", "tls"})),
+            frozenset({"memory_mb", "threads", "max_connections", "max_item_size", "unix", "tls", "sasl"})),
     LabKind("postgresql", "cachemark.lab.postgres:PostgresServer", "postgresql"),
     LabKind("postgres", "cachemark.lab.postgres:PostgresServer", "postgresql"),
     LabKind("mysql", "cachemark.lab.mysql:MysqlServer", "mysql"),

@@ -19,6 +19,7 @@ pub enum Protocol {
     Resp3,
     MemcacheText,
     MemcacheMeta,
+    MemcacheBinary,
 }
 
 impl Protocol {
@@ -419,10 +420,18 @@ impl Config {
                 (Some(client_config(t)?), names)
             }
         };
-        if !is_resp && (self.password.is_some() || self.username.is_some()) {
+        if !is_resp
+            && self.protocol != Protocol::MemcacheBinary
+            && (self.password.is_some() || self.username.is_some())
+        {
             return Err(
-                "engine config: the engine does not support memcached authentication".into(),
+                "engine config: memcached credentials need protocol memcache_binary (SASL)".into(),
             );
+        }
+        if self.protocol == Protocol::MemcacheBinary
+            && self.username.is_some() != self.password.is_some()
+        {
+            return Err("engine config: SASL needs both username and password".into());
         }
         if self.threads == 0 || self.threads > 256 {
             return Err(format!("threads must be 1..256, not {}", self.threads));
@@ -566,6 +575,11 @@ impl Config {
                         return Err(format!("mget count must be 1..10000, not {n}"));
                     }
                     Kind::MGet(n)
+                }
+                "template" if self.protocol == Protocol::MemcacheBinary => {
+                    return Err(
+                        "templates are text commands; protocol memcache_binary has none".into(),
+                    )
                 }
                 "template" => {
                     template = parse_template(m.args.as_deref().unwrap_or(&[]), is_resp)?;

@@ -1,4 +1,4 @@
-//! Property tests of the reply parsers (RESP2/3, memcached text and meta), on stable:
+//! Property tests of the reply parsers (RESP2/3, memcached text, meta and binary), on stable:
 //!
 //! * any bytes, and mutations of valid replies, never panic and keep the parsers'
 //!   contract (`Done` within the input, `Need(n)` beyond it, `Bad` with a message);
@@ -11,7 +11,7 @@
 //! Bounded: a few hundred cases per property, about a second in all.
 
 use cachemark_load::proto::{
-    check_parsers, memcache, resp, Kind, Limits, Outcome, Parse, ALL_KINDS,
+    check_parsers, memcache, memcache_binary, resp, Kind, Limits, Outcome, Parse, ALL_KINDS,
 };
 use proptest::prelude::*;
 use proptest::test_runner::Config;
@@ -22,6 +22,7 @@ enum Proto {
     Resp,
     Text,
     Meta,
+    Binary,
 }
 
 fn parse(p: Proto, buf: &[u8], kind: Kind) -> Parse {
@@ -30,6 +31,7 @@ fn parse(p: Proto, buf: &[u8], kind: Kind) -> Parse {
         Proto::Resp => resp::parse(buf, kind, &lim),
         Proto::Text => memcache::parse_text(buf, kind, &lim),
         Proto::Meta => memcache::parse_meta(buf, kind, &lim),
+        Proto::Binary => memcache_binary::parse(buf, kind, &lim),
     }
 }
 
@@ -349,8 +351,101 @@ fn meta_reply() -> impl Strategy<Value = Valid> {
     ]
 }
 
+/// A binary response frame; returns where its value lies.
+fn binary_frame(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    status: u16,
+    extras: &[u8],
+    key: &[u8],
+    value: &[u8],
+) -> Range<usize> {
+    out.extend_from_slice(&[0x81, opcode]);
+    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    out.extend_from_slice(&[extras.len() as u8, 0]);
+    out.extend_from_slice(&status.to_be_bytes());
+    out.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+    out.extend_from_slice(&[7; 12]); // opaque and CAS: any
+    out.extend_from_slice(extras);
+    out.extend_from_slice(key);
+    let start = out.len();
+    out.extend_from_slice(value);
+    start..out.len()
+}
+
+fn binary_reply() -> impl Strategy<Value = Valid> {
+    use memcache_binary::{
+        OP_DELETE, OP_GET, OP_GETKQ, OP_INCREMENT, OP_NOOP, OP_SASL_AUTH, OP_SET, OP_TOUCH,
+    };
+    use Outcome::*;
+    let one = |kind, opcode, status, value: &[u8], outcome| {
+        let mut b = Vec::new();
+        binary_frame(&mut b, opcode, status, &[], b"", value);
+        Valid::new(Proto::Binary, kind, b, outcome)
+    };
+    prop_oneof![
+        payload().prop_map(|v| {
+            let mut b = Vec::new();
+            let range = binary_frame(&mut b, OP_GET, 0, &[0, 0, 0, 0], b"", &v);
+            Valid {
+                value: Some(range),
+                ..Valid::new(Proto::Binary, Kind::Get, b, Outcome::Hit)
+            }
+        }),
+        Just(one(Kind::Get, OP_GET, 1, b"Not found", Miss)),
+        Just(one(Kind::Set, OP_SET, 0, b"", Ok)),
+        line_text().prop_map(move |t| one(Kind::Set, OP_SET, 5, t.as_bytes(), ServerError)),
+        prop::sample::select(vec![0u16, 1]).prop_map(move |st| one(
+            Kind::Delete,
+            OP_DELETE,
+            st,
+            b"",
+            Ok
+        )),
+        prop::sample::select(vec![0u16, 1]).prop_map(move |st| one(
+            Kind::Touch,
+            OP_TOUCH,
+            st,
+            b"",
+            Ok
+        )),
+        int().prop_map(move |n| one(Kind::Incr, OP_INCREMENT, 0, &n.to_be_bytes(), Ok)),
+        Just(one(Kind::Incr, OP_INCREMENT, 1, b"Not found", Miss)),
+        Just(one(Kind::Setup, OP_SASL_AUTH, 0, b"Authenticated", Ok)),
+        Just(one(
+            Kind::Setup,
+            OP_SASL_AUTH,
+            0x20,
+            b"Auth failure.",
+            ServerError
+        )),
+        Just(one(Kind::Get, OP_GET, 0x20, b"Auth failure.", ServerError)),
+        (prop::collection::vec(prop::option::of(payload()), 1..5)).prop_map(move |items| {
+            // quiet GETKQ: hits only, then the NOOP's reply
+            let mut b = Vec::new();
+            for (i, v) in items.iter().enumerate() {
+                if let Some(v) = v {
+                    binary_frame(&mut b, OP_GETKQ, 0, &[0; 4], format!("k:{i}").as_bytes(), v);
+                }
+            }
+            binary_frame(&mut b, OP_NOOP, 0, &[], b"", b"");
+            let outcome = if items.iter().all(Option::is_some) {
+                Hit
+            } else {
+                Miss
+            };
+            Valid::new(Proto::Binary, Kind::MGet(items.len() as u32), b, outcome)
+        }),
+    ]
+}
+
 fn any_valid() -> impl Strategy<Value = Valid> {
-    prop_oneof![resp_with_extras(), text_reply(), meta_reply()]
+    prop_oneof![
+        resp_with_extras(),
+        text_reply(),
+        meta_reply(),
+        binary_reply()
+    ]
 }
 
 /// The parse of a whole valid reply: its expected outcome, all of it consumed.

@@ -41,6 +41,7 @@ from ..errors import BackendMissing, BackendUnavailable, SpecError, UserError
 from ..target import Target, parse_target, redact
 from .base import Backend, Capabilities, CleanupFailed, ForeignData
 from .file import PrivateDir, run_temp_dir
+from .memcached import import_pylibmc
 
 SHORT_NAMES = {
     "locmem": "django.core.cache.backends.locmem.LocMemCache",
@@ -178,6 +179,10 @@ class DjangoBackend(Backend):
         self._ensure_settings(django)
         if self.database_url:
             self._add_database()
+        if self.backend_path.endswith("PyLibMCCache"):
+            # before Django's first `import pylibmc`: its libsasl2 must find PLAIN (OPTIONS username/password)
+            with contextlib.suppress(ImportError):
+                import_pylibmc()
         try:
             backend_cls = import_string(self.backend_path)
         except ImportError as exc:
@@ -430,7 +435,7 @@ def _client_info(backend: DjangoBackend) -> dict[str, Any]:
         elif path.endswith("PyMemcacheCache"):
             out.update(client="pymemcache", client_version=_version("pymemcache"))
         elif path.endswith("PyLibMCCache"):
-            import pylibmc
+            pylibmc = import_pylibmc()
 
             out.update(client="pylibmc", client_version=pylibmc.__version__,
                        libmemcached_version=pylibmc.libmemcached_version)

@@ -8,6 +8,15 @@ set up so errors surface: writes wait for the server's reply (pymemcache's defau
 ``noreply``, which would hide refused writes; ``noreply=true`` brings it back), and
 HashClient neither retries nor silently answers "miss" for a failing server.
 
+Credentials in the URL (``memcached://user:password@host:11211``, as managed memcached
+services hand out) mean SASL PLAIN, which memcached speaks over its binary protocol
+only: pylibmc does it (``binary=True, username=, password=``; it becomes the default
+client then), pymemcache cannot and is refused in one line. pylibmc's wheels bundle
+their own libsasl2, which looks for its mechanism plugins in ``/usr/lib64/sasl2`` and
+reads ``SASL_PATH`` once, when pylibmc is imported: :func:`import_pylibmc` points it at
+the system's plugin directory first, else PLAIN is missing and every connection fails
+with "FAILED TO SEND AUTHENTICATION TO SERVER".
+
 memcached cannot do everything natively: ``incr`` needs an existing key, so a missing
 counter is created with ``add 0`` and incremented again; ``exists`` is a ``get``; and it
 cannot list keys, so cleanup deletes the ``written_keys`` the runner passes in. The
@@ -19,7 +28,9 @@ a failed batch is retried once on a fresh connection, and if that fails too,
 from __future__ import annotations
 
 import math
+import os
 import ssl
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -30,6 +41,21 @@ from .base import Backend, Capabilities, CleanupFailed
 
 _CLIENTS = ("pymemcache", "pylibmc")
 _DELETE_BATCH = 1000
+# where Linux distributions keep Cyrus SASL's mechanism plugins (Debian's multiarch directory first)
+_SASL_PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/sasl2", "/usr/lib/aarch64-linux-gnu/sasl2", "/usr/lib64/sasl2",
+                     "/usr/lib/sasl2")
+
+
+def import_pylibmc() -> Any:
+    """``import pylibmc``, with ``SASL_PATH`` set first (when unset) so its libsasl2 finds PLAIN."""
+    if "pylibmc" not in sys.modules and not os.environ.get("SASL_PATH"):
+        for directory in _SASL_PLUGIN_DIRS:
+            if os.path.isdir(directory):
+                os.environ["SASL_PATH"] = directory
+                break
+    import pylibmc
+
+    return pylibmc
 
 
 class WriteRejected(RuntimeError):
@@ -71,14 +97,22 @@ class MemcachedBackend(Backend):
 
     def __init__(self, target: Target, namespace: str) -> None:
         super().__init__(target, namespace)
-        self.client_name = target.param("client", "pymemcache") or "pymemcache"
-        # a driver in another stack runs the load (run/driver.py); pymemcache checks and cleans up
+        # user:password in the URL: SASL PLAIN over the binary protocol, which only pylibmc speaks
+        self.sasl = target.username is not None or target.password is not None
+        default = "pylibmc" if self.sasl else "pymemcache"
+        self.client_name = target.param("client", default) or default
+        # a driver in another stack runs the load (run/driver.py); a Python client checks and cleans up
         if self.client_name in drivers_of("memcached"):
-            self.client_name = "pymemcache"
+            self.client_name = default
         if self.client_name not in _CLIENTS:
             raise SpecError(
                 f"{target.redacted}: client={self.client_name!r}; use one of {', '.join(_CLIENTS)}"
             )
+        if self.sasl and self.client_name == "pymemcache":
+            raise SpecError(f"{target.redacted}: pymemcache does not speak SASL (user:password needs memcached's "
+                            f"binary protocol); use client=pylibmc or client=engine")
+        if self.sasl and not (target.username and target.password):
+            raise SpecError(f"{target.redacted}: SASL needs both a user and a password (memcached://USER:PASSWORD@host)")
         row = scheme(target.scheme)
         port = row.default_port or 11211
         # a server is (host, port), or a socket path: both clients take a string starting with "/" as one
@@ -89,7 +123,9 @@ class MemcachedBackend(Backend):
         self.connect_timeout = target.float_param("connect_timeout", 2.0)
         self.no_delay = target.bool_param("no_delay", True)
         self.noreply = target.bool_param("noreply", False)
-        self.binary = target.bool_param("binary", False)
+        self.binary = target.bool_param("binary", self.sasl)
+        if self.sasl and not self.binary:
+            raise SpecError(f"{target.redacted}: binary=0 with a user and password; memcached's SASL is binary-only")
         self.tls = target.bool_param("tls", False)
         self.tls_verify = self.tls and (target.param("ssl_cert_reqs") or "required").lower() != "none"
         self.tls_context = _tls_context(target) if self.tls else None
@@ -115,6 +151,7 @@ class MemcachedBackend(Backend):
             "unix_socket": isinstance(self.servers[0], str),
             "tls": self.tls,
             **({"tls_verify": self.tls_verify} if self.tls else {}),
+            "sasl": self.sasl,
             "server": "memcached",
         }
         if self.client_name == "pymemcache":
@@ -127,7 +164,7 @@ class MemcachedBackend(Backend):
                 no_delay=self.no_delay,
             )
         else:
-            import pylibmc
+            pylibmc = import_pylibmc()
 
             info.update(
                 client_version=pylibmc.__version__,
@@ -181,7 +218,7 @@ class MemcachedBackend(Backend):
 
     def _open_pylibmc(self) -> None:
         try:
-            import pylibmc
+            pylibmc = import_pylibmc()
         except ImportError as exc:
             raise BackendMissing(
                 f"{self.target.redacted}: pylibmc is not installed (pip install pylibmc)"
@@ -194,12 +231,18 @@ class MemcachedBackend(Backend):
         }
         if len(self.servers) > 1:
             behaviors["ketama"] = True
-        client = pylibmc.Client([_name(server) for server in self.servers], binary=self.binary, behaviors=behaviors)
+        credentials = {"username": self.target.username, "password": self.target.password} if self.sasl else {}
+        client = pylibmc.Client([_name(server) for server in self.servers], binary=self.binary, behaviors=behaviors,
+                                **credentials)
         try:
             stats = client.get_stats()
         except pylibmc.Error as exc:
             client.disconnect_all()
-            raise BackendUnavailable(f"memcached at {self._where()}: {_one_line(exc)}") from None
+            if self.sasl and "AUTHENTICATION FAILURE" in str(exc):
+                raise BackendUnavailable(f"memcached at {self._where()} refused the credentials of user "
+                                         f"{self.target.username!r} (SASL PLAIN)") from None
+            hint = " (with SASL on it needs memcached://USER:PASSWORD@host)" if self.binary and not self.sasl else ""
+            raise BackendUnavailable(f"memcached at {self._where()}: {_one_line(exc)}{hint}") from None
         answered = {name.decode().split(" ")[0]: s for name, s in stats}
         for server in self.servers:
             # libmemcached names a socket server by its path (with a ":0" port on some versions)

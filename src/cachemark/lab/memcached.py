@@ -10,18 +10,27 @@ rather than ignored. memcached refuses to run as root unless told which user to 
 instead (``-s``; memcached then opens no TCP port), giving a ``memcached+unix://`` URL.
 ``tls=1`` serves TLS (``-Z``) with a throw-away CA and certificate made in its temp dir
 (``lab/certs.py``), giving ``memcached://127.0.0.1:PORT?tls=1&ssl_ca_certs=…/ca.pem``.
-Ready means it answers ``version``.
+``sasl=1`` turns SASL on (``-S``, which makes memcached binary-only) with a throw-away
+user and password: Debian's memcached has no password file of its own (no
+``--enable-sasl-pwdb``), so Cyrus SASL's ``saslpasswd2`` (package sasl2-bin) writes a
+sasldb in the temp dir, and a ``memcached.conf`` there (found through ``SASL_CONF_PATH``)
+says ``mech_list: plain`` and where that sasldb is. The URL carries the credential:
+``memcached://cachemark:PASSWORD@127.0.0.1:PORT?binary=1``. Ready means it answers
+``version`` (after SASL PLAIN when SASL is on).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import ssl
+import subprocess
 import time
 from typing import Any
 from urllib.parse import quote
 
+from .. import memcache_binary
 from ..errors import BackendUnavailable, SpecError
 from ..textfile import one_line
 from .base import LocalServer, find_binary, flag_option, unix_connection, wait_for_port, wait_for_socket
@@ -36,6 +45,7 @@ _LIMITS = {
 }
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20}
 _SLAB_CHUNK_MAX = 512 << 10
+SASL_USER = "cachemark"
 
 
 def _whole(name: str, value: object) -> int:
@@ -59,10 +69,10 @@ class MemcachedServer(LocalServer):
     kind = "memcached"
 
     def __init__(self, **options: Any) -> None:
-        unknown = sorted(set(options) - set(_LIMITS) - {"unix", "tls"})
+        unknown = sorted(set(options) - set(_LIMITS) - {"unix", "tls", "sasl"})
         if unknown:
             raise SpecError(f"spawn:memcached: unknown option {one_line(repr(unknown[0]), 40)}; "
-                            f"known: {', '.join(_LIMITS)}, unix, tls")
+                            f"known: {', '.join(_LIMITS)}, unix, tls, sasl")
         checked = {name: _whole(name, value) for name, value in options.items()
                    if value not in (None, "") and name in _LIMITS}
         super().__init__(**checked)
@@ -70,11 +80,35 @@ class MemcachedServer(LocalServer):
         self.tls = flag_option("memcached", options, "tls")
         if self.tls and self.unix:
             raise SpecError("spawn:memcached: tls and unix do not go together (TLS is served over TCP)")
+        self.sasl = flag_option("memcached", options, "sasl")
         self.certs: Certs | None = None
+        self.username = SASL_USER
+        self.password = ""
 
     def prepare(self) -> None:
         if self.tls:
             self.certs = make_certs(self.tmpdir)
+        if self.sasl:
+            self.password = secrets.token_urlsafe(18)
+            self._write_sasldb()
+
+    def _write_sasldb(self) -> None:
+        sasldb = os.path.join(self.tmpdir, "sasldb")
+        # -a memcached: the application name memcached registers with, so the entry is found; -p: the
+        # password on stdin (never on a command line other users can read)
+        saslpasswd2 = find_binary("saslpasswd2", extra_dirs=("/usr/sbin",))
+        made = subprocess.run(
+            [saslpasswd2, "-f", sasldb, "-a", "memcached", "-p", "-c", self.username],
+            input=self.password.encode(), capture_output=True, timeout=30, check=False)
+        if made.returncode != 0:
+            said = made.stderr.decode(errors="replace").strip().splitlines()
+            reason = said[-1] if said else f"exit {made.returncode}"
+            raise BackendUnavailable(f"spawn:memcached?sasl=1: saslpasswd2 failed: {reason}")
+        with open(os.path.join(self.tmpdir, "memcached.conf"), "w") as conf:
+            conf.write(f"mech_list: plain\nsasldb_path: {sasldb}\n")
+
+    def env(self) -> dict[str, str] | None:
+        return {**os.environ, "SASL_CONF_PATH": self.tmpdir} if self.sasl else None
 
     @property
     def socket_path(self) -> str:
@@ -97,6 +131,8 @@ class MemcachedServer(LocalServer):
             argv += ["-I", str(size)]
             if size < _SLAB_CHUNK_MAX:  # memcached refuses an -I below its slab chunk size (512 KiB)
                 argv += ["-o", f"slab_chunk_max={size}"]
+        if self.sasl:
+            argv += ["-S"]
         if self.certs is not None:
             argv += ["-Z", "-o", f"ssl_chain_cert={self.certs.cert},ssl_key={self.certs.key}"]
         if os.geteuid() == 0:
@@ -104,11 +140,15 @@ class MemcachedServer(LocalServer):
         return argv
 
     def url(self) -> str:
+        query = "?binary=1" if self.sasl else ""
         if self.unix:
-            return f"memcached+unix://{quote(self.socket_path)}"
+            return f"memcached+unix://{self._userinfo()}{quote(self.socket_path)}{query}"
         if self.certs is not None:
-            return f"memcached://127.0.0.1:{self.port}?tls=1&ssl_ca_certs={quote(self.certs.ca)}"
-        return f"memcached://127.0.0.1:{self.port}"
+            query = (query + "&" if query else "?") + f"tls=1&ssl_ca_certs={quote(self.certs.ca)}"
+        return f"memcached://{self._userinfo()}127.0.0.1:{self.port}{query}"
+
+    def _userinfo(self) -> str:
+        return f"{quote(self.username, safe='')}:{quote(self.password, safe='')}@" if self.sasl else ""
 
     def _connect(self) -> socket.socket:
         if self.certs is not None:
@@ -129,6 +169,11 @@ class MemcachedServer(LocalServer):
             if self.proc is not None and self.proc.poll() is not None:
                 raise BackendUnavailable(f"memcached exited with code {self.proc.returncode}")
             try:
+                if self.sasl:
+                    with self._connect() as sock:
+                        memcache_binary.authenticate(sock, self.username, self.password)
+                        self.version = memcache_binary.version(sock)
+                    return
                 with self._connect() as sock:
                     sock.sendall(b"version\r\n")
                     reply = b""
@@ -155,4 +200,22 @@ class MemcachedServer(LocalServer):
             described.update(port=None, unix_socket=True)
         if self.tls:
             described["tls"] = True
+        if self.sasl:
+            described["sasl"] = True
         return described
+
+    def stats(self) -> dict[str, str]:
+        """The server's own counters (``stats``), over the binary protocol when SASL is on (tests' ground truth)."""
+        with self._connect() as sock:
+            if self.sasl:
+                memcache_binary.authenticate(sock, self.username, self.password)
+                return memcache_binary.stats(sock)[0]
+            sock.sendall(b"stats\r\n")
+            data = b""
+            while not data.endswith(b"END\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError("memcached closed the stats connection")
+                data += chunk
+        return {parts[1]: parts[2] for parts in (line.split(" ", 2) for line in data.decode().splitlines())
+                if len(parts) == 3 and parts[0] == "STAT"}

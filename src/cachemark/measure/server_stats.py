@@ -44,6 +44,7 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from .. import memcache_binary
 from ..schemes import find_scheme
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -226,7 +227,8 @@ def _tls_context(params: dict[str, str]) -> ssl.SSLContext | None:
 
 class _MemcachedSource:
     """``stats`` over a raw socket to the first server of the URL (reconnected after a failure,
-    which counts ``link`` up as for Redis)."""
+    which counts ``link`` up as for Redis). A URL with ``user:password@`` is a SASL memcached,
+    which is binary-only: the sampler then authenticates and asks in binary (``memcache_binary``)."""
 
     kind = "memcached"
     _REQUEST = b"stats\r\n"
@@ -242,6 +244,8 @@ class _MemcachedSource:
             host, _, port = first.rpartition(":") if ":" in first else (first, "", "11211")
             self.address = (host or "127.0.0.1", int(port or 11211))
         self.tls = _tls_context(dict(parse_qsl(parts.query)))
+        self.credentials = (unquote(parts.username or ""), unquote(parts.password or "")) if (
+            parts.username is not None or parts.password is not None) else None
         self.lock = threading.Lock()
         self.link = 0
         self.own_in = 0
@@ -263,6 +267,14 @@ class _MemcachedSource:
             self.sock = socket.create_connection(self.address, timeout=5)
             if self.tls is not None:
                 self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.address[0])
+        if self.credentials is not None:
+            try:
+                sent, received = memcache_binary.authenticate(self.sock, *self.credentials)
+            except Exception:
+                self._drop()
+                raise
+            self.own_in += sent
+            self.own_out += received
         self.link += 1
 
     def _drop(self) -> None:
@@ -279,12 +291,17 @@ class _MemcachedSource:
         except Exception:
             self._drop()
             raise
-        self.own_in += len(self._REQUEST)
-        stats: dict[str, str] = {}
-        for line in data.decode(errors="replace").splitlines():
-            parts = line.split(" ", 2)
-            if len(parts) == 3 and parts[0] == "STAT":
-                stats[parts[1]] = parts[2]
+        if isinstance(data, tuple):  # binary: (counters, reply bytes)
+            stats, size = data
+            self.own_in += memcache_binary.HEADER.size
+        else:
+            self.own_in += len(self._REQUEST)
+            size = len(data)
+            stats = {}
+            for line in data.decode(errors="replace").splitlines():
+                parts = line.split(" ", 2)
+                if len(parts) == 3 and parts[0] == "STAT":
+                    stats[parts[1]] = parts[2]
         commands = sum(int(stats.get(k, 0)) for k in (
             "cmd_get", "cmd_set", "cmd_touch", "cmd_flush", "delete_hits", "delete_misses",
             "incr_hits", "incr_misses", "decr_hits", "decr_misses"))
@@ -302,11 +319,13 @@ class _MemcachedSource:
             "commands": commands,
             "clients": max(0, int(stats.get("curr_connections", 0)) - SAMPLER_CONNECTIONS),
         }
-        self.own_out += len(data)
+        self.own_out += size
         return sample
 
-    def _exchange(self) -> bytes:
+    def _exchange(self) -> bytes | tuple[dict[str, str], int]:
         assert self.sock is not None
+        if self.credentials is not None:
+            return memcache_binary.stats(self.sock)
         self.sock.sendall(self._REQUEST)
         data = b""
         while not data.endswith(b"END\r\n"):

@@ -172,9 +172,12 @@ pub(super) fn connect(plan: &Plan, server: usize, timeout: Duration) -> Result<S
                             .message
                             .map(|m| printable(&buf[pos + m.start..pos + m.end]))
                             .unwrap_or_default();
-                        let hint = if msg.contains("NOAUTH")
+                        let hint = if *what == proto::memcache_binary::SASL_STEP {
+                            "memcached refused the credentials"
+                        } else if msg.contains("NOAUTH")
                             || msg.contains("WRONGPASS")
                             || msg.contains("AUTH")
+                            || msg.contains("Auth failure")
                         {
                             "authentication failed"
                         } else {

@@ -1,5 +1,5 @@
 //! Wire protocols: request encoders, connection handshakes and incremental, bounded reply
-//! parsers, one module per protocol family (`resp`, `memcache`); `request` holds what they
+//! parsers, one module per protocol family (`resp`, `memcache`, `memcache_binary`); `request` holds what they
 //! share (keys, templates) and dispatches on the plan's protocol.
 //!
 //! Parsers are pure functions over a byte slice holding the unread replies of one
@@ -11,6 +11,7 @@
 //! and the randomized tests in this module hold them to that.
 
 pub mod memcache;
+pub mod memcache_binary;
 pub mod request;
 pub mod resp;
 
@@ -197,6 +198,7 @@ pub fn check_parsers(buf: &[u8], kind: Kind, lim: &Limits) {
         resp::parse(buf, kind, lim),
         memcache::parse_text(buf, kind, lim),
         memcache::parse_meta(buf, kind, lim),
+        memcache_binary::parse(buf, kind, lim),
     ] {
         match r {
             Parse::Done(rep) => {

@@ -6,7 +6,7 @@
 //! slice of the shared filler) and return the payload bytes (keys + values) the
 //! request carries, which is what the results count as `bytes_out`.
 
-use super::{memcache, resp, Kind, Limits, Parse};
+use super::{memcache, memcache_binary, resp, Kind, Limits, Parse};
 use crate::config::{OpPlan, Plan, Protocol, Seg};
 use crate::keyspace::{write_key, write_u64, write_value};
 use crate::outbuf::OutBuf;
@@ -59,6 +59,7 @@ pub fn encode(
         Protocol::Resp2 | Protocol::Resp3 => resp::encode(out, req, kb, tmp),
         Protocol::MemcacheText => memcache::encode_text(out, req, kb),
         Protocol::MemcacheMeta => memcache::encode_meta(out, req, kb),
+        Protocol::MemcacheBinary => memcache_binary::encode(out, req, kb),
     }
 }
 
@@ -68,6 +69,7 @@ pub fn encode_counter(protocol: Protocol, out: &mut Vec<u8>, key: &[u8]) {
         Protocol::Resp2 | Protocol::Resp3 => resp::counter(out, key),
         Protocol::MemcacheText => memcache::counter_text(out, key),
         Protocol::MemcacheMeta => memcache::counter_meta(out, key),
+        Protocol::MemcacheBinary => memcache_binary::counter(out, key),
     }
 }
 
@@ -78,6 +80,7 @@ pub fn parse(protocol: Protocol, buf: &[u8], kind: Kind, lim: &Limits) -> Parse 
         Protocol::Resp2 | Protocol::Resp3 => resp::parse(buf, kind, lim),
         Protocol::MemcacheText => memcache::parse_text(buf, kind, lim),
         Protocol::MemcacheMeta => memcache::parse_meta(buf, kind, lim),
+        Protocol::MemcacheBinary => memcache_binary::parse(buf, kind, lim),
     }
 }
 
@@ -89,7 +92,7 @@ pub struct Handshake {
     pub steps: Vec<&'static str>,
 }
 
-/// The handshake `plan` asks for (credentials and database: RESP only).
+/// The handshake `plan` asks for (credentials: RESP and memcached's binary SASL; database: RESP only).
 pub fn handshake(plan: &Plan) -> Handshake {
     match plan.protocol {
         Protocol::Resp2 | Protocol::Resp3 => resp::handshake(
@@ -100,6 +103,9 @@ pub fn handshake(plan: &Plan) -> Handshake {
         ),
         Protocol::MemcacheText => memcache::handshake_text(),
         Protocol::MemcacheMeta => memcache::handshake_meta(),
+        Protocol::MemcacheBinary => {
+            memcache_binary::handshake(plan.username.as_deref(), plan.password.as_deref())
+        }
     }
 }
 
@@ -233,6 +239,52 @@ mod tests {
         let (m, n) = wire(p, &op(Kind::MGet(2)), &[7, 12], 0, 0);
         assert_eq!(text(&m), "mg k:7 v q\r\nmg k:12 v q\r\nmn\r\n");
         assert_eq!(n, 7);
+    }
+
+    #[test]
+    fn memcache_binary_requests() {
+        let p = Protocol::MemcacheBinary;
+        // (opcode, key length, extras length, body length) of the first header, and the key
+        let head = |m: &[u8]| {
+            let u16at = |i: usize| u16::from_be_bytes([m[i], m[i + 1]]) as usize;
+            let body = u32::from_be_bytes([m[8], m[9], m[10], m[11]]) as usize;
+            (m[0], m[1], u16at(2), m[4] as usize, body)
+        };
+        let (m, n) = wire(p, &op(Kind::Get), &[7], 0, 0);
+        assert_eq!(
+            (head(&m), &m[24..], n),
+            ((0x80, 0x00, 3, 0, 3), &b"k:7"[..], 3)
+        );
+        let (m, n) = wire(p, &op(Kind::Set), &[7], 5, 30);
+        assert_eq!(head(&m), (0x80, 0x01, 3, 8, 16));
+        assert_eq!(&m[24..32], &[0, 0, 0, 0, 0, 0, 0, 30]);
+        assert_eq!(text(&m[32..]), format!("k:7{}", val(b"k:7", 5)));
+        assert_eq!(n, 8);
+        let (m, _) = wire(p, &op(Kind::Incr), &[7], 0, 0);
+        assert_eq!(head(&m), (0x80, 0x05, 5, 20, 25));
+        assert_eq!(
+            &m[24 + 16..24 + 20],
+            &[0xff; 4],
+            "a missing counter is not created"
+        );
+        assert_eq!(&m[44..], b"k:n:7");
+        let (m, _) = wire(p, &op(Kind::Touch), &[7], 0, 9);
+        assert_eq!(
+            (head(&m), &m[24..28]),
+            ((0x80, 0x1c, 3, 4, 7), &[0, 0, 0, 9][..])
+        );
+        assert_eq!(head(&wire(p, &op(Kind::Delete), &[7], 0, 0).0).1, 0x04);
+        let (m, n) = wire(p, &op(Kind::MGet(2)), &[7, 12], 0, 0);
+        assert_eq!(head(&m), (0x80, 0x0d, 3, 0, 3));
+        assert_eq!(head(&m[27..]), (0x80, 0x0d, 4, 0, 4));
+        assert_eq!(head(&m[55..]), (0x80, 0x0a, 0, 0, 0));
+        assert_eq!((m.len(), n), (55 + 24, 7));
+        let mut out = Vec::new();
+        encode_counter(p, &mut out, b"k:n:3");
+        assert_eq!(
+            (head(&out), out.last()),
+            ((0x80, 0x01, 5, 8, 14), Some(&b'0'))
+        );
     }
 
     #[test]
