@@ -144,7 +144,7 @@ def proxy_overhead_note(document: dict[str, Any]) -> str | None:
     p50, p99 = overhead.get("added_p50"), overhead.get("added_p99")
     if p50 is None:
         return ("network proxy: its own overhead was not measured with these results; every proxied figure "
-                "includes it (tens of µs per round trip on an idle machine, see docs/network.md).")
+                "includes it (30–200 µs per round trip on the machines we measured, see docs/network.md).")
     tail = f", {max(p99, 0):.0f} µs p99" if p99 is not None else ""
     return (f"network proxy: adds {max(p50, 0):.0f} µs p50{tail} per round trip on its own (measured in this "
             f"experiment with no delay configured); every proxied figure includes it — subtract it per round "
