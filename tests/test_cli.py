@@ -100,6 +100,28 @@ def test_network_profiles_print_the_percent_of_baseline_table(tmp_path, cachemar
     assert far and all(r["phases"][0]["ops"]["get"]["summary"]["p50_us"] > 60_000 for r in far)
 
 
+def test_the_proxy_overhead_is_measured_and_reported_beside_every_network_figure(tmp_path, cachemark):
+    # The emulated network's figures include the proxy's own cost: a run behind a profile measures it
+    # once (direct vs through a no-delay proxy) and states it in the result and in every report.
+    result = cachemark("run", "-t", "spawn:redis", "--network", "same-host,lan", "--keys", "20", "--ops", "300",
+                       "--warmup", "0", "--no-calibrate", "-o", "net.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "net.json").read_text())
+    overhead = document["environment"]["proxy_overhead"]
+    assert overhead["samples"] >= 1000 and 0 < overhead["direct_p50"] < overhead["proxied_p50"]
+    shown = f"network proxy: adds {max(overhead['added_p50'], 0):.0f} µs p50"
+    assert "% of baseline" in result.stdout and shown in result.stdout.replace("\n", " ")
+    for fmt in ("markdown", "html"):
+        report = cachemark("report", "net.json", "-f", fmt, "-o", "-", cwd=tmp_path)
+        assert report.returncode == 0, report.stderr
+        assert "% of baseline" in report.stdout and shown in report.stdout, fmt
+    same_host = cachemark("run", "-t", "spawn:redis", "--network", "same-host", "--ops", "50", "--warmup", "0",
+                          "--no-calibrate", "-o", "local.json", cwd=tmp_path)
+    assert same_host.returncode == 0, same_host.stderr
+    assert "network proxy" not in same_host.stdout  # no proxy in the path: nothing to subtract
+    assert "proxy_overhead" not in json.loads((tmp_path / "local.json").read_text())["environment"]
+
+
 def test_a_wrong_password_is_one_line_and_exit_2(tmp_path, redis_server_auth, cachemark):
     url = f"redis://:hunter2@127.0.0.1:{redis_server_auth.port}/0"
     result = cachemark("run", "-t", url, "--no-calibrate", "--duration", "1", cwd=tmp_path)

@@ -182,6 +182,9 @@ def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path,
     assert result.returncode == 0, result.stderr
     (block,) = headline_blocks(document)
     assert block.columns[0] == "Configuration" and block.columns[-1] == "Comparison to Baseline"
+    # the proxy's own overhead, measured in the run, beside the percentages it is part of
+    overhead = document["environment"]["proxy_overhead"]["added_p50"]
+    assert f"network proxy: adds {max(overhead, 0):.0f} µs p50" in " ".join(block.notes)
     runs = document["runs"]
     assert [r["display"] for r in runs] == [row[0] for row in block.rows]
     reads = [next(p for p in r["phases"] if p["name"] == "read") for r in runs]

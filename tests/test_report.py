@@ -191,3 +191,15 @@ def test_a_handful_of_ops_marks_its_tail_and_a_single_op_has_no_percentile(tmp_p
     assert FEW_SAMPLES_NOTE in text
     one_op = [line for line in text.splitlines() if line.split(" | ")[1:2] in (["write:set"], ["delete:delete"])]
     assert len(one_op) == 6 and all("| - | - | - | - |" in line for line in one_op)
+
+
+def test_the_proxy_overhead_note_follows_the_proxied_runs():
+    from cachemark.report.data import proxy_overhead_note
+
+    document = json.loads((Path(__file__).parent / "data" / "results-network-phases.json").read_text())
+    assert proxy_overhead_note(document).startswith("network proxy: adds 154 µs p50, 846 µs p99 per round trip")
+    del document["environment"]["proxy_overhead"]  # an older file: said so, not silently dropped
+    assert "not measured" in proxy_overhead_note(document)
+    for run in document["runs"]:
+        run["network"]["proxied"] = False
+    assert proxy_overhead_note(document) is None  # nothing went through the proxy

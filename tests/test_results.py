@@ -108,6 +108,8 @@ def _set(path: tuple[Any, ...], value: Any) -> Any:
      "runs[1].phases[0].ops['exists+get'].count: expected an integer, not null"),
     (_set(("runs",), {}), "runs: expected a list, not an object"),
     (_set(("environment", "calibration"), 5), "environment.calibration: expected an object, not an integer"),
+    (_set(("environment", "proxy_overhead"), {"added_p50": "38"}),
+     "environment.proxy_overhead.added_p50: expected a number, not a string"),
     (_set(("experiment", "name"), ["x"]), "experiment.name: expected a string, not a list"),
     (_set(("runs", 0, "label"), "\ud800"), "runs[0].label: text holds an invalid character (lone surrogate \\ud800"),
     (_set(("extra",), json.loads("[" * 70 + "]" * 70)), "extra" + "[0]" * 63 + ": nested deeper than 64 levels"),

@@ -128,6 +128,29 @@ def load_notes(document: dict[str, Any]) -> list[str]:
     return notes
 
 
+def proxy_overhead_note(document: dict[str, Any]) -> str | None:
+    """The network proxy's own zero-delay overhead as one line beside every proxied figure,
+    or ``None`` when no run went through the proxy.
+
+    The emulated network's figures include what the user-space proxy itself costs (two extra
+    loopback hops, and on an idle machine the vCPU wake-ups they need). cachemark measures it
+    once per experiment (``environment.proxy_overhead``) so the reader can subtract it: per
+    round trip, so an op making several round trips pays it several times.
+    """
+    runs = document.get("runs", [])
+    if not any((run.get("network") or {}).get("proxied") for run in runs):
+        return None
+    overhead = (document.get("environment") or {}).get("proxy_overhead") or {}
+    p50, p99 = overhead.get("added_p50"), overhead.get("added_p99")
+    if p50 is None:
+        return ("network proxy: its own overhead was not measured with these results; every proxied figure "
+                "includes it (30–200 µs per round trip on the machines we measured, see docs/network.md).")
+    tail = f", {max(p99, 0):.0f} µs p99" if p99 is not None else ""
+    return (f"network proxy: adds {max(p50, 0):.0f} µs p50{tail} per round trip on its own (measured in this "
+            f"experiment with no delay configured); every proxied figure includes it — subtract it per round "
+            f"trip to compare with a real network.")
+
+
 def fmt_percent(pct: float) -> str:
     """A percentage with enough digits to tell 0.4 % from 0.04 % (memory vs a network hop)."""
     if pct >= 10:

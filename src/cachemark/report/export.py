@@ -33,6 +33,7 @@ from .data import (
     op_rows,
     pct_of,
     phase_rows,
+    proxy_overhead_note,
     run_name,
 )
 from .table import fmt_latency, fmt_rate
@@ -137,6 +138,9 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
                 "for the same target and op (reference 004's table).", ""]
         out.append(_md_table(["backend", "network", "op", "mean", "p99", "vs baseline"],
                              network_baseline_rows(document), right_from=3))
+    proxy_note = proxy_overhead_note(document)
+    if proxy_note:
+        out += ["", proxy_note]
     out += ["", *(to_block_markdown(block) for block in verdict_blocks(document))]
     env = document.get("environment", {})
     if env:

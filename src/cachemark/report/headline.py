@@ -19,7 +19,7 @@ from ..measure.histogram import Histogram
 from ..measure.summary import latency_histogram
 from ..results.names import run_name
 from .blocks import Block
-from .data import op_summary
+from .data import op_summary, proxy_overhead_note
 from .table import fmt_latency, fmt_rate
 
 FEW = "*"  # the mark on a figure from too few samples; each block's notes say what it means
@@ -379,8 +379,13 @@ def baseline_headline(document: dict[str, Any]) -> list[Block]:
         lines=["The read block is the N iterations of exist? + fetch (the read phase's wall time, what "
                "Benchmark.bm reports as real); the single write and delete around it are shown apart. "
                "Every configuration is compared with the same baseline."],
-        columns=columns, rows=rows, notes=notes + _not_measured(document),
+        columns=columns, rows=rows, notes=notes + _proxy_note(document) + _not_measured(document),
     )]
+
+
+def _proxy_note(document: dict[str, Any]) -> list[str]:
+    note = proxy_overhead_note(document)
+    return [note] if note else []
 
 
 BUILDERS: dict[str, Callable[[dict[str, Any]], list[Block]]] = {

@@ -38,6 +38,7 @@ from .data import (
     load_notes,
     op_rows,
     phase_rows,
+    proxy_overhead_note,
     run_name,
     sweep_key,
 )
@@ -174,6 +175,27 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
     if baseline:
         out.append(f'<p class="note">Baseline: {escape(baseline)}. Percentages are of the baseline\'s '
                    "figure for the same op: ops/s over 100 % is faster, latency over 100 % is slower.</p>")
+    return "".join(out)
+
+
+def _network_section(document: dict[str, Any]) -> str:
+    """Reference 004's "% of baseline" per network profile, and the proxy's own overhead beside it."""
+    from .table import baseline_rows as network_baseline_rows
+
+    out = []
+    if len({(run.get("network") or {}).get("profile") for run in document.get("runs", [])}) > 1:
+        head = ["backend", "network", "op", "mean", "p99", "vs baseline"]
+        out += ["<h2>Where the cache lives: % of baseline</h2>",
+                '<p class="note">Mean latency under each network profile, as a percentage of the first '
+                "profile's for the same target and op (reference 004's table).</p>",
+                '<table><thead><tr>' + "".join(f'<th class="{"l" if i < 3 else ""}">{escape(h)}</th>'
+                                                for i, h in enumerate(head)) + "</tr></thead><tbody>"]
+        out += ["<tr>" + "".join(_td(cell, left=i < 3) for i, cell in enumerate(row)) + "</tr>"
+                for row in network_baseline_rows(document)]
+        out.append("</tbody></table>")
+    note = proxy_overhead_note(document)
+    if note:
+        out.append(f'<p class="note proxy-overhead">{escape(note)}</p>')
     return "".join(out)
 
 
@@ -484,6 +506,7 @@ def render_html(document: dict[str, Any], baseline: str | None = None) -> str:
         *(to_html(block) for block in headline_blocks(document)),
         "<h2>Summary</h2>",
         _summary_table(document, rows, baseline),
+        _network_section(document),
         _server_table(phases),
     ]
     if rows:

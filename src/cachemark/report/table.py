@@ -18,7 +18,15 @@ from rich.table import Table
 from rich.text import Text
 
 from .blocks import headline_blocks, to_rich, verdict_blocks
-from .data import FEW_SAMPLES_NOTE, has_few_samples, latency_cell, load_notes, op_summary, run_name
+from .data import (
+    FEW_SAMPLES_NOTE,
+    has_few_samples,
+    latency_cell,
+    load_notes,
+    op_summary,
+    proxy_overhead_note,
+    run_name,
+)
 
 COLUMNS = ("backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors")
 
@@ -90,6 +98,9 @@ def render(document: dict[str, Any], console: Console | None = None, title: str 
     runs = document.get("runs", [])
     if len({(run.get("network") or {}).get("profile") for run in runs}) > 1:
         render_baseline(document, console)
+    proxy_note = proxy_overhead_note(document)
+    if proxy_note:
+        console.print(proxy_note, markup=False, highlight=False)
     if any(p.get("mode") == "open" for r in runs for p in r.get("phases", [])):
         console.print("open loop: latency measured from each op's intended start (coordinated-omission "
                       "corrected); the uncorrected figures are in the results file.")

@@ -201,6 +201,17 @@ class Calibration(_Record):
     loopback_rtt: LoopbackRtt | None = None
 
 
+class ProxyOverhead(_Record):
+    """What the network proxy itself adds with no delay configured, measured once per experiment
+    (lab/proxy.py ``measure_overhead``): round trips direct vs through the proxy, µs."""
+
+    added_p50: Figure | None = None
+    added_p99: Figure | None = None
+    direct_p50: Figure | None = None
+    proxied_p50: Figure | None = None
+    samples: Count | None = None
+
+
 class Environment(_Record):
     """The machine and software a run was measured on (measure/fingerprint.py)."""
 
@@ -211,6 +222,7 @@ class Environment(_Record):
     cpus: Count | None = None
     packages: dict[str, Any] | None = None
     calibration: Calibration | None = None
+    proxy_overhead: ProxyOverhead | None = None  # only when a run went through the network proxy
 
 
 class ExperimentRecord(_Record):
