@@ -23,6 +23,7 @@ from typing import Any
 from ..backends import backend_class, create_backend
 from ..backends.base import PSEUDO_OPS, CleanupFailed
 from ..errors import BackendMissing, Crash, PrefillFailed, UnsupportedOp, UserError
+from ..measure.outage import merge_outages
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..plan import default_label
 from ..schemes import scheme
@@ -302,7 +303,7 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
     barrier = ctx.Barrier(n + 1)
     board = Board(ctx.RawArray("q", n), ctx.RawArray("q", n), ctx.RawArray("b", 1))
     procs = [ctx.Process(target=worker_main, args=(t, results, barrier, board), daemon=True) for t in tasks]
-    watch = ErrorWatch(workload)
+    watch = ErrorWatch(workload, tasks[0].target)
     halted: dict[int, float] = {}  # phase index -> when (wall clock) its ops began to fail only
     phases = workload.effective_phases()
     clock = threading.Thread(target=_phase_clock, args=(barrier, len(phases), monitor), daemon=True)
@@ -432,6 +433,7 @@ def _merge_phase(phase, parts: list[PhaseReport], workload: Workload) -> dict[st
     end = max(p.end_ns for p in parts)
     wall_s = (end - start) / 1e9
     ops = summarize_ops(merge_ops([p.ops for p in parts]), wall_s)
+    outages = merge_outages([p.write_outages for p in parts], start)
     return {
         "name": phase.name,
         "mode": "open" if phase.rate else "closed",
@@ -445,4 +447,5 @@ def _merge_phase(phase, parts: list[PhaseReport], workload: Workload) -> dict[st
         "error_samples": [s for p in parts for s in p.error_samples][:5],
         "ops": ops,
         "timeseries": merge_timeseries([p.timeseries for p in parts]),
+        **({"write_outages": outages} if outages else {}),
     }

@@ -28,6 +28,7 @@ import numpy as np
 from ..backends import create_backend
 from ..backends.base import Backend
 from ..errors import PrefillFailed, UserError, is_bug
+from ..measure.outage import WriteOutages
 from ..measure.recorder import ERROR, FLUSH_AT, HIT, MISS, OK, Recorder
 from ..schemes import scheme
 from ..spec import Phase, Workload
@@ -139,6 +140,7 @@ class Worker:
         self.interrupted = False
         self.prefilled = self.prefill_total = 0
         self.missed = 0  # open loop: ops due before the deadline but never sent
+        self.outages = WriteOutages()  # the last phase's windows of failing writes (measure/outage.py)
         # cache-aside (`fetch`): the origin a miss calls, and where its latencies go (set per phase)
         fetches = any("fetch" in name.split("+") for p in self.workload.effective_phases() for name in p.mix or {})
         self.origin = (Origin(parse_origin(self.workload.origin), stream_seed(self.workload.seed, "origin",
@@ -332,6 +334,8 @@ class Worker:
         table = [self._handler(e) for e in entries]
         fns = [fn for fn, _ in table]
         kinds = [kind for _, kind in table]
+        is_write = [kind == WRITE for kind in kinds]
+        outages = self.outages = WriteOutages(getattr(self.backend, "current_server", None))
         writes = [e.writes or "fetch" in e.steps for e in entries]  # a fetch writes on a miss
         verifiable = [e.steps[-1] in ("get", "fetch") for e in entries]
         keys, headers, sizes_spec = self.keys, self.headers, self.sizes
@@ -381,6 +385,7 @@ class Worker:
                         failed += 1
                         outcome = ERROR
                         recorder.error(op, classify_error(exc), str(exc))
+                        outages.failed(t0, t1, is_write[op])
                     else:
                         kind = kinds[op]
                         if kind == READ:
@@ -400,6 +405,8 @@ class Worker:
                                             recorder.error(op, "verify", f"{key}: unexpected value of {len(result)} B")
                         elif kind == WRITE:
                             outcome = OK
+                            if outages.first:  # writes work again: the outage window closes
+                                outages.succeeded(t1)
                             if value is not None:
                                 bytes_out[op] += len(value)
                                 if write_every:
@@ -484,9 +491,12 @@ def classify_error(exc: BaseException) -> str:
     """Map a client exception onto the error kinds of docs/contracts.md."""
     name = type(exc).__name__
     text = f"{name} {exc}".lower()
-    if isinstance(exc, TimeoutError) or "timeout" in text or "timed out" in text:
+    # client libraries' own families count too (redis-py's MasterNotFoundError is its ConnectionError)
+    ancestors = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, TimeoutError) or "TimeoutError" in ancestors or "timeout" in text or "timed out" in text:
         return "timeout"
-    if isinstance(exc, ConnectionError | BrokenPipeError | EOFError) or "connection" in text or "connect" in text:
+    if (isinstance(exc, ConnectionError | BrokenPipeError | EOFError) or "ConnectionError" in ancestors
+            or "connection" in text or "connect" in text):
         return "connection"
     if isinstance(exc, OSError):
         return "connection"
@@ -613,7 +623,7 @@ def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
         queue.put(PhaseReport(
             task.worker, index, start_ns=start, end_ns=end, cpu_s=cpu_seconds() - cpu0, ops=recorder.result(),
             interrupted=worker.interrupted, missed=worker.missed, error_samples=recorder.error_samples,
-            timeseries=recorder.series(),
+            timeseries=recorder.series(), write_outages=worker.outages.result(),
         ))
         if worker.interrupted or board.halt[0]:
             break
