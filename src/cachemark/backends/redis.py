@@ -122,7 +122,8 @@ class RedisBackend(Backend):
             "tls": self.tls,
             **({"tls_verify": self.tls_verify} if self.tls else {}),
             "unix_socket": self.socket_path is not None,
-            **({"sentinel_service": self.service, "sentinels": len(self.sentinels)} if self.sentinels else {}),
+            **({"sentinel_service": self.service, "sentinels": len(self.sentinels), "primary": self.current_server()}
+               if self.sentinels else {}),
             "server": "redis",
             "server_version": self.server_version,
         }
