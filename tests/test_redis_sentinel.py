@@ -60,14 +60,6 @@ def test_lab_gives_agreed_sentinels_and_a_replicating_pair(sentinel_lab):
         assert master["port"] == str(primary) and master["num-other-sentinels"] == "2" and master["num-slaves"] == "1"
 
 
-def test_lab_stop_ends_every_process():
-    lab = start_server("redis-sentinel")
-    procs = [p.proc for p in [*lab.sentinels, *lab.nodes]]
-    assert len(procs) == 5 and all(p.poll() is None for p in procs)
-    lab.stop()
-    assert all(p.poll() is not None for p in procs)
-
-
 def test_url_form_and_its_mistakes():
     sentinels, service, db = sentinel_parts(parse_target("redis+sentinel://h1,h2:26380/cache/3"))
     assert sentinels == [("h1", 26379), ("h2", 26380)] and service == "cache" and db == 3
@@ -187,3 +179,8 @@ def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
 
     assert line in render(document, "markdown") and line in render(document, "html")
     assert time.monotonic() - started < 40
+
+    processes = [p.proc for p in [*lab.sentinels, *lab.nodes]]
+    assert len(processes) == 5
+    lab.stop()  # every process of the lab ends (the killed primary was already gone)
+    assert all(p.poll() is not None for p in processes)
