@@ -189,15 +189,31 @@ class Worker:
                 continue
             batch[self.keys[k]] = value
             if len(batch) >= 100:
-                self.backend.set_many(batch, self.ttl)
+                self._write_batch(batch, halt)
                 written = self.prefilled = written + len(batch)
                 batch = {}
                 if halt is not None and halt[0]:
                     raise KeyboardInterrupt
         if batch:
-            self.backend.set_many(batch, self.ttl)
+            self._write_batch(batch, halt)
             written = self.prefilled = written + len(batch)
         return written
+
+    def _write_batch(self, batch: dict[str, bytes], halt) -> None:
+        """One prefill batch; a target that fails over (Sentinel) has its connection errors waited
+        out for its failover grace (the prefill is untimed, and a batch of SETs may be sent twice)."""
+        grace = scheme(self.task.target.scheme).failover_grace
+        deadline = time.monotonic() + (grace or 0)
+        while True:
+            try:
+                self.backend.set_many(batch, self.ttl)
+                return
+            except Exception as exc:
+                if grace is None or classify_error(exc) != "connection" or time.monotonic() > deadline:
+                    raise
+                if halt is not None and halt[0]:
+                    raise KeyboardInterrupt from None
+                time.sleep(0.1)
 
     def _tags(self, k: int) -> list[str]:
         tags = self.workload.tags
