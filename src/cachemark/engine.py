@@ -66,7 +66,7 @@ def tls_config(t: Target) -> dict[str, Any]:
     return tls
 
 
-def _sentinel_primary(t: Target) -> Target:
+def sentinel_primary(t: Target) -> Target:
     """The primary a ``redis+sentinel://`` target's Sentinels name now, as a ``redis://`` target.
 
     Asked once, at the start: the engine keeps its connections to that address, so it does
@@ -118,7 +118,7 @@ def target_config(target: str | Target) -> dict[str, Any]:
         db = t.param("db", "") if row.unix else t.path.strip("/")
         if sentinel:
             db = str(sentinel_parts(t)[2])
-            t = _sentinel_primary(t)
+            t = sentinel_primary(t)
         if db:
             if not db.isdigit():
                 raise SpecError(f"{t.redacted}: database {db!r} must be a number")

@@ -143,7 +143,8 @@ def run_target(target: Target | str, workload: Workload, label: str | None = Non
                 outcome.server = {"servers": [s.describe() for s in servers]}
             outcome.backend["capabilities"] = check_ops(_preflight_target(reachable), workload)
             pid = servers[0].pid() if len(servers) == 1 else None
-            monitor = PhaseMonitor(reachable.url, pid, sample_server)  # samples the server itself, not the proxy
+            # samples the server itself, not the proxy; a Sentinel target's primary as named at the start
+            monitor = PhaseMonitor(_sampled_url(reachable) if sample_server else reachable.url, pid, sample_server)
             with contextlib.ExitStack() as network_stack:
                 proxies: list[Any] = []
                 if network is not None:
@@ -160,6 +161,18 @@ def run_target(target: Target | str, workload: Workload, label: str | None = Non
     except BackendMissing as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
     return outcome
+
+
+def _sampled_url(target: Target) -> str:
+    """The URL whose server the monitor samples: a Sentinel target's primary (asked now), else the target's."""
+    if scheme(target.scheme).failover_grace is None:
+        return target.url
+    from ..engine import sentinel_primary
+
+    try:
+        return sentinel_primary(target).url
+    except UserError:
+        return target.url  # no primary named: the preflight says so in one line; nothing to sample
 
 
 def _uses_engine(target: Target) -> bool:
