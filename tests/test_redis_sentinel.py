@@ -72,6 +72,15 @@ def test_url_form_and_its_mistakes():
         check_params(parse_target("redis+sentinel://h1:26379/mymaster?db=1"))
     with pytest.raises(SpecError, match="down_after_ms"):
         start_server("redis-sentinel", down_after_ms="soon")
+    shown = parse_target("redis+sentinel://:data-pw@h1,h2/mymaster/0?sentinel_password=sentinel-pw").redacted
+    assert "data-pw" not in shown and "sentinel-pw" not in shown
+
+
+def test_network_profile_is_refused_in_one_line(sentinel_lab):
+    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", sentinel_lab.url(), "--ops", "10",
+                             "--network", "lan", "--no-calibrate"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "in front of the Sentinels" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_sentinels_without_the_service_are_one_line_exit_2(sentinel_lab):
