@@ -74,7 +74,7 @@ def sentinel_primary(t: Target) -> Target:
     from redis.exceptions import RedisError
     from redis.sentinel import Sentinel
 
-    sentinels, service, _ = sentinel_parts(t)
+    sentinels, service, db = sentinel_parts(t)
     timeout = t.float_param("socket_timeout", 5.0)
     manager = Sentinel(sentinels, sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout,
                                                    "password": t.param("sentinel_password") or None})
@@ -92,7 +92,7 @@ def sentinel_primary(t: Target) -> Target:
         auth += "@"
     host_text = f"[{host}]" if ":" in host else host
     query = t.url.split("?", 1)[1] if "?" in t.url else ""
-    return parse_target(f"redis://{auth}{host_text}:{port}" + (f"?{query}" if query else ""))
+    return parse_target(f"redis://{auth}{host_text}:{port}/{db}" + (f"?{query}" if query else ""))
 
 
 def target_config(target: str | Target) -> dict[str, Any]:

@@ -73,11 +73,11 @@ class RedisBackend(Backend):
                 raise SpecError(f"{target.redacted}: database {path!r} must be a number") from None
         self.tls = row.tls
         # Connection settings only; nothing connects until open().
-        if self.sentinels:
-            address = {}
+        address: dict[str, Any] = {}
+        if self.sentinels:  # no address: the Sentinels name one at each connect
             self.where = f"sentinel {self.service} via " + ",".join(f"{h}:{p}" for h, p in self.sentinels)
         elif self.socket_path:
-            address: dict[str, Any] = {"path": self.socket_path}
+            address = {"path": self.socket_path}
             self.where = f"unix:{self.socket_path}"
         else:
             address = {"host": target.host, "port": target.port(row.default_port or 6379)}
