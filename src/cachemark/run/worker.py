@@ -27,7 +27,7 @@ import numpy as np
 
 from ..backends import create_backend
 from ..backends.base import Backend
-from ..errors import PrefillFailed, UserError, is_bug
+from ..errors import BackendUnavailable, PrefillFailed, UserError, is_bug
 from ..measure.outage import WriteOutages
 from ..measure.recorder import ERROR, FLUSH_AT, HIT, MISS, OK, Recorder
 from ..schemes import scheme
@@ -609,7 +609,7 @@ def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     try:
         worker = held.worker = Worker(task)
-        worker.backend.open()
+        _open(worker.backend, task.target, board.halt)
         if worker.origin is not None:  # before the first barrier: every worker holds the shared pool
             worker.origin.open()
     except UserError as exc:
@@ -643,6 +643,24 @@ def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
         ))
         if worker.interrupted or board.halt[0]:
             break
+
+
+def _open(backend: Backend, target: Target, halt) -> None:
+    """Connect; a target that fails over (Sentinel) is given its failover grace to name a primary
+    that answers: the parent's preflight reached one, so a refusal now is a failover under way
+    (a worker started late, after the primary died), not a wrong URL."""
+    grace = scheme(target.scheme).failover_grace
+    deadline = time.monotonic() + (grace or 0)
+    while True:
+        try:
+            backend.open()
+            return
+        except BackendUnavailable:
+            if grace is None or time.monotonic() > deadline:
+                raise
+            if halt[0]:
+                raise KeyboardInterrupt from None
+            time.sleep(0.1)
 
 
 def _end(task: WorkerTask, queue, held: _Held) -> None:
