@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 from .errors import BackendUnavailable, SpecError
-from .schemes import scheme, unix_socket
+from .schemes import scheme, sentinel_parts, unix_socket
 from .target import Target, parse_target
 
 try:
@@ -65,13 +66,43 @@ def tls_config(t: Target) -> dict[str, Any]:
     return tls
 
 
+def sentinel_primary(t: Target) -> Target:
+    """The primary a ``redis+sentinel://`` target's Sentinels name now, as a ``redis://`` target.
+
+    Asked once, at the start: the engine keeps its connections to that address, so it does
+    not follow a failover during the run (docs/engine.md); the Python path does."""
+    from redis.exceptions import RedisError
+    from redis.sentinel import Sentinel
+
+    sentinels, service, db = sentinel_parts(t)
+    timeout = t.float_param("socket_timeout", 5.0)
+    manager = Sentinel(sentinels, sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout,
+                                                   "password": t.param("sentinel_password") or None})
+    try:
+        host, port = manager.discover_master(service)
+    except RedisError as exc:
+        raise BackendUnavailable(f"{t.redacted}: the Sentinels name no primary for {service!r}: "
+                                 f"{' '.join(str(exc).split())[:200]}") from None
+    finally:
+        for connection in manager.sentinels:
+            connection.close()
+    auth = ""
+    if t.username is not None or t.password is not None:
+        auth = quote(t.username or "", safe="") + (f":{quote(t.password, safe='')}" if t.password is not None else "")
+        auth += "@"
+    host_text = f"[{host}]" if ":" in host else host
+    query = t.url.split("?", 1)[1] if "?" in t.url else ""
+    return parse_target(f"redis://{auth}{host_text}:{port}/{db}" + (f"?{query}" if query else ""))
+
+
 def target_config(target: str | Target) -> dict[str, Any]:
     """The connection part of an engine config for a target URL.
 
     ``redis://[user:pass@]host:port[/db][?protocol=resp3]``,
     ``memcached://[user:pass@]h1:11211,h2:11211[?protocol=meta|binary]`` (credentials: SASL PLAIN over the
     binary protocol, which is then the default, as with ``binary=1``) and their Unix-socket forms
-    (``redis+unix:///path.sock?db=N``: the engine's server is then ``unix:/path.sock``); ``rediss://``
+    (``redis+unix:///path.sock?db=N``: the engine's server is then ``unix:/path.sock``;
+    ``redis+sentinel://s1,s2/mymaster/0``: the primary the Sentinels name now, asked once, here); ``rediss://``
     and ``memcached://…?tls=1`` add a ``tls`` section (:func:`tls_config`);
     engine knobs given in the query (``threads``, ``connections``, ``pipeline``) are copied too.
     """
@@ -84,7 +115,11 @@ def target_config(target: str | Target) -> dict[str, Any]:
         cfg["protocol"] = {"2": "resp2", "3": "resp3"}.get(proto, proto)
         if cfg["protocol"] not in ("resp2", "resp3"):
             raise SpecError(f"{t.redacted}: protocol must be resp2 or resp3")
+        sentinel = row.failover_grace is not None
         db = t.param("db", "") if row.unix else t.path.strip("/")
+        if sentinel:
+            db = str(sentinel_parts(t)[2])
+            t = sentinel_primary(t)
         if db:
             if not db.isdigit():
                 raise SpecError(f"{t.redacted}: database {db!r} must be a number")

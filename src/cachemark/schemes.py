@@ -55,6 +55,8 @@ class Scheme:
     persistent: bool | None = None
     # ``client=`` values naming a driver in another stack (run/driver.py), for schemes without a client choice
     drivers: frozenset[str] = frozenset()
+    # a target that fails over (Sentinel): the on-error policy waits at least this long before stopping a run
+    failover_grace: float | None = None
 
     def allowed(self) -> list[str]:
         names = set(self.params | COMMON_PARAMS)
@@ -118,6 +120,18 @@ def _redis_unix(name: str) -> Scheme:
                   engine="resp", unix=True, clients=("hiredis",))
 
 
+def _redis_sentinel(name: str) -> Scheme:
+    # the hosts are Sentinels (26379 when a port is left out), the path names the service and the database;
+    # no default_port: a --network proxy in front of the Sentinels would not be in front of the primary they name
+    return Scheme(name, "cachemark.backends.redis:RedisBackend", "redis", _REDIS | {"sentinel_password"},
+                  engine="resp", clients=("hiredis",), failover_grace=FAILOVER_GRACE)
+
+
+# Sentinel's defaults take 30 s (down-after-milliseconds) plus an election to fail over
+FAILOVER_GRACE = 60.0
+SENTINEL_PORT = 26379
+
+
 def _postgres(name: str) -> Scheme:
     return Scheme(name, "cachemark.backends.sql:PostgresBackend", "psycopg[binary]", _SQL, default_port=5432,
                   stats="postgres", persistent=True)
@@ -142,7 +156,8 @@ _SCHEMES = {s.name: s for s in (
            persistent=True),
     # redis-py's default port is 6379 for rediss:// too, so it is here: the proxy must agree with the client
     _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True),
-    _redis_unix("redis+unix"), _redis_unix("valkey+unix"),
+    _redis_unix("redis+unix"), _redis_unix("valkey+unix"), _redis_sentinel("redis+sentinel"),
+    _redis_sentinel("valkey+sentinel"),
     Scheme("memcached", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED,
            default_port=11211, stats="memcached", engine="memcache", clients=("pylibmc",), persistent=False),
     Scheme("memcached+unix", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED - _TLS - {"tls"},
@@ -158,6 +173,7 @@ _SCHEMES = {s.name: s for s in (
 _LAB = {k.name: k for k in (
     LabKind("redis", "cachemark.lab.redis:RedisServer", "redis",
             frozenset({"password", "maxmemory", "maxmemory_policy", "unix", "tls"})),
+    LabKind("redis-sentinel", "cachemark.lab.sentinel:SentinelLab", "redis+sentinel", frozenset({"down_after_ms"})),
     LabKind("memcached", "cachemark.lab.memcached:MemcachedServer", "memcached",
             frozenset({"memory_mb", "threads", "max_connections", "max_item_size", "unix", "tls", "sasl"})),
     LabKind("postgresql", "cachemark.lab.postgres:PostgresServer", "postgresql"),
@@ -248,6 +264,8 @@ def check_params(target: Target) -> None:
     row = scheme(target.scheme, target.redacted)
     if row.unix:
         unix_socket(target)
+    if row.failover_grace is not None:
+        sentinel_parts(target)
     for name, value in target.params.items():
         if name == "client" and row.engine is None and row.drivers and value not in row.drivers:
             raise SpecError(f"{target.redacted}: client={value!r}; {row.name}:// takes client= only to name a "
@@ -257,3 +275,16 @@ def check_params(target: Target) -> None:
                             f"it takes {', '.join(row.allowed())}")
         if name in row.nested and (value.startswith("spawn:") or "://" in value):
             check_params(parse_target(value))
+
+
+def sentinel_parts(target: Target) -> tuple[list[tuple[str, int]], str, int]:
+    """A ``redis+sentinel://h1:26379,h2:26379/mymaster/0`` target's Sentinels, service name and database."""
+    name, _, db = target.path.strip("/").partition("/")
+    if not target.hosts or not name:
+        raise SpecError(f"{target.redacted}: {target.scheme}:// takes the Sentinels and the service name, e.g. "
+                        f"{target.scheme}://127.0.0.1:26379,127.0.0.1:26380/mymaster/0")
+    try:
+        database = int(db) if db else 0
+    except ValueError:
+        raise SpecError(f"{target.redacted}: database {db!r} (after the service name) must be a number") from None
+    return [(host or "127.0.0.1", port or SENTINEL_PORT) for host, port in target.hosts], name, database

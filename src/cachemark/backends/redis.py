@@ -1,12 +1,16 @@
 """``redis://[:password@]host:port/db?client=redis-py&hiredis=true|false&socket_timeout=…`` (and ``rediss://``,
-``redis+unix:///path/to/redis.sock?db=N``: a Unix domain socket).
+``redis+unix:///path/to/redis.sock?db=N``: a Unix domain socket, and
+``redis+sentinel://[:password@]s1:26379,s2:26379/mymaster/db?sentinel_password=…``: the primary Sentinel names).
 
 Owns :class:`RedisBackend`, the redis-py adapter. Each op is one redis-py call:
 ``get_many`` is MGET, ``set_many`` one non-transactional pipeline of SETs, TTLs go
 in the SET itself (PX), ``incr`` is INCRBY. redis-py's automatic retries are turned
 off so a failed op is counted as an error instead of being hidden inside a slower
 success. ``hiredis=false`` forces the pure-Python RESP2 parser; by default the
-hiredis parser is used when installed. Cleanup is SCAN MATCH ``<namespace>*`` plus
+hiredis parser is used when installed. A Sentinel target connects through redis-py's
+``Sentinel(...).master_for(name)``: every new connection asks the Sentinels for the
+primary, so after a failover the next op that reconnects reaches the new one (the ops in
+between fail and are counted). Cleanup is SCAN MATCH ``<namespace>*`` plus
 UNLINK in batches — never FLUSHDB. The raw client is ``self.client`` (tags use it).
 """
 
@@ -23,7 +27,7 @@ from redis.retry import Retry
 from redis.utils import HIREDIS_AVAILABLE
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
-from ..schemes import drivers_of, scheme, unix_socket
+from ..schemes import drivers_of, scheme, sentinel_parts, unix_socket
 from ..target import Target
 from .base import Backend, Capabilities, cleanup_failed
 
@@ -56,15 +60,24 @@ class RedisBackend(Backend):
             )
         row = scheme(target.scheme)
         self.socket_path = unix_socket(target) if row.unix else None
-        path = target.param("db", "") if row.unix else target.path.strip("/")
-        try:
-            db = int(path) if path else 0
-        except ValueError:
-            raise SpecError(f"{target.redacted}: database {path!r} must be a number") from None
+        # a Sentinel target: the Sentinels' addresses and the service they watch (the primary is theirs to name)
+        self.sentinels: list[tuple[str, int]] = []
+        self.service = ""
+        if row.failover_grace is not None:
+            self.sentinels, self.service, db = sentinel_parts(target)
+        else:
+            path = target.param("db", "") if row.unix else target.path.strip("/")
+            try:
+                db = int(path) if path else 0
+            except ValueError:
+                raise SpecError(f"{target.redacted}: database {path!r} must be a number") from None
         self.tls = row.tls
         # Connection settings only; nothing connects until open().
-        if self.socket_path:
-            address: dict[str, Any] = {"path": self.socket_path}
+        address: dict[str, Any] = {}
+        if self.sentinels:  # no address: the Sentinels name one at each connect
+            self.where = f"sentinel {self.service} via " + ",".join(f"{h}:{p}" for h, p in self.sentinels)
+        elif self.socket_path:
+            address = {"path": self.socket_path}
             self.where = f"unix:{self.socket_path}"
         else:
             address = {"host": target.host, "port": target.port(row.default_port or 6379)}
@@ -81,6 +94,11 @@ class RedisBackend(Backend):
             "connection_class": redis.SSLConnection if self.tls else (
                 redis.UnixDomainSocketConnection if self.socket_path else redis.Connection),
         }
+        if self.sentinels:  # the Sentinel pool brings its own connection class (it asks where the primary is)
+            del self._kwargs["connection_class"]
+            self._sentinel_kwargs = {"socket_timeout": self._kwargs["socket_timeout"],
+                                     "socket_connect_timeout": self._kwargs["socket_connect_timeout"],
+                                     "password": target.param("sentinel_password") or None}
         self.tls_verify = self.tls and (target.param("ssl_cert_reqs") or "required").lower() != "none"
         if self.tls:
             self._kwargs["ssl_cert_reqs"] = target.param("ssl_cert_reqs", "required")
@@ -104,6 +122,8 @@ class RedisBackend(Backend):
             "tls": self.tls,
             **({"tls_verify": self.tls_verify} if self.tls else {}),
             "unix_socket": self.socket_path is not None,
+            **({"sentinel_service": self.service, "sentinels": len(self.sentinels), "primary": self.current_server()}
+               if self.sentinels else {}),
             "server": "redis",
             "server_version": self.server_version,
         }
@@ -111,8 +131,15 @@ class RedisBackend(Backend):
     def open(self) -> None:
         if self.client is not None:
             return
-        pool = redis.ConnectionPool(**self._kwargs)
-        client = redis.Redis(connection_pool=pool)
+        if self.sentinels:
+            from redis.sentinel import Sentinel
+
+            manager = Sentinel(self.sentinels, sentinel_kwargs=self._sentinel_kwargs, **self._kwargs)
+            client = manager.master_for(self.service)
+            pool = client.connection_pool
+        else:
+            pool = redis.ConnectionPool(**self._kwargs)
+            client = redis.Redis(connection_pool=pool)
         where = self.where
         try:
             client.ping()
@@ -138,6 +165,13 @@ class RedisBackend(Backend):
         self._exists = client.exists
         self._mget = client.mget
         self._incrby = client.incrby
+
+    def current_server(self) -> str | None:
+        """Where writes go now: the primary the Sentinels named at the last (re)connect."""
+        if not self.sentinels or self.client is None:
+            return self.where if self.client is not None else None
+        address = getattr(self.client.connection_pool, "master_address", None)
+        return f"{address[0]}:{address[1]}" if address else None
 
     def close(self) -> None:
         client, self.client = self.client, None

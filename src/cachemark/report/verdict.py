@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import PSEUDO_OPS
+from ..measure.outage import longest, outage_text
 from ..results.names import run_name, sweep_key
 from ..schemes import find_scheme
 from ..sweep import LOAD_PARAMS
@@ -36,6 +37,7 @@ MIN_WALL_S = 0.1  # a shorter phase's CPU share is start-up noise
 LOAD_FALL = 1.05  # p50 at the lower load more than this × the higher load's: "latency falls as load rises"
 ENGINE_CLIENT = "cachemark-engine"
 RANKED_STATUSES = ("ok", "interrupted")
+OUTAGE_SHOWN_S = 1.0  # writes failing this long (or any outage of a target that fails over) gets a line
 
 # Student's t, two-sided 95 %, by degrees of freedom (beyond the table: the normal's 1.96).
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
@@ -446,7 +448,7 @@ def _expected_hit_ratio(mix: dict[str, Any]) -> float | None:
 
 def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
     """One line each, naming the run; the most serious first."""
-    dropped, broken, errors, evictions, hits, budget, generator, samples = ([] for _ in range(8))
+    dropped, broken, errors, outages, evictions, hits, budget, generator, samples = ([] for _ in range(9))
     cpus = (document.get("environment") or {}).get("cpus")
     # facts about a backend, not a run: one line each, naming every label it applies to
     emulated: dict[str, str] = {}
@@ -493,6 +495,11 @@ def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
                 keys = "key" if evicted == 1 else "keys"
                 evictions.append(f"{where}: the server evicted {_num(evicted)} {keys}: hit ratios reflect its memory "
                                  "limit, not the key space")
+            outage = longest(phase.get("write_outages"))
+            fails_over = scheme is not None and scheme.failover_grace is not None
+            if outage is not None and (fails_over or outage["duration_s"] >= OUTAGE_SHOWN_S):
+                others = len(phase["write_outages"]) - 1
+                outages.append(f"{where}: {'failover: ' if fails_over else ''}{outage_text(outage, others)}")
             if phase.get("stopped_on_errors"):
                 budget.append(f"{where}: stopped early by the on-error policy: {phase['stopped_on_errors']}")
             elif phase.get("interrupted"):
@@ -544,8 +551,8 @@ def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
         tails.append(f"{_names(open_python)}: open loop through Python workers that block on each reply: the "
                      "corrected tail is overstated against an open system (docs/validation.md); `?client=engine` "
                      "is the open-loop reference")
-    return [*dropped, *broken, *errors, *budget, *evictions, *hits, *facts, *generator, *tails, *_load_falls(runs),
-            *samples]
+    return [*dropped, *broken, *errors, *outages, *budget, *evictions, *hits, *facts, *generator, *tails,
+            *_load_falls(runs), *samples]
 
 
 def _names(labels: Iterable[str]) -> str:

@@ -131,6 +131,20 @@ class ServerFigures(_Record):
     samples: list[ServerSample] = Field(default_factory=list)
 
 
+class WriteOutage(_Record):
+    """Writes failing from ``start_s`` to ``end_s`` (the first and last failed write, seconds into the
+    phase; overlapping workers' windows joined), e.g. through a failover (measure/outage.py)."""
+
+    start_s: Figure
+    end_s: Figure
+    duration_s: Seconds
+    failed_writes: Count = 0
+    errors: Count = 0  # failed ops of every kind inside the window
+    recovered: bool = False  # every worker in it wrote successfully again before the phase ended
+    recovered_s: Figure | None = None  # when the last of them did
+    server: str | None = None  # where the writes that succeeded went (a Sentinel target's new primary)
+
+
 class Phase(_Record):
     """One timed phase of a run."""
 
@@ -147,6 +161,7 @@ class Phase(_Record):
     ops: dict[str, OpResult] = Field(default_factory=dict)
     timeseries: list[TimeseriesEntry] | None = None
     server: ServerFigures | None = None
+    write_outages: list[WriteOutage] | None = None  # absent when no write failed
 
 
 class ServerRecord(_Record):

@@ -327,7 +327,7 @@ def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[l
     barrier = ctx.Barrier(n + 1)
     board = Board(ctx.RawArray("q", total), ctx.RawArray("q", total), ctx.RawArray("b", 1))
     procs = {t.worker: ctx.Process(target=worker_main, args=(t, results, barrier, board), daemon=True) for t in tasks}
-    watch = ErrorWatch(workload)
+    watch = ErrorWatch(workload, tasks[0].target)
     halted: dict[int, float] = {}
     phases = workload.effective_phases()
     clock = threading.Thread(target=runner._phase_clock, args=(barrier, len(phases), gate), daemon=True)

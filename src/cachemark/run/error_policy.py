@@ -4,6 +4,10 @@ recording errors until its deadline.
 ``on_error = "stop"`` (the default) ends a phase once ``error_grace`` seconds have passed
 in which ops failed and none succeeded; the measured part is kept and the run is failed
 with a one-line reason. ``"continue"`` runs on; the error rate per second is in the series.
+
+A target that fails over (``redis+sentinel://``) is given at least its scheme's
+``failover_grace`` (60 s: Sentinel's default down-after of 30 s plus an election) before
+the policy stops it, so a failover is measured, not cut short.
 """
 
 from __future__ import annotations
@@ -11,14 +15,26 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..schemes import find_scheme
 from ..spec import Workload
+from ..target import Target
+
+
+def error_grace(workload: Workload, target: Target | None = None) -> float | None:
+    """Seconds of nothing but errors before a phase stops; None: never (``on_error = "continue"``)."""
+    if workload.on_error != "stop":
+        return None
+    row = find_scheme(target.scheme) if target is not None else None
+    if row is not None and row.failover_grace is not None:
+        return max(workload.error_grace, row.failover_grace)
+    return workload.error_grace
 
 
 class ErrorWatch:
     """Watches the workers' published counts (ops done, ops failed) for one phase at a time."""
 
-    def __init__(self, workload: Workload) -> None:
-        self.grace = workload.error_grace if workload.on_error == "stop" else None
+    def __init__(self, workload: Workload, target: Target | None = None) -> None:
+        self.grace = error_grace(workload, target)
         self.reset()
 
     def reset(self) -> None:

@@ -7,7 +7,7 @@ A worker sends, in order: a :class:`PhaseReport` per timed phase it ran, at most
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 FatalKind = Literal["user", "crash", "killed"]  # killed: by a signal (the OOM killer, a user)
@@ -27,6 +27,8 @@ class PhaseReport:
     missed: int  # open loop: ops due before the deadline that were never sent
     error_samples: list[str]
     timeseries: list[dict[str, Any]]
+    # windows of failing writes (measure/outage.py), perf_counter_ns like start_ns
+    write_outages: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

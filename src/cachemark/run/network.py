@@ -39,6 +39,9 @@ def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -
         tcp = target.scheme.split("+")[0]
         raise SpecError(f"{target.redacted}: a network profile puts a TCP proxy in front of the server, which "
                         f"cannot listen for a Unix socket; use a {tcp}:// target (or drop --network)")
+    if row.failover_grace is not None:
+        raise SpecError(f"{target.redacted}: a network profile's proxy would stand in front of the Sentinels, not "
+                        "of the primary they name; give --network the primary's redis:// URL instead")
     if row.proxy_param:
         endpoint = target.param(row.proxy_param)
         if not endpoint:

@@ -23,6 +23,7 @@ from typing import Any
 from ..backends import backend_class, create_backend
 from ..backends.base import PSEUDO_OPS, CleanupFailed
 from ..errors import BackendMissing, Crash, PrefillFailed, UnsupportedOp, UserError
+from ..measure.outage import merge_outages
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..plan import default_label
 from ..schemes import scheme
@@ -142,7 +143,8 @@ def run_target(target: Target | str, workload: Workload, label: str | None = Non
                 outcome.server = {"servers": [s.describe() for s in servers]}
             outcome.backend["capabilities"] = check_ops(_preflight_target(reachable), workload)
             pid = servers[0].pid() if len(servers) == 1 else None
-            monitor = PhaseMonitor(reachable.url, pid, sample_server)  # samples the server itself, not the proxy
+            # samples the server itself, not the proxy; a Sentinel target's primary as named at the start
+            monitor = PhaseMonitor(_sampled_url(reachable) if sample_server else reachable.url, pid, sample_server)
             with contextlib.ExitStack() as network_stack:
                 proxies: list[Any] = []
                 if network is not None:
@@ -159,6 +161,18 @@ def run_target(target: Target | str, workload: Workload, label: str | None = Non
     except BackendMissing as exc:
         outcome.status, outcome.reason = "skipped", str(exc)
     return outcome
+
+
+def _sampled_url(target: Target) -> str:
+    """The URL whose server the monitor samples: a Sentinel target's primary (asked now), else the target's."""
+    if scheme(target.scheme).failover_grace is None:
+        return target.url
+    from ..engine import sentinel_primary
+
+    try:
+        return sentinel_primary(target).url
+    except UserError:
+        return target.url  # no primary named: the preflight says so in one line; nothing to sample
 
 
 def _uses_engine(target: Target) -> bool:
@@ -302,7 +316,7 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
     barrier = ctx.Barrier(n + 1)
     board = Board(ctx.RawArray("q", n), ctx.RawArray("q", n), ctx.RawArray("b", 1))
     procs = [ctx.Process(target=worker_main, args=(t, results, barrier, board), daemon=True) for t in tasks]
-    watch = ErrorWatch(workload)
+    watch = ErrorWatch(workload, tasks[0].target)
     halted: dict[int, float] = {}  # phase index -> when (wall clock) its ops began to fail only
     phases = workload.effective_phases()
     clock = threading.Thread(target=_phase_clock, args=(barrier, len(phases), monitor), daemon=True)
@@ -432,6 +446,7 @@ def _merge_phase(phase, parts: list[PhaseReport], workload: Workload) -> dict[st
     end = max(p.end_ns for p in parts)
     wall_s = (end - start) / 1e9
     ops = summarize_ops(merge_ops([p.ops for p in parts]), wall_s)
+    outages = merge_outages([p.write_outages for p in parts], start)
     return {
         "name": phase.name,
         "mode": "open" if phase.rate else "closed",
@@ -445,4 +460,5 @@ def _merge_phase(phase, parts: list[PhaseReport], workload: Workload) -> dict[st
         "error_samples": [s for p in parts for s in p.error_samples][:5],
         "ops": ops,
         "timeseries": merge_timeseries([p.timeseries for p in parts]),
+        **({"write_outages": outages} if outages else {}),
     }

@@ -27,7 +27,8 @@ import numpy as np
 
 from ..backends import create_backend
 from ..backends.base import Backend
-from ..errors import PrefillFailed, UserError, is_bug
+from ..errors import BackendUnavailable, PrefillFailed, UserError, is_bug
+from ..measure.outage import WriteOutages
 from ..measure.recorder import ERROR, FLUSH_AT, HIT, MISS, OK, Recorder
 from ..schemes import scheme
 from ..spec import Phase, Workload
@@ -139,6 +140,7 @@ class Worker:
         self.interrupted = False
         self.prefilled = self.prefill_total = 0
         self.missed = 0  # open loop: ops due before the deadline but never sent
+        self.outages = WriteOutages()  # the last phase's windows of failing writes (measure/outage.py)
         # cache-aside (`fetch`): the origin a miss calls, and where its latencies go (set per phase)
         fetches = any("fetch" in name.split("+") for p in self.workload.effective_phases() for name in p.mix or {})
         self.origin = (Origin(parse_origin(self.workload.origin), stream_seed(self.workload.seed, "origin",
@@ -187,15 +189,31 @@ class Worker:
                 continue
             batch[self.keys[k]] = value
             if len(batch) >= 100:
-                self.backend.set_many(batch, self.ttl)
+                self._write_batch(batch, halt)
                 written = self.prefilled = written + len(batch)
                 batch = {}
                 if halt is not None and halt[0]:
                     raise KeyboardInterrupt
         if batch:
-            self.backend.set_many(batch, self.ttl)
+            self._write_batch(batch, halt)
             written = self.prefilled = written + len(batch)
         return written
+
+    def _write_batch(self, batch: dict[str, bytes], halt) -> None:
+        """One prefill batch; a target that fails over (Sentinel) has its connection errors waited
+        out for its failover grace (the prefill is untimed, and a batch of SETs may be sent twice)."""
+        grace = scheme(self.task.target.scheme).failover_grace
+        deadline = time.monotonic() + (grace or 0)
+        while True:
+            try:
+                self.backend.set_many(batch, self.ttl)
+                return
+            except Exception as exc:
+                if grace is None or classify_error(exc) != "connection" or time.monotonic() > deadline:
+                    raise
+                if halt is not None and halt[0]:
+                    raise KeyboardInterrupt from None
+                time.sleep(0.1)
 
     def _tags(self, k: int) -> list[str]:
         tags = self.workload.tags
@@ -332,6 +350,8 @@ class Worker:
         table = [self._handler(e) for e in entries]
         fns = [fn for fn, _ in table]
         kinds = [kind for _, kind in table]
+        is_write = [kind == WRITE for kind in kinds]
+        outages = self.outages = WriteOutages(getattr(self.backend, "current_server", None))
         writes = [e.writes or "fetch" in e.steps for e in entries]  # a fetch writes on a miss
         verifiable = [e.steps[-1] in ("get", "fetch") for e in entries]
         keys, headers, sizes_spec = self.keys, self.headers, self.sizes
@@ -381,6 +401,7 @@ class Worker:
                         failed += 1
                         outcome = ERROR
                         recorder.error(op, classify_error(exc), str(exc))
+                        outages.failed(t0, t1, is_write[op])
                     else:
                         kind = kinds[op]
                         if kind == READ:
@@ -400,6 +421,8 @@ class Worker:
                                             recorder.error(op, "verify", f"{key}: unexpected value of {len(result)} B")
                         elif kind == WRITE:
                             outcome = OK
+                            if outages.first:  # writes work again: the outage window closes
+                                outages.succeeded(t1)
                             if value is not None:
                                 bytes_out[op] += len(value)
                                 if write_every:
@@ -484,9 +507,12 @@ def classify_error(exc: BaseException) -> str:
     """Map a client exception onto the error kinds of docs/contracts.md."""
     name = type(exc).__name__
     text = f"{name} {exc}".lower()
-    if isinstance(exc, TimeoutError) or "timeout" in text or "timed out" in text:
+    # client libraries' own families count too (redis-py's MasterNotFoundError is its ConnectionError)
+    ancestors = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, TimeoutError) or "TimeoutError" in ancestors or "timeout" in text or "timed out" in text:
         return "timeout"
-    if isinstance(exc, ConnectionError | BrokenPipeError | EOFError) or "connection" in text or "connect" in text:
+    if (isinstance(exc, ConnectionError | BrokenPipeError | EOFError) or "ConnectionError" in ancestors
+            or "connection" in text or "connect" in text):
         return "connection"
     if isinstance(exc, OSError):
         return "connection"
@@ -583,7 +609,7 @@ def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     try:
         worker = held.worker = Worker(task)
-        worker.backend.open()
+        _open(worker.backend, task.target, board.halt)
         if worker.origin is not None:  # before the first barrier: every worker holds the shared pool
             worker.origin.open()
     except UserError as exc:
@@ -613,10 +639,28 @@ def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
         queue.put(PhaseReport(
             task.worker, index, start_ns=start, end_ns=end, cpu_s=cpu_seconds() - cpu0, ops=recorder.result(),
             interrupted=worker.interrupted, missed=worker.missed, error_samples=recorder.error_samples,
-            timeseries=recorder.series(),
+            timeseries=recorder.series(), write_outages=worker.outages.result(),
         ))
         if worker.interrupted or board.halt[0]:
             break
+
+
+def _open(backend: Backend, target: Target, halt) -> None:
+    """Connect; a target that fails over (Sentinel) is given its failover grace to name a primary
+    that answers: the parent's preflight reached one, so a refusal now is a failover under way
+    (a worker started late, after the primary died), not a wrong URL."""
+    grace = scheme(target.scheme).failover_grace
+    deadline = time.monotonic() + (grace or 0)
+    while True:
+        try:
+            backend.open()
+            return
+        except BackendUnavailable:
+            if grace is None or time.monotonic() > deadline:
+                raise
+            if halt[0]:
+                raise KeyboardInterrupt from None
+            time.sleep(0.1)
 
 
 def _end(task: WorkerTask, queue, held: _Held) -> None:

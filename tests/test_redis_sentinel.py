@@ -1,0 +1,237 @@
+"""Redis Sentinel: ``spawn:redis-sentinel``, ``redis+sentinel://`` on the Python path and the engine,
+and a failover in the middle of a run (the primary SIGKILLed; the run rides through to the replica
+the Sentinels promote, and says how long writes failed).
+
+Real servers only: a primary, its replica and three Sentinels from the lab; ground truth is what
+the servers say (INFO replication, INFO commandstats) and exact hit counts against a direct run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from cachemark.engine import target_config
+from cachemark.errors import SpecError
+from cachemark.measure.outage import WriteOutages, merge_outages
+from cachemark.results.schema import validate
+from cachemark.run.runner import run_target
+from cachemark.schemes import check_params, sentinel_parts
+from cachemark.spec import Workload
+from cachemark.target import parse_target
+from conftest import start_server
+
+
+@pytest.fixture(scope="module")
+def sentinel_lab():
+    lab = start_server("redis-sentinel")
+    yield lab
+    lab.stop()
+
+
+def _info(port: int, section: str) -> dict:
+    client = redis.Redis(port=port, socket_timeout=5)
+    try:
+        return client.info(section)
+    finally:
+        client.close()
+
+
+def test_lab_gives_agreed_sentinels_and_a_replicating_pair(sentinel_lab):
+    described = sentinel_lab.describe()
+    primary, replica = described["primary_port"], described["replica_port"]
+    assert sentinel_lab.url() == ("redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in described["sentinel_ports"])
+                                  + "/mymaster/0")
+    assert sentinel_lab.primary_port() == primary
+    assert _info(primary, "replication")["role"] == "master"
+    replication = _info(replica, "replication")
+    assert replication["role"] == "slave" and replication["master_port"] == primary
+    for port in described["sentinel_ports"]:
+        client = redis.Redis(port=port, socket_timeout=5, decode_responses=True)
+        flat = client.execute_command("SENTINEL", "MASTER", "mymaster")
+        client.close()
+        master = dict(zip(flat[::2], flat[1::2], strict=True))
+        assert master["port"] == str(primary) and master["num-other-sentinels"] == "2" and master["num-slaves"] == "1"
+
+
+def test_url_form_and_its_mistakes():
+    sentinels, service, db = sentinel_parts(parse_target("redis+sentinel://h1,h2:26380/cache/3"))
+    assert sentinels == [("h1", 26379), ("h2", 26380)] and service == "cache" and db == 3
+    check_params(parse_target("redis+sentinel://h1:26379/mymaster?sentinel_password=x&socket_timeout=1"))
+    with pytest.raises(SpecError, match="service name"):
+        check_params(parse_target("redis+sentinel://h1:26379"))
+    with pytest.raises(SpecError, match="must be a number"):
+        check_params(parse_target("redis+sentinel://h1:26379/mymaster/x"))
+    with pytest.raises(SpecError, match="unknown parameter 'db'"):
+        check_params(parse_target("redis+sentinel://h1:26379/mymaster?db=1"))
+    with pytest.raises(SpecError, match="down_after_ms"):
+        start_server("redis-sentinel", down_after_ms="soon")
+    shown = parse_target("redis+sentinel://:data-pw@h1,h2/mymaster/0?sentinel_password=sentinel-pw").redacted
+    assert "data-pw" not in shown and "sentinel-pw" not in shown
+
+
+def test_network_profile_is_refused_in_one_line(sentinel_lab):
+    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", sentinel_lab.url(), "--ops", "10",
+                             "--network", "lan", "--no-calibrate"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "in front of the Sentinels" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_sentinels_without_the_service_are_one_line_exit_2(sentinel_lab):
+    url = sentinel_lab.url().replace("/mymaster/", "/nosuch/")
+    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", url, "--ops", "10", "--no-calibrate"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "No master found for 'nosuch'" in result.stderr and "Traceback" not in result.stderr
+
+
+def _same_run(url: str) -> dict:
+    workload = Workload(keys=200, ops=3000, warmup=0, workers=1, mix={"get": 70, "set": 20, "delete": 10},
+                        value_size="100")
+    outcome = run_target(url, workload, sample_server=False)
+    assert outcome.status == "ok", outcome.reason
+    ops = outcome.phases[0]["ops"]
+    return {name: (op["count"], op.get("hits", 0), op.get("misses", 0), op.get("errors") or {})
+            for name, op in ops.items()}
+
+
+@pytest.mark.parametrize("client", ["", "?client=engine&threads=1&connections=1"])
+def test_discovery_gives_the_primary_exactly(sentinel_lab, client):
+    primary = sentinel_lab.primary_port()
+    before = _info(primary, "commandstats").get("cmdstat_get", {}).get("calls", 0)
+    through_sentinel = _same_run(sentinel_lab.url() + client)
+    after = _info(primary, "commandstats")["cmdstat_get"]["calls"]
+    direct = _same_run(f"redis://127.0.0.1:{primary}/0{client}")
+    assert through_sentinel == direct
+    assert through_sentinel["get"][1] > 0 and through_sentinel["get"][2] > 0  # hits and misses (deletes) both
+    assert after - before >= through_sentinel["get"][0]  # the primary served the reads itself
+
+
+def test_engine_is_handed_the_primary(sentinel_lab):
+    cfg = target_config(sentinel_lab.url() + "?client=engine&pipeline=4")
+    assert cfg["servers"] == [f"127.0.0.1:{sentinel_lab.primary_port()}"]
+    assert cfg["db"] == 0 and cfg["pipeline"] == 4
+
+
+def test_outage_windows_merge_by_overlap():
+    a, b = WriteOutages(lambda: "127.0.0.1:2"), WriteOutages()
+    a.failed(1_000, 1_100, write=True)
+    a.failed(1_200, 1_300, write=False)  # a read inside the window counts as one of its errors
+    a.failed(2_000, 2_100, write=True)
+    a.succeeded(2_500)
+    b.failed(1_900, 3_000, write=True)  # overlaps a's window, never recovers
+    b.failed(9_000, 9_100, write=False)  # b's window is still open: one more of its errors
+    merged = merge_outages([a.result(), b.result()], start_ns=0)
+    assert merged == [{"start_s": 1e-06, "end_s": 3e-06, "duration_s": 2e-06, "failed_writes": 3, "errors": 5,
+                       "recovered": False, "recovered_s": None, "server": None}]
+    assert merge_outages([a.result()], 0)[0]["server"] == "127.0.0.1:2"
+    reads_only = WriteOutages()
+    reads_only.failed(1, 2, write=False)  # failed reads alone open no write outage
+    assert reads_only.result() == []
+
+
+def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
+    lab = spawn("redis-sentinel")
+    old_primary, replica = lab.primary_port(), lab.describe()["replica_port"]
+    out = tmp_path / "failover.json"
+    started = time.monotonic()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cachemark", "run", "-t", lab.url(), "--duration", "9s", "--warmup", "0",
+         "--keys", "500", "--value-size", "200", "--mix", "get=50,set=50", "--workers", "2", "--no-calibrate",
+         "--allow-errors", "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # kill the primary ~2 s into the timed phase (before it, only the write probe reads: no warm-up)
+        deadline = time.monotonic() + 30
+        while _info(old_primary, "commandstats").get("cmdstat_get", {}).get("calls", 0) < 100:
+            assert time.monotonic() < deadline and run.poll() is None, "the timed phase never started"
+            time.sleep(0.05)
+        time.sleep(2)
+        killed_at = time.monotonic()
+        assert lab.kill_primary() == old_primary
+        output = run.communicate(timeout=60)[0]
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, output
+    assert time.monotonic() - killed_at > 3  # the run went on after the kill
+
+    # the Sentinels promoted the replica, and the run's ops after the failover went to it
+    assert lab.primary_port() == replica
+    assert _info(replica, "replication")["role"] == "master"
+    gets_on_new_primary = _info(replica, "commandstats").get("cmdstat_get", {}).get("calls", 0)
+    assert gets_on_new_primary > 100  # a replica serves no reads of ours: these came after the promotion
+
+    document = json.loads(out.read_text())
+    validate(document, str(out))
+    phase = document["runs"][0]["phases"][0]
+    assert document["runs"][0]["status"] == "ok" and not phase["stopped_on_errors"]
+    errors = sum(sum(op["errors"].values()) for op in phase["ops"].values())
+    assert errors > 0
+    assert phase["ops"]["get"]["errors"].keys() <= {"connection", "timeout"}
+    # the new primary's reads are the run's (its gets, and a get per write canary: 1 in 256 sets)
+    assert gets_on_new_primary <= phase["ops"]["get"]["count"] + phase["ops"]["set"]["count"] // 256 + 1
+    (outage,) = phase["write_outages"]
+    assert outage["recovered"] and outage["server"] == f"127.0.0.1:{replica}"
+    assert 0.5 < outage["duration_s"] < 15, outage  # down-after 1 s + the election and promotion
+    assert 0 < outage["failed_writes"] <= outage["errors"] <= errors
+    assert 1 < outage["start_s"] < outage["end_s"] < phase["wall_s"] - 1
+    tail = phase["timeseries"][-3:]
+    assert all(second["ops"] > 0 and second["errors"] == 0 for second in tail[:-1]), tail
+
+    line = f"failover: writes failed for {outage['duration_s']:.1f} s"
+    assert line in output and f"then succeeded against 127.0.0.1:{replica}" in output
+    from cachemark.report.formats import render
+
+    assert line in render(document, "markdown") and line in render(document, "html")
+    assert time.monotonic() - started < 40
+
+    processes = [p.proc for p in [*lab.sentinels, *lab.nodes]]
+    assert len(processes) == 5
+    lab.stop()  # every process of the lab ends (the killed primary was already gone)
+    assert all(p.poll() is not None for p in processes)
+
+
+def test_on_error_policy_waits_out_a_failover():
+    from cachemark.run.error_policy import error_grace
+
+    sentinel, plain = parse_target("redis+sentinel://h:1/mymaster"), parse_target("redis://h:1")
+    assert error_grace(Workload(), plain) == 2.0
+    assert error_grace(Workload(), sentinel) == 60.0  # Sentinel's own down-after is 30 s, plus an election
+    assert error_grace(Workload(error_grace="90s"), sentinel) == 90.0
+    assert error_grace(Workload(on_error="continue"), sentinel) is None
+
+
+def test_failover_during_prefill_is_waited_out(spawn, tmp_path: Path):
+    """The prefill (untimed) waits for the new primary instead of failing the run (exit 2)."""
+    lab = spawn("redis-sentinel")
+    old_primary, replica = lab.primary_port(), lab.describe()["replica_port"]
+    out = tmp_path / "prefill.json"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cachemark", "run", "-t", lab.url(), "--duration", "1s", "--warmup", "0",
+         "--keys", "60000", "--value-size", "50", "--mix", "get=90,set=10", "--workers", "2", "--no-calibrate",
+         "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        client = redis.Redis(port=old_primary, socket_timeout=5)
+        deadline = time.monotonic() + 30
+        while client.dbsize() < 5000:
+            assert time.monotonic() < deadline and run.poll() is None, "the prefill never started"
+            time.sleep(0.02)
+        client.close()
+        lab.kill_primary()
+        output = run.communicate(timeout=90)[0]
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, output  # no op of the timed phase failed: it ran on the new primary
+    assert lab.primary_port() == replica
+    get = json.loads(out.read_text())["runs"][0]["phases"][0]["ops"]["get"]
+    assert get["count"] > 0 and not get["errors"]
+    # keys the primary acknowledged but had not yet replicated are lost with it: a few misses at most
+    assert get["hits"] / get["count"] > 0.9
