@@ -53,6 +53,8 @@ class Scheme:
     stores: bool = True  # False: keeps nothing by design (null://), so the dropped-writes probe skips it
     # survives a restart of the cache: True, False, or None when its configuration decides (Redis: RDB/AOF)
     persistent: bool | None = None
+    # a Redis Cluster: the URL's hosts are seeds, keys go to the node owning their hash slot
+    cluster: bool = False
     # ``client=`` values naming a driver in another stack (run/driver.py), for schemes without a client choice
     drivers: frozenset[str] = frozenset()
 
@@ -118,6 +120,14 @@ def _redis_unix(name: str) -> Scheme:
                   engine="resp", unix=True, clients=("hiredis",))
 
 
+def _redis_cluster(name: str) -> Scheme:
+    # no default_port: a network profile's proxy cannot stand in front of a cluster, whose nodes hand out
+    # their own addresses (CLUSTER SLOTS, MOVED); no stats source yet: INFO would be one node's
+    return Scheme(name, "cachemark.backends.redis_cluster:RedisClusterBackend", "redis",
+                  (_REDIS - {"hiredis"}) | {"read_from_replicas"},
+                  engine="resp", cluster=True, clients=("hiredis",))
+
+
 def _postgres(name: str) -> Scheme:
     return Scheme(name, "cachemark.backends.sql:PostgresBackend", "psycopg[binary]", _SQL, default_port=5432,
                   stats="postgres", persistent=True)
@@ -142,7 +152,8 @@ _SCHEMES = {s.name: s for s in (
            persistent=True),
     # redis-py's default port is 6379 for rediss:// too, so it is here: the proxy must agree with the client
     _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True),
-    _redis_unix("redis+unix"), _redis_unix("valkey+unix"),
+    _redis_unix("redis+unix"), _redis_unix("valkey+unix"), _redis_cluster("redis+cluster"),
+    _redis_cluster("valkey+cluster"),
     Scheme("memcached", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED,
            default_port=11211, stats="memcached", engine="memcache", clients=("pylibmc",), persistent=False),
     Scheme("memcached+unix", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED - _TLS - {"tls"},
@@ -158,6 +169,8 @@ _SCHEMES = {s.name: s for s in (
 _LAB = {k.name: k for k in (
     LabKind("redis", "cachemark.lab.redis:RedisServer", "redis",
             frozenset({"password", "maxmemory", "maxmemory_policy", "unix", "tls"})),
+    LabKind("redis-cluster", "cachemark.lab.redis_cluster:RedisClusterServer", "redis+cluster",
+            frozenset({"nodes", "replicas"})),
     LabKind("memcached", "cachemark.lab.memcached:MemcachedServer", "memcached",
             frozenset({"memory_mb", "threads", "max_connections", "max_item_size", "unix", "tls"})),
     LabKind("postgresql", "cachemark.lab.postgres:PostgresServer", "postgresql"),
