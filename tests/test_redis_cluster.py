@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def cluster() -> Iterator[RedisClusterServer]:
 
 
 def _counts(phase: dict) -> dict[str, tuple[int, int, int]]:
-    return {name: (op["count"], op["hits"], op["misses"]) for name, op in phase["ops"].items()}
+    return {name: (op["count"], op.get("hits", 0), op.get("misses", 0)) for name, op in phase["ops"].items()}
 
 
 def test_lab_forms_a_cluster_of_three_primaries_and_removes_it(cluster):
@@ -91,3 +92,139 @@ def test_cluster_url_parameters_are_checked():
     check_params(parse_target("spawn:redis-cluster?nodes=3&replicas=1&read_from_replicas=1"))
     with pytest.raises(SpecError, match="database 0 only"):
         RedisClusterBackend(parse_target("redis+cluster://127.0.0.1:7000/2"), "cm:x:")
+
+
+# --- the native engine's cluster mode (redis+cluster://…?client=engine) ---------------------------------------
+
+
+def _engine_config(cluster: RedisClusterServer, prefix: str, **extra: object) -> dict:
+    from cachemark.engine import target_config
+
+    return target_config(cluster.url() + "?client=engine") | {
+        "connections": 4, "pipeline": 4, "keys": {"count": 2000, "prefix": prefix, "dist": "uniform"},
+        "mix": [{"op": "get", "weight": 8}, {"op": "set", "weight": 1}, {"op": "delete", "weight": 1}],
+        "verify_fraction": 0.0, "seed": 3} | extra
+
+
+def _node_reads(cluster: RedisClusterServer) -> list[tuple[int, int]]:
+    return [(_stat(n, "keyspace_hits"), _stat(n, "keyspace_misses")) for n in cluster.primaries]
+
+
+def test_engine_sends_each_key_to_its_slot_owner(cluster, namespace):
+    from cachemark.engine import run_load
+
+    before = _node_reads(cluster)
+    result = run_load(_engine_config(cluster, namespace, ops=20000))
+    after = _node_reads(cluster)
+    get = result["ops"]["get"]
+    assert result["cluster"] == {"primaries": 3, "moved": 0, "ask": 0}
+    assert result["connections"] == 4 * 3  # one socket per client and primary
+    assert not get["errors"] and get["misses"] > 1000
+    served = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(before, after, strict=True)]
+    # the nodes' own counters: every read landed on the node that owns its key (a wrong node
+    # would have answered MOVED, counted by neither), and every node had its share
+    assert sum(h for h, _ in served) == get["hits"] and sum(m for _, m in served) == get["misses"]
+    assert all(h > 1000 for h, _ in served), served
+    assert _clear(cluster, namespace) > 1000  # what the run left, removed from every node
+
+
+def _clear(cluster: RedisClusterServer, namespace: str) -> int:
+    from cachemark.backends.redis_cluster import RedisClusterBackend
+    from cachemark.target import parse_target
+
+    backend = RedisClusterBackend(parse_target(cluster.url()), namespace)
+    try:
+        return backend.clear_namespace()
+    finally:
+        backend.close()
+
+
+def test_engine_counts_what_a_single_redis_counts(cluster, redis_server):
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    # one client: the engine's op stream is then the same sequence on both targets
+    workload = Workload(keys=500, key_dist="uniform", mix="get=70,set=20,delete=10", ops=5000, duration=None,
+                        warmup=0, workers=1, seed=11)  # a timed warm-up would differ in length
+    on_cluster = run_target(cluster.url() + "?client=engine", workload)
+    single = run_target(redis_server.url() + "?client=engine", workload)
+    assert on_cluster.status == "ok", on_cluster.reason
+    phase = on_cluster.phases[0]
+    assert _counts(phase) == _counts(single.phases[0])
+    assert phase["ops"]["get"]["misses"] > 100 and not phase["ops"]["get"]["errors"]
+    assert phase["cluster"] == {"primaries": 3, "moved": 0, "ask": 0}  # the map from the start was right
+    assert all(command(n, "DBSIZE") == 0 for n in cluster.primaries)  # cleanup reached every node
+
+
+def _owner(cluster: RedisClusterServer, slot: int) -> object:
+    for first, last, node, *_ in command(cluster.primaries[0], "CLUSTER", "SLOTS"):
+        if first <= slot <= last:
+            return next(n for n in cluster.primaries if n.port == node[1])
+    raise AssertionError(f"slot {slot} has no owner")
+
+
+def test_engine_follows_a_slot_migrated_mid_run(spawn, namespace):
+    """ASK while the slot's keys move, MOVED once it has moved: both counted, no op lost."""
+    import threading
+
+    from cachemark.engine import run_load
+
+    cluster = spawn("redis-cluster", nodes=2)
+    slot = command(cluster.primaries[0], "CLUSTER", "KEYSLOT", namespace + "0")
+    source = _owner(cluster, slot)
+    target = next(n for n in cluster.primaries if n is not source)
+    config = _engine_config(cluster, namespace, duration_s=3.0, connections=2, pipeline=1, on_error="continue",
+                            keys={"count": 20, "prefix": namespace, "dist": "uniform"},
+                            mix=[{"op": "get", "weight": 8}, {"op": "set", "weight": 2}])
+    out: dict = {}
+    load = threading.Thread(target=lambda: out.update(result=run_load(config)))
+    load.start()
+    time.sleep(1.0)
+    command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+    command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+    while keys := command(source, "CLUSTER", "GETKEYSINSLOT", slot, 100):
+        command(source, "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys)
+        time.sleep(0.3)  # the slot stays half-moved a while: requests for it are ASKed over
+    for node in (target, source):
+        command(node, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+    load.join(timeout=30)
+    result = out["result"]
+    assert result["cluster"]["moved"] >= 1 and result["cluster"]["ask"] >= 1, result["cluster"]
+    get = result["ops"]["get"]
+    assert not get["errors"] and not result["ops"]["set"]["errors"], result["errors_sample"]
+    assert get["hits"] == get["count"]  # prefilled, nothing deleted: every read found its key, wherever it was
+    assert command(target, "EXISTS", namespace + "0") == 1
+
+
+def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):
+    import threading
+
+    from cachemark.engine import run_load
+
+    cluster = spawn("redis-cluster", nodes=3)
+    config = _engine_config(cluster, namespace, duration_s=3.0, timeout_ms=1000)
+    out: dict = {}
+    started = time.monotonic()
+    load = threading.Thread(target=lambda: out.update(result=run_load(config)))
+    load.start()
+    time.sleep(1.0)
+    cluster.primaries[1].kill()
+    load.join(timeout=30)
+    took = time.monotonic() - started
+    result = out["result"]
+    get = result["ops"]["get"]
+    assert took < 3.0 + 2.5, took
+    assert get["errors"].get("connection", 0) > 0 and get["hits"] > 0  # the other two nodes served on
+    assert result["stopped_on_errors"] is None  # not every op failed
+    assert any(str(cluster.primaries[1].port) in m for m in result["errors_sample"])
+
+
+def test_engine_refuses_what_cluster_mode_cannot_route(cluster):
+    from cachemark.engine import run_load, target_config
+
+    with pytest.raises(SpecError, match="mget.*cluster mode"):
+        run_load(_engine_config(cluster, "cm:x:", ops=10, mix=[{"op": "mget", "weight": 1, "count": 3}]))
+    with pytest.raises(SpecError, match="database 0 only"):
+        target_config("redis+cluster://127.0.0.1:7000/1?client=engine")
+    with pytest.raises(SpecError, match="redis\\+cluster://"):
+        target_config("redis://127.0.0.1:7000,127.0.0.1:7001?client=engine")

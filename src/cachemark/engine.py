@@ -69,7 +69,8 @@ def target_config(target: str | Target) -> dict[str, Any]:
     """The connection part of an engine config for a target URL.
 
     ``redis://[user:pass@]host:port[/db][?protocol=resp3]``,
-    ``memcached://h1:11211,h2:11211[?protocol=meta]`` and their Unix-socket forms
+    ``memcached://h1:11211,h2:11211[?protocol=meta]``, ``redis+cluster://seed1:7000,seed2:7001`` (``cluster``:
+    keys are routed by hash slot over the primaries the seeds name) and their Unix-socket forms
     (``redis+unix:///path.sock?db=N``: the engine's server is then ``unix:/path.sock``); ``rediss://``
     and ``memcached://…?tls=1`` add a ``tls`` section (:func:`tls_config`);
     engine knobs given in the query (``threads``, ``connections``, ``pipeline``) are copied too.
@@ -90,8 +91,12 @@ def target_config(target: str | Target) -> dict[str, Any]:
             cfg["db"] = int(db)
         cfg["username"] = t.username
         cfg["password"] = t.password
-        if len(t.hosts) > 1:
-            raise SpecError(f"{t.redacted}: the engine takes one Redis server (no cluster mode)")
+        if row.cluster:
+            cfg["cluster"] = True  # the hosts are seeds: the engine asks one for the slot map
+            if cfg.pop("db", 0):
+                raise SpecError(f"{t.redacted}: a Redis Cluster has database 0 only")
+        elif len(t.hosts) > 1:
+            raise SpecError(f"{t.redacted}: the engine takes one Redis server (a cluster's seeds: redis+cluster://)")
     elif family == "memcache":
         proto = (t.param("protocol") or "text").lower()
         cfg["protocol"] = {"text": "memcache_text", "meta": "memcache_meta"}.get(proto, proto)
@@ -99,7 +104,7 @@ def target_config(target: str | Target) -> dict[str, Any]:
             raise SpecError(f"{t.redacted}: protocol must be text or meta")
     else:
         raise SpecError(f"{t.redacted}: the native engine speaks redis:// and memcached:// only")
-    default_port = row.default_port
+    default_port = row.default_port or (6379 if family == "resp" else None)
     hosts = t.hosts or (("127.0.0.1", None),)
     if row.unix:
         cfg["servers"] = [f"unix:{unix_socket(t)}"]

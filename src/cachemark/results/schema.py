@@ -147,6 +147,8 @@ class Phase(_Record):
     ops: dict[str, OpResult] = Field(default_factory=dict)
     timeseries: list[TimeseriesEntry] | None = None
     server: ServerFigures | None = None
+    # Redis Cluster on the engine: primaries, and the MOVED / ASK redirects its nodes answered
+    cluster: dict[str, Count] | None = None
 
 
 class ServerRecord(_Record):
