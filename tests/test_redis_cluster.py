@@ -7,6 +7,7 @@ of the same seeded workload on a single redis-server.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -19,7 +20,7 @@ from cachemark.errors import SpecError
 from cachemark.lab.redis_cluster import RedisClusterServer, command, slot_ranges
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import start_server  # noqa: E402
+from conftest import run_cli, start_server  # noqa: E402, F401 - run_cli: the cachemark fixture's
 
 
 def _stat(node: object, name: str) -> int:
@@ -228,3 +229,21 @@ def test_engine_refuses_what_cluster_mode_cannot_route(cluster):
         target_config("redis+cluster://127.0.0.1:7000/1?client=engine")
     with pytest.raises(SpecError, match="redis\\+cluster://"):
         target_config("redis://127.0.0.1:7000,127.0.0.1:7001?client=engine")
+
+
+def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
+    proc = cachemark("run", "-t", "spawn:redis-cluster?nodes=3&client=engine", "-t", "spawn:redis-cluster?nodes=2",
+                     "--ops", "2000", "--keys", "300", "--mix", "get=80,set=20", "-o", str(tmp_path / "r.json"),
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "redis-cluster(engine): main: cluster: 3 primaries, 0 MOVED, 0 ASK" in proc.stdout
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["ok", "ok"]
+    assert runs[0]["phases"][0]["cluster"] == {"primaries": 3, "moved": 0, "ask": 0}
+    assert runs[1]["backend"]["info"]["cluster"] is True and runs[1]["server"]["primaries"] == 2
+    report = cachemark("report", str(tmp_path / "r.json"), "-f", "markdown", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-1000:]
+    assert "cluster: 3 primaries, 0 MOVED, 0 ASK" in (tmp_path / "r.md").read_text()
+    bad = cachemark("run", "-t", "spawn:redis-cluster?nodes=99", "--ops", "10", cwd=tmp_path)
+    assert bad.returncode == 2 and "nodes='99' must be a number from 1 to 16" in bad.stderr + bad.stdout
+    assert "Traceback" not in bad.stderr
