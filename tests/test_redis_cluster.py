@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,11 +27,9 @@ def _stat(node: object, name: str) -> int:
     return int(next(line.split(":", 1)[1] for line in text.splitlines() if line.startswith(name + ":")))
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServer]:
-    server = start_server("redis-cluster", nodes=3)
-    yield server  # type: ignore[misc]
-    server.stop()
+@pytest.fixture
+def cluster(redis_cluster_server) -> RedisClusterServer:
+    return redis_cluster_server
 
 
 def _counts(phase: dict) -> dict[str, tuple[int, int, int]]:
