@@ -71,6 +71,9 @@ def test_python_cluster_client_counts_what_a_single_redis_counts_and_spreads_key
     phase = on_cluster.phases[0]
     assert _counts(phase) == _counts(single.phases[0])
     assert phase["ops"]["get"]["misses"] > 100 and not phase["ops"]["get"]["errors"]
+    # the server figures are every primary's INFO added up: each op is at least one command somewhere
+    server = phase["server"]
+    assert server["source"] == "redis" and not server["errors"] and server["server_commands"] >= 3000
     hits = [b - a for a, b in zip(before, after, strict=True)]
     assert all(h > 100 for h in hits), hits  # every primary served a share of the reads
     assert sum(hits) >= phase["ops"]["get"]["hits"]
@@ -217,8 +220,13 @@ def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):
     assert any(str(cluster.primaries[1].port) in m for m in result["errors_sample"])
 
 
-def test_engine_refuses_what_cluster_mode_cannot_route(cluster):
+def test_engine_refuses_what_cluster_mode_cannot_route(cluster, redis_server):
     from cachemark.engine import run_load, target_config
+    from cachemark.errors import BackendUnavailable
+
+    not_a_cluster = target_config(redis_server.url().replace("redis://", "redis+cluster://").removesuffix("/0"))
+    with pytest.raises(BackendUnavailable, match="no cluster seed gave its slot map: .*cluster support disabled"):
+        run_load(not_a_cluster | {"ops": 10, "keys": {"count": 10, "prefix": "cm:x:"}})
 
     with pytest.raises(SpecError, match="mget.*cluster mode"):
         run_load(_engine_config(cluster, "cm:x:", ops=10, mix=[{"op": "mget", "weight": 1, "count": 3}]))

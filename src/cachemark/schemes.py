@@ -40,7 +40,7 @@ class Scheme:
     params: frozenset[str] = frozenset()  # URL parameters it takes (besides COMMON_PARAMS)
     default_port: int | None = None  # a network scheme: the port when the URL gives none (and proxyable)
     proxy_param: str | None = None  # a network service reached through a URL parameter (s3: endpoint_url)
-    stats: str | None = None  # where server figures come from: redis | memcached | postgres | mysql
+    stats: str | None = None  # where server figures come from: redis | redis-cluster | memcached | postgres | mysql
     engine: str | None = None  # the native engine's protocol family: resp | memcache
     embedded: str | None = None  # a local store: "" (a directory) or a file name a temp dir gets
     nested: tuple[str, ...] = ()  # parameters that are target URLs themselves
@@ -122,9 +122,9 @@ def _redis_unix(name: str) -> Scheme:
 
 def _redis_cluster(name: str) -> Scheme:
     # no default_port: a network profile's proxy cannot stand in front of a cluster, whose nodes hand out
-    # their own addresses (CLUSTER SLOTS, MOVED); no stats source yet: INFO would be one node's
+    # their own addresses (CLUSTER SLOTS, MOVED); its figures are every primary's INFO added up
     return Scheme(name, "cachemark.backends.redis_cluster:RedisClusterBackend", "redis",
-                  (_REDIS - {"hiredis"}) | {"read_from_replicas"},
+                  (_REDIS - {"hiredis"}) | {"read_from_replicas"}, stats="redis-cluster",
                   engine="resp", cluster=True, clients=("hiredis",))
 
 
