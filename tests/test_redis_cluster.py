@@ -252,3 +252,22 @@ def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
     bad = cachemark("run", "-t", "spawn:redis-cluster?nodes=99", "--ops", "10", cwd=tmp_path)
     assert bad.returncode == 2 and "nodes='99' must be a number from 1 to 16" in bad.stderr + bad.stdout
     assert "Traceback" not in bad.stderr
+
+
+def test_replicas_follow_their_primaries_and_serve_reads_when_asked(spawn):
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    cluster = spawn("redis-cluster", nodes=2, replicas=1)
+    replicas = cluster.nodes[2:]
+    assert len(cluster.nodes) == 4 and cluster.url().count(",") == 1  # seeds: the primaries
+    for replica, primary in zip(replicas, cluster.primaries, strict=True):
+        info = command(replica, "INFO", "replication")
+        assert "role:slave" in info and f"master_port:{primary.port}" in info and "master_link_status:up" in info
+    workload = Workload(keys=200, mix="get=90,set=10", ops=3000, duration=None, warmup=0, workers=1, seed=2)
+    before = [_stat(n, "keyspace_hits") for n in replicas]
+    outcome = run_target(cluster.url() + "?read_from_replicas=1", workload)
+    assert outcome.status == "ok", outcome.reason
+    assert outcome.backend["info"]["read_from_replicas"] is True
+    served = [_stat(n, "keyspace_hits") - b for n, b in zip(replicas, before, strict=True)]
+    assert all(s > 100 for s in served), served  # reads went round-robin to the replicas too

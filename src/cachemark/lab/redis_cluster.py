@@ -46,7 +46,9 @@ class ClusterNode(RedisServer):
         # nodes.conf lives in the node's own dir; a short node timeout lets a killed node be noticed in tests
         return [*super().command(), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-port", str(self.bus_port), "--cluster-node-timeout", "2000",
-                "--cluster-require-full-coverage", "no"]
+                "--cluster-require-full-coverage", "no",
+                # CLUSTER SLOTS leaves out a replica whose offset is still 0: a ping a second moves it on
+                "--repl-ping-replica-period", "1"]
 
 
 def command(node: LocalServer, *args: str | int, timeout: float = 5.0) -> Any:
@@ -166,6 +168,9 @@ class RedisClusterServer(LocalServer):
         replicas = self.nodes[self.primaries_count:]
         self._wait(lambda node: node not in replicas or "master_link_status:up" in command(node, "INFO", "replication"),
                    "every replica to sync with its primary")
+        # clients learn of replicas from CLUSTER SLOTS: ready once every node lists them all there
+        self._wait(lambda node: all(len(entry) - 3 == self.replicas for entry in command(node, "CLUSTER", "SLOTS")),
+                   "every node to list the replicas in CLUSTER SLOTS")
 
     def _knows_all(self, node: ClusterNode, with_roles: bool = True) -> bool:
         """``node`` sees every node connected (and, ``with_roles``, every replica as a replica)."""
