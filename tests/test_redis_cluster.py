@@ -20,6 +20,7 @@ from cachemark.lab.redis_cluster import RedisClusterServer, command, slot_ranges
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_cli, start_server  # noqa: E402, F401 - run_cli: the cachemark fixture's
+from engine_helpers import need_io  # noqa: E402
 
 
 def _stat(node: object, name: str) -> int:
@@ -164,19 +165,23 @@ def _owner(cluster: RedisClusterServer, slot: int) -> object:
     raise AssertionError(f"slot {slot} has no owner")
 
 
-def test_engine_follows_a_slot_migrated_mid_run(spawn, namespace):
+@pytest.mark.parametrize("load", [{"io": "uring", "threads": 1, "connections": 2, "pipeline": 1},
+                                  {"io": "epoll", "threads": 2, "connections": 4, "pipeline": 4,
+                                   "mode": "open", "rate": 4000}], ids=["uring-closed", "epoll-open-2threads"])
+def test_engine_follows_a_slot_migrated_mid_run(spawn, namespace, load):
     """ASK while the slot's keys move, MOVED once it has moved: both counted, no op lost."""
     import threading
 
     from cachemark.engine import run_load
 
+    need_io(load["io"])
     cluster = spawn("redis-cluster", nodes=2)
     slot = command(cluster.primaries[0], "CLUSTER", "KEYSLOT", namespace + "0")
     source = _owner(cluster, slot)
     target = next(n for n in cluster.primaries if n is not source)
-    config = _engine_config(cluster, namespace, duration_s=3.0, connections=2, pipeline=1, on_error="continue",
+    config = _engine_config(cluster, namespace, duration_s=3.0, on_error="continue",
                             keys={"count": 20, "prefix": namespace, "dist": "uniform"},
-                            mix=[{"op": "get", "weight": 8}, {"op": "set", "weight": 2}])
+                            mix=[{"op": "get", "weight": 8}, {"op": "set", "weight": 2}]) | load
     out: dict = {}
     load = threading.Thread(target=lambda: out.update(result=run_load(config)))
     load.start()
@@ -190,8 +195,9 @@ def test_engine_follows_a_slot_migrated_mid_run(spawn, namespace):
         command(node, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
     load.join(timeout=30)
     result = out["result"]
-    assert result["cluster"]["moved"] >= 1 and result["cluster"]["ask"] >= 1, result["cluster"]
     get = result["ops"]["get"]
+    assert result["cluster"]["moved"] >= 1 and result["cluster"]["ask"] >= 1, result["cluster"]
+    assert result["prefill_errors"] == 0 and result["missed"] <= 0.01 * get["count"]  # open loop kept its rate
     assert not get["errors"] and not result["ops"]["set"]["errors"], result["errors_sample"]
     assert get["hits"] == get["count"]  # prefilled, nothing deleted: every read found its key, wherever it was
     assert command(target, "EXISTS", namespace + "0") == 1
@@ -271,3 +277,91 @@ def test_replicas_follow_their_primaries_and_serve_reads_when_asked(spawn):
     assert outcome.backend["info"]["read_from_replicas"] is True
     served = [_stat(n, "keyspace_hits") - b for n, b in zip(replicas, before, strict=True)]
     assert all(s > 100 for s in served), served  # reads went round-robin to the replicas too
+
+
+class _EndlessRedirects:
+    """A fake cluster node: its slot map names itself for every slot, and every data command is
+    answered with ``MOVED`` to itself — nodes that never agree, which must cost errors, not a loop."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn) -> None:
+        buf = b""
+        with conn:
+            while True:
+                try:
+                    chunk = conn.recv(65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                buf += chunk
+                while (parsed := _one_command(buf)) is not None:
+                    args, buf = parsed
+                    conn.sendall(self._answer(args))
+
+    def _answer(self, args: list[bytes]) -> bytes:
+        name = args[0].upper()
+        if name == b"PING":
+            return b"+PONG\r\n"
+        if name == b"CLUSTER":
+            host = b"127.0.0.1"
+            return (b"*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$%d\r\n%s\r\n:%d\r\n$2\r\nid\r\n"
+                    % (len(host), host, self.port))
+        return b"-MOVED 42 127.0.0.1:%d\r\n" % self.port
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _one_command(buf: bytes) -> tuple[list[bytes], bytes] | None:
+    """One RESP command (``*N`` of bulk strings) off the front of ``buf``, or None if incomplete."""
+    if not buf.startswith(b"*") or b"\r\n" not in buf:
+        return None
+    head, rest = buf.split(b"\r\n", 1)
+    args = []
+    for _ in range(int(head[1:])):
+        if b"\r\n" not in rest:
+            return None
+        size, rest = rest.split(b"\r\n", 1)
+        n = int(size[1:])
+        if len(rest) < n + 2:
+            return None
+        args.append(rest[:n])
+        rest = rest[n + 2:]
+    return args, rest
+
+
+def test_engine_gives_up_on_endless_redirects():
+    from cachemark.engine import run_load
+
+    fake = _EndlessRedirects()
+    try:
+        started = time.monotonic()
+        result = run_load({"protocol": "resp2", "servers": [f"127.0.0.1:{fake.port}"], "cluster": True,
+                           "connections": 2, "ops": 200, "prefill": False, "on_error": "continue",
+                           "keys": {"count": 100, "prefix": "cm:x:"}, "mix": [{"op": "get", "weight": 1}]})
+        assert time.monotonic() - started < 10
+    finally:
+        fake.close()
+    get = result["ops"]["get"]
+    assert get["count"] == 200 and get["errors"] == {"server": 200}
+    assert result["cluster"]["moved"] == 200 * 6  # five hops followed, the sixth refused
+    assert any("redirected more than 5 times" in m for m in result["errors_sample"])

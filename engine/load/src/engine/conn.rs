@@ -32,7 +32,13 @@ pub(super) struct Pending {
     pub(super) key: u64,
     pub(super) size: u32,
     pub(super) flags: u8,
+    /// How many times it was redirected (at most `MAX_HOPS` before it counts as an error).
+    pub(super) hops: u8,
 }
+
+/// Redirects one request may follow, as redis-py allows about as many: nodes that disagree
+/// for longer (a slot ping-ponged between two maps) must cost an error, not a loop.
+pub(super) const MAX_HOPS: u8 = 5;
 
 /// A request sent again after a redirect: its times are the first send's.
 pub(super) const P_RESENT: u8 = 1;

@@ -328,6 +328,7 @@ mod tests {
             key: 0,
             size: 0,
             flags: 0,
+            hops: 0,
         }
     }
 

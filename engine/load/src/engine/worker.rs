@@ -2,7 +2,9 @@
 //! schedules, prefill), what happens to a reply or a broken connection, timeouts, and the
 //! loop that drives one phase over the thread's I/O backend (`uring.rs`, or `epoll.rs`).
 
-use super::conn::{connect, Client, Completion, Pending, Sock, P_ASKING, P_COUNTER, P_RESENT};
+use super::conn::{
+    connect, Client, Completion, Pending, Sock, MAX_HOPS, P_ASKING, P_COUNTER, P_RESENT,
+};
 use super::epoll::Epoll;
 use super::record::{
     complete, record_error, Recorder, E_CONNECTION, E_PROTOCOL, E_SERVER, E_TIMEOUT, INTERNAL,
@@ -97,6 +99,9 @@ impl Worker<'_> {
         let n = s.inflight.len();
         let mut first = true;
         while let Some(p) = s.inflight.pop_front() {
+            if p.flags & P_ASKING != 0 {
+                continue; // not an op: the request behind it gets the error
+            }
             // The request whose reply broke the stream gets the stream's error; the others
             // were lost with the connection.
             let k = if first || kind == E_TIMEOUT {
@@ -491,6 +496,7 @@ impl Worker<'_> {
                     key: self.keys[0],
                     size: size as u32,
                     flags: 0,
+                    hops: 0,
                 };
                 record_error(&mut self.rec, plan, &p, E_CONNECTION, self.shared.now());
                 if let Some(m) = m {
@@ -523,6 +529,7 @@ impl Worker<'_> {
             key: self.keys[0],
             size: size as u32,
             flags: if counter { P_COUNTER } else { 0 },
+            hops: 0,
         });
         s.unstamped += 1;
         self.clients[c].inflight += 1;
@@ -586,6 +593,14 @@ impl Worker<'_> {
                 });
                 continue;
             };
+            p.hops += 1;
+            if p.hops > MAX_HOPS {
+                record_error(&mut self.rec, plan, &p, E_SERVER, now);
+                self.rec.sample(|| {
+                    format!("slot {slot}: redirected more than {MAX_HOPS} times (nodes disagree)")
+                });
+                continue;
+            }
             if !ask {
                 self.slots[slot as usize] = server as u16;
             }
