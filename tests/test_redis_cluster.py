@@ -258,6 +258,11 @@ def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
     bad = cachemark("run", "-t", "spawn:redis-cluster?nodes=99", "--ops", "10", cwd=tmp_path)
     assert bad.returncode == 2 and "nodes='99' must be a number from 1 to 16" in bad.stderr + bad.stdout
     assert "Traceback" not in bad.stderr
+    proxied = cachemark("run", "-t", "redis+cluster://127.0.0.1:1", "--network", "lan", "--ops", "10", cwd=tmp_path)
+    assert proxied.returncode == 2 and "cannot stand in front of a Redis Cluster" in proxied.stderr + proxied.stdout
+    down = cachemark("run", "-t", "redis+cluster://127.0.0.1:1?client=engine", "--ops", "10", cwd=tmp_path)
+    assert down.returncode == 2 and "Connection refused" in down.stderr + down.stdout
+    assert "Traceback" not in proxied.stderr + down.stderr
 
 
 def test_replicas_follow_their_primaries_and_serve_reads_when_asked(spawn):
