@@ -68,6 +68,14 @@ def redis_server_auth() -> Iterator[LocalServer]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster_server() -> Iterator[LocalServer]:
+    """A Redis Cluster of three primaries (``spawn:redis-cluster?nodes=3``)."""
+    server = start_server("redis-cluster", nodes=3)
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def spawn() -> Iterator[Callable[..., LocalServer]]:
     """``spawn(kind, **options)``: a private server for one test, stopped after it."""

@@ -68,6 +68,7 @@ CASES: dict[str, UrlFactory] = {
     "sqlite": lambda _, d: f"sqlite://{d}/cache.db",
     "redis-hiredis": _redis("?hiredis=true"),
     "redis-python-parser": _redis("?hiredis=false"),
+    "redis-cluster": _lab("redis_cluster_server"),
     "memcached-pymemcache": _memcached("?client=pymemcache"),
     "memcached-pylibmc": _memcached("?client=pylibmc"),
     "memcached-pymemcache-2servers": _memcached("?client=pymemcache", servers=2),

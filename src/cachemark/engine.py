@@ -100,7 +100,8 @@ def target_config(target: str | Target) -> dict[str, Any]:
 
     ``redis://[user:pass@]host:port[/db][?protocol=resp3]``,
     ``memcached://[user:pass@]h1:11211,h2:11211[?protocol=meta|binary]`` (credentials: SASL PLAIN over the
-    binary protocol, which is then the default, as with ``binary=1``) and their Unix-socket forms
+    binary protocol, which is then the default, as with ``binary=1``), ``redis+cluster://seed1:7000,seed2:7001``
+    (``cluster``: keys are routed by hash slot over the primaries the seeds name) and their Unix-socket forms
     (``redis+unix:///path.sock?db=N``: the engine's server is then ``unix:/path.sock``;
     ``redis+sentinel://s1,s2/mymaster/0``: the primary the Sentinels name now, asked once, here); ``rediss://``
     and ``memcached://…?tls=1`` add a ``tls`` section (:func:`tls_config`);
@@ -126,8 +127,12 @@ def target_config(target: str | Target) -> dict[str, Any]:
             cfg["db"] = int(db)
         cfg["username"] = t.username
         cfg["password"] = t.password
-        if len(t.hosts) > 1:
-            raise SpecError(f"{t.redacted}: the engine takes one Redis server (no cluster mode)")
+        if row.cluster:
+            cfg["cluster"] = True  # the hosts are seeds: the engine asks one for the slot map
+            if cfg.pop("db", 0):
+                raise SpecError(f"{t.redacted}: a Redis Cluster has database 0 only")
+        elif len(t.hosts) > 1:
+            raise SpecError(f"{t.redacted}: the engine takes one Redis server (a cluster's seeds: redis+cluster://)")
     elif family == "memcache":
         sasl = t.username is not None or t.password is not None
         proto = (t.param("protocol") or ("binary" if sasl or t.bool_param("binary") else "text")).lower()
@@ -146,7 +151,7 @@ def target_config(target: str | Target) -> dict[str, Any]:
             cfg["password"] = t.password
     else:
         raise SpecError(f"{t.redacted}: the native engine speaks redis:// and memcached:// only")
-    default_port = row.default_port
+    default_port = row.default_port or (6379 if family == "resp" else None)
     hosts = t.hosts or (("127.0.0.1", None),)
     if row.unix:
         cfg["servers"] = [f"unix:{unix_socket(t)}"]

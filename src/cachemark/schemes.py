@@ -40,7 +40,7 @@ class Scheme:
     params: frozenset[str] = frozenset()  # URL parameters it takes (besides COMMON_PARAMS)
     default_port: int | None = None  # a network scheme: the port when the URL gives none (and proxyable)
     proxy_param: str | None = None  # a network service reached through a URL parameter (s3: endpoint_url)
-    stats: str | None = None  # where server figures come from: redis | memcached | postgres | mysql
+    stats: str | None = None  # where server figures come from: redis | redis-cluster | memcached | postgres | mysql
     engine: str | None = None  # the native engine's protocol family: resp | memcache
     embedded: str | None = None  # a local store: "" (a directory) or a file name a temp dir gets
     nested: tuple[str, ...] = ()  # parameters that are target URLs themselves
@@ -53,6 +53,8 @@ class Scheme:
     stores: bool = True  # False: keeps nothing by design (null://), so the dropped-writes probe skips it
     # survives a restart of the cache: True, False, or None when its configuration decides (Redis: RDB/AOF)
     persistent: bool | None = None
+    # a Redis Cluster: the URL's hosts are seeds, keys go to the node owning their hash slot
+    cluster: bool = False
     # ``client=`` values naming a driver in another stack (run/driver.py), for schemes without a client choice
     drivers: frozenset[str] = frozenset()
     # a target that fails over (Sentinel): the on-error policy waits at least this long before stopping a run
@@ -132,6 +134,14 @@ FAILOVER_GRACE = 60.0
 SENTINEL_PORT = 26379
 
 
+def _redis_cluster(name: str) -> Scheme:
+    # no default_port: a network profile's proxy cannot stand in front of a cluster, whose nodes hand out
+    # their own addresses (CLUSTER SLOTS, MOVED); its figures are every primary's INFO added up
+    return Scheme(name, "cachemark.backends.redis_cluster:RedisClusterBackend", "redis",
+                  (_REDIS - {"hiredis"}) | {"read_from_replicas"}, stats="redis-cluster",
+                  engine="resp", cluster=True, clients=("hiredis",))
+
+
 def _postgres(name: str) -> Scheme:
     return Scheme(name, "cachemark.backends.sql:PostgresBackend", "psycopg[binary]", _SQL, default_port=5432,
                   stats="postgres", persistent=True)
@@ -157,7 +167,7 @@ _SCHEMES = {s.name: s for s in (
     # redis-py's default port is 6379 for rediss:// too, so it is here: the proxy must agree with the client
     _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True),
     _redis_unix("redis+unix"), _redis_unix("valkey+unix"), _redis_sentinel("redis+sentinel"),
-    _redis_sentinel("valkey+sentinel"),
+    _redis_sentinel("valkey+sentinel"), _redis_cluster("redis+cluster"), _redis_cluster("valkey+cluster"),
     Scheme("memcached", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED,
            default_port=11211, stats="memcached", engine="memcache", clients=("pylibmc",), persistent=False),
     Scheme("memcached+unix", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED - _TLS - {"tls"},
@@ -174,6 +184,8 @@ _LAB = {k.name: k for k in (
     LabKind("redis", "cachemark.lab.redis:RedisServer", "redis",
             frozenset({"password", "maxmemory", "maxmemory_policy", "unix", "tls"})),
     LabKind("redis-sentinel", "cachemark.lab.sentinel:SentinelLab", "redis+sentinel", frozenset({"down_after_ms"})),
+    LabKind("redis-cluster", "cachemark.lab.redis_cluster:RedisClusterServer", "redis+cluster",
+            frozenset({"nodes", "replicas"})),
     LabKind("memcached", "cachemark.lab.memcached:MemcachedServer", "memcached",
             frozenset({"memory_mb", "threads", "max_connections", "max_item_size", "unix", "tls", "sasl"})),
     LabKind("postgresql", "cachemark.lab.postgres:PostgresServer", "postgresql"),

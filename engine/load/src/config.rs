@@ -158,6 +158,9 @@ pub struct Config {
     /// A recorded trace replayed instead of drawn ops (`crate::replay`).
     #[serde(default)]
     pub replay: Option<ReplayConfig>,
+    /// Redis Cluster: `servers` are seeds; the slot map they give decides where keys go.
+    #[serde(default)]
+    pub cluster: bool,
 }
 
 /// Where a prepared replay's arrays are (`crate::replay`).
@@ -288,7 +291,7 @@ impl ServerAddr {
 }
 
 /// Everything the load threads share, validated.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Plan {
     pub protocol: Protocol,
     pub servers: Vec<ServerAddr>,
@@ -329,6 +332,10 @@ pub struct Plan {
     pub uses_counters: bool,
     /// A recorded trace's scripts, one per logical client, sent instead of drawn ops.
     pub replay: Option<Arc<Replay>>,
+    /// Redis Cluster: `servers` are the seeds until the run asks one for the slot map
+    /// (`engine/topology.rs`); then the primaries, and `slots` the owner of every slot.
+    pub cluster: bool,
+    pub slots: Option<Arc<Vec<u16>>>,
 }
 
 fn parse_template(args: &[String], is_resp: bool) -> Result<Vec<Vec<Seg>>, String> {
@@ -384,16 +391,44 @@ impl Config {
         serde_json::from_str(text).map_err(|e| format!("engine config: {e}"))
     }
 
+    /// What cluster mode cannot do: every request must name one key the engine can route.
+    fn check_cluster(&self) -> Result<(), String> {
+        if !self.protocol.is_resp() {
+            return Err("engine config: \"cluster\" is for RESP (Redis Cluster) only".into());
+        }
+        if self.db != 0 {
+            return Err("engine config: a Redis Cluster has database 0 only".into());
+        }
+        if self.tls.is_some() {
+            return Err("engine config: cluster mode does not speak TLS yet".into());
+        }
+        if let Some(m) = self
+            .mix
+            .iter()
+            .find(|m| matches!(m.op.as_str(), "mget" | "template"))
+        {
+            return Err(format!(
+                "engine config: {:?} in cluster mode: its keys are not routed by hash slot \
+                 (use get, gets, set, delete, exists, incr, touch)",
+                m.op
+            ));
+        }
+        Ok(())
+    }
+
     pub fn plan(&self) -> Result<Plan, String> {
         let is_resp = self.protocol.is_resp();
         if self.servers.is_empty() {
             return Err("engine config: \"servers\" is empty".into());
         }
-        if is_resp && self.servers.len() > 1 {
+        if is_resp && self.servers.len() > 1 && !self.cluster {
             return Err(
-                "engine config: RESP targets take one server (cluster mode is not supported)"
+                "engine config: RESP targets take one server (or seeds, with \"cluster\": true)"
                     .into(),
             );
+        }
+        if self.cluster {
+            self.check_cluster()?;
         }
         let mut servers = Vec::new();
         for s in &self.servers {
@@ -664,6 +699,8 @@ impl Config {
             io: self.io,
             limits: Limits::for_values(max_value),
             replay,
+            cluster: self.cluster,
+            slots: None,
         })
     }
 }

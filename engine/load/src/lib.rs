@@ -1,6 +1,7 @@
 //! cachemark's native load engine (`cachemark-load`).
 //!
 //! * [`arrivals`] — open-loop schedules: fixed or Poisson gaps, and the ops a cut schedule missed
+//! * [`cluster`] — Redis Cluster: hash slots (CRC16, hash tags), `MOVED`/`ASK`, `CLUSTER SLOTS`
 //! * [`keyspace`] — keys, values (docs/contracts.md), PRNG, key distributions, server routing
 //! * [`proto`] — per protocol (RESP2/3, memcached text/meta): request encoders, the
 //!   connection handshake and bounded reply parsers
@@ -14,6 +15,7 @@
 //! * [`python`] — the PyO3 surface: `run_load` and `Histogram`
 
 pub mod arrivals;
+pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod hist;

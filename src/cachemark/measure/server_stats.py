@@ -204,6 +204,59 @@ class _RedisSource:
             self.client.close()
 
 
+class _RedisClusterSource:
+    """A Redis Cluster's figures: one :class:`_RedisSource` per primary (asked of the first
+    seed that answers ``CLUSTER SLOTS``), their samples added up — CPU, bytes, commands,
+    keys and clients are the cluster's. ``link`` is the sum too, so a reconnect to any node
+    still shows."""
+
+    kind = "redis"
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        parts = urlsplit(url)
+        auth, _, hosts = parts.netloc.rpartition("@")
+        auth = auth + "@" if auth else ""
+        tls = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.startswith("ssl_")])
+        self.lock = threading.Lock()
+        self.nodes: list[_RedisSource] = []
+        why: Exception | None = None
+        for seed in hosts.split(","):
+            try:
+                with redis.Redis.from_url(f"redis://{auth}{seed}", socket_timeout=5, socket_connect_timeout=5) as r:
+                    slots = r.execute_command("CLUSTER", "SLOTS")
+                break
+            except Exception as exc:  # noqa: BLE001 - the next seed may answer
+                why = exc
+        else:
+            raise why or ValueError("no seed")
+        primaries = dict.fromkeys(_address(entry[2]) for entry in slots)
+        try:
+            for address in primaries:
+                self.nodes.append(_RedisSource(f"redis://{auth}{address}/0" + (f"?{tls}" if tls else "")))
+        except Exception:
+            self.close()
+            raise
+
+    def read(self) -> dict[str, Any]:
+        total: dict[str, Any] = {}
+        for node in self.nodes:
+            for key, value in node.read().items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+
+def _address(node: list[Any]) -> str:
+    """``host:port`` of a ``CLUSTER SLOTS`` node entry (``[host, port, id, …]``)."""
+    host = node[0].decode() if isinstance(node[0], bytes) else str(node[0])
+    return f"[{host}]:{node[1]}" if ":" in host else f"{host}:{node[1]}"
+
+
 def _redis_keys(info: dict[str, str]) -> int:
     total = 0
     for key, value in info.items():
@@ -401,10 +454,11 @@ class _MysqlSource:
             self.conn.close()
 
 
-Source = _RedisSource | _MemcachedSource | _PostgresSource | _MysqlSource
+Source = _RedisSource | _RedisClusterSource | _MemcachedSource | _PostgresSource | _MysqlSource
 
 
-_SOURCES: dict[str, type[Source]] = {"redis": _RedisSource, "memcached": _MemcachedSource,
+_SOURCES: dict[str, type[Source]] = {"redis": _RedisSource, "redis-cluster": _RedisClusterSource,
+                                      "memcached": _MemcachedSource,
                                       "postgres": _PostgresSource, "mysql": _MysqlSource}
 
 

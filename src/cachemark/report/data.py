@@ -115,10 +115,14 @@ def fmt_value(value: Any, digits: int = 4) -> str:
 def load_notes(document: dict[str, Any]) -> list[str]:
     """What the load itself could not do, per run and phase: ops of an open-loop schedule
     that fell due but were never sent (the client fell behind its rate), which the latency
-    figures cannot show, since they cover only the ops that were sent."""
+    figures cannot show, since they cover only the ops that were sent. And, for a Redis
+    Cluster on the engine, the redirects its nodes answered (a slot map that changed under
+    the load costs those ops a second round trip)."""
     notes = []
     for run in document.get("runs", []):
         for phase in run.get("phases", []):
+            if cluster := phase.get("cluster"):
+                notes.append(f"{run_name(run)}: {phase.get('name', 'main')}: {cluster_note(cluster)}")
             missed = phase.get("missed") or 0
             if missed > 0:
                 sent = sum(op.get("count", 0) for name, op in phase.get("ops", {}).items() if name not in PSEUDO_OPS)
@@ -149,6 +153,16 @@ def proxy_overhead_note(document: dict[str, Any]) -> str | None:
     return (f"network proxy: adds {max(p50, 0):.0f} µs p50{tail} per round trip on its own (measured in this "
             f"experiment with no delay configured); every proxied figure includes it — subtract it per round "
             f"trip to compare with a real network.")
+
+
+def cluster_note(cluster: dict[str, Any]) -> str:
+    """``cluster: 3 primaries, 12 MOVED, 4 ASK (the slot map changed during the run: …)``."""
+    moved, ask = cluster.get("moved", 0), cluster.get("ask", 0)
+    text = f"cluster: {cluster.get('primaries', 0)} primaries, {moved:,} MOVED, {ask:,} ASK"
+    if moved or ask:
+        text += (" (slots moved during the run — resharding or a failover; each redirected op "
+                 "includes its second round trip)")
+    return text
 
 
 def fmt_percent(pct: float) -> str:

@@ -162,6 +162,8 @@ class Phase(_Record):
     timeseries: list[TimeseriesEntry] | None = None
     server: ServerFigures | None = None
     write_outages: list[WriteOutage] | None = None  # absent when no write failed
+    # Redis Cluster on the engine: primaries, and the MOVED / ASK redirects its nodes answered
+    cluster: dict[str, Count] | None = None
 
 
 class ServerRecord(_Record):

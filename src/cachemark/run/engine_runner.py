@@ -160,7 +160,8 @@ def _our_ops(phase: Phase, workload: Workload, result: dict[str, Any]) -> dict[s
 
 
 def _phase_record(phase: Phase, config: dict[str, Any], result: dict[str, Any], ops: dict[str, Any]) -> dict[str, Any]:
-    return {
+    cluster = {"cluster": result["cluster"]} if result.get("cluster") else {}
+    return cluster | {
         "name": phase.name,
         "mode": config["mode"],
         "rate": phase.rate,

@@ -50,6 +50,9 @@ def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -
         proxy = stack.enter_context(start_proxy(parts.hostname or "127.0.0.1", parts.port or 80, profile))
         new_endpoint = f"{parts.scheme}://{proxy.host}:{proxy.port}{parts.path}"
         return with_params(target, {**target.params, row.proxy_param: new_endpoint}), [proxy]
+    if row.cluster:
+        raise SpecError(f"{target.redacted}: a network profile's proxy cannot stand in front of a Redis Cluster "
+                        "(its nodes give clients their own addresses: CLUSTER SLOTS, MOVED); drop --network")
     if row.default_port is None:
         raise SpecError(
             f"{target.redacted}: network profiles apply to network targets "

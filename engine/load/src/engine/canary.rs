@@ -5,6 +5,7 @@
 
 use super::conn::{connect, read_some};
 use super::stream::Stream;
+use crate::cluster::{key_slot, UNOWNED};
 use crate::config::{OpPlan, Plan};
 use crate::keyspace::{route, verify_value, Rng};
 use crate::outbuf::OutBuf;
@@ -46,8 +47,14 @@ fn request<'a>(
 }
 
 /// Writes, reads back and deletes a few canary keys (`prefix + "verify:" + n`,
-/// untimed) and counts the ones the server silently dropped (`dropped_write`).
-pub(super) fn canaries(plan: &Plan, n: usize, rng: &mut Rng) -> (u64, Vec<String>) {
+/// untimed) and counts the ones the server silently dropped (`dropped_write`). A cluster's
+/// canaries go where `slots` (a load thread's map at its end) says their slots live.
+pub(super) fn canaries(
+    plan: &Plan,
+    n: usize,
+    rng: &mut Rng,
+    slots: Option<&[u16]>,
+) -> (u64, Vec<String>) {
     let mut dropped = 0;
     let mut msgs = Vec::new();
     let timeout = Duration::from_nanos(plan.timeout_ns);
@@ -64,7 +71,13 @@ pub(super) fn canaries(plan: &Plan, n: usize, rng: &mut Rng) -> (u64, Vec<String
     for i in 0..n as u64 {
         key_bytes(&mut kb, &prefix, Kind::Get, i);
         let key = kb.clone();
-        let server = route(&key, plan.servers.len());
+        let server = match slots {
+            Some(map) if plan.cluster => match map[key_slot(&key) as usize] {
+                UNOWNED => 0,
+                owner => owner as usize,
+            },
+            _ => route(&key, plan.servers.len()),
+        };
         if conns[server].is_none() {
             match connect(plan, server, timeout) {
                 Ok(s) => {

@@ -27,7 +27,25 @@ pub(super) struct Pending {
     pub(super) verify_key: u64,
     /// Payload bytes (keys + values) it carries.
     pub(super) bytes_out: u32,
+    /// Redis Cluster: what a redirected request is sent again with (its key and value
+    /// size), and `P_*` flags.
+    pub(super) key: u64,
+    pub(super) size: u32,
+    pub(super) flags: u8,
+    /// How many times it was redirected (at most `MAX_HOPS` before it counts as an error).
+    pub(super) hops: u8,
 }
+
+/// Redirects one request may follow, as redis-py allows about as many: nodes that disagree
+/// for longer (a slot ping-ponged between two maps) must cost an error, not a loop.
+pub(super) const MAX_HOPS: u8 = 5;
+
+/// A request sent again after a redirect: its times are the first send's.
+pub(super) const P_RESENT: u8 = 1;
+/// `ASKING` before a request sent to a slot's importing node: its reply is not an op's.
+pub(super) const P_ASKING: u8 = 2;
+/// A prefill counter (`SET n:i 0`), not a value.
+pub(super) const P_COUNTER: u8 = 4;
 
 /// One connection of a client to one server: its buffers, the requests in flight on it,
 /// and what each I/O backend keeps per socket.

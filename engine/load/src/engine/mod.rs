@@ -32,6 +32,7 @@
 //! * `stream.rs` — a connection's stream: TCP or a Unix domain socket
 //! * `record.rs` — counters, histograms, error samples, the merge of threads' results
 //! * `canary.rs` — dropped-write canaries after the timed phase
+//! * `topology.rs` — Redis Cluster: the slot map asked of a seed before anything connects
 //!
 //! Encoding, handshakes and parsing live in [`crate::proto`].
 
@@ -41,6 +42,7 @@ mod epoll;
 mod record;
 mod run;
 mod stream;
+mod topology;
 mod uring;
 mod worker;
 

@@ -139,6 +139,11 @@ pub(super) struct Recorder {
     /// error would cost the measured path).
     pub(super) last: Option<String>,
     pub(super) want_last: bool,
+    /// Redis Cluster: redirections answered (`MOVED`, `ASK`), and the thread's slot map
+    /// at its end (the canaries route by it).
+    pub(super) moved: u64,
+    pub(super) ask: u64,
+    pub(super) slots: Vec<u16>,
 }
 
 impl Recorder {
@@ -277,6 +282,8 @@ impl Recorder {
         self.wire_out += r.wire_out;
         self.prefill_errors += r.prefill_errors;
         self.missed += r.missed;
+        self.moved += r.moved;
+        self.ask += r.ask;
         self.last_done = self.last_done.max(r.last_done);
         for s in &r.samples {
             if self.samples.len() < 2 * MAX_SAMPLES && !self.samples.contains(s) {
@@ -318,6 +325,10 @@ mod tests {
             sent: 1_500,
             verify_key: NO_KEY,
             bytes_out: 10,
+            key: 0,
+            size: 0,
+            flags: 0,
+            hops: 0,
         }
     }
 

@@ -7,7 +7,7 @@ use super::canary::{canaries, canary_count};
 use super::conn::connect;
 use super::record::{Recorder, E_DROPPED};
 use super::stream::Stream;
-use super::worker;
+use super::{topology, worker};
 use crate::config::{IoBackend, Plan};
 use crate::keyspace::Rng;
 use crate::proto::Kind;
@@ -119,6 +119,14 @@ impl Control<'_> {
 /// With `on_error: "stop"` the run also stops once every op of the last `error_grace_s`
 /// failed; the result then says why in `stopped_on_errors`.
 pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunError> {
+    // Redis Cluster: the seeds give way to the primaries of the slot map.
+    let resolved;
+    let plan = if plan.cluster {
+        resolved = topology::resolve(plan)?;
+        &resolved
+    } else {
+        plan
+    };
     let shared = Shared::new();
     let timeout = Duration::from_nanos(plan.timeout_ns);
     if plan.io == IoBackend::Uring {
@@ -206,7 +214,8 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         // Not after a stop: a dead server would only make every canary wait for its timeout.
         if n > 0 && !control.interrupted && control.stopped_on_errors.is_none() {
             let mut rng = Rng::new(plan.seed ^ 0xC0FFEE);
-            let (dropped, msgs) = canaries(plan, n, &mut rng);
+            let slots = recs.iter().map(|r| &r.slots).find(|s| !s.is_empty());
+            let (dropped, msgs) = canaries(plan, n, &mut rng, slots.map(|s| s.as_slice()));
             total.ops[si].errors[E_DROPPED] += dropped;
             total.ops[si].count += dropped;
             for m in msgs.into_iter().take(3) {
@@ -229,6 +238,11 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         "stopped_on_errors": control.stopped_on_errors,
         "missed": total.missed,
         "prefill_errors": total.prefill_errors,
+        "cluster": if plan.cluster {
+            json!({"primaries": plan.servers.len(), "moved": total.moved, "ask": total.ask})
+        } else {
+            Value::Null
+        },
         "errors_sample": total.samples,
     }))
 }

@@ -2,19 +2,25 @@
 //! schedules, prefill), what happens to a reply or a broken connection, timeouts, and the
 //! loop that drives one phase over the thread's I/O backend (`uring.rs`, or `epoll.rs`).
 
-use super::conn::{connect, Client, Completion, Pending, Sock};
+use super::conn::{
+    connect, Client, Completion, Pending, Sock, MAX_HOPS, P_ASKING, P_COUNTER, P_RESENT,
+};
 use super::epoll::Epoll;
 use super::record::{
-    complete, record_error, Recorder, E_CONNECTION, E_PROTOCOL, E_TIMEOUT, INTERNAL, NO_KEY,
+    complete, record_error, Recorder, E_CONNECTION, E_PROTOCOL, E_SERVER, E_TIMEOUT, INTERNAL,
+    NO_KEY,
 };
 use super::run::Shared;
 use super::stream::Stream;
 use super::uring::Uring;
 use crate::arrivals::Arrivals;
+use crate::cluster::{key_slot, parse_redirect, UNOWNED};
 use crate::config::{Arrival, IoBackend, Plan};
 use crate::keyspace::{route, KeyPicker, Rng};
 use crate::proto::request::PREFILL_SET;
-use crate::proto::{self, encode, encode_counter, key_bytes, printable, Kind, Parse, Request};
+use crate::proto::{
+    self, encode, encode_counter, key_bytes, printable, Kind, Outcome, Parse, Request,
+};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -65,6 +71,10 @@ struct Worker<'a> {
     /// Closed loop: a client's op failed at once (connection down); it tries again on the
     /// next pass of the loop, without sleeping.
     retry_soon: bool,
+    /// Redis Cluster: this thread's slot map (slot → server), corrected by `MOVED`, and
+    /// the redirected requests of the reply being read: (request, ASK?, slot, new server).
+    slots: Vec<u16>,
+    redirected: Vec<(Pending, bool, u16, Option<usize>)>,
 }
 
 impl Worker<'_> {
@@ -89,6 +99,9 @@ impl Worker<'_> {
         let n = s.inflight.len();
         let mut first = true;
         while let Some(p) = s.inflight.pop_front() {
+            if p.flags & P_ASKING != 0 {
+                continue; // not an op: the request behind it gets the error
+            }
             // The request whose reply broke the stream gets the stream's error; the others
             // were lost with the connection.
             let k = if first || kind == E_TIMEOUT {
@@ -133,6 +146,9 @@ impl Worker<'_> {
         if s.unstamped > 0 {
             let len = s.inflight.len();
             for p in s.inflight.range_mut(len - s.unstamped..) {
+                if p.flags & P_RESENT != 0 {
+                    continue; // a redirect's latency counts from the first send
+                }
                 p.sent = now;
                 if !self.plan.open {
                     p.intended = now;
@@ -252,7 +268,35 @@ impl Worker<'_> {
                     break; // a reply cannot precede its request's write
                 }
                 let avail = &s.rbuf[s.rpos..];
-                match proto::parse(plan.protocol, avail, p.kind, &plan.limits) {
+                let kind = if p.flags & P_ASKING != 0 {
+                    Kind::Setup
+                } else {
+                    p.kind
+                };
+                match proto::parse(plan.protocol, avail, kind, &plan.limits) {
+                    Parse::Done(r) if plan.cluster && p.flags & P_ASKING != 0 => {
+                        // ASKING's own +OK (an error would show in the request behind it)
+                        s.rpos += r.consumed;
+                        s.inflight.pop_front();
+                        done += 1;
+                        s.need = 0;
+                    }
+                    Parse::Done(r)
+                        if plan.cluster
+                            && r.outcome == Outcome::ServerError
+                            && r.message
+                                .as_ref()
+                                .is_some_and(|m| parse_redirect(&avail[m.clone()]).is_some()) =>
+                    {
+                        let m = r.message.clone().expect("checked above");
+                        let to = parse_redirect(&avail[m]).expect("checked above");
+                        let server = plan.server_names.iter().position(|n| n == to.addr);
+                        self.redirected.push((p, to.ask, to.slot, server));
+                        s.rpos += r.consumed;
+                        s.inflight.pop_front();
+                        done += 1;
+                        s.need = 0;
+                    }
                     Parse::Done(r) => {
                         let value = r.value.clone().map(|v| &avail[v]);
                         complete(&mut self.rec, plan, &p, &r, value, avail, now);
@@ -286,6 +330,9 @@ impl Worker<'_> {
         if let Some(m) = bad {
             let name = &plan.server_names[server];
             self.fail_sock(si, E_PROTOCOL, format!("{name}: protocol error: {m}"), now);
+        }
+        if !self.redirected.is_empty() {
+            self.follow_redirects(c, now);
         }
         if done > 0 || was_bad {
             self.top_up(c, now);
@@ -446,6 +493,10 @@ impl Worker<'_> {
                     sent: now,
                     verify_key: NO_KEY,
                     bytes_out: 0,
+                    key: self.keys[0],
+                    size: size as u32,
+                    flags: 0,
+                    hops: 0,
                 };
                 record_error(&mut self.rec, plan, &p, E_CONNECTION, self.shared.now());
                 if let Some(m) = m {
@@ -463,35 +514,10 @@ impl Worker<'_> {
         } else {
             NO_KEY
         };
-        let s = &mut self.socks[si];
-        let bytes = if op_idx == INTERNAL && kind == Kind::Incr {
-            // Counters start at "0" so memcached's incr finds them.
-            key_bytes(&mut self.kb, &plan.prefix, Kind::Incr, self.keys[0]);
-            encode_counter(plan.protocol, &mut s.wbuf, &self.kb);
-            0
-        } else {
-            let op = if op_idx == INTERNAL {
-                &PREFILL_SET
-            } else {
-                &plan.ops[op_idx as usize]
-            };
-            let req = Request {
-                op,
-                prefix: &plan.prefix,
-                keys: &self.keys,
-                size,
-                ttl: plan.ttl_s,
-                filler: &plan.filler,
-            };
-            encode(
-                plan.protocol,
-                &mut s.wbuf,
-                &req,
-                &mut self.kb,
-                &mut self.tmp,
-            )
-        };
+        let counter = op_idx == INTERNAL && kind == Kind::Incr;
+        let bytes = self.encode_request(si, op_idx, counter, size);
         let kind = if op_idx == INTERNAL { Kind::Set } else { kind };
+        let s = &mut self.socks[si];
         s.inflight.push_back(Pending {
             op: op_idx,
             kind,
@@ -500,12 +526,122 @@ impl Worker<'_> {
             sent: now,
             verify_key,
             bytes_out: bytes as u32,
+            key: self.keys[0],
+            size: size as u32,
+            flags: if counter { P_COUNTER } else { 0 },
+            hops: 0,
         });
         s.unstamped += 1;
         self.clients[c].inflight += 1;
         self.inflight_total += 1;
         self.after_issue(c, timed);
         Issue::Queued
+    }
+
+    /// Encodes the request for `self.keys` into socket `si`'s write buffer; returns the
+    /// payload bytes it carries.
+    fn encode_request(&mut self, si: usize, op_idx: u16, counter: bool, size: usize) -> usize {
+        let plan = self.plan;
+        let s = &mut self.socks[si];
+        if counter {
+            // Counters start at "0" so memcached's incr finds them.
+            key_bytes(&mut self.kb, &plan.prefix, Kind::Incr, self.keys[0]);
+            encode_counter(plan.protocol, &mut s.wbuf, &self.kb);
+            return 0;
+        }
+        let op = if op_idx == INTERNAL {
+            &PREFILL_SET
+        } else {
+            &plan.ops[op_idx as usize]
+        };
+        let req = Request {
+            op,
+            prefix: &plan.prefix,
+            keys: &self.keys,
+            size,
+            ttl: plan.ttl_s,
+            filler: &plan.filler,
+        };
+        encode(
+            plan.protocol,
+            &mut s.wbuf,
+            &req,
+            &mut self.kb,
+            &mut self.tmp,
+        )
+    }
+
+    /// Redis Cluster: sends the requests a node redirected to the node named, on client
+    /// `c`'s socket there. `MOVED` first corrects this thread's slot map; `ASK` goes once,
+    /// behind `ASKING`, and leaves the map alone (the slot is being migrated). A request
+    /// keeps its first send's times, so its latency includes the detour. A node that is
+    /// not one of the run's primaries (one added, or a replica promoted, after the start)
+    /// is a `server` error.
+    fn follow_redirects(&mut self, c: usize, now: u64) {
+        let plan = self.plan;
+        let redirected = std::mem::take(&mut self.redirected);
+        for &(mut p, ask, slot, server) in &redirected {
+            if ask {
+                self.rec.ask += 1;
+            } else {
+                self.rec.moved += 1;
+            }
+            let Some(server) = server else {
+                record_error(&mut self.rec, plan, &p, E_SERVER, now);
+                self.rec.sample(|| {
+                    format!("slot {slot} redirected to a node that was not a primary at the start")
+                });
+                continue;
+            };
+            p.hops += 1;
+            if p.hops > MAX_HOPS {
+                record_error(&mut self.rec, plan, &p, E_SERVER, now);
+                self.rec.sample(|| {
+                    format!("slot {slot}: redirected more than {MAX_HOPS} times (nodes disagree)")
+                });
+                continue;
+            }
+            if !ask {
+                self.slots[slot as usize] = server as u16;
+            }
+            let si = self.clients[c].socks[server];
+            if self.socks[si].fd < 0 {
+                if let Err(m) = self.reconnect(si, now) {
+                    record_error(&mut self.rec, plan, &p, E_CONNECTION, self.shared.now());
+                    if let Some(m) = m {
+                        self.rec.sample(|| m);
+                    }
+                    continue;
+                }
+            }
+            let mut queued = 1;
+            if ask {
+                let s = &mut self.socks[si];
+                s.wbuf.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
+                s.inflight.push_back(Pending {
+                    op: INTERNAL,
+                    kind: Kind::Setup,
+                    timed: false,
+                    flags: P_ASKING | P_RESENT,
+                    bytes_out: 0,
+                    verify_key: NO_KEY,
+                    ..p
+                });
+                queued += 1;
+            }
+            self.keys.clear();
+            self.keys.push(p.key);
+            self.encode_request(si, p.op, p.flags & P_COUNTER != 0, p.size as usize);
+            p.flags |= P_RESENT;
+            let s = &mut self.socks[si];
+            s.inflight.push_back(p);
+            s.unstamped += queued;
+            self.clients[c].inflight += queued;
+            self.inflight_total += queued;
+            self.flush(si);
+        }
+        self.redirected = redirected;
+        self.redirected.clear();
     }
 
     /// Reconnects a broken socket; `Err(Some(why))` when that failed, `Err(None)` when an
@@ -561,6 +697,10 @@ impl Worker<'_> {
             return 0;
         }
         key_bytes(&mut self.kb, &self.plan.prefix, kind, key);
+        if self.plan.cluster {
+            let owner = self.slots[key_slot(&self.kb) as usize];
+            return if owner == UNOWNED { 0 } else { owner as usize };
+        }
         route(&self.kb, self.plan.servers.len())
     }
 
@@ -758,6 +898,8 @@ pub(super) fn run(
         inflight_total: 0,
         uring: None,
         retry_soon: false,
+        slots: plan.slots.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
+        redirected: Vec::new(),
     };
     if plan.io != IoBackend::Epoll && plan.tls.is_none() {
         // `run` probed io_uring already; a later failure here (e.g. memory limits) falls
@@ -823,5 +965,6 @@ pub(super) fn run(
     }
     w.event_loop();
     w.uring_teardown();
+    w.rec.slots = std::mem::take(&mut w.slots);
     w.rec
 }

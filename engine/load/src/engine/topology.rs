@@ -1,0 +1,104 @@
+//! Redis Cluster, the connecting part: before a cluster run connects its clients, one seed
+//! is asked for `CLUSTER SLOTS` (blocking, over a connection with the usual handshake) and
+//! the plan is rewritten to the primaries it names, with the owner of every hash slot.
+//! Seeds are tried in order; the run is unavailable only when none answers.
+
+use super::conn::{connect, read_some};
+use super::run::RunError;
+use crate::cluster::{parse_slots, SLOTS, UNOWNED};
+use crate::config::{Plan, ServerAddr};
+use crate::proto::{self, Kind, Parse};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest `CLUSTER SLOTS` reply read (a cluster of hundreds of nodes fits easily).
+const MAX_REPLY: usize = 8 << 20;
+
+/// The plan with the cluster's primaries as its servers and their slots.
+pub(super) fn resolve(plan: &Plan) -> Result<Plan, RunError> {
+    let timeout = Duration::from_nanos(plan.timeout_ns.min(5_000_000_000));
+    let mut why = Vec::new();
+    for seed in 0..plan.servers.len() {
+        match ask_seed(plan, seed, timeout) {
+            Ok(p) => return Ok(p),
+            Err(RunError::Spec(m)) => return Err(RunError::Spec(m)),
+            Err(RunError::Unavailable(m)) => why.push(m),
+        }
+    }
+    Err(RunError::Unavailable(format!(
+        "no cluster seed gave its slot map: {}",
+        why.join("; ")
+    )))
+}
+
+fn ask_seed(plan: &Plan, seed: usize, timeout: Duration) -> Result<Plan, RunError> {
+    let name = &plan.server_names[seed];
+    let mut s = connect(plan, seed, timeout).map_err(RunError::Unavailable)?;
+    s.set_nonblocking(false)
+        .map_err(|e| RunError::Unavailable(e.to_string()))?;
+    s.write_all(b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n")
+        .map_err(|e| RunError::Unavailable(format!("{name}: cannot send CLUSTER SLOTS: {e}")))?;
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let limits = proto::Limits::for_values(MAX_REPLY);
+    let consumed = loop {
+        match proto::parse(plan.protocol, &buf, Kind::Setup, &limits) {
+            Parse::Done(r) => break r.consumed,
+            Parse::Need(_) if buf.len() < MAX_REPLY => {
+                let n = read_some(&mut s, &mut chunk).map_err(|e| {
+                    RunError::Unavailable(format!("{name}: no reply to CLUSTER SLOTS: {e}"))
+                })?;
+                if n == 0 {
+                    return Err(RunError::Unavailable(format!(
+                        "{name}: connection closed during CLUSTER SLOTS"
+                    )));
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            Parse::Need(_) => {
+                return Err(RunError::Unavailable(format!(
+                    "{name}: CLUSTER SLOTS reply larger than {MAX_REPLY} bytes"
+                )))
+            }
+            Parse::Bad(m) => {
+                return Err(RunError::Unavailable(format!(
+                    "{name}: bad reply to CLUSTER SLOTS: {m}"
+                )))
+            }
+        }
+    };
+    let host = name
+        .rsplit_once(':')
+        .map_or(name.as_str(), |(h, _)| h)
+        .trim_matches(['[', ']']);
+    let ranges = parse_slots(&buf[..consumed], host)
+        .map_err(|m| RunError::Unavailable(format!("{name}: {m}")))?;
+    let mut names: Vec<String> = Vec::new();
+    let mut slots = vec![UNOWNED; SLOTS];
+    for r in &ranges {
+        let i = match names.iter().position(|n| *n == r.addr) {
+            Some(i) => i,
+            None => {
+                names.push(r.addr.clone());
+                names.len() - 1
+            }
+        };
+        slots[r.first as usize..=r.last as usize].fill(i as u16);
+    }
+    if names.is_empty() {
+        return Err(RunError::Unavailable(format!(
+            "{name}: the cluster serves no slots yet (CLUSTER SLOTS is empty)"
+        )));
+    }
+    let servers = names
+        .iter()
+        .map(|n| ServerAddr::parse(n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|m| RunError::Unavailable(format!("{name}: CLUSTER SLOTS: {m}")))?;
+    let mut out = plan.clone();
+    out.servers = servers;
+    out.server_names = names;
+    out.slots = Some(Arc::new(slots));
+    Ok(out)
+}

@@ -1,0 +1,372 @@
+"""Redis Cluster: the lab's ``spawn:redis-cluster``, redis-py's cluster client (``redis+cluster://``) and the
+engine's cluster mode, against real local clusters (redis-server with ``cluster-enabled yes``).
+
+Ground truth is the nodes' own counters (each primary's ``keyspace_hits``) and the exact hit and miss counts
+of the same seeded workload on a single redis-server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cachemark.errors import SpecError
+from cachemark.lab.redis_cluster import RedisClusterServer, command, slot_ranges
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import run_cli, start_server  # noqa: E402, F401 - run_cli: the cachemark fixture's
+from engine_helpers import need_io  # noqa: E402
+
+
+def _stat(node: object, name: str) -> int:
+    text = command(node, "INFO", "stats")
+    return int(next(line.split(":", 1)[1] for line in text.splitlines() if line.startswith(name + ":")))
+
+
+@pytest.fixture
+def cluster(redis_cluster_server) -> RedisClusterServer:
+    return redis_cluster_server
+
+
+def _counts(phase: dict) -> dict[str, tuple[int, int, int]]:
+    return {name: (op["count"], op.get("hits", 0), op.get("misses", 0)) for name, op in phase["ops"].items()}
+
+
+def test_lab_forms_a_cluster_of_three_primaries_and_removes_it(cluster):
+    assert cluster.url() == "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in cluster.primaries)
+    slots = command(cluster.primaries[1], "CLUSTER", "SLOTS")
+    owned = sorted((first, last, node[1]) for first, last, node, *_ in slots)
+    assert owned == [(a, b, n.port) for (a, b), n in zip(slot_ranges(3), cluster.primaries, strict=True)]
+    assert "cluster_state:ok" in command(cluster.primaries[2], "CLUSTER", "INFO")
+    # a private one, to see stop() end every process and remove every directory
+    other = start_server("redis-cluster", nodes=2)
+    dirs, procs = [n.tmpdir for n in other.nodes], [n.proc for n in other.nodes]
+    other.stop()
+    assert not any(os.path.exists(d) for d in dirs)
+    assert all(p is not None and p.poll() is not None for p in procs)
+
+
+@pytest.mark.parametrize("query", ["nodes=0", "nodes=17", "nodes=x", "replicas=3"])
+def test_lab_refuses_bad_sizes_in_one_line(query):
+    key, _, value = query.partition("=")
+    with pytest.raises(SpecError, match=f"spawn:redis-cluster: {key}="):
+        RedisClusterServer(**{key: value})
+
+
+def test_python_cluster_client_counts_what_a_single_redis_counts_and_spreads_keys(cluster, redis_server):
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    workload = Workload(keys=300, key_dist="uniform", mix="get=60,set=20,delete=10,get_many=5,set_many=5",
+                        ops=3000, duration=None, warmup=0, workers=1, seed=5)
+    before = [_stat(n, "keyspace_hits") for n in cluster.primaries]
+    on_cluster = run_target(cluster.url(), workload)
+    after = [_stat(n, "keyspace_hits") for n in cluster.primaries]
+    single = run_target(redis_server.url(), workload)
+    assert on_cluster.status == "ok", on_cluster.reason
+    phase = on_cluster.phases[0]
+    assert _counts(phase) == _counts(single.phases[0])
+    assert phase["ops"]["get"]["misses"] > 100 and not phase["ops"]["get"]["errors"]
+    # the server figures are every primary's INFO added up: each op is at least one command somewhere
+    server = phase["server"]
+    assert server["source"] == "redis" and not server["errors"] and server["server_commands"] >= 3000
+    hits = [b - a for a, b in zip(before, after, strict=True)]
+    assert all(h > 100 for h in hits), hits  # every primary served a share of the reads
+    assert sum(hits) >= phase["ops"]["get"]["hits"]
+    # cleanup left nothing of the run's namespace on any node
+    assert all(command(n, "DBSIZE") == 0 for n in cluster.primaries)
+
+
+def test_cluster_url_parameters_are_checked():
+    from cachemark.backends.redis_cluster import RedisClusterBackend
+    from cachemark.schemes import check_params
+    from cachemark.target import parse_target
+
+    with pytest.raises(SpecError, match="unknown parameter 'hiredis'"):
+        check_params(parse_target("redis+cluster://127.0.0.1:7000?hiredis=false"))
+    with pytest.raises(SpecError, match="unknown parameter 'bogus'"):
+        check_params(parse_target("spawn:redis-cluster?nodes=3&bogus=1"))
+    check_params(parse_target("spawn:redis-cluster?nodes=3&replicas=1&read_from_replicas=1"))
+    with pytest.raises(SpecError, match="database 0 only"):
+        RedisClusterBackend(parse_target("redis+cluster://127.0.0.1:7000/2"), "cm:x:")
+
+
+# --- the native engine's cluster mode (redis+cluster://…?client=engine) ---------------------------------------
+
+
+def _engine_config(cluster: RedisClusterServer, prefix: str, **extra: object) -> dict:
+    from cachemark.engine import target_config
+
+    return target_config(cluster.url() + "?client=engine") | {
+        "connections": 4, "pipeline": 4, "keys": {"count": 2000, "prefix": prefix, "dist": "uniform"},
+        "mix": [{"op": "get", "weight": 8}, {"op": "set", "weight": 1}, {"op": "delete", "weight": 1}],
+        "verify_fraction": 0.0, "seed": 3} | extra
+
+
+def _node_reads(cluster: RedisClusterServer) -> list[tuple[int, int]]:
+    return [(_stat(n, "keyspace_hits"), _stat(n, "keyspace_misses")) for n in cluster.primaries]
+
+
+def test_engine_sends_each_key_to_its_slot_owner(cluster, namespace):
+    from cachemark.engine import run_load
+
+    before = _node_reads(cluster)
+    result = run_load(_engine_config(cluster, namespace, ops=20000))
+    after = _node_reads(cluster)
+    get = result["ops"]["get"]
+    assert result["cluster"] == {"primaries": 3, "moved": 0, "ask": 0}
+    assert result["connections"] == 4 * 3  # one socket per client and primary
+    assert not get["errors"] and get["misses"] > 1000
+    served = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(before, after, strict=True)]
+    # the nodes' own counters: every read landed on the node that owns its key (a wrong node
+    # would have answered MOVED, counted by neither), and every node had its share
+    assert sum(h for h, _ in served) == get["hits"] and sum(m for _, m in served) == get["misses"]
+    assert all(h > 1000 for h, _ in served), served
+    assert _clear(cluster, namespace) > 1000  # what the run left, removed from every node
+
+
+def _clear(cluster: RedisClusterServer, namespace: str) -> int:
+    from cachemark.backends.redis_cluster import RedisClusterBackend
+    from cachemark.target import parse_target
+
+    backend = RedisClusterBackend(parse_target(cluster.url()), namespace)
+    try:
+        return backend.clear_namespace()
+    finally:
+        backend.close()
+
+
+def test_engine_counts_what_a_single_redis_counts(cluster, redis_server):
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    # one client: the engine's op stream is then the same sequence on both targets
+    workload = Workload(keys=500, key_dist="uniform", mix="get=70,set=20,delete=10", ops=5000, duration=None,
+                        warmup=0, workers=1, seed=11)  # a timed warm-up would differ in length
+    on_cluster = run_target(cluster.url() + "?client=engine", workload)
+    single = run_target(redis_server.url() + "?client=engine", workload)
+    assert on_cluster.status == "ok", on_cluster.reason
+    phase = on_cluster.phases[0]
+    assert _counts(phase) == _counts(single.phases[0])
+    assert phase["ops"]["get"]["misses"] > 100 and not phase["ops"]["get"]["errors"]
+    assert phase["cluster"] == {"primaries": 3, "moved": 0, "ask": 0}  # the map from the start was right
+    assert all(command(n, "DBSIZE") == 0 for n in cluster.primaries)  # cleanup reached every node
+
+
+def _owner(cluster: RedisClusterServer, slot: int) -> object:
+    for first, last, node, *_ in command(cluster.primaries[0], "CLUSTER", "SLOTS"):
+        if first <= slot <= last:
+            return next(n for n in cluster.primaries if n.port == node[1])
+    raise AssertionError(f"slot {slot} has no owner")
+
+
+@pytest.mark.parametrize("load", [{"io": "uring", "threads": 1, "connections": 2, "pipeline": 1},
+                                  {"io": "epoll", "threads": 2, "connections": 4, "pipeline": 4,
+                                   "mode": "open", "rate": 4000}], ids=["uring-closed", "epoll-open-2threads"])
+def test_engine_follows_a_slot_migrated_mid_run(spawn, namespace, load):
+    """ASK while the slot's keys move, MOVED once it has moved: both counted, no op lost."""
+    import threading
+
+    from cachemark.engine import run_load
+
+    need_io(load["io"])
+    cluster = spawn("redis-cluster", nodes=2)
+    slot = command(cluster.primaries[0], "CLUSTER", "KEYSLOT", namespace + "0")
+    source = _owner(cluster, slot)
+    target = next(n for n in cluster.primaries if n is not source)
+    config = _engine_config(cluster, namespace, duration_s=3.0, on_error="continue",
+                            keys={"count": 20, "prefix": namespace, "dist": "uniform"},
+                            mix=[{"op": "get", "weight": 8}, {"op": "set", "weight": 2}]) | load
+    out: dict = {}
+    load = threading.Thread(target=lambda: out.update(result=run_load(config)))
+    load.start()
+    time.sleep(1.0)
+    command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+    command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+    while keys := command(source, "CLUSTER", "GETKEYSINSLOT", slot, 100):
+        command(source, "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys)
+        time.sleep(0.3)  # the slot stays half-moved a while: requests for it are ASKed over
+    for node in (target, source):
+        command(node, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+    load.join(timeout=30)
+    result = out["result"]
+    get = result["ops"]["get"]
+    assert result["cluster"]["moved"] >= 1 and result["cluster"]["ask"] >= 1, result["cluster"]
+    assert result["prefill_errors"] == 0 and result["missed"] <= 0.01 * get["count"]  # open loop kept its rate
+    assert not get["errors"] and not result["ops"]["set"]["errors"], result["errors_sample"]
+    assert get["hits"] == get["count"]  # prefilled, nothing deleted: every read found its key, wherever it was
+    assert command(target, "EXISTS", namespace + "0") == 1
+
+
+def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):
+    import threading
+
+    from cachemark.engine import run_load
+
+    cluster = spawn("redis-cluster", nodes=3)
+    config = _engine_config(cluster, namespace, duration_s=3.0, timeout_ms=1000)
+    out: dict = {}
+    started = time.monotonic()
+    load = threading.Thread(target=lambda: out.update(result=run_load(config)))
+    load.start()
+    time.sleep(1.0)
+    cluster.primaries[1].kill()
+    load.join(timeout=30)
+    took = time.monotonic() - started
+    result = out["result"]
+    get = result["ops"]["get"]
+    assert took < 3.0 + 2.5, took
+    assert get["errors"].get("connection", 0) > 0 and get["hits"] > 0  # the other two nodes served on
+    assert result["stopped_on_errors"] is None  # not every op failed
+    assert any(str(cluster.primaries[1].port) in m for m in result["errors_sample"])
+
+
+def test_engine_refuses_what_cluster_mode_cannot_route(cluster, redis_server):
+    from cachemark.engine import run_load, target_config
+    from cachemark.errors import BackendUnavailable
+
+    not_a_cluster = target_config(redis_server.url().replace("redis://", "redis+cluster://").removesuffix("/0"))
+    with pytest.raises(BackendUnavailable, match="no cluster seed gave its slot map: .*cluster support disabled"):
+        run_load(not_a_cluster | {"ops": 10, "keys": {"count": 10, "prefix": "cm:x:"}})
+
+    with pytest.raises(SpecError, match="mget.*cluster mode"):
+        run_load(_engine_config(cluster, "cm:x:", ops=10, mix=[{"op": "mget", "weight": 1, "count": 3}]))
+    with pytest.raises(SpecError, match="database 0 only"):
+        target_config("redis+cluster://127.0.0.1:7000/1?client=engine")
+    with pytest.raises(SpecError, match="redis\\+cluster://"):
+        target_config("redis://127.0.0.1:7000,127.0.0.1:7001?client=engine")
+
+
+def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
+    proc = cachemark("run", "-t", "spawn:redis-cluster?nodes=3&client=engine", "-t", "spawn:redis-cluster?nodes=2",
+                     "--ops", "2000", "--keys", "300", "--mix", "get=80,set=20", "-o", str(tmp_path / "r.json"),
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "redis-cluster(engine): main: cluster: 3 primaries, 0 MOVED, 0 ASK" in proc.stdout
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert [r["status"] for r in runs] == ["ok", "ok"]
+    assert runs[0]["phases"][0]["cluster"] == {"primaries": 3, "moved": 0, "ask": 0}
+    assert runs[1]["backend"]["info"]["cluster"] is True and runs[1]["server"]["primaries"] == 2
+    report = cachemark("report", str(tmp_path / "r.json"), "-f", "markdown", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-1000:]
+    assert "cluster: 3 primaries, 0 MOVED, 0 ASK" in (tmp_path / "r.md").read_text()
+    bad = cachemark("run", "-t", "spawn:redis-cluster?nodes=99", "--ops", "10", cwd=tmp_path)
+    assert bad.returncode == 2 and "nodes='99' must be a number from 1 to 16" in bad.stderr + bad.stdout
+    assert "Traceback" not in bad.stderr
+    proxied = cachemark("run", "-t", "redis+cluster://127.0.0.1:1", "--network", "lan", "--ops", "10", cwd=tmp_path)
+    assert proxied.returncode == 2 and "cannot stand in front of a Redis Cluster" in proxied.stderr + proxied.stdout
+    down = cachemark("run", "-t", "redis+cluster://127.0.0.1:1?client=engine", "--ops", "10", cwd=tmp_path)
+    assert down.returncode == 2 and "Connection refused" in down.stderr + down.stdout
+    assert "Traceback" not in proxied.stderr + down.stderr
+
+
+def test_replicas_follow_their_primaries_and_serve_reads_when_asked(spawn):
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    cluster = spawn("redis-cluster", nodes=2, replicas=1)
+    replicas = cluster.nodes[2:]
+    assert len(cluster.nodes) == 4 and cluster.url().count(",") == 1  # seeds: the primaries
+    for replica, primary in zip(replicas, cluster.primaries, strict=True):
+        info = command(replica, "INFO", "replication")
+        assert "role:slave" in info and f"master_port:{primary.port}" in info and "master_link_status:up" in info
+    workload = Workload(keys=200, mix="get=90,set=10", ops=3000, duration=None, warmup=0, workers=1, seed=2)
+    before = [_stat(n, "keyspace_hits") for n in replicas]
+    outcome = run_target(cluster.url() + "?read_from_replicas=1", workload)
+    assert outcome.status == "ok", outcome.reason
+    assert outcome.backend["info"]["read_from_replicas"] is True
+    served = [_stat(n, "keyspace_hits") - b for n, b in zip(replicas, before, strict=True)]
+    assert all(s > 100 for s in served), served  # reads went round-robin to the replicas too
+
+
+class _EndlessRedirects:
+    """A fake cluster node: its slot map names itself for every slot, and every data command is
+    answered with ``MOVED`` to itself — nodes that never agree, which must cost errors, not a loop."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn) -> None:
+        buf = b""
+        with conn:
+            while True:
+                try:
+                    chunk = conn.recv(65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                buf += chunk
+                while (parsed := _one_command(buf)) is not None:
+                    args, buf = parsed
+                    conn.sendall(self._answer(args))
+
+    def _answer(self, args: list[bytes]) -> bytes:
+        name = args[0].upper()
+        if name == b"PING":
+            return b"+PONG\r\n"
+        if name == b"CLUSTER":
+            host = b"127.0.0.1"
+            return (b"*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$%d\r\n%s\r\n:%d\r\n$2\r\nid\r\n"
+                    % (len(host), host, self.port))
+        return b"-MOVED 42 127.0.0.1:%d\r\n" % self.port
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _one_command(buf: bytes) -> tuple[list[bytes], bytes] | None:
+    """One RESP command (``*N`` of bulk strings) off the front of ``buf``, or None if incomplete."""
+    if not buf.startswith(b"*") or b"\r\n" not in buf:
+        return None
+    head, rest = buf.split(b"\r\n", 1)
+    args = []
+    for _ in range(int(head[1:])):
+        if b"\r\n" not in rest:
+            return None
+        size, rest = rest.split(b"\r\n", 1)
+        n = int(size[1:])
+        if len(rest) < n + 2:
+            return None
+        args.append(rest[:n])
+        rest = rest[n + 2:]
+    return args, rest
+
+
+def test_engine_gives_up_on_endless_redirects():
+    from cachemark.engine import run_load
+
+    fake = _EndlessRedirects()
+    try:
+        started = time.monotonic()
+        result = run_load({"protocol": "resp2", "servers": [f"127.0.0.1:{fake.port}"], "cluster": True,
+                           "connections": 2, "ops": 200, "prefill": False, "on_error": "continue",
+                           "keys": {"count": 100, "prefix": "cm:x:"}, "mix": [{"op": "get", "weight": 1}]})
+        assert time.monotonic() - started < 10
+    finally:
+        fake.close()
+    get = result["ops"]["get"]
+    assert get["count"] == 200 and get["errors"] == {"server": 200}
+    assert result["cluster"]["moved"] == 200 * 6  # five hops followed, the sixth refused
+    assert any("redirected more than 5 times" in m for m in result["errors_sample"])
