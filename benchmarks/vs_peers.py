@@ -16,6 +16,13 @@ and noisy: the spread of the two says how far a ratio can be trusted).
              against it, so compare its CPU ratio with that in mind.
   memcached: memcaslap (90 % get / 10 % set, its own default mix) vs the engine with
              the same mix. memcaslap cannot pipeline, so its P=16 row runs at P=1.
+  TLS:       redis-benchmark --tls --cacert vs the engine (rustls, epoll) against the lab's
+             spawn:redis?tls=1 (a throw-away CA), keys prefilled as above.
+  Cluster:   redis-benchmark --cluster vs the engine's cluster mode against the lab's
+             spawn:redis-cluster?nodes=3; each side prefills its own keys (redis-benchmark's
+             carry a {tag} per node), untimed. Same connections: redis-benchmark spreads its c
+             clients over the nodes, one connection each; an engine client holds one per
+             primary, so the engine runs c/3 clients (rounded up).
 
 Client CPU: getrusage of the child for the peers (memcaslap's untimed warm-up is
 subtracted using /proc samples), getrusage of this process over the engine's timed
@@ -34,10 +41,12 @@ import sys
 import tempfile
 import time
 
-from cachemark.engine import run_load
+from cachemark.engine import run_load, target_config
+from cachemark.lab import server_class
 from cachemark.lab.base import free_port, wait_for_port
 
 CASES = [(50, 1, 100), (50, 16, 100), (50, 1, 10_000), (10, 1, 100_000)]
+REACH_CASES = [(50, 1, 100), (50, 16, 100)]  # the TLS and cluster rows
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -81,11 +90,14 @@ def run_child(argv: list[str], sample: bool = False) -> tuple[str, float, list[t
     return out.decode(errors="replace"), ru.ru_utime + ru.ru_stime, samples, end
 
 
-def engine(protocol: str, port: int, c: int, p: int, d: int, seconds: float, mix: list[dict]) -> tuple[float, float]:
+def engine(where: str | dict, port: int | None, c: int, p: int, d: int, seconds: float, mix: list[dict],
+           prefill: bool = True) -> tuple[float, float]:
+    """``where``: a protocol (with ``port``) or a connection config (``target_config`` of a URL)."""
+    conn = where if isinstance(where, dict) else {"protocol": where, "servers": [f"127.0.0.1:{port}"]}
     res = run_load(
         {
-            "protocol": protocol,
-            "servers": [f"127.0.0.1:{port}"],
+            **conn,
+            "prefill": prefill,
             "threads": 1,
             "connections": c,
             "pipeline": p,
@@ -104,8 +116,8 @@ def engine(protocol: str, port: int, c: int, p: int, d: int, seconds: float, mix
     return ops / res["wall_s"], res["client_cpu_s"] / ops * 1e6
 
 
-def redis_peer(port: int, c: int, p: int, d: int, n: int) -> tuple[float, float]:
-    argv = ["redis-benchmark", "-p", str(port), "-t", "get", "-r", str(key_count(d)), "-n", str(n)]
+def redis_peer(port: int, c: int, p: int, d: int, n: int, extra: tuple[str, ...] = ()) -> tuple[float, float]:
+    argv = ["redis-benchmark", "-p", str(port), "-t", "get", "-r", str(key_count(d)), "-n", str(n), *extra]
     out, cpu, _, _ = run_child([*argv, "-c", str(c), "-P", str(p), "-d", str(d), "--csv"])
     m = re.search(r'"GET","([\d.]+)"', out)
     if not m:
@@ -168,11 +180,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0, help="length of each timed run")
     ap.add_argument("--repeat", type=int, default=2, help="runs per side and case (best is kept)")
-    ap.add_argument("--only", choices=["redis", "memcached"], help="one server kind only")
+    ap.add_argument("--only", choices=["redis", "memcached", "reach"],
+                    help="one server kind only (reach: the TLS and cluster rows)")
     args = ap.parse_args()
     rows = []
     tmp = tempfile.mkdtemp(prefix="cm-vs-")
-    if args.only != "memcached":
+    if args.only in (None, "redis"):
         if not shutil.which("redis-benchmark"):
             print("redis-benchmark not installed (Debian: redis-tools); skipping Redis", file=sys.stderr)
         else:
@@ -207,7 +220,9 @@ def main() -> int:
             finally:
                 srv.terminate()
                 srv.wait()
-    if args.only != "redis":
+    if args.only in (None, "reach") and shutil.which("redis-benchmark"):
+        rows += reach_rows(args)
+    if args.only in (None, "memcached"):
         if not shutil.which("memcaslap"):
             print("memcaslap not installed (Debian: libmemcached-tools); skipping memcached", file=sys.stderr)
         else:
@@ -246,6 +261,41 @@ def main() -> int:
             f"| {ec:.2f} | {pc:.2f} | **{ec / pc:.2f}** ({mc:.2f}) |"
         )
     return 0
+
+
+def reach_rows(args) -> list[tuple]:
+    """redis-benchmark's --tls and --cluster beside the engine's TLS and cluster mode."""
+    rows = []
+    with server_class("redis")(tls="1") as tls:
+        conn = target_config(tls.url())
+        extra = ("--tls", "--cacert", tls.certs.ca)
+        for c, p, d in REACH_CASES:
+            k = key_count(d)
+            subprocess.run(["redis-benchmark", "-p", str(tls.port), *extra, "-t", "set", "-r", str(k), "-n",
+                            str(20 * k), "-d", str(d), "-c", "10", "-P", "8", "-q"], check=True, capture_output=True)
+            eng, peer = [], []
+            for _ in range(args.repeat):
+                eng.append(engine(conn, None, c, p, d, args.seconds, [{"op": "get"}]))
+                peer.append(redis_peer(tls.port, c, p, d, max(10_000, int(eng[-1][0] * args.seconds * 0.8)), extra))
+            rows.append(("redis TLS", "redis-benchmark --tls", c, p, p, d, best(eng), best(peer), paired(eng, peer)))
+            print_row(rows[-1], flush=True)
+    with server_class("redis-cluster")(nodes="3") as cluster:
+        conn = target_config(cluster.url())
+        seed = cluster.primaries[0].port
+        for c, p, d in REACH_CASES:
+            k = key_count(d)
+            subprocess.run(["redis-benchmark", "-p", str(seed), "--cluster", "-t", "set", "-r", str(k), "-n",
+                            str(20 * k), "-d", str(d), "-c", "10", "-P", "8", "-q"], check=True, capture_output=True)
+            eng, peer = [], []
+            for i in range(args.repeat):
+                clients = -(-c // len(cluster.primaries))  # as many connections as redis-benchmark's c
+                eng.append(engine(conn, None, clients, p, d, args.seconds, [{"op": "get"}], prefill=i == 0))
+                n = max(10_000, int(eng[-1][0] * args.seconds * 0.8))
+                peer.append(redis_peer(seed, c, p, d, n, ("--cluster",)))
+            rows.append(("redis cluster×3", "redis-benchmark --cluster", c, p, p, d, best(eng), best(peer),
+                         paired(eng, peer)))
+            print_row(rows[-1], flush=True)
+    return rows
 
 
 def print_row(row, flush: bool = False) -> None:

@@ -953,7 +953,13 @@ pub(super) fn run(
         ));
     }
     w.phase = Phase::Run;
-    w.depth = plan.pipeline;
+    // `pipeline` is per connection, as memtier_benchmark and redis-benchmark --cluster count it:
+    // a cluster client holds one socket per primary, and its keys spread evenly over them.
+    w.depth = if w.slots.is_empty() {
+        plan.pipeline
+    } else {
+        plan.pipeline * plan.servers.len()
+    };
     w.measure_start = start + plan.warmup_ns;
     w.origin = w.measure_start;
     w.end = w.measure_start + plan.duration_ns;
