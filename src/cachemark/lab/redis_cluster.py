@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import BackendUnavailable, SpecError
 from ..textfile import one_line
+from ..wire import LineReader
 from .base import LocalServer, free_port
 from .redis import RedisServer
 
@@ -64,31 +65,11 @@ class RespError(Exception):
     """An error reply (``-ERR …``) from a node."""
 
 
-class _Reader:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-
-    def _line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed mid-reply")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def _exact(self, n: int) -> bytes:
-        while len(self.buf) < n + 2:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed mid-reply")
-            self.buf += chunk
-        data, self.buf = self.buf[:n], self.buf[n + 2:]
-        return data
+class _Reader(LineReader):
+    """RESP replies, as much of them as the cluster's set-up reads."""
 
     def reply(self) -> Any:
-        line = self._line()
+        line = self.line()
         kind, rest = line[:1], line[1:]
         if kind == b"+":
             return rest.decode()
@@ -98,7 +79,7 @@ class _Reader:
             return int(rest)
         if kind == b"$":
             n = int(rest)
-            return None if n < 0 else self._exact(n).decode(errors="replace")
+            return None if n < 0 else self.exactly(n).decode(errors="replace")
         if kind == b"*":
             n = int(rest)
             return None if n < 0 else [self.reply() for _ in range(n)]

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..measure.histogram import Histogram
+from ..wire import LineReader
 
 STRATEGIES = ("none", "lock", "xfetch", "swr", "meta")
 # one namespace per process, as runs have: never a key that could be someone else's
@@ -118,40 +119,22 @@ class _Memcached:
     def __init__(self, host: str, port: int) -> None:
         self.sock = socket.create_connection((host, port), timeout=5)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-
-    def _line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("memcached closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def _exactly(self, n: int) -> bytes:
-        while len(self.buf) < n + 2:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("memcached closed the connection")
-            self.buf += chunk
-        data, self.buf = self.buf[:n], self.buf[n + 2:]
-        return data
+        self.reader = LineReader(self.sock, "memcached closed the connection")
 
     def get(self, key: str) -> bytes | None:
         self.sock.sendall(f"get {key}\r\n".encode())
-        line = self._line()
+        line = self.reader.line()
         if line == b"END":
             return None
         size = int(line.split()[3])
-        value = self._exactly(size)
-        self._line()  # END
+        value = self.reader.exactly(size)
+        self.reader.line()  # END
         return value
 
     def _store(self, verb: str, key: str, value: bytes, ttl_s: float) -> bool:
         ttl = max(1, math.ceil(ttl_s))
         self.sock.sendall(f"{verb} {key} 0 {ttl} {len(value)}\r\n".encode() + value + b"\r\n")
-        return self._line() == b"STORED"
+        return self.reader.line() == b"STORED"
 
     def set(self, key: str, value: bytes, ttl_s: float) -> None:
         self._store("set", key, value, ttl_s)
@@ -161,15 +144,15 @@ class _Memcached:
 
     def delete(self, key: str) -> None:
         self.sock.sendall(f"delete {key}\r\n".encode())
-        self._line()
+        self.reader.line()
 
     def meta_get(self, key: str, vivify_s: int, recache_s: int) -> tuple[bytes | None, set[str]]:
         """``mg key v t N<vivify> R<recache>``: the value (or None) and the flags (W win, X stale, Z lost)."""
         self.sock.sendall(f"mg {key} v t N{vivify_s} R{recache_s}\r\n".encode())
-        line = self._line()
+        line = self.reader.line()
         parts = line.split()
         if parts[0] == b"VA":
-            value = self._exactly(int(parts[1]))
+            value = self.reader.exactly(int(parts[1]))
             flags = {p.decode()[0] for p in parts[2:]}
             return value, flags
         if parts[0] in (b"EN", b"HD"):
@@ -179,7 +162,7 @@ class _Memcached:
     def meta_set(self, key: str, value: bytes, ttl_s: float) -> None:
         ttl = max(1, math.ceil(ttl_s))
         self.sock.sendall(f"ms {key} {len(value)} T{ttl}\r\n".encode() + value + b"\r\n")
-        self._line()
+        self.reader.line()
 
     def close(self) -> None:
         self.sock.close()
