@@ -11,8 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cachemark.run.worker import arrival_gaps
+from cachemark.engine import run_load
+from cachemark.run.worker import arrival_gaps, key_table
 from cachemark.workload import etc
+from cachemark.workload.keys import key_lengths, key_name, length_index, parse_key_size
 from cachemark.workload.values import ValueSizes
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -63,6 +65,7 @@ def test_the_preset_runs_on_memcached_with_etc_sizes_and_gaps(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads((tmp_path / "out.json").read_text())
     assert document["experiment"]["workload"]["value_size"] == "etc"
+    assert document["experiment"]["workload"]["key_size"] == "etc"
     for run in document["runs"]:
         assert run["status"] == "ok", run.get("reason")
         phase = run["phases"][0]
@@ -70,3 +73,49 @@ def test_the_preset_runs_on_memcached_with_etc_sizes_and_gaps(tmp_path):
         ops = phase["ops"]
         assert ops["get"]["count"] / ops["set"]["count"] == pytest.approx(30, rel=0.35)
         assert not ops["get"]["errors"] and not ops["set"]["errors"]  # every value verified, none refused
+
+
+def test_keys_take_etc_sizes_from_one_table_both_paths_share():
+    lengths = key_lengths("etc")
+    assert len(lengths) == 4096
+    drawn = np.array([lengths[length_index(i, len(lengths))] for i in range(N)])
+    assert drawn.mean() == pytest.approx(etc.gev_mean(*etc.KEY_GEV), rel=0.01)  # ≈ 36.2 B
+    for q in QUANTILES:
+        assert np.quantile(drawn, q) == pytest.approx(etc.gev_quantile(q, *etc.KEY_GEV), rel=0.01, abs=0.5)
+    # the vectors keyspace.rs tests too: key i is prefix + i, then "_" up to its length
+    table = (3, 12, 20, 40)
+    assert key_name("cm:x:", 0, table) == "cm:x:0" + "_" * 34
+    assert key_name("cm:x:", 7, table) == "cm:x:7______"
+    assert key_name("cm:x:", 123456789, table) == "cm:x:123456789"  # already longer: as it is
+    assert length_index(2**64 - 1, 4096) == 3661
+    assert list(key_table("p:", 50, (30,))) == [key_name("p:", i, (30,)) for i in range(50)]
+    assert all(len(k) == 30 for k in key_table("p:", 50, (30,)))
+    assert parse_key_size(None) is None and parse_key_size(" 64 ") == "64" and parse_key_size("ETC") == "etc"
+    for bad in ("0", "251", "-3", "big"):
+        with pytest.raises(Exception, match="key_size"):
+            parse_key_size(bad)
+
+
+def test_the_engine_writes_the_very_keys_the_python_workers_name(redis_server):
+    import redis
+
+    prefix, count, lengths = "cm:keysize-test:", 500, key_lengths("etc")
+    result = run_load({"protocol": "resp2", "servers": [f"127.0.0.1:{redis_server.port}"], "connections": 2,
+                       "keys": {"count": count, "prefix": prefix, "lengths": list(lengths)},
+                       "values": {"sizes": [[20, 1]]}, "mix": [{"op": "get"}], "ops": 200, "prefill": True})
+    client = redis.Redis(port=redis_server.port)
+    try:
+        written = {k.decode() for k in client.scan_iter(match=f"{prefix}*", count=1000)}
+        assert written == {key_name(prefix, i, lengths) for i in range(count)}
+        assert result["ops"]["get"]["hits"] == 200  # and the reads found them under the same names
+    finally:
+        client.delete(*[key_name(prefix, i, lengths) for i in range(count)])
+
+
+def test_drivers_refuse_key_sizes_in_one_line(tmp_path):
+    result = run_cli("run", "-t", "spawn:redis?client=node-ioredis", "--key-size", "40", "--ops", "10",
+                     "--no-calibrate", cwd=tmp_path)
+    assert result.returncode == 2 and "does not pad keys (key_size)" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    bad = run_cli("run", "-t", "memory://", "--key-size", "300", "--ops", "10", "--no-calibrate", cwd=tmp_path)
+    assert bad.returncode == 2 and "key_size" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .backends.base import OPS
 from .errors import SpecError
 from .textfile import MAX_DEPTH, check_tree, location, one_line, read_text
-from .workload.keys import KeyDist
+from .workload.keys import KeyDist, parse_key_size
 from .workload.origin import parse_origin
 from .workload.values import ValueSizes
 
@@ -147,6 +147,7 @@ class Workload(_Model):
     keys: int = Field(10_000, ge=1, le=1_000_000_000)
     key_dist: str = "zipf:0.99"
     value_size: str = "100-1000"
+    key_size: str | None = None  # None: prefix + id; N bytes, or etc (ETC's key sizes): workload/keys.py
     mix: dict[str, float] = Field(default_factory=lambda: {"get": 90.0, "set": 9.0, "delete": 1.0})
     ttl: float = Field(0.0, ge=0, allow_inf_nan=False)
     prefill: bool = True
@@ -179,6 +180,11 @@ class Workload(_Model):
     @classmethod
     def _key_dist(cls, value: object) -> str:
         return str(KeyDist.parse(str(value)))
+
+    @field_validator("key_size", mode="before")
+    @classmethod
+    def _key_size(cls, value: object) -> str | None:
+        return parse_key_size(value)
 
     @field_validator("value_size", mode="before")
     @classmethod

@@ -80,6 +80,9 @@ pub struct KeysConfig {
     pub hot_fraction: f64,
     #[serde(default = "d_hot_prob")]
     pub hot_prob: f64,
+    /// Key `i` is padded to `lengths[h(i)]` bytes (`keyspace::write_key`); empty: plain keys.
+    #[serde(default)]
+    pub lengths: Vec<u16>,
 }
 
 #[derive(Deserialize, Debug, Default)]
@@ -316,6 +319,7 @@ pub struct Plan {
     pub prefill: bool,
     pub key_count: u64,
     pub prefix: Vec<u8>,
+    pub key_lengths: Vec<u16>,
     pub dist: KeyDist,
     pub sizes: ValueSizes,
     pub filler: Vec<u8>,
@@ -520,6 +524,9 @@ impl Config {
                     .into(),
             );
         }
+        if k.lengths.len() > 65_536 || k.lengths.iter().any(|&n| n == 0 || (!is_resp && n > 250)) {
+            return Err("keys.lengths: at most 65536 lengths, each 1..250 bytes for memcached (1.. for RESP)".into());
+        }
         let dist = match k.dist.as_str() {
             "uniform" => KeyDist::Uniform,
             "sequential" => KeyDist::Sequential,
@@ -686,6 +693,7 @@ impl Config {
             prefill: self.prefill,
             key_count: k.count,
             prefix: k.prefix.as_bytes().to_vec(),
+            key_lengths: k.lengths.clone(),
             dist,
             filler: make_filler(max_value.max(16)),
             sizes,

@@ -63,11 +63,30 @@ pub fn crc32(data: &[u8]) -> u32 {
     !c
 }
 
-/// Appends `prefix + i` to `out`.
+/// Appends key `i` to `out`: `prefix + i`, then `_` up to its length in `lengths` when the
+/// run sets key sizes (docs/contracts.md; the same rule as `workload/keys.py`). An empty table,
+/// or a length the plain key already reaches, adds nothing.
 #[inline]
-pub fn write_key(out: &mut Vec<u8>, prefix: &[u8], i: u64) {
+pub fn write_key(out: &mut Vec<u8>, prefix: &[u8], lengths: &[u16], i: u64) {
+    let start = out.len();
     out.extend_from_slice(prefix);
     write_u64(out, i);
+    if !lengths.is_empty() {
+        let want = lengths[length_index(i, lengths.len())] as usize;
+        if want > out.len() - start {
+            out.resize(start + want, b'_');
+        }
+    }
+}
+
+/// Which entry of a `points`-long length table key `i` takes: SplitMix64 of `i`, multiply-shift.
+#[inline]
+pub fn length_index(i: u64, points: usize) -> usize {
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    ((z as u128 * points as u128) >> 64) as usize
 }
 
 /// Appends the decimal form of `v` without allocating.
@@ -289,6 +308,25 @@ pub fn route(key: &[u8], servers: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn padded_keys_match_the_python_workers() {
+        // the same table and keys as tests/test_etc.py: both sides must name key i alike
+        let table = [3u16, 12, 20, 40];
+        let key = |i| {
+            let mut out = Vec::new();
+            write_key(&mut out, b"cm:x:", &table, i);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(key(0), format!("cm:x:0{}", "_".repeat(34)));
+        assert_eq!(key(1), format!("cm:x:1{}", "_".repeat(14)));
+        assert_eq!(key(7), "cm:x:7______");
+        assert_eq!(key(123_456_789), "cm:x:123456789"); // longer than its length: unpadded
+        assert_eq!(length_index(u64::MAX, 4096), 3661);
+        let mut plain = Vec::new();
+        write_key(&mut plain, b"p:", &[], 42);
+        assert_eq!(plain, b"p:42");
+    }
 
     #[test]
     fn crc32_matches_zlib() {

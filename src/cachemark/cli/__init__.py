@@ -162,6 +162,8 @@ def run(
     keys: Annotated[int | None, typer.Option(help="Number of distinct keys.")] = None,
     key_dist: Annotated[str | None, typer.Option(help="uniform | zipf[:S] | sequential | hotspot[:F,P]")] = None,
     value_size: Annotated[str | None, typer.Option(help="100 | 100-1000 | 100:9,10000:1")] = None,
+    key_size: Annotated[str | None, typer.Option(help="Pad keys to N bytes, or etc (Facebook ETC's key sizes); "
+                                                 "none: prefix + id (the default).")] = None,
     mix: Annotated[str | None, typer.Option(help="Op mix, e.g. get=90,set=9,delete=1 or exists+get=100.")] = None,
     ttl: Annotated[float | None, typer.Option(help="TTL in seconds for writes (0: none).")] = None,
     origin: Annotated[str | None, typer.Option(
@@ -234,7 +236,8 @@ def run(
         target = [*positional_targets, *(target or [])]
     data, where = resolve_source(source)
     flags = _workload_flags(
-        keys=keys, key_dist=key_dist, value_size=value_size, mix=mix, ttl=ttl, prefill=prefill, warmup=warmup,
+        keys=keys, key_dist=key_dist, value_size=value_size, key_size=key_size, mix=mix, ttl=ttl, prefill=prefill,
+        warmup=warmup,
         warmup_ops=warmup_ops, duration=duration, ops=ops, workers=workers, rate=rate, seed=seed,
         arrival=arrival, on_error=on_error, error_grace=error_grace, origin=origin,
     )

@@ -424,6 +424,9 @@ def check_workload(spec: DriverSpec, target: Target, workload: Workload) -> None
                             f"not {target.scheme}://")
     if workload.tags is not None and not spec.tags:
         raise UnsupportedOp(f"client={spec.name} does not run tagged workloads")
+    if workload.key_size is not None:  # the drivers name keys prefix + id (docs/drivers.md)
+        raise UnsupportedOp(f"client={spec.name} does not pad keys (key_size); a Python client or "
+                            f"client=engine does")
     for phase in workload.effective_phases():
         for entry in mix_entries(phase.mix or workload.mix):
             for op in entry.steps:

@@ -13,7 +13,7 @@ from ..errors import PrefillFailed, UnsupportedOp
 from ..measure.summary import summary_from_result
 from ..spec import Phase, Workload
 from ..target import Target
-from ..workload.keys import KeyDist
+from ..workload.keys import KeyDist, key_lengths
 
 ENGINE_OPS = {"get": "get", "set": "set", "delete": "delete", "exists": "exists", "incr": "incr",
               "get_many": "mget"}
@@ -33,8 +33,12 @@ def engine_mix(phase: Phase, workload: Workload) -> list[dict[str, Any]]:
 
 def engine_keys(phase: Phase, workload: Workload, namespace: str) -> dict[str, Any]:
     dist = KeyDist.parse(phase.key_dist or workload.key_dist)
-    return {"count": workload.keys, "prefix": namespace, "dist": dist.kind, "zipf_s": dist.s,
+    keys = {"count": workload.keys, "prefix": namespace, "dist": dist.kind, "zipf_s": dist.s,
             "hot_fraction": dist.hot_fraction, "hot_prob": dist.hot_probability}
+    lengths = key_lengths(workload.key_size)
+    if lengths:
+        keys["lengths"] = list(lengths)  # key i's padded length: the table the Python workers use
+    return keys
 
 
 def engine_values(workload: Workload) -> dict[str, Any]:

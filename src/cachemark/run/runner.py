@@ -29,6 +29,7 @@ from ..plan import default_label
 from ..schemes import scheme
 from ..spec import Workload
 from ..target import Target, parse_target, scrub
+from ..workload.keys import key_lengths, key_name
 from ..workload.ops import mix_entries
 from .error_policy import ErrorWatch
 from .messages import Done, Fatal, PhaseReport
@@ -92,8 +93,9 @@ def written_keys(namespace: str, workload: Workload, target: Target | None = Non
     """Every key a run may have written (for backends that cannot enumerate theirs), with the
     bookkeeping keys of the target's driver's tag scheme."""
     yield probe_key(namespace)
+    lengths = key_lengths(workload.key_size)
     for i in range(workload.keys):
-        yield f"{namespace}{i}"
+        yield key_name(namespace, i, lengths)
     if any("incr" in name for phase in workload.effective_phases() for name in (phase.mix or workload.mix)):
         for i in range(workload.keys):
             yield f"{namespace}n:{i}"

@@ -35,6 +35,7 @@ from ..spec import Phase, Workload
 from ..target import Target
 from ..textfile import one_line
 from ..workload.etc import gaps_ns
+from ..workload.keys import key_lengths, key_name
 from ..workload.ops import MixEntry, OpStream, mix_entries, split_ops, stream_seed, tags_for_key
 from ..workload.origin import Origin, parse_origin
 from ..workload.replay import load_share
@@ -102,17 +103,19 @@ def arrival_gaps(arrival: str, interval_ns: int, rng: np.random.Generator) -> It
 class _Keys:
     """Key strings by id: a list for small keyspaces, formatted on demand for huge ones."""
 
-    def __init__(self, prefix: str, count: int) -> None:
-        self.prefix, self.count = prefix, count
+    def __init__(self, prefix: str, count: int, lengths: tuple[int, ...] = ()) -> None:
+        self.prefix, self.count, self.lengths = prefix, count, lengths
 
     def __getitem__(self, i: int) -> str:
-        return f"{self.prefix}{i}"
+        return key_name(self.prefix, i, self.lengths)
 
 
-def key_table(prefix: str, count: int) -> list[str] | _Keys:
-    if count <= PRECOMPUTE_KEYS:
-        return [f"{prefix}{i}" for i in range(count)]
-    return _Keys(prefix, count)
+def key_table(prefix: str, count: int, lengths: tuple[int, ...] = ()) -> list[str] | _Keys:
+    if count > PRECOMPUTE_KEYS:
+        return _Keys(prefix, count, lengths)
+    if lengths:
+        return [key_name(prefix, i, lengths) for i in range(count)]
+    return [f"{prefix}{i}" for i in range(count)]
 
 
 class _Headers:
@@ -130,7 +133,7 @@ class Worker:
         self.task = task
         self.workload = Workload.model_validate(task.workload)
         self.backend = backend or create_backend(task.target, task.namespace)
-        self.keys = key_table(task.namespace, self.workload.keys)
+        self.keys = key_table(task.namespace, self.workload.keys, key_lengths(self.workload.key_size))
         self.headers = (
             [value_header(k) for k in self.keys] if isinstance(self.keys, list) else _Headers(self.keys)
         )

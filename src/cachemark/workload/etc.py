@@ -54,6 +54,14 @@ def key_sizes(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 @cache
+def key_length_table(points: int) -> tuple[int, ...]:
+    """Key lengths at ``points`` evenly spaced quantiles of the GEV: what key i's length is drawn
+    from (workload/keys.py), the same table in the Python workers and the engine."""
+    p = (np.arange(points) + 0.5) / points
+    return tuple(np.clip(np.rint(gev_quantile(p, *KEY_GEV)), 1, MAX_KEY).astype(np.int64).tolist())
+
+
+@cache
 def value_table() -> tuple[tuple[int, ...], tuple[float, ...]]:
     """(sizes, weights): the head's sizes with their probabilities, then the tail's quantiles."""
     head = sum(VALUE_HEAD)

@@ -104,3 +104,61 @@ class KeyChooser:
         ids = self.rng.integers(hot_count, max(hot_count + 1, self.count), size=n, dtype=np.int64)
         ids[hot] = self.rng.integers(0, hot_count, size=int(hot.sum()), dtype=np.int64)
         return np.minimum(ids, self.count - 1)
+
+
+# --- key sizes -----------------------------------------------------------------------
+# Key i is ``prefix + str(i)``, padded with "_" to its length when ``key_size`` asks for one:
+# a fixed N bytes, or ETC's GEV (workload/etc.py). A key's length comes from a table of
+# lengths, indexed by a hash of i alone, so every worker, the engine (keyspace.rs) and the
+# clean-up agree on every key without sharing state. A plain key already longer than its
+# length stays as it is (ids stay unique: digits, then underscores).
+
+KEY_LENGTH_POINTS = 4096  # quantiles of the key-size distribution in the table
+MAX_KEY_SIZE = 250  # memcached's limit; the longest key any backend here takes
+_MASK = (1 << 64) - 1
+
+
+def parse_key_size(value: object) -> str | None:
+    """``None`` (plain keys; also ``"none"``), ``"N"`` (1…250 bytes) or ``"etc"``; anything else is
+    a SpecError."""
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text == "none":
+        return None
+    if text == "etc":
+        return text
+    if text.isdigit() and 1 <= int(text) <= MAX_KEY_SIZE:
+        return str(int(text))
+    raise SpecError(f"key_size {value!r}: a number of bytes from 1 to {MAX_KEY_SIZE}, etc (Facebook's ETC pool) "
+                    f"or none")
+
+
+def key_lengths(key_size: str | None) -> tuple[int, ...]:
+    """The table key lengths are drawn from (empty: plain keys)."""
+    if key_size is None:
+        return ()
+    if key_size == "etc":
+        from .etc import key_length_table
+
+        return key_length_table(KEY_LENGTH_POINTS)
+    return (int(key_size),)
+
+
+def length_index(i: int, points: int) -> int:
+    """Which entry of a ``points``-long table key ``i`` takes: SplitMix64 of i, multiply-shift."""
+    z = (i + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    z ^= z >> 31
+    return (z * points) >> 64
+
+
+def key_name(prefix: str, i: int, lengths: tuple[int, ...] = ()) -> str:
+    """Key ``i`` of a run (docs/contracts.md)."""
+    key = f"{prefix}{i}"
+    if lengths:
+        want = lengths[length_index(i, len(lengths))]
+        if want > len(key):
+            key += "_" * (want - len(key))
+    return key

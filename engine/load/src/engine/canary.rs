@@ -39,6 +39,7 @@ fn request<'a>(
     Request {
         op,
         prefix,
+        lengths: &[],
         keys,
         size,
         ttl: plan.ttl_s,
@@ -69,7 +70,7 @@ pub(super) fn canaries(
     };
     let (set_op, get_op, del_op) = (op(Kind::Set), op(Kind::Get), op(Kind::Delete));
     for i in 0..n as u64 {
-        key_bytes(&mut kb, &prefix, Kind::Get, i);
+        key_bytes(&mut kb, &prefix, &[], Kind::Get, i);
         let key = kb.clone();
         let server = match slots {
             Some(map) if plan.cluster => match map[key_slot(&key) as usize] {
@@ -165,7 +166,7 @@ mod tests {
         let prefix = canary_prefix(b"cm:3f9a2c:");
         assert_eq!(prefix, b"cm:3f9a2c:verify:");
         let mut key = Vec::new();
-        key_bytes(&mut key, &prefix, Kind::Get, 17);
+        key_bytes(&mut key, &prefix, &[], Kind::Get, 17);
         assert_eq!(key, b"cm:3f9a2c:verify:17");
     }
 

@@ -218,7 +218,7 @@ pub(super) fn complete(
     if outcome == O_HIT && p.verify_key != NO_KEY {
         if let Some(v) = value {
             let mut key = Vec::with_capacity(plan.prefix.len() + 20);
-            write_key(&mut key, &plan.prefix, p.verify_key);
+            write_key(&mut key, &plan.prefix, &plan.key_lengths, p.verify_key);
             if !(plan.sizes.allows(v.len()) && verify_value(&key, v, &plan.filler)) {
                 outcome = O_ERROR;
                 err = E_VERIFY;

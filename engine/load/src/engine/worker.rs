@@ -545,7 +545,7 @@ impl Worker<'_> {
         let s = &mut self.socks[si];
         if counter {
             // Counters start at "0" so memcached's incr finds them.
-            key_bytes(&mut self.kb, &plan.prefix, Kind::Incr, self.keys[0]);
+            key_bytes(&mut self.kb, &plan.prefix, &[], Kind::Incr, self.keys[0]);
             encode_counter(plan.protocol, &mut s.wbuf, &self.kb);
             return 0;
         }
@@ -557,6 +557,7 @@ impl Worker<'_> {
         let req = Request {
             op,
             prefix: &plan.prefix,
+            lengths: &plan.key_lengths,
             keys: &self.keys,
             size,
             ttl: plan.ttl_s,
@@ -696,7 +697,13 @@ impl Worker<'_> {
         if self.plan.servers.len() == 1 {
             return 0;
         }
-        key_bytes(&mut self.kb, &self.plan.prefix, kind, key);
+        key_bytes(
+            &mut self.kb,
+            &self.plan.prefix,
+            &self.plan.key_lengths,
+            kind,
+            key,
+        );
         if self.plan.cluster {
             let owner = self.slots[key_slot(&self.kb) as usize];
             return if owner == UNOWNED { 0 } else { owner as usize };

@@ -15,7 +15,7 @@ use std::ops::Range;
 /// Encodes one request in the text protocol; returns the payload bytes it carries.
 pub fn encode_text(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
     let (f, ttl, size) = (req.filler, req.ttl, req.size);
-    key_bytes(kb, req.prefix, req.op.kind, req.keys[0]);
+    key_bytes(kb, req.prefix, req.lengths, req.op.kind, req.keys[0]);
     let klen = kb.len();
     match req.op.kind {
         Kind::Get | Kind::Exists => line(out, b"get ", kb, b""),
@@ -46,7 +46,7 @@ pub fn encode_text(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
             let mut n = 0;
             for &k in req.keys {
                 out.push(b' ');
-                key_bytes(kb, req.prefix, Kind::Get, k);
+                key_bytes(kb, req.prefix, req.lengths, Kind::Get, k);
                 out.extend_from_slice(kb);
                 n += kb.len();
             }
@@ -61,7 +61,7 @@ pub fn encode_text(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
 /// Encodes one request in the meta protocol; returns the payload bytes it carries.
 pub fn encode_meta(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
     let (f, ttl, size) = (req.filler, req.ttl, req.size);
-    key_bytes(kb, req.prefix, req.op.kind, req.keys[0]);
+    key_bytes(kb, req.prefix, req.lengths, req.op.kind, req.keys[0]);
     let klen = kb.len();
     match req.op.kind {
         Kind::Get => line(out, b"mg ", kb, b" v"),
@@ -93,7 +93,7 @@ pub fn encode_meta(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
         Kind::MGet(_) => {
             let mut n = 0;
             for &k in req.keys {
-                key_bytes(kb, req.prefix, Kind::Get, k);
+                key_bytes(kb, req.prefix, req.lengths, Kind::Get, k);
                 line(out, b"mg ", kb, b" v q");
                 n += kb.len();
             }

@@ -69,7 +69,7 @@ fn keyed(out: &mut Vec<u8>, opcode: u8, key: &[u8], extras: &[u8]) {
 /// Encodes one request; returns the payload bytes (keys + values) it carries.
 pub fn encode(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
     let (ttl, size) = (expiry(req.ttl), req.size);
-    key_bytes(kb, req.prefix, req.op.kind, req.keys[0]);
+    key_bytes(kb, req.prefix, req.lengths, req.op.kind, req.keys[0]);
     let klen = kb.len();
     match req.op.kind {
         // GET answers with the CAS in its header anyway; EXISTS has no opcode of its own.
@@ -93,7 +93,7 @@ pub fn encode(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
         Kind::MGet(_) => {
             let mut n = 0;
             for &k in req.keys {
-                key_bytes(kb, req.prefix, Kind::Get, k);
+                key_bytes(kb, req.prefix, req.lengths, Kind::Get, k);
                 keyed(out, OP_GETKQ, kb, &[]);
                 n += kb.len();
             }

@@ -16,6 +16,8 @@ use crate::outbuf::OutBuf;
 pub struct Request<'a> {
     pub op: &'a OpPlan,
     pub prefix: &'a [u8],
+    /// Key lengths (`keyspace::write_key`); empty: plain keys.
+    pub lengths: &'a [u16],
     pub keys: &'a [u64],
     pub size: usize,
     /// Expiry in seconds for `set` and `touch` (0: none).
@@ -32,16 +34,16 @@ pub static PREFILL_SET: OpPlan = OpPlan {
     writes_value: true,
 };
 
-/// Formats key `i` into `out`: `prefix + i`, or `prefix + "n:" + i` for the counters
-/// `incr` works on.
-pub fn key_bytes(out: &mut Vec<u8>, prefix: &[u8], kind: Kind, i: u64) {
+/// Formats key `i` into `out`: `prefix + i` (padded to its length from `lengths`, if any),
+/// or `prefix + "n:" + i` for the counters `incr` works on.
+pub fn key_bytes(out: &mut Vec<u8>, prefix: &[u8], lengths: &[u16], kind: Kind, i: u64) {
     out.clear();
     if kind == Kind::Incr {
         out.extend_from_slice(prefix);
         out.extend_from_slice(b"n:");
         write_u64(out, i);
     } else {
-        write_key(out, prefix, i);
+        write_key(out, prefix, lengths, i);
     }
 }
 
@@ -157,6 +159,7 @@ mod tests {
         let req = Request {
             op,
             prefix: b"k:",
+            lengths: &[],
             keys,
             size,
             ttl,
@@ -370,9 +373,9 @@ mod tests {
     #[test]
     fn keys_and_counter_keys() {
         let mut k = b"junk".to_vec();
-        key_bytes(&mut k, b"cm:x:", Kind::Get, 42);
+        key_bytes(&mut k, b"cm:x:", &[], Kind::Get, 42);
         assert_eq!(k, b"cm:x:42");
-        key_bytes(&mut k, b"cm:x:", Kind::Incr, 42);
+        key_bytes(&mut k, b"cm:x:", &[], Kind::Incr, 42);
         assert_eq!(k, b"cm:x:n:42");
     }
 

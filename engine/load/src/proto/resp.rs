@@ -54,7 +54,7 @@ pub fn command(out: &mut Vec<u8>, parts: &[&[u8]]) {
 /// Encodes one request (RESP2 and RESP3 alike); returns the payload bytes it carries.
 pub fn encode(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>, tmp: &mut Vec<u8>) -> usize {
     let (f, ttl, size) = (req.filler, req.ttl, req.size);
-    key_bytes(kb, req.prefix, req.op.kind, req.keys[0]);
+    key_bytes(kb, req.prefix, req.lengths, req.op.kind, req.keys[0]);
     let klen = kb.len();
     match req.op.kind {
         Kind::Get | Kind::Gets => {
@@ -107,7 +107,7 @@ pub fn encode(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>, tmp: &mut Vec<u
             bulk(out, b"MGET");
             let mut n = 0;
             for &k in req.keys {
-                key_bytes(kb, req.prefix, Kind::Get, k);
+                key_bytes(kb, req.prefix, req.lengths, Kind::Get, k);
                 bulk(out, kb);
                 n += kb.len();
             }
