@@ -182,7 +182,9 @@ def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> s
         parts.append(f"replay of the trace {Path(str(trace['path'])).name} ({timing}{copies})")
     if wl.get("keys") is not None:
         dist = f" ({wl['key_dist']})" if wl.get("key_dist") and not trace else ""
-        parts.append(f"{_num(wl['keys'])} key{'s' if wl['keys'] != 1 else ''}{dist}")
+        sized = f", padded to {wl['key_size']} B" if str(wl.get("key_size") or "").isdigit() else (
+            f", key sizes {wl['key_size']}" if wl.get("key_size") else "")
+        parts.append(f"{_num(wl['keys'])} key{'s' if wl['keys'] != 1 else ''}{dist}{sized}")
     if wl.get("value_size") is not None:
         parts.append(_values(wl["value_size"]))
     phases = [p for p in wl.get("phases") or [] if isinstance(p, dict)]
