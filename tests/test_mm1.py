@@ -58,7 +58,10 @@ PYTHON_WORKERS = 16
 # 400 simulated runs (p50 0.79–1.27, p99 0.73–2.59, p99.9 0.65–2.79; docs/validation.md), widened
 # for redis-py's own time per op and 16 processes' scheduling on a shared 2-core machine.
 PYTHON_BOUNDS = {"p50": (0.75, 1.35), "p99": (0.65, 3.0), "p99.9": (0.6, 3.5)}
-PYTHON_FIDELITY = 0.15  # redis-py's own time per op (~0.2·S at p50, more when the machine is busy) is in its figure
+# redis-py's own time per op (~0.2·S at p50, more when the machine is busy) is in its figure; p99.9 of ~5,300
+# ops is the 6th-slowest, so a few workers descheduled for a few ms (16 processes on 2 cores) move it: +19 %
+# in one CI run whose p50 and p99 were +6 % and +3 %.
+PYTHON_FIDELITY = np.array([0.15, 0.15, 0.35])
 
 
 def analytic(service_s: float, rho: float) -> np.ndarray:
@@ -142,10 +145,11 @@ class Judge:
                 f"{self.who}: {label} {name} is {ratio[i]:.2f}× the M/M/1 formula, outside the "
                 f"{COVERAGE:.1%} band of a correct run this long ({low:.2f}–{high:.2f})" + self.message())
 
-    def check_paired(self, client: np.ndarray, label: str, tolerance: float = FIDELITY) -> None:
-        """The client against the server's record of the same requests: no sampling noise."""
+    def check_paired(self, client: np.ndarray, label: str, tolerance: float | np.ndarray = FIDELITY) -> None:
+        """The client against the server's record of the same requests: no sampling noise.
+        ``tolerance`` is one bound or one per percentile."""
         error = client / self.served - 1
-        worst = int(np.argmax(np.abs(error)))
+        worst = int(np.argmax(np.abs(error) / tolerance))
         assert np.all(np.abs(error) <= tolerance), (
             f"{self.who}: {label} {NAMES[worst]} is {error[worst]:+.0%} off the server's record of the "
             f"same requests" + self.message())

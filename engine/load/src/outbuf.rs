@@ -72,6 +72,24 @@ impl OutBuf {
         self.spliced += n - 12;
     }
 
+    /// Moves `other`'s stream to the end of this one (the spliced values stay references).
+    pub fn append(&mut self, other: &mut OutBuf) {
+        if self.is_empty() {
+            std::mem::swap(self, other);
+            return;
+        }
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&other.bytes);
+        self.splices.extend(
+            other
+                .splices
+                .iter()
+                .map(|&(to, start, len)| (to + at, start, len)),
+        );
+        self.spliced += other.spliced;
+        other.clear();
+    }
+
     /// The stream's pieces in order: inline runs and filler slices (some may be empty).
     fn parts<'b>(&'b self, filler: &'b [u8]) -> impl Iterator<Item = &'b [u8]> + 'b {
         let mut at = 0;
@@ -208,5 +226,34 @@ mod tests {
         b.value(b"k", SPLICE_MIN - 1, &filler);
         assert!(b.is_contiguous());
         assert_eq!(b.len(), SPLICE_MIN - 1);
+    }
+
+    #[test]
+    fn an_appended_stream_equals_the_two_written_in_one() {
+        let filler = make_filler(100_000);
+        let write = |b: &mut OutBuf, key: &[u8], n: usize| {
+            b.extend_from_slice(key);
+            b.value(key, n, &filler);
+        };
+        let (mut first, mut second, mut whole) =
+            (OutBuf::default(), OutBuf::default(), OutBuf::default());
+        for (key, n) in [(&b"a"[..], 30_000), (b"b", 7)] {
+            write(&mut first, key, n);
+            write(&mut whole, key, n);
+        }
+        for (key, n) in [(&b"c"[..], 9), (b"d", 40_000), (b"e", 3)] {
+            write(&mut second, key, n);
+            write(&mut whole, key, n);
+        }
+        let mut empty = OutBuf::default();
+        empty.append(&mut first); // into an empty buffer: a swap
+        empty.append(&mut second);
+        assert!(first.is_empty() && second.is_empty());
+        assert_eq!(empty.len(), whole.len());
+        assert_eq!(empty.to_bytes(&filler), whole.to_bytes(&filler));
+        assert_eq!(
+            gather(&empty, 31_000, &filler),
+            whole.to_bytes(&filler)[31_000..]
+        );
     }
 }

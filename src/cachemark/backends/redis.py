@@ -157,13 +157,16 @@ class RedisBackend(Backend):
             pool.disconnect()
             # e.g. "NOAUTH Authentication required" or a password sent to a server without one
             raise BackendUnavailable(f"redis at {where}: {_one_line(exc)}") from None
+        self._bind(client, client.mget)
+
+    def _bind(self, client: Any, mget: Any) -> None:
+        """Bound methods looked up once: the per-op path is a single redis-py call."""
         self.client = client
-        # Bound methods looked up once: the per-op path is a single redis-py call.
         self._get = client.get
         self._set = client.set
         self._delete = client.delete
         self._exists = client.exists
-        self._mget = client.mget
+        self._mget = mget
         self._incrby = client.incrby
 
     def current_server(self) -> str | None:

@@ -71,13 +71,7 @@ class RedisClusterBackend(RedisBackend):
             raise BackendUnavailable(f"redis {self.where}: authentication failed: {_one_line(exc)}") from None
         except (redis.RedisError, RedisClusterException, IndexError) as exc:
             raise BackendUnavailable(f"redis {self.where}: {_one_line(exc)}") from None
-        self.client = client
-        self._get = client.get
-        self._set = client.set
-        self._delete = client.delete
-        self._exists = client.exists
-        self._mget = client.mget_nonatomic
-        self._incrby = client.incrby
+        self._bind(client, client.mget_nonatomic)  # a cluster refuses cross-slot MGET
 
     def close(self) -> None:
         client, self.client = self.client, None

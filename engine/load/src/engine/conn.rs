@@ -61,7 +61,16 @@ pub(super) struct Sock {
     /// `rbuf.len()` must reach this before parsing again (the parser said so).
     pub(super) need: usize,
     pub(super) inflight: VecDeque<Pending>,
+    /// Requests at the back of `inflight` not written yet (their `sent` is stamped on write).
     pub(super) unstamped: usize,
+    /// Closed loop over several servers: requests queued while this socket still awaits
+    /// replies, written as one batch once those have come (or a whole pipeline is held).
+    /// Refilled a few at a time on every node each time one node answered, a cluster
+    /// client's sockets carried small batches, and each node paid a read per few requests
+    /// (redis-benchmark --cluster and memtier_benchmark write a connection's pipeline
+    /// whole). The last `held_ops` of `inflight` are these; they are also `unstamped`.
+    pub(super) held: OutBuf,
+    pub(super) held_ops: usize,
     pub(super) want_out: bool,
     pub(super) retry_at: u64,
     /// The iovecs of the last gathered write (`writev`, or io_uring's SENDMSG: then with
@@ -100,6 +109,21 @@ pub(super) enum Completion {
 pub(super) const MAX_READ: usize = 56 * 1024;
 
 impl Sock {
+    /// Requests written and awaiting replies.
+    #[inline]
+    pub(super) fn awaiting(&self) -> usize {
+        self.inflight.len() - self.unstamped
+    }
+
+    /// Moves the held requests behind what is queued to write (they go with the next flush).
+    #[inline]
+    pub(super) fn release_held(&mut self) {
+        if self.held_ops > 0 {
+            self.wbuf.append(&mut self.held);
+            self.held_ops = 0;
+        }
+    }
+
     /// A socket of client `client` to server `server`, not connected yet.
     pub(super) fn new(server: usize, client: usize, pipeline: usize) -> Self {
         Sock {
@@ -114,6 +138,8 @@ impl Sock {
             need: 0,
             inflight: VecDeque::with_capacity(pipeline.max(16)),
             unstamped: 0,
+            held: OutBuf::default(),
+            held_ops: 0,
             want_out: false,
             retry_at: 0,
             sending: OutBuf::with_capacity(16 * 1024),

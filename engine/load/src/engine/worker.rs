@@ -75,6 +75,9 @@ struct Worker<'a> {
     /// the redirected requests of the reply being read: (request, ASK?, slot, new server).
     slots: Vec<u16>,
     redirected: Vec<(Pending, bool, u16, Option<usize>)>,
+    /// Closed loop over several servers: a socket still awaiting replies holds new requests
+    /// until they have come (`Sock::held`).
+    corks: bool,
 }
 
 impl Worker<'_> {
@@ -124,6 +127,8 @@ impl Worker<'_> {
         s.fd = -1;
         s.wbuf.clear();
         s.wpos = 0;
+        s.held.clear();
+        s.held_ops = 0;
         s.rbuf.clear();
         s.rpos = 0;
         s.need = 0;
@@ -143,9 +148,10 @@ impl Worker<'_> {
         if s.fd < 0 {
             return;
         }
-        if s.unstamped > 0 {
+        if s.unstamped > s.held_ops {
+            // Held requests (the last `held_ops`) are not in `wbuf`: they stay unstamped.
             let len = s.inflight.len();
-            for p in s.inflight.range_mut(len - s.unstamped..) {
+            for p in s.inflight.range_mut(len - s.unstamped..len - s.held_ops) {
                 if p.flags & P_RESENT != 0 {
                     continue; // a redirect's latency counts from the first send
                 }
@@ -154,7 +160,7 @@ impl Worker<'_> {
                     p.intended = now;
                 }
             }
-            s.unstamped = 0;
+            s.unstamped = s.held_ops;
         }
         if let Some(u) = self.uring.as_mut() {
             u.queue(si, s);
@@ -374,6 +380,9 @@ impl Worker<'_> {
 
     /// Issues requests for client `c` while it may, then writes them.
     fn top_up(&mut self, c: usize, now: u64) {
+        if self.corks {
+            return self.top_up_held(c, now);
+        }
         let mut any = false;
         let mut failed = 0;
         let open = self.plan.open && self.phase == Phase::Run;
@@ -397,6 +406,40 @@ impl Worker<'_> {
                 if self.socks[si].unstamped > 0 {
                     self.flush(si);
                 }
+            }
+        }
+    }
+
+    /// `top_up` for a closed-loop cluster client: each socket sends whole pipelines. Every
+    /// request is held on its socket (`Sock::held`) and a socket's held batch is written once
+    /// its previous batch has been answered; the client draws its next keys only while no
+    /// socket holds a whole pipeline — its key sequence is kept, so a node that answers
+    /// slower holds the others back, as it would hold back an application's client.
+    fn top_up_held(&mut self, c: usize, now: u64) {
+        self.send_held(c);
+        let full = |w: &Self| {
+            w.clients[c]
+                .socks
+                .iter()
+                .any(|&si| w.socks[si].held_ops >= w.plan.pipeline)
+        };
+        while !full(self) && self.may_issue(c, now) {
+            if self.issue(c, now) == Issue::Failed {
+                self.retry_soon = true; // its connection is down: tried again after the others
+                break;
+            }
+        }
+        self.send_held(c);
+    }
+
+    /// Writes the held batch of each of client `c`'s sockets that awaits no reply.
+    fn send_held(&mut self, c: usize) {
+        for k in 0..self.clients[c].socks.len() {
+            let si = self.clients[c].socks[k];
+            let s = &mut self.socks[si];
+            if s.held_ops > 0 && s.awaiting() == 0 {
+                s.release_held();
+                self.flush(si);
             }
         }
     }
@@ -515,9 +558,11 @@ impl Worker<'_> {
             NO_KEY
         };
         let counter = op_idx == INTERNAL && kind == Kind::Incr;
-        let bytes = self.encode_request(si, op_idx, counter, size);
+        let hold = self.corks;
+        let bytes = self.encode_request(si, op_idx, counter, size, hold);
         let kind = if op_idx == INTERNAL { Kind::Set } else { kind };
         let s = &mut self.socks[si];
+        s.held_ops += hold as usize;
         s.inflight.push_back(Pending {
             op: op_idx,
             kind,
@@ -538,15 +583,28 @@ impl Worker<'_> {
         Issue::Queued
     }
 
-    /// Encodes the request for `self.keys` into socket `si`'s write buffer; returns the
-    /// payload bytes it carries.
-    fn encode_request(&mut self, si: usize, op_idx: u16, counter: bool, size: usize) -> usize {
+    /// Encodes the request for `self.keys` into socket `si`'s write buffer, or behind its
+    /// held requests (`hold`); returns the payload bytes it carries.
+    fn encode_request(
+        &mut self,
+        si: usize,
+        op_idx: u16,
+        counter: bool,
+        size: usize,
+        hold: bool,
+    ) -> usize {
         let plan = self.plan;
         let s = &mut self.socks[si];
+        let out = if hold {
+            &mut s.held
+        } else {
+            s.release_held(); // the wire keeps the order of `inflight`
+            &mut s.wbuf
+        };
         if counter {
             // Counters start at "0" so memcached's incr finds them.
             key_bytes(&mut self.kb, &plan.prefix, &[], Kind::Incr, self.keys[0]);
-            encode_counter(plan.protocol, &mut s.wbuf, &self.kb);
+            encode_counter(plan.protocol, out, &self.kb);
             return 0;
         }
         let op = if op_idx == INTERNAL {
@@ -563,13 +621,7 @@ impl Worker<'_> {
             ttl: plan.ttl_s,
             filler: &plan.filler,
         };
-        encode(
-            plan.protocol,
-            &mut s.wbuf,
-            &req,
-            &mut self.kb,
-            &mut self.tmp,
-        )
+        encode(plan.protocol, out, &req, &mut self.kb, &mut self.tmp)
     }
 
     /// Redis Cluster: sends the requests a node redirected to the node named, on client
@@ -618,6 +670,7 @@ impl Worker<'_> {
             let mut queued = 1;
             if ask {
                 let s = &mut self.socks[si];
+                s.release_held(); // the wire keeps the order of `inflight`
                 s.wbuf.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
                 s.inflight.push_back(Pending {
                     op: INTERNAL,
@@ -632,7 +685,7 @@ impl Worker<'_> {
             }
             self.keys.clear();
             self.keys.push(p.key);
-            self.encode_request(si, p.op, p.flags & P_COUNTER != 0, p.size as usize);
+            self.encode_request(si, p.op, p.flags & P_COUNTER != 0, p.size as usize, false);
             p.flags |= P_RESENT;
             let s = &mut self.socks[si];
             s.inflight.push_back(p);
@@ -907,6 +960,7 @@ pub(super) fn run(
         retry_soon: false,
         slots: plan.slots.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
         redirected: Vec::new(),
+        corks: plan.cluster,
     };
     if plan.io != IoBackend::Epoll && plan.tls.is_none() {
         // `run` probed io_uring already; a later failure here (e.g. memory limits) falls
@@ -960,12 +1014,14 @@ pub(super) fn run(
         ));
     }
     w.phase = Phase::Run;
+    w.corks = plan.cluster && !plan.open;
     // `pipeline` is per connection, as memtier_benchmark and redis-benchmark --cluster count it:
     // a cluster client holds one socket per primary, and its keys spread evenly over them.
     w.depth = if w.slots.is_empty() {
         plan.pipeline
     } else {
-        plan.pipeline * plan.servers.len()
+        // Held or awaiting replies, at most a pipeline each per socket (`top_up_held`).
+        2 * plan.pipeline * plan.servers.len()
     };
     w.measure_start = start + plan.warmup_ns;
     w.origin = w.measure_start;
