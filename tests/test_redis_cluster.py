@@ -77,6 +77,7 @@ def test_python_cluster_client_counts_what_a_single_redis_counts_and_spreads_key
     assert server["source"] == "redis" and not server["errors"] and server["server_commands"] >= 3000
     hits = [b - a for a, b in zip(before, after, strict=True)]
     assert all(h > 100 for h in hits), hits  # every primary served a share of the reads
+    assert phase["cluster"] == {"primaries": 3, "moved": 0, "ask": 0}  # the nodes' own count of redirects
     assert sum(hits) >= phase["ops"]["get"]["hits"]
     # cleanup left nothing of the run's namespace on any node
     assert all(command(n, "DBSIZE") == 0 for n in cluster.primaries)
@@ -222,6 +223,50 @@ def test_engine_follows_a_slot_migrated_mid_run(spawn, namespace, load):
     assert not get["errors"] and not result["ops"]["set"]["errors"], result["errors_sample"]
     assert get["hits"] == get["count"]  # prefilled, nothing deleted: every read found its key, wherever it was
     assert command(target, "EXISTS", namespace + "0") == 1
+
+
+def test_python_path_has_its_redirects_counted_by_the_nodes(spawn):
+    """redis-py follows MOVED and ASK unseen; the primaries count every redirect they answer
+    (INFO errorstats), so the run's cluster line is theirs: a slot migrated mid-run shows."""
+    import threading
+
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    cluster = spawn("redis-cluster", nodes=2)
+    workload = Workload(keys=20, key_dist="uniform", mix="get=80,set=20", duration="4s", warmup=0, workers=1)
+
+    def migrate() -> None:  # beside the run (which wants the main thread for its signals)
+        deadline = time.monotonic() + 20
+        while not (keys := [k for n in cluster.primaries for k in command(n, "KEYS", "cm:*")]):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
+        time.sleep(1.0)  # into the timed phase
+        slot = command(cluster.primaries[0], "CLUSTER", "KEYSLOT", keys[0])
+        source = _owner(cluster, slot)
+        target = next(n for n in cluster.primaries if n is not source)
+        command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+        command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+        while moving := command(source, "CLUSTER", "GETKEYSINSLOT", slot, 100):
+            command(source, "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *moving)
+            time.sleep(0.3)
+        for node in (target, source):
+            command(node, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        done.append(slot)
+
+    done: list[int] = []
+    mover = threading.Thread(target=migrate)
+    mover.start()
+    outcome = run_target(cluster.url(), workload)
+    mover.join(timeout=30)
+    assert done, "the slot was not migrated during the run"
+    assert outcome.status == "ok", outcome.reason
+    phase = outcome.phases[0]
+    assert phase["cluster"]["primaries"] == 2 and phase["cluster"]["moved"] >= 1, phase["cluster"]
+    get = phase["ops"]["get"]
+    assert not get["errors"] and get["count"] > 100
+    assert get["hits"] == get["count"]  # nothing deleted: every read found its key, wherever it was
 
 
 def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):

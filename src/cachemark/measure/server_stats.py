@@ -138,6 +138,7 @@ class _RedisSource:
         self.client = redis.Redis.from_url(plain, socket_timeout=5, socket_connect_timeout=5)
         self.lock = threading.Lock()
         self.link = 0
+        self.last_info: dict[str, str] = {}  # the last INFO's fields, for a cluster's redirect counts
         self.own_in = 0  # request bytes the server has counted (including the current one)
         self.own_out = 0  # reply bytes the server has counted (up to the previous reply)
         self.own_commands = 0  # INFOs the server has counted
@@ -196,12 +197,22 @@ class _RedisSource:
         }
         self.own_out += len(raw) + len(b"$%d\r\n\r\n" % len(raw))  # the bulk string's framing
         self.own_commands += 1
+        self.last_info = info
         return sample
 
     def close(self) -> None:
         self._drop()
         with contextlib.suppress(Exception):
             self.client.close()
+
+
+def _error_count(field: str) -> int:
+    """``count=12,rejected_calls=0,…`` (an ``errorstat_*`` field) → 12; absent → 0."""
+    for part in field.split(","):
+        name, _, value = part.partition("=")
+        if name == "count" and value.isdigit():
+            return int(value)
+    return 0
 
 
 class _RedisClusterSource:
@@ -240,10 +251,14 @@ class _RedisClusterSource:
             raise
 
     def read(self) -> dict[str, Any]:
-        total: dict[str, Any] = {}
+        total: dict[str, Any] = {"moved": 0, "ask": 0}
         for node in self.nodes:
             for key, value in node.read().items():
                 total[key] = total.get(key, 0) + value
+            # redirects the node answered (INFO errorstats, Redis 6.2+): whichever client sent them
+            for key, error in (("moved", "errorstat_MOVED"), ("ask", "errorstat_ASK")):
+                total[key] += _error_count(node.last_info.get(error, ""))
+        total["primaries"] = len(self.nodes)
         return total
 
     def close(self) -> None:
@@ -757,6 +772,10 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
         result["rss_peak_bytes"] = max(rss)
     if "evictions" in first and "evictions" in last:
         result["evictions"] = delta("evictions", first["evictions"], last["evictions"])
+    if "moved" in first and "moved" in last:  # a Redis Cluster: the redirects its primaries answered
+        moved, ask = delta("moved", first["moved"], last["moved"]), delta("ask", first["ask"], last["ask"])
+        if moved is not None and ask is not None:
+            result["cluster"] = {"primaries": last["primaries"], "moved": moved, "ask": ask}
     clients = [r["clients"] for r in rows if "clients" in r]
     if clients:
         result["clients"] = max(clients)

@@ -122,6 +122,9 @@ class PhaseMonitor:
         from ..measure.server_stats import timeseries
 
         phase["server"] = server
+        if server.get("cluster") and "cluster" not in phase:
+            # the Python path's client (redis-py) follows redirects unseen: the nodes counted them
+            phase["cluster"] = server["cluster"]
         series = phase.setdefault("timeseries", [])
         by_second = {entry["t"]: entry for entry in series}
         for row in timeseries(server):
