@@ -4,7 +4,8 @@
 docs/engine.md for every key) and returns its result dict: ``wall_s``,
 ``client_cpu_s``, ``ops`` (one OpResult per op, docs/contracts.md), wire bytes,
 ``interrupted``, ``stopped_on_errors`` (why the on-error policy ended the run, or None),
-``missed`` (open loop: ops due but never sent) and ``errors_sample``. :func:`target_config` turns a
+``missed`` (open loop: ops due but never sent), ``errors_sample``, and ``write_outages`` (each load thread's
+windows of failing writes, on ``perf_counter_ns``'s clock, like ``start_ns``). :func:`target_config` turns a
 ``redis://…?client=engine`` / ``memcached://…?client=engine`` target into the
 connection part of that config. :class:`Histogram` is the engine's HDR histogram,
 usable by the Python workers so both sides produce the same, mergeable histograms.
