@@ -127,16 +127,19 @@ def test_engine_is_handed_the_primary_and_the_sentinels(sentinel_lab):
     assert "sentinel-pw" not in str(refused.value)
 
 
-def test_engine_leaves_a_read_only_replica_for_the_primary_the_sentinels_name(sentinel_lab):
+@pytest.mark.parametrize("io", ["epoll", "uring"])
+def test_engine_leaves_a_read_only_replica_for_the_primary_the_sentinels_name(sentinel_lab, io):
     """Handed a replica (a demoted primary, as after a failover), the engine's first write gets
     ``-READONLY``: that op is an error, the socket closes, the reconnect asks the Sentinels and
     the writes go on against the primary — one write outage, recovered there."""
     from cachemark.engine import run_load
+    from engine_helpers import need_io
 
+    need_io(io)
     primary, replica = sentinel_lab.primary_port(), sentinel_lab.describe()["replica_port"]
     cfg = target_config(sentinel_lab.url() + "?client=engine") | {
         "servers": [f"127.0.0.1:{replica}"], "threads": 1, "connections": 1, "prefill": False, "ops": 400,
-        "keys": {"count": 50, "prefix": "cm:readonly:"}, "mix": [{"op": "set", "weight": 1}], "io": "epoll"}
+        "keys": {"count": 50, "prefix": "cm:readonly:"}, "mix": [{"op": "set", "weight": 1}], "io": io}
     before = _info(primary, "commandstats").get("cmdstat_set", {}).get("calls", 0)
     started = time.perf_counter_ns()
     result = run_load(cfg)
