@@ -1,6 +1,6 @@
 """Redis Sentinel: ``spawn:redis-sentinel``, ``redis+sentinel://`` on the Python path and the engine,
-and a failover in the middle of a run (the primary SIGKILLed; the run rides through to the replica
-the Sentinels promote, and says how long writes failed).
+and a failover in the middle of a run (the primary SIGKILLed; the run — Python workers or the
+engine — rides through to the replica the Sentinels promote, and says how long writes failed).
 
 Real servers only: a primary, its replica and three Sentinels from the lab; ground truth is what
 the servers say (INFO replication, INFO commandstats) and exact hit counts against a direct run.
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from cachemark.engine import target_config
-from cachemark.errors import SpecError
+from cachemark.engine import sentinel_config, target_config
+from cachemark.errors import BackendUnavailable, SpecError
 from cachemark.measure.outage import WriteOutages, merge_outages
 from cachemark.results.schema import validate
 from cachemark.run.runner import run_target
@@ -113,10 +113,49 @@ def test_discovery_gives_the_primary_exactly(sentinel_lab, client):
     assert after - before >= through_sentinel["get"][0]  # the primary served the reads itself
 
 
-def test_engine_is_handed_the_primary(sentinel_lab):
+def test_engine_is_handed_the_primary_and_the_sentinels(sentinel_lab):
     cfg = target_config(sentinel_lab.url() + "?client=engine&pipeline=4")
     assert cfg["servers"] == [f"127.0.0.1:{sentinel_lab.primary_port()}"]
     assert cfg["db"] == 0 and cfg["pipeline"] == 4
+    assert cfg["sentinel"] == {"sentinels": [f"127.0.0.1:{p}" for p in sentinel_lab.describe()["sentinel_ports"]],
+                               "service": "mymaster"}
+    assert sentinel_config(parse_target("redis+sentinel://h1,[::1]:26380/cache/2?sentinel_password=pw")) == {
+        "sentinels": ["h1:26379", "[::1]:26380"], "service": "cache", "password": "pw"}
+    # the lab's Sentinels take no password: redis-py's refusal names its connections, never the password
+    with pytest.raises(BackendUnavailable, match="no primary for 'mymaster'") as refused:
+        target_config(sentinel_lab.url() + "?client=engine&sentinel_password=sentinel-pw")
+    assert "sentinel-pw" not in str(refused.value)
+
+
+@pytest.mark.parametrize("io", ["epoll", "uring"])
+def test_engine_leaves_a_read_only_replica_for_the_primary_the_sentinels_name(sentinel_lab, io):
+    """Handed a replica (a demoted primary, as after a failover), the engine's first write gets
+    ``-READONLY``: that op is an error, the socket closes, the reconnect asks the Sentinels and
+    the writes go on against the primary — one write outage, recovered there."""
+    from cachemark.engine import run_load
+    from engine_helpers import need_io
+
+    need_io(io)
+    primary, replica = sentinel_lab.primary_port(), sentinel_lab.describe()["replica_port"]
+    cfg = target_config(sentinel_lab.url() + "?client=engine") | {
+        "servers": [f"127.0.0.1:{replica}"], "threads": 1, "connections": 1, "prefill": False, "ops": 400,
+        "keys": {"count": 50, "prefix": "cm:readonly:"}, "mix": [{"op": "set", "weight": 1}], "io": io}
+    before = _info(primary, "commandstats").get("cmdstat_set", {}).get("calls", 0)
+    started = time.perf_counter_ns()
+    result = run_load(cfg)
+    ended = time.perf_counter_ns()
+    sets = result["ops"]["set"]
+    assert sets["count"] == 400 and sets["errors"] == {"server": 1}, sets["errors"]
+    assert any("READONLY" in m for m in result["errors_sample"]), result["errors_sample"]
+    assert _info(primary, "commandstats")["cmdstat_set"]["calls"] - before >= 399
+    (window,) = result["write_outages"]
+    assert (window["failed_writes"], window["errors"]) == (1, 1)
+    assert window["server"] == f"127.0.0.1:{primary}"
+    # the engine's clock is Python's perf_counter_ns: its times fall inside this call
+    assert started < result["start_ns"] <= window["first_ns"] <= window["last_ns"] < window["recovered_ns"] < ended
+    client = redis.Redis(port=primary, socket_timeout=5)
+    client.delete(*client.keys("cm:readonly:*"))
+    client.close()
 
 
 def test_outage_windows_merge_by_overlap():
@@ -196,6 +235,62 @@ def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
     assert len(processes) == 5
     lab.stop()  # every process of the lab ends (the killed primary was already gone)
     assert all(p.poll() is not None for p in processes)
+
+
+def test_engine_follows_a_failover_mid_run_and_times_it(spawn, tmp_path: Path):
+    """The engine twin of the test above: its reconnects ask the Sentinels, so the run goes on
+    against the promoted replica and reports how long writes failed."""
+    lab = spawn("redis-sentinel")
+    old_primary, replica = lab.primary_port(), lab.describe()["replica_port"]
+    out = tmp_path / "engine-failover.json"
+    started = time.monotonic()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cachemark", "run", "-t", lab.url() + "?client=engine&threads=1&connections=4",
+         "--duration", "7s", "--warmup", "0", "--keys", "500", "--value-size", "200", "--mix", "get=50,set=50",
+         "--no-calibrate", "--allow-errors", "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while _info(old_primary, "commandstats").get("cmdstat_get", {}).get("calls", 0) < 100:
+            assert time.monotonic() < deadline and run.poll() is None, "the timed phase never started"
+            time.sleep(0.05)
+        time.sleep(1.5)
+        killed_at = time.monotonic()
+        assert lab.kill_primary() == old_primary
+        output = run.communicate(timeout=40)[0]
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, output
+    assert time.monotonic() - killed_at > 3  # the run went on after the kill
+
+    assert lab.primary_port() == replica
+    assert _info(replica, "replication")["role"] == "master"
+    gets_on_new_primary = _info(replica, "commandstats").get("cmdstat_get", {}).get("calls", 0)
+    assert gets_on_new_primary > 100  # a replica serves no reads of ours: these came after the promotion
+
+    document = json.loads(out.read_text())
+    validate(document, str(out))
+    phase = document["runs"][0]["phases"][0]
+    assert document["runs"][0]["status"] == "ok" and not phase["stopped_on_errors"]
+    errors = sum(sum(op["errors"].values()) for op in phase["ops"].values())
+    assert errors > 0
+    for op in phase["ops"].values():
+        assert op["errors"].keys() <= {"connection", "timeout"}, op["errors"]
+    # the new primary's reads are the run's (its gets, and at most 100 canaries' reads)
+    assert gets_on_new_primary <= phase["ops"]["get"]["count"] + 100
+    (outage,) = phase["write_outages"]
+    assert outage["recovered"] and outage["server"] == f"127.0.0.1:{replica}"
+    assert 0.5 < outage["duration_s"] < 15, outage
+    assert 0 < outage["failed_writes"] <= outage["errors"] <= errors
+    assert 1 < outage["start_s"] < outage["end_s"] < phase["wall_s"] - 1
+
+    line = f"failover: writes failed for {outage['duration_s']:.1f} s"
+    assert line in output and f"then succeeded against 127.0.0.1:{replica}" in output
+    from cachemark.report.formats import render
+
+    assert line in render(document, "markdown") and line in render(document, "html")
+    assert time.monotonic() - started < 25
 
 
 def test_on_error_policy_waits_out_a_failover():

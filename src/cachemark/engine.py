@@ -4,7 +4,8 @@
 docs/engine.md for every key) and returns its result dict: ``wall_s``,
 ``client_cpu_s``, ``ops`` (one OpResult per op, docs/contracts.md), wire bytes,
 ``interrupted``, ``stopped_on_errors`` (why the on-error policy ended the run, or None),
-``missed`` (open loop: ops due but never sent) and ``errors_sample``. :func:`target_config` turns a
+``missed`` (open loop: ops due but never sent), ``errors_sample``, and ``write_outages`` (each load thread's
+windows of failing writes, on ``perf_counter_ns``'s clock, like ``start_ns``). :func:`target_config` turns a
 ``redis://…?client=engine`` / ``memcached://…?client=engine`` target into the
 connection part of that config. :class:`Histogram` is the engine's HDR histogram,
 usable by the Python workers so both sides produce the same, mergeable histograms.
@@ -69,8 +70,9 @@ def tls_config(t: Target) -> dict[str, Any]:
 def sentinel_primary(t: Target) -> Target:
     """The primary a ``redis+sentinel://`` target's Sentinels name now, as a ``redis://`` target.
 
-    Asked once, at the start: the engine keeps its connections to that address, so it does
-    not follow a failover during the run (docs/engine.md); the Python path does."""
+    Asked here once, at the start (a wrong service or unreachable Sentinels are one line before
+    anything runs); during the run the engine follows a failover itself: each reconnect asks the
+    Sentinels of :func:`sentinel_config` again (docs/engine.md), as the Python path's redis-py does."""
     from redis.exceptions import RedisError
     from redis.sentinel import Sentinel
 
@@ -81,8 +83,11 @@ def sentinel_primary(t: Target) -> Target:
     try:
         host, port = manager.discover_master(service)
     except RedisError as exc:
-        raise BackendUnavailable(f"{t.redacted}: the Sentinels name no primary for {service!r}: "
-                                 f"{' '.join(str(exc).split())[:200]}") from None
+        said = " ".join(str(exc).split())
+        for secret in (t.param("sentinel_password"), t.password):
+            if secret:  # redis-py's message shows each Sentinel connection's repr, password included
+                said = said.replace(secret, "***")
+        raise BackendUnavailable(f"{t.redacted}: the Sentinels name no primary for {service!r}: {said[:200]}") from None
     finally:
         for connection in manager.sentinels:
             connection.close()
@@ -95,6 +100,17 @@ def sentinel_primary(t: Target) -> Target:
     return parse_target(f"redis://{auth}{host_text}:{port}/{db}" + (f"?{query}" if query else ""))
 
 
+def sentinel_config(t: Target) -> dict[str, Any]:
+    """The engine's ``sentinel`` section: the Sentinels (``host:port``, asked in this order), the
+    service name and the Sentinels' own password (``sentinel_password=``; never printed)."""
+    sentinels, service, _ = sentinel_parts(t)
+    section: dict[str, Any] = {"sentinels": [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in sentinels],
+                               "service": service}
+    if t.param("sentinel_password"):
+        section["password"] = t.param("sentinel_password")
+    return section
+
+
 def target_config(target: str | Target) -> dict[str, Any]:
     """The connection part of an engine config for a target URL.
 
@@ -103,7 +119,8 @@ def target_config(target: str | Target) -> dict[str, Any]:
     binary protocol, which is then the default, as with ``binary=1``), ``redis+cluster://seed1:7000,seed2:7001``
     (``cluster``: keys are routed by hash slot over the primaries the seeds name) and their Unix-socket forms
     (``redis+unix:///path.sock?db=N``: the engine's server is then ``unix:/path.sock``;
-    ``redis+sentinel://s1,s2/mymaster/0``: the primary the Sentinels name now, asked once, here); ``rediss://``
+    ``redis+sentinel://s1,s2/mymaster/0``: the primary the Sentinels name now, asked here, and a ``sentinel``
+    section the engine asks again at each reconnect, so it follows a failover); ``rediss://``
     and ``memcached://…?tls=1`` add a ``tls`` section (:func:`tls_config`);
     engine knobs given in the query (``threads``, ``connections``, ``pipeline``) are copied too.
     """
@@ -120,6 +137,7 @@ def target_config(target: str | Target) -> dict[str, Any]:
         db = t.param("db", "") if row.unix else t.path.strip("/")
         if sentinel:
             db = str(sentinel_parts(t)[2])
+            cfg["sentinel"] = sentinel_config(t)
             t = sentinel_primary(t)
         if db:
             if not db.isdigit():

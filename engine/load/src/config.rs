@@ -164,6 +164,32 @@ pub struct Config {
     /// Redis Cluster: `servers` are seeds; the slot map they give decides where keys go.
     #[serde(default)]
     pub cluster: bool,
+    /// Redis Sentinel: `servers` names the primary at the start; a reconnect asks these
+    /// Sentinels which address is primary now (`engine/sentinel.rs`).
+    #[serde(default)]
+    pub sentinel: Option<SentinelConfig>,
+}
+
+/// The Sentinels watching a RESP target's primary (`redis+sentinel://`).
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelConfig {
+    /// `host:port` of each Sentinel, asked in this order.
+    pub sentinels: Vec<String>,
+    /// The service (master) name the Sentinels know the primary by.
+    pub service: String,
+    /// The Sentinels' own password (`AUTH`), if they want one.
+    #[serde(default)]
+    pub password: Option<String>,
+}
+
+/// Validated [`SentinelConfig`]: the Sentinels' addresses and names (for messages).
+#[derive(Debug, Clone)]
+pub struct SentinelPlan {
+    pub addrs: Vec<ServerAddr>,
+    pub names: Vec<String>,
+    pub service: String,
+    pub password: Option<String>,
 }
 
 /// Where a prepared replay's arrays are (`crate::replay`).
@@ -266,6 +292,9 @@ pub struct OpPlan {
     pub template: Vec<Vec<Seg>>,
     /// Whether the op writes a value (so it draws a size).
     pub writes_value: bool,
+    /// Whether a failure of it opens a write outage (`engine/outage.rs`): `set`, `incr`,
+    /// and templates that carry a value — the ops the Python workers count as writes.
+    pub write: bool,
 }
 
 /// Where a server listens: `host:port`, or `unix:/path/to.sock` (a Unix domain socket).
@@ -340,6 +369,8 @@ pub struct Plan {
     /// (`engine/topology.rs`); then the primaries, and `slots` the owner of every slot.
     pub cluster: bool,
     pub slots: Option<Arc<Vec<u16>>>,
+    /// Redis Sentinel: whom a load thread asks for the primary when it reconnects.
+    pub sentinel: Option<Arc<SentinelPlan>>,
 }
 
 fn parse_template(args: &[String], is_resp: bool) -> Result<Vec<Vec<Seg>>, String> {
@@ -420,6 +451,41 @@ impl Config {
         Ok(())
     }
 
+    /// The Sentinels section, checked: RESP, one server (the primary at the start), TCP.
+    fn sentinel_plan(&self) -> Result<Option<Arc<SentinelPlan>>, String> {
+        let Some(c) = &self.sentinel else {
+            return Ok(None);
+        };
+        if !self.protocol.is_resp() || self.cluster {
+            return Err("engine config: \"sentinel\" is for one RESP primary (not memcached, not a cluster)".into());
+        }
+        if self.tls.is_some() {
+            return Err("engine config: \"sentinel\" with \"tls\" is not supported".into());
+        }
+        if c.sentinels.is_empty() || c.service.is_empty() {
+            return Err(
+                "engine config: \"sentinel\" needs \"sentinels\" and a \"service\" name".into(),
+            );
+        }
+        let mut addrs = Vec::new();
+        for s in &c.sentinels {
+            match ServerAddr::parse(s)? {
+                ServerAddr::Unix(_) => {
+                    return Err(format!(
+                        "engine config: sentinel {s:?}: Sentinels are host:port"
+                    ))
+                }
+                a => addrs.push(a),
+            }
+        }
+        Ok(Some(Arc::new(SentinelPlan {
+            addrs,
+            names: c.sentinels.clone(),
+            service: c.service.clone(),
+            password: c.password.clone(),
+        })))
+    }
+
     pub fn plan(&self) -> Result<Plan, String> {
         let is_resp = self.protocol.is_resp();
         if self.servers.is_empty() {
@@ -434,6 +500,7 @@ impl Config {
         if self.cluster {
             self.check_cluster()?;
         }
+        let sentinel = self.sentinel_plan()?;
         let mut servers = Vec::new();
         for s in &self.servers {
             servers.push(ServerAddr::parse(s)?);
@@ -646,11 +713,14 @@ impl Config {
                     .any(|s| matches!(s, Seg::Value | Seg::Len));
             acc += m.weight;
             cumulative.push(acc);
+            let write =
+                matches!(kind, Kind::Set | Kind::Incr) || (kind == Kind::Template && writes_value);
             ops.push(OpPlan {
                 name,
                 kind,
                 template,
                 writes_value,
+                write,
             });
         }
         if acc <= 0.0 {
@@ -709,6 +779,7 @@ impl Config {
             replay,
             cluster: self.cluster,
             slots: None,
+            sentinel,
         })
     }
 }
@@ -762,6 +833,43 @@ mod tests {
             r#"{"protocol":"resp2","servers":["127.0.0.1:1"],"on_error":"ignore"}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn sentinel_section() {
+        let json = |extra: &str| {
+            format!(
+                r#"{{"protocol":"resp2","servers":["127.0.0.1:6379"],"sentinel":{{"sentinels":["127.0.0.1:26379","127.0.0.1:26380"],"service":"mymaster","password":"pw"}}{extra}}}"#
+            )
+        };
+        let p = Config::from_json(&json("")).unwrap().plan().unwrap();
+        let s = p.sentinel.unwrap();
+        assert_eq!(s.names, ["127.0.0.1:26379", "127.0.0.1:26380"]);
+        assert_eq!(
+            (s.service.as_str(), s.password.as_deref()),
+            ("mymaster", Some("pw"))
+        );
+        let err = |extra: &str| Config::from_json(&json(extra)).unwrap().plan().unwrap_err();
+        assert!(err(r#","cluster":true"#).contains("\"sentinel\" is for one RESP primary"));
+        let memcached = json("").replace("resp2", "memcache_text");
+        assert!(Config::from_json(&memcached)
+            .unwrap()
+            .plan()
+            .unwrap_err()
+            .contains("not memcached"));
+        let unix = json("").replace("127.0.0.1:26380", "unix:/x.sock");
+        assert!(Config::from_json(&unix)
+            .unwrap()
+            .plan()
+            .unwrap_err()
+            .contains("Sentinels are host:port"));
+        let no_service = json("").replace("mymaster", "");
+        assert!(Config::from_json(&no_service)
+            .unwrap()
+            .plan()
+            .unwrap_err()
+            .contains("\"service\""));
+        assert!(Config::from_json(&json("").replace("\"password\"", "\"pass\"")).is_err());
     }
 
     #[test]

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import PrefillFailed, UnsupportedOp
+from ..measure.outage import merge_outages
 from ..measure.summary import summary_from_result
 from ..spec import Phase, Workload
 from ..target import Target
 from ..workload.keys import KeyDist, key_lengths
+from .error_policy import error_grace
 
 ENGINE_OPS = {"get": "get", "set": "set", "delete": "delete", "exists": "exists", "incr": "incr",
               "get_many": "mget"}
@@ -68,7 +70,8 @@ def phase_config(target: Target, workload: Workload, phase: Phase, namespace: st
         "verify_fraction": workload.verify_reads,
         "seed": workload.seed,
         "on_error": workload.on_error,
-        "error_grace_s": workload.error_grace,
+        # a target that fails over (Sentinel) is given its scheme's grace, as on the Python path
+        "error_grace_s": error_grace(workload, target) or workload.error_grace,
     })
     config.setdefault("connections", workload.workers)
     if workload.trace is not None and workload.trace.prepared:  # a recorded trace, each key on one connection
@@ -165,7 +168,9 @@ def _our_ops(phase: Phase, workload: Workload, result: dict[str, Any]) -> dict[s
 
 def _phase_record(phase: Phase, config: dict[str, Any], result: dict[str, Any], ops: dict[str, Any]) -> dict[str, Any]:
     cluster = {"cluster": result["cluster"]} if result.get("cluster") else {}
-    return cluster | {
+    # the engine's threads' windows are on perf_counter_ns's clock, as the Python workers' are
+    outages = merge_outages([result.get("write_outages") or []], result.get("start_ns", 0))
+    return cluster | ({"write_outages": outages} if outages else {}) | {
         "name": phase.name,
         "mode": config["mode"],
         "rate": phase.rate,

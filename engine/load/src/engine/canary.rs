@@ -67,6 +67,7 @@ pub(super) fn canaries(
         kind,
         template: vec![],
         writes_value: kind == Kind::Set,
+        write: kind == Kind::Set,
     };
     let (set_op, get_op, del_op) = (op(Kind::Set), op(Kind::Get), op(Kind::Delete));
     for i in 0..n as u64 {

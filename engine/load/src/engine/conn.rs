@@ -3,12 +3,14 @@
 
 use super::stream::Stream;
 use crate::arrivals::Arrivals;
-use crate::config::Plan;
+use crate::config::{Plan, ServerAddr};
 use crate::keyspace::KeyPicker;
 use crate::outbuf::OutBuf;
 use crate::proto::{self, printable, Kind, Outcome, Parse};
+use rustls::pki_types::ServerName;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A request queued or sent on a socket, waiting for its reply.
@@ -63,8 +65,8 @@ pub(super) struct Sock {
     pub(super) inflight: VecDeque<Pending>,
     /// Requests at the back of `inflight` not written yet (their `sent` is stamped on write).
     pub(super) unstamped: usize,
-    /// Closed loop over several servers: requests queued while this socket still awaits
-    /// replies, written as one batch once those have come (or a whole pipeline is held).
+    /// Closed-loop Redis Cluster: requests queued while this socket still awaits
+    /// replies, written as one batch (at most a pipeline) once those have come.
     /// Refilled a few at a time on every node each time one node answered, a cluster
     /// client's sockets carried small batches, and each node paid a read per few requests
     /// (redis-benchmark --cluster and memtier_benchmark write a connection's pipeline
@@ -197,9 +199,25 @@ pub(super) fn read_some(s: &mut Stream, buf: &mut [u8]) -> std::io::Result<usize
 /// Opens one connection and sends the protocol's set-up handshake (`proto::handshake`:
 /// HELLO/AUTH/SELECT/PING, `version` or `mn`), all blocking, then makes it non-blocking.
 pub(super) fn connect(plan: &Plan, server: usize, timeout: Duration) -> Result<Stream, String> {
-    let name = &plan.server_names[server];
     let tls = plan.tls.as_ref().map(|c| (c, &plan.tls_names[server]));
-    let mut s = Stream::connect(&plan.servers[server], timeout, tls)
+    connect_to(
+        plan,
+        &plan.servers[server],
+        &plan.server_names[server],
+        tls,
+        timeout,
+    )
+}
+
+/// [`connect`] to an address the plan does not list (a primary the Sentinels named).
+pub(super) fn connect_to(
+    plan: &Plan,
+    addr: &ServerAddr,
+    name: &str,
+    tls: Option<(&Arc<rustls::ClientConfig>, &ServerName<'static>)>,
+    timeout: Duration,
+) -> Result<Stream, String> {
+    let mut s = Stream::connect(addr, timeout, tls)
         .map_err(|e| format!("cannot connect to {name}: {e}"))?;
     s.set_timeouts(Some(timeout)).map_err(|e| e.to_string())?;
     let hs = proto::handshake(plan);

@@ -33,14 +33,18 @@
 //! * `record.rs` — counters, histograms, error samples, the merge of threads' results
 //! * `canary.rs` — dropped-write canaries after the timed phase
 //! * `topology.rs` — Redis Cluster: the slot map asked of a seed before anything connects
+//! * `sentinel.rs` — Redis Sentinel: the primary asked of the Sentinels when a thread reconnects
+//! * `outage.rs` — write outages: how long writes failed (a failover), per thread
 //!
 //! Encoding, handshakes and parsing live in [`crate::proto`].
 
 mod canary;
 mod conn;
 mod epoll;
+mod outage;
 mod record;
 mod run;
+mod sentinel;
 mod stream;
 mod topology;
 mod uring;

@@ -4,6 +4,7 @@
 //! recorders into the run's result.
 
 use super::conn::Pending;
+use super::outage::Outages;
 use crate::config::Plan;
 use crate::hist::{self, Hist};
 use crate::keyspace::{verify_value, write_key};
@@ -144,6 +145,8 @@ pub(super) struct Recorder {
     pub(super) moved: u64,
     pub(super) ask: u64,
     pub(super) slots: Vec<u16>,
+    /// How long writes failed (timed ops only); `absorb` gathers every thread's windows.
+    pub(super) outages: Outages,
 }
 
 impl Recorder {
@@ -168,10 +171,11 @@ pub(super) fn record_error(rec: &mut Recorder, plan: &Plan, p: &Pending, kind: u
         }
         return;
     }
+    let sent = if p.sent == 0 { now } else { p.sent };
+    rec.outages.failed(sent, now, plan.ops[p.op as usize].write);
     let st = &mut rec.ops[p.op as usize];
     st.errors[kind] += 1;
     st.bytes_out += p.bytes_out as u64;
-    let sent = if p.sent == 0 { now } else { p.sent };
     let unc = plan.open.then(|| now.saturating_sub(sent));
     st.record(O_ERROR, now.saturating_sub(p.intended), unc);
 }
@@ -247,6 +251,11 @@ pub(super) fn complete(
     }
     if outcome == O_ERROR {
         rec.tally_failed[err] += 1;
+        if err != E_VERIFY {
+            // A refused write (`-READONLY`, `-OOM`) is a failed write, as for the Python workers.
+            rec.outages
+                .failed(p.sent, now, plan.ops[p.op as usize].write);
+        }
     } else {
         rec.tally_ok += 1;
     }
@@ -285,6 +294,9 @@ impl Recorder {
         self.moved += r.moved;
         self.ask += r.ask;
         self.last_done = self.last_done.max(r.last_done);
+        self.outages
+            .windows
+            .extend(r.outages.windows.iter().cloned());
         for s in &r.samples {
             if self.samples.len() < 2 * MAX_SAMPLES && !self.samples.contains(s) {
                 self.samples.push(s.clone());

@@ -7,7 +7,7 @@ use super::canary::{canaries, canary_count};
 use super::conn::connect;
 use super::record::{Recorder, E_DROPPED};
 use super::stream::Stream;
-use super::{topology, worker};
+use super::{outage, sentinel, topology, worker};
 use crate::config::{IoBackend, Plan};
 use crate::keyspace::Rng;
 use crate::proto::Kind;
@@ -29,6 +29,9 @@ pub enum RunError {
 /// State shared between the orchestrating thread and the load threads.
 pub(super) struct Shared {
     epoch: Instant,
+    /// CLOCK_MONOTONIC (Python's `perf_counter_ns`) at `epoch`: results given on Python's
+    /// clock (write outages) are `now()` readings plus this.
+    mono_epoch: u64,
     pub(super) stop: AtomicBool,
     pub(super) ready: AtomicUsize,
     /// Start of the run phase (warm-up first), ns since `epoch`; 0 until set.
@@ -41,8 +44,11 @@ pub(super) struct Shared {
 
 impl Shared {
     fn new() -> Self {
+        let epoch = Instant::now();
+        let mono_epoch = monotonic_ns().saturating_sub(epoch.elapsed().as_nanos() as u64);
         Shared {
-            epoch: Instant::now(),
+            epoch,
+            mono_epoch,
             stop: AtomicBool::new(false),
             ready: AtomicUsize::new(0),
             run_start: AtomicU64::new(0),
@@ -215,7 +221,24 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         if n > 0 && !control.interrupted && control.stopped_on_errors.is_none() {
             let mut rng = Rng::new(plan.seed ^ 0xC0FFEE);
             let slots = recs.iter().map(|r| &r.slots).find(|s| !s.is_empty());
-            let (dropped, msgs) = canaries(plan, n, &mut rng, slots.map(|s| s.as_slice()));
+            // With Sentinels, on the primary they name now (a failover may have moved it).
+            let followed;
+            let canary_plan = match &plan.sentinel {
+                Some(s) => match sentinel::ask(s, timeout.min(Duration::from_secs(1))) {
+                    Ok((addr, name)) => {
+                        let mut p = plan.clone();
+                        (p.servers, p.server_names) = (vec![addr], vec![name]);
+                        followed = p;
+                        &followed
+                    }
+                    Err(m) => {
+                        total.samples.push(m);
+                        plan
+                    }
+                },
+                None => plan,
+            };
+            let (dropped, msgs) = canaries(canary_plan, n, &mut rng, slots.map(|s| s.as_slice()));
             total.ops[si].errors[E_DROPPED] += dropped;
             total.ops[si].count += dropped;
             for m in msgs.into_iter().take(3) {
@@ -244,7 +267,20 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
             Value::Null
         },
         "errors_sample": total.samples,
+        // Python's clock (CLOCK_MONOTONIC): where the timed phase began, and the threads'
+        // write-outage windows (`outage.rs`), for `measure.outage.merge_outages`.
+        "start_ns": measure_start + shared.mono_epoch,
+        "write_outages": outage::to_json(&total.outages.windows, shared.mono_epoch),
     }))
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of Python's `time.perf_counter_ns()` (and of
+/// `Instant`, on Linux).
+fn monotonic_ns() -> u64 {
+    // SAFETY: clock_gettime fills the struct we pass.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// CPU seconds (user + system) of the whole process so far.
@@ -254,4 +290,18 @@ fn cpu_seconds() -> f64 {
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
     t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_clock_converts_to_clock_monotonic() {
+        let shared = Shared::new();
+        std::thread::sleep(Duration::from_millis(20));
+        let ours = shared.now() + shared.mono_epoch;
+        let theirs = monotonic_ns();
+        assert!(ours.abs_diff(theirs) < 1_000_000, "{ours} vs {theirs}");
+    }
 }

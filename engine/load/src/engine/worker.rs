@@ -3,7 +3,7 @@
 //! loop that drives one phase over the thread's I/O backend (`uring.rs`, or `epoll.rs`).
 
 use super::conn::{
-    connect, Client, Completion, Pending, Sock, MAX_HOPS, P_ASKING, P_COUNTER, P_RESENT,
+    connect, connect_to, Client, Completion, Pending, Sock, MAX_HOPS, P_ASKING, P_COUNTER, P_RESENT,
 };
 use super::epoll::Epoll;
 use super::record::{
@@ -11,11 +11,12 @@ use super::record::{
     NO_KEY,
 };
 use super::run::Shared;
+use super::sentinel;
 use super::stream::Stream;
 use super::uring::Uring;
 use crate::arrivals::Arrivals;
 use crate::cluster::{key_slot, parse_redirect, UNOWNED};
-use crate::config::{Arrival, IoBackend, Plan};
+use crate::config::{Arrival, IoBackend, Plan, ServerAddr};
 use crate::keyspace::{route, KeyPicker, Rng};
 use crate::proto::request::PREFILL_SET;
 use crate::proto::{
@@ -29,6 +30,18 @@ use std::time::Duration;
 const RETRY_NS: u64 = 100_000_000;
 /// How often a thread publishes its counts, checks timeouts and the stop flag.
 const TICK_NS: u64 = 10_000_000;
+/// Redis Sentinel: least time between two questions of one thread to the Sentinels (a
+/// closed-loop client reconnects per op while the primary is down), and the most one
+/// question may block its thread per Sentinel (connect, then the reply).
+const ASK_EVERY_NS: u64 = 100_000_000;
+const SENTINEL_TIMEOUT_NS: u64 = 500_000_000;
+
+/// Redis Sentinel: the primary a thread connects to now, and when it last asked.
+struct Primary {
+    addr: ServerAddr,
+    name: String,
+    asked_at: Option<u64>,
+}
 
 /// What `Worker::issue` did.
 #[derive(PartialEq, Eq)]
@@ -75,12 +88,22 @@ struct Worker<'a> {
     /// the redirected requests of the reply being read: (request, ASK?, slot, new server).
     slots: Vec<u16>,
     redirected: Vec<(Pending, bool, u16, Option<usize>)>,
-    /// Closed loop over several servers: a socket still awaiting replies holds new requests
-    /// until they have come (`Sock::held`).
+    /// Closed-loop Redis Cluster: requests are held per socket and sent as whole
+    /// pipelines (`Sock::held`, `top_up_held`).
     corks: bool,
+    /// Redis Sentinel: where this thread's reconnects go (None: the plan's servers).
+    primary: Option<Primary>,
 }
 
 impl Worker<'_> {
+    /// The name of server `server` for messages: the primary followed now, with Sentinels.
+    fn server_name(&self, server: usize) -> &str {
+        match &self.primary {
+            Some(p) => &p.name,
+            None => &self.plan.server_names[server],
+        }
+    }
+
     /// Puts a connected stream in socket `si` and registers it with the backend.
     fn attach(&mut self, si: usize, stream: Stream) {
         let s = &mut self.socks[si];
@@ -192,8 +215,8 @@ impl Worker<'_> {
             Completion::ReadFailed(e) => format!("read failed: {e}"),
             Completion::WriteFailed(e) => format!("write failed: {e}"),
         };
-        let name = &self.plan.server_names[self.socks[si].server];
-        self.fail_sock(si, E_CONNECTION, format!("{name}: {why}"), now);
+        let msg = format!("{}: {why}", self.server_name(self.socks[si].server));
+        self.fail_sock(si, E_CONNECTION, msg, now);
     }
 
     /// One io_uring round (`Uring::round`), then every completion it brought.
@@ -268,6 +291,7 @@ impl Worker<'_> {
         let s = &mut self.socks[si];
         let mut done = 0;
         let mut bad: Option<String> = None;
+        let mut readonly = false;
         if s.rbuf.len() >= s.need {
             while let Some(p) = s.inflight.front().copied() {
                 if s.unstamped >= s.inflight.len() {
@@ -306,6 +330,29 @@ impl Worker<'_> {
                     Parse::Done(r) => {
                         let value = r.value.clone().map(|v| &avail[v]);
                         complete(&mut self.rec, plan, &p, &r, value, avail, now);
+                        let failed =
+                            matches!(r.outcome, Outcome::ServerError | Outcome::ProtocolError);
+                        if failed
+                            && self.primary.is_some()
+                            && r.message
+                                .as_ref()
+                                .is_some_and(|m| avail[m.clone()].starts_with(b"READONLY"))
+                        {
+                            // A demoted primary, back as a replica: this socket is closed once
+                            // its replies are read, and the reconnect asks the Sentinels.
+                            readonly = true;
+                        } else if self.rec.outages.open()
+                            && !failed
+                            && p.timed
+                            && p.op != INTERNAL
+                            && plan.ops[p.op as usize].write
+                        {
+                            let name = match &self.primary {
+                                Some(primary) => primary.name.as_str(),
+                                None => plan.server_names[s.server].as_str(),
+                            };
+                            self.rec.outages.succeeded(now, name);
+                        }
                         s.rpos += r.consumed;
                         s.inflight.pop_front();
                         done += 1;
@@ -332,10 +379,16 @@ impl Worker<'_> {
         let server = s.server;
         self.clients[c].inflight -= done;
         self.inflight_total -= done;
-        let was_bad = bad.is_some();
+        let was_bad = bad.is_some() || readonly;
         if let Some(m) = bad {
-            let name = &plan.server_names[server];
-            self.fail_sock(si, E_PROTOCOL, format!("{name}: protocol error: {m}"), now);
+            let msg = format!("{}: protocol error: {m}", self.server_name(server));
+            self.fail_sock(si, E_PROTOCOL, msg, now);
+        } else if readonly {
+            let msg = format!(
+                "{}: READONLY (a replica now): connection closed, the Sentinels are asked again",
+                self.server_name(server)
+            );
+            self.fail_sock(si, E_CONNECTION, msg, now);
         }
         if !self.redirected.is_empty() {
             self.follow_redirects(c, now);
@@ -708,8 +761,28 @@ impl Worker<'_> {
         // A connect may block (up to 1 s against a hung server): let the on-error watch see
         // the failures so far first, so that it can stop the run meanwhile.
         self.shared.publish(&mut self.rec);
-        let wait = Duration::from_nanos(self.plan.timeout_ns.min(1_000_000_000));
-        match connect(self.plan, self.socks[si].server, wait) {
+        let plan = self.plan;
+        let wait = Duration::from_nanos(plan.timeout_ns.min(1_000_000_000));
+        if let (Some(sentinels), Some(primary)) = (&plan.sentinel, &mut self.primary) {
+            let now = self.shared.now();
+            if primary
+                .asked_at
+                .is_none_or(|t| now >= t.saturating_add(ASK_EVERY_NS))
+            {
+                primary.asked_at = Some(now);
+                let ask_wait = Duration::from_nanos(plan.timeout_ns.min(SENTINEL_TIMEOUT_NS));
+                match sentinel::ask(sentinels, ask_wait) {
+                    Ok((addr, name)) => (primary.addr, primary.name) = (addr, name),
+                    // The last primary named is tried again; the next question in 100 ms.
+                    Err(m) => self.rec.sample(|| m),
+                }
+            }
+        }
+        let connected = match &self.primary {
+            Some(p) => connect_to(plan, &p.addr, &p.name, None, wait),
+            None => connect(plan, self.socks[si].server, wait),
+        };
+        match connected {
             Ok(stream) => {
                 self.attach(si, stream);
                 Ok(())
@@ -771,9 +844,9 @@ impl Worker<'_> {
                 if s.unstamped < s.inflight.len()
                     && now.saturating_sub(p.sent) > self.plan.timeout_ns
                 {
-                    let name = &self.plan.server_names[s.server];
                     let msg = format!(
-                        "{name}: no reply within {} ms",
+                        "{}: no reply within {} ms",
+                        self.server_name(s.server),
                         self.plan.timeout_ns / 1_000_000
                     );
                     let c = s.client;
@@ -961,6 +1034,11 @@ pub(super) fn run(
         slots: plan.slots.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
         redirected: Vec::new(),
         corks: plan.cluster,
+        primary: plan.sentinel.as_ref().map(|_| Primary {
+            addr: plan.servers[0].clone(),
+            name: plan.server_names[0].clone(),
+            asked_at: None,
+        }),
     };
     if plan.io != IoBackend::Epoll && plan.tls.is_none() {
         // `run` probed io_uring already; a later failure here (e.g. memory limits) falls
@@ -1034,6 +1112,7 @@ pub(super) fn run(
     }
     w.event_loop();
     w.uring_teardown();
+    w.rec.outages.finish();
     w.rec.slots = std::mem::take(&mut w.slots);
     w.rec
 }

@@ -32,6 +32,7 @@ pub static PREFILL_SET: OpPlan = OpPlan {
     kind: Kind::Set,
     template: Vec::new(),
     writes_value: true,
+    write: true,
 };
 
 /// Formats key `i` into `out`: `prefix + i` (padded to its length from `lengths`, if any),
@@ -143,6 +144,7 @@ mod tests {
             kind,
             template: Vec::new(),
             writes_value: kind == Kind::Set,
+            write: kind == Kind::Set,
         }
     }
 
@@ -324,6 +326,7 @@ mod tests {
             kind: Kind::Template,
             template: args.iter().map(|a| a.to_vec()).collect(),
             writes_value: true,
+            write: true,
         };
         let lit = |s: &str| Seg::Lit(s.as_bytes().to_vec());
         let hset = t(&[

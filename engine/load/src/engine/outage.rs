@@ -1,0 +1,144 @@
+//! Write outages, as the Python workers keep them (`src/cachemark/measure/outage.py`): per
+//! load thread, a window opens at the first failed write, takes in every failed op after it,
+//! and closes at the next write that succeeds, noting where that write went (a Sentinel
+//! target's new primary). Times are the run's clock (`Shared::now`); `run.rs` turns them into
+//! CLOCK_MONOTONIC (Python's `perf_counter_ns`) so `merge_outages` joins them like workers'.
+//!
+//! The cost to the load: a branch on the error path, and on completed replies one compare
+//! (is a window open?) — a closed window costs nothing else.
+
+use serde_json::{json, Value};
+
+/// Windows kept per thread and call: a flapping server must not grow the result without end.
+pub(super) const MAX_WINDOWS: usize = 50;
+
+/// One closed (or, at the end, unrecovered) window.
+#[derive(Clone)]
+pub(super) struct Window {
+    pub(super) first: u64,
+    pub(super) last: u64,
+    pub(super) recovered: Option<u64>,
+    pub(super) failed_writes: u64,
+    pub(super) errors: u64,
+    pub(super) server: Option<String>,
+}
+
+/// One load thread's write outages in one engine call.
+#[derive(Default)]
+pub(super) struct Outages {
+    /// When the open window's first failed write was sent; 0: no window is open.
+    first: u64,
+    last: u64,
+    failed_writes: u64,
+    errors: u64,
+    pub(super) windows: Vec<Window>,
+}
+
+impl Outages {
+    /// Whether a window is open (the only check a successful reply pays).
+    #[inline]
+    pub(super) fn open(&self) -> bool {
+        self.first != 0
+    }
+
+    /// A timed op failed: sent at `t0`, failed at `t1`. A write opens a window; any failure
+    /// inside one is one of its errors.
+    pub(super) fn failed(&mut self, t0: u64, t1: u64, write: bool) {
+        if write {
+            if self.first == 0 {
+                self.first = t0.max(1);
+            }
+            self.last = t1.max(self.first);
+            self.failed_writes += 1;
+        }
+        if self.first != 0 {
+            self.errors += 1;
+        }
+    }
+
+    /// A write succeeded at `t1` against `server`: the open window closes.
+    pub(super) fn succeeded(&mut self, t1: u64, server: &str) {
+        self.close(Some((t1, server)));
+    }
+
+    fn close(&mut self, recovered: Option<(u64, &str)>) {
+        if self.windows.len() < MAX_WINDOWS {
+            self.windows.push(Window {
+                first: self.first,
+                last: self.last,
+                recovered: recovered.map(|r| r.0),
+                failed_writes: self.failed_writes,
+                errors: self.errors,
+                server: recovered.map(|r| r.1.to_string()),
+            });
+        }
+        (self.first, self.last, self.failed_writes, self.errors) = (0, 0, 0, 0);
+    }
+
+    /// At the end of the call: a window still open ends unrecovered.
+    pub(super) fn finish(&mut self) {
+        if self.open() {
+            self.close(None);
+        }
+    }
+}
+
+/// The windows as the result's `write_outages`, with times moved by `offset` ns onto
+/// CLOCK_MONOTONIC: `{first_ns, last_ns, recovered_ns, failed_writes, errors, server}`.
+pub(super) fn to_json(windows: &[Window], offset: u64) -> Value {
+    Value::Array(
+        windows
+            .iter()
+            .map(|w| {
+                json!({
+                    "first_ns": w.first + offset,
+                    "last_ns": w.last + offset,
+                    "recovered_ns": w.recovered.map(|t| t + offset),
+                    "failed_writes": w.failed_writes,
+                    "errors": w.errors,
+                    "server": w.server,
+                })
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_runs_from_the_first_failed_write_to_the_last() {
+        let mut o = Outages::default();
+        o.failed(10, 11, false); // a failed read alone opens nothing
+        assert!(!o.open());
+        o.failed(100, 110, true);
+        o.failed(120, 130, false); // a read inside the window is one of its errors
+        o.failed(200, 210, true);
+        o.succeeded(500, "127.0.0.1:2");
+        assert!(!o.open());
+        o.failed(900, 910, true); // never recovers
+        o.finish();
+        let v = to_json(&o.windows, 1_000);
+        assert_eq!(
+            v,
+            json!([
+                {"first_ns": 1100, "last_ns": 1210, "recovered_ns": 1500, "failed_writes": 2,
+                 "errors": 3, "server": "127.0.0.1:2"},
+                {"first_ns": 1900, "last_ns": 1910, "recovered_ns": null, "failed_writes": 1,
+                 "errors": 1, "server": null},
+            ])
+        );
+    }
+
+    #[test]
+    fn at_most_fifty_windows() {
+        let mut o = Outages::default();
+        for i in 1..=60u64 {
+            o.failed(i * 10, i * 10 + 1, true);
+            o.succeeded(i * 10 + 5, "s");
+        }
+        assert_eq!(o.windows.len(), MAX_WINDOWS);
+        assert!(!o.open());
+    }
+}
