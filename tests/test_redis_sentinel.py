@@ -303,23 +303,27 @@ def test_on_error_policy_waits_out_a_failover():
     assert error_grace(Workload(on_error="continue"), sentinel) is None
 
 
-def test_failover_during_prefill_is_waited_out(spawn, tmp_path: Path):
-    """The prefill (untimed) waits for the new primary instead of failing the run (exit 2)."""
+@pytest.mark.parametrize("query, keys", [("", 60000), ("?client=engine&threads=1&connections=4", 300_000)],
+                         ids=["python", "engine"])
+def test_failover_during_prefill_is_waited_out(spawn, tmp_path: Path, query: str, keys: int):
+    """The prefill (untimed) waits for the new primary instead of failing the run (exit 2): the
+    Python workers batch by batch, the engine by writing every key again once none is lost."""
     lab = spawn("redis-sentinel")
     old_primary, replica = lab.primary_port(), lab.describe()["replica_port"]
     out = tmp_path / "prefill.json"
     run = subprocess.Popen(
-        [sys.executable, "-m", "cachemark", "run", "-t", lab.url(), "--duration", "1s", "--warmup", "0",
-         "--keys", "60000", "--value-size", "50", "--mix", "get=90,set=10", "--workers", "2", "--no-calibrate",
+        [sys.executable, "-m", "cachemark", "run", "-t", lab.url() + query, "--duration", "1s", "--warmup", "0",
+         "--keys", str(keys), "--value-size", "50", "--mix", "get=90,set=10", "--workers", "2", "--no-calibrate",
          "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         client = redis.Redis(port=old_primary, socket_timeout=5)
         deadline = time.monotonic() + 30
-        while client.dbsize() < 5000:
+        while (written := client.dbsize()) < 5000:
             assert time.monotonic() < deadline and run.poll() is None, "the prefill never started"
             time.sleep(0.02)
         client.close()
         lab.kill_primary()
+        assert written < keys  # killed in the middle of the prefill
         output = run.communicate(timeout=90)[0]
     finally:
         if run.poll() is None:

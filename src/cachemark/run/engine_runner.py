@@ -7,11 +7,13 @@ phases, so tables, reports and comparisons never need to know which side measure
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from ..errors import PrefillFailed, UnsupportedOp
+from ..errors import BackendUnavailable, PrefillFailed, UnsupportedOp
 from ..measure.outage import merge_outages
 from ..measure.summary import summary_from_result
+from ..schemes import find_scheme
 from ..spec import Phase, Workload
 from ..target import Target
 from ..workload.keys import KeyDist, key_lengths
@@ -95,7 +97,8 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
     phases = []
     for index, phase in enumerate(workload.effective_phases()):
         config = phase_config(target, workload, phase, namespace, index == 0)
-        cut = _run_untimed(config)
+        row = find_scheme(target.scheme)
+        cut = _run_untimed(config, row.failover_grace if row is not None else None)
         if cut is not None:  # nothing of this phase was timed
             untimed = {"wall_s": 0.0, "client_cpu_s": 0.0, "missed": 0, "wire_bytes_out": 0, "wire_bytes_in": 0}
             phases.append(_phase_record(phase, config, cut | untimed, {}))
@@ -120,9 +123,13 @@ def _cut_short(result: dict[str, Any]) -> bool:
     return bool(result.get("interrupted") or result.get("stopped_on_errors"))
 
 
-def _run_untimed(config: dict[str, Any]) -> dict[str, Any] | None:
+def _run_untimed(config: dict[str, Any], failover_s: float | None = None) -> dict[str, Any] | None:
     """The phase's prefill and warm-up, each its own discarded engine call; the result of
-    the one that was cut short (a Ctrl-C the engine swallowed would otherwise be lost), else None."""
+    the one that was cut short (a Ctrl-C the engine swallowed would otherwise be lost), else None.
+
+    A target that fails over (``failover_s``: Sentinel) has a prefill that lost writes run again
+    until one loses none, for that long: the prefill is untimed and its SETs write the same values,
+    so a failover during it is waited out, as the Python workers wait it out batch by batch."""
     from ..engine import run_load
 
     calls = []
@@ -132,11 +139,22 @@ def _run_untimed(config: dict[str, Any]) -> dict[str, Any] | None:
     if config["warmup_s"]:
         calls.append({**config, "prefill": False, "ops": None, "duration_s": config["warmup_s"], "warmup_s": 0.0})
     for call in calls:
-        result = run_load(call)
-        if _cut_short(result):
-            return result
-        if call["prefill"] and result.get("prefill_errors"):
-            raise PrefillFailed(_refusal(call, result))
+        deadline = time.monotonic() + (failover_s or 0.0)
+        while True:
+            try:
+                result = run_load(call)
+            except BackendUnavailable:
+                if not (call["prefill"] and time.monotonic() < deadline):
+                    raise
+                time.sleep(0.5)  # the Sentinels still name the primary that is gone
+                continue
+            if _cut_short(result):
+                return result
+            if not (call["prefill"] and result.get("prefill_errors")):
+                break
+            if time.monotonic() >= deadline:
+                raise PrefillFailed(_refusal(call, result))
+            time.sleep(0.5)  # the Sentinels are promoting a replica; then every key is written again
     return None
 
 
