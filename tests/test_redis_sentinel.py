@@ -175,23 +175,23 @@ def test_outage_windows_merge_by_overlap():
     assert reads_only.result() == []
 
 
-def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
-    lab = spawn("redis-sentinel")
+def _fail_over_mid_run(lab, out: Path, target: str, duration: str, kill_after: float,
+                       *extra: str) -> dict:
+    """A run that rides through the primary being SIGKILLed ``kill_after`` s into its timed phase,
+    checked for what both paths must show; returns its phase."""
     old_primary, replica = lab.primary_port(), lab.describe()["replica_port"]
-    out = tmp_path / "failover.json"
-    started = time.monotonic()
     run = subprocess.Popen(
-        [sys.executable, "-m", "cachemark", "run", "-t", lab.url(), "--duration", "9s", "--warmup", "0",
-         "--keys", "500", "--value-size", "200", "--mix", "get=50,set=50", "--workers", "2", "--no-calibrate",
-         "--allow-errors", "-o", str(out)],
+        [sys.executable, "-m", "cachemark", "run", "-t", target, "--duration", duration, "--warmup", "0",
+         "--keys", "500", "--value-size", "200", "--mix", "get=50,set=50", "--no-calibrate", "--allow-errors",
+         "-o", str(out), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        # kill the primary ~2 s into the timed phase (before it, only the write probe reads: no warm-up)
+        # no warm-up: before the timed phase only the write probe reads
         deadline = time.monotonic() + 30
         while _info(old_primary, "commandstats").get("cmdstat_get", {}).get("calls", 0) < 100:
             assert time.monotonic() < deadline and run.poll() is None, "the timed phase never started"
             time.sleep(0.05)
-        time.sleep(2)
+        time.sleep(kill_after)
         killed_at = time.monotonic()
         assert lab.kill_primary() == old_primary
         output = run.communicate(timeout=60)[0]
@@ -204,8 +204,7 @@ def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
     # the Sentinels promoted the replica, and the run's ops after the failover went to it
     assert lab.primary_port() == replica
     assert _info(replica, "replication")["role"] == "master"
-    gets_on_new_primary = _info(replica, "commandstats").get("cmdstat_get", {}).get("calls", 0)
-    assert gets_on_new_primary > 100  # a replica serves no reads of ours: these came after the promotion
+    assert _info(replica, "commandstats").get("cmdstat_get", {}).get("calls", 0) > 100  # a replica serves none
 
     document = json.loads(out.read_text())
     validate(document, str(out))
@@ -213,22 +212,30 @@ def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
     assert document["runs"][0]["status"] == "ok" and not phase["stopped_on_errors"]
     errors = sum(sum(op["errors"].values()) for op in phase["ops"].values())
     assert errors > 0
-    assert phase["ops"]["get"]["errors"].keys() <= {"connection", "timeout"}
-    # the new primary's reads are the run's (its gets, and a get per write canary: 1 in 256 sets)
-    assert gets_on_new_primary <= phase["ops"]["get"]["count"] + phase["ops"]["set"]["count"] // 256 + 1
     (outage,) = phase["write_outages"]
     assert outage["recovered"] and outage["server"] == f"127.0.0.1:{replica}"
     assert 0.5 < outage["duration_s"] < 15, outage  # down-after 1 s + the election and promotion
     assert 0 < outage["failed_writes"] <= outage["errors"] <= errors
     assert 1 < outage["start_s"] < outage["end_s"] < phase["wall_s"] - 1
-    tail = phase["timeseries"][-3:]
-    assert all(second["ops"] > 0 and second["errors"] == 0 for second in tail[:-1]), tail
 
     line = f"failover: writes failed for {outage['duration_s']:.1f} s"
     assert line in output and f"then succeeded against 127.0.0.1:{replica}" in output
     from cachemark.report.formats import render
 
     assert line in render(document, "markdown") and line in render(document, "html")
+    return phase
+
+
+def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
+    lab = spawn("redis-sentinel")
+    started = time.monotonic()
+    phase = _fail_over_mid_run(lab, tmp_path / "failover.json", lab.url(), "9s", 2.0, "--workers", "2")
+    assert phase["ops"]["get"]["errors"].keys() <= {"connection", "timeout"}
+    # the new primary's reads are the run's (its gets, and a get per write canary: 1 in 256 sets)
+    gets_on_new_primary = _info(lab.primary_port(), "commandstats")["cmdstat_get"]["calls"]
+    assert gets_on_new_primary <= phase["ops"]["get"]["count"] + phase["ops"]["set"]["count"] // 256 + 1
+    tail = phase["timeseries"][-3:]
+    assert all(second["ops"] > 0 and second["errors"] == 0 for second in tail[:-1]), tail
     assert time.monotonic() - started < 40
 
     processes = [p.proc for p in [*lab.sentinels, *lab.nodes]]
@@ -241,55 +248,14 @@ def test_engine_follows_a_failover_mid_run_and_times_it(spawn, tmp_path: Path):
     """The engine twin of the test above: its reconnects ask the Sentinels, so the run goes on
     against the promoted replica and reports how long writes failed."""
     lab = spawn("redis-sentinel")
-    old_primary, replica = lab.primary_port(), lab.describe()["replica_port"]
-    out = tmp_path / "engine-failover.json"
     started = time.monotonic()
-    run = subprocess.Popen(
-        [sys.executable, "-m", "cachemark", "run", "-t", lab.url() + "?client=engine&threads=1&connections=4",
-         "--duration", "7s", "--warmup", "0", "--keys", "500", "--value-size", "200", "--mix", "get=50,set=50",
-         "--no-calibrate", "--allow-errors", "-o", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while _info(old_primary, "commandstats").get("cmdstat_get", {}).get("calls", 0) < 100:
-            assert time.monotonic() < deadline and run.poll() is None, "the timed phase never started"
-            time.sleep(0.05)
-        time.sleep(1.5)
-        killed_at = time.monotonic()
-        assert lab.kill_primary() == old_primary
-        output = run.communicate(timeout=40)[0]
-    finally:
-        if run.poll() is None:
-            run.kill()
-    assert run.returncode == 0, output
-    assert time.monotonic() - killed_at > 3  # the run went on after the kill
-
-    assert lab.primary_port() == replica
-    assert _info(replica, "replication")["role"] == "master"
-    gets_on_new_primary = _info(replica, "commandstats").get("cmdstat_get", {}).get("calls", 0)
-    assert gets_on_new_primary > 100  # a replica serves no reads of ours: these came after the promotion
-
-    document = json.loads(out.read_text())
-    validate(document, str(out))
-    phase = document["runs"][0]["phases"][0]
-    assert document["runs"][0]["status"] == "ok" and not phase["stopped_on_errors"]
-    errors = sum(sum(op["errors"].values()) for op in phase["ops"].values())
-    assert errors > 0
+    phase = _fail_over_mid_run(lab, tmp_path / "engine-failover.json",
+                               lab.url() + "?client=engine&threads=1&connections=4", "7s", 1.5)
     for op in phase["ops"].values():
         assert op["errors"].keys() <= {"connection", "timeout"}, op["errors"]
     # the new primary's reads are the run's (its gets, and at most 100 canaries' reads)
+    gets_on_new_primary = _info(lab.primary_port(), "commandstats")["cmdstat_get"]["calls"]
     assert gets_on_new_primary <= phase["ops"]["get"]["count"] + 100
-    (outage,) = phase["write_outages"]
-    assert outage["recovered"] and outage["server"] == f"127.0.0.1:{replica}"
-    assert 0.5 < outage["duration_s"] < 15, outage
-    assert 0 < outage["failed_writes"] <= outage["errors"] <= errors
-    assert 1 < outage["start_s"] < outage["end_s"] < phase["wall_s"] - 1
-
-    line = f"failover: writes failed for {outage['duration_s']:.1f} s"
-    assert line in output and f"then succeeded against 127.0.0.1:{replica}" in output
-    from cachemark.report.formats import render
-
-    assert line in render(document, "markdown") and line in render(document, "html")
     assert time.monotonic() - started < 25
 
 
