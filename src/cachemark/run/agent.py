@@ -312,104 +312,22 @@ def _python_path(spec: dict[str, Any], gate: Gate, out: _Out) -> tuple[list[dict
 
 
 def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[list[dict[str, Any]], str, str]:
-    """The runner's worker supervision (``runner._supervise``) for a slice of *global* worker
-    indices: the shared board has a slot per global worker, and deaths are told by worker id.
+    """The Python workers of this agent's slice of *global* worker indices (the shared board
+    has a slot per global worker; deaths are told by worker id), with progress once a second.
     Returns (phase records, status, reason)."""
-    from ..errors import Crash, UserError
     from . import runner
-    from .error_policy import ErrorWatch
-    from .messages import Done, Fatal, PhaseReport
-    from .worker import Board, worker_main
+    from .supervise import supervise as supervise_workers
 
-    ctx = runner._context()
-    n, total = len(tasks), tasks[0].workers
-    results: Any = ctx.Queue()
-    barrier = ctx.Barrier(n + 1)
-    board = Board(ctx.RawArray("q", total), ctx.RawArray("q", total), ctx.RawArray("b", 1))
-    procs = {t.worker: ctx.Process(target=worker_main, args=(t, results, barrier, board), daemon=True) for t in tasks}
-    watch = ErrorWatch(workload, tasks[0].target)
-    halted: dict[int, float] = {}
-    phases = workload.effective_phases()
-    clock = threading.Thread(target=runner._phase_clock, args=(barrier, len(phases), gate), daemon=True)
-    per_phase: dict[int, list[Any]] = {}
-    finished: set[int] = set()
-    fatal: list[Any] = []
-    interrupted = False
-    current = 0
-    last_progress = 0.0
-    try:
-        with runner._interrupts_deferred():
-            for p in procs.values():
-                p.start()
-        clock.start()
-        while len(finished) < n:
-            try:
-                message = results.get(timeout=0.1)
-            except queue_mod.Empty:
-                message = None
-            if isinstance(message, PhaseReport):
-                per_phase.setdefault(message.index, []).append(message)
-                interrupted |= message.interrupted
-            elif isinstance(message, Fatal):
-                fatal.append(message)
-                board.halt[0] = 1
-                barrier.abort()
-                runner._signal_all(list(procs.values()), signal.SIGINT)
-            elif isinstance(message, Done):
-                finished.add(message.worker)
-            dead = [w for w, p in procs.items() if not p.is_alive() and w not in finished]
-            if dead:
-                time.sleep(0.2)  # its last messages may still be in flight
-                if results.empty():
-                    code = procs[dead[0]].exitcode
-                    fatal.append(Fatal(dead[0], f"worker {dead[0]} died ({death(code)})",
-                                       "killed" if code is not None and code < 0 else "crash"))
-                    barrier.abort()
-                    finished.update(dead)
-            if current not in halted and watch.should_stop(sum(board.done), sum(board.failed)):
-                halted[current] = watch.failing_since_wall or time.time()
-                board.halt[0] = 1
-            if time.monotonic() - last_progress >= 1.0:
-                last_progress = time.monotonic()
-                out("progress", done=sum(board.done))
-            if len(per_phase.get(current, [])) == n:
-                gate.phase_ended(current, sum(op["count"] for part in per_phase[current] for op in part.ops.values()))
-                current += 1
-                board.reset()
-                watch.reset()
-    except KeyboardInterrupt:
-        interrupted = True
-        board.halt[0] = 1
-        runner._signal_all(list(procs.values()), signal.SIGINT)
-        barrier.abort()
-        runner._drain(results, per_phase, finished, list(procs.values()), timeout=10)
-    finally:
-        barrier.abort()
-        for p in procs.values():
-            if p.pid is None:
-                continue
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    crashes = [f for f in fatal if f.kind == "crash"]
-    if crashes:
-        raise Crash(crashes[0].message, crashes[0].traceback)
-    if fatal and not per_phase:
-        raise UserError(fatal[0].message)
-    status, reason = "ok", ""
-    if fatal:
-        status, reason = "failed", fatal[0].message
-    elif interrupted and not halted:
-        status, reason = "interrupted", gate.stopped or "interrupted"
-    merge = _merge_keeping_seconds(runner._merge_phase)
-    records = []
-    for i in sorted(per_phase):
-        record = merge(phases[i], per_phase[i], workload)
-        record["stopped_on_errors"] = watch.reason(record, halted[i]) if i in halted else None
-        gate.attach(i, record)
-        records.append(record)
-    return records, status, reason
+    last_progress = [0.0]
+
+    def tick(current: int, done: int) -> None:
+        if time.monotonic() - last_progress[0] >= 1.0:
+            last_progress[0] = time.monotonic()
+            out("progress", done=done)
+
+    got = supervise_workers(tasks, workload, gate, tasks[0].workers, tick)
+    status, reason = got.status("", gate.stopped or "interrupted")
+    return got.records(workload, gate, _merge_keeping_seconds(runner._merge_phase)), status, reason
 
 
 def _engine_path(spec: dict[str, Any], gate: Gate) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ phases, so tables, reports and comparisons never need to know which side measure
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import BackendUnavailable, PrefillFailed, UnsupportedOp
@@ -94,16 +95,20 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
     """
     from ..engine import run_load
 
+    row = find_scheme(target.scheme)
+    failover_s = row.failover_grace if row is not None else None
     phases = []
     for index, phase in enumerate(workload.effective_phases()):
         config = phase_config(target, workload, phase, namespace, index == 0)
-        row = find_scheme(target.scheme)
-        cut = _run_untimed(config, row.failover_grace if row is not None else None)
+        follow = _primary_now(target) if failover_s is not None else None
+        cut = _run_untimed(config, failover_s, follow)
         if cut is not None:  # nothing of this phase was timed
             untimed = {"wall_s": 0.0, "client_cpu_s": 0.0, "missed": 0, "wire_bytes_out": 0, "wire_bytes_in": 0}
             phases.append(_phase_record(phase, config, cut | untimed, {}))
             break
         config.update({"prefill": False, "warmup_s": 0.0})
+        if follow is not None:
+            follow(config)
         if monitor is not None:
             monitor.phase_coming(index)
             monitor.phase_started(index)
@@ -123,13 +128,27 @@ def _cut_short(result: dict[str, Any]) -> bool:
     return bool(result.get("interrupted") or result.get("stopped_on_errors"))
 
 
-def _run_untimed(config: dict[str, Any], failover_s: float | None = None) -> dict[str, Any] | None:
+def _primary_now(target: Target) -> Callable[[dict[str, Any]], None]:
+    """For a target that fails over (Sentinel): puts the primary its Sentinels name now in an
+    engine config, so each engine call starts there (the engine follows a failover itself
+    only once it runs)."""
+    from ..engine import target_config
+
+    def follow(config: dict[str, Any]) -> None:
+        config["servers"] = target_config(target)["servers"]
+
+    return follow
+
+
+def _run_untimed(config: dict[str, Any], failover_s: float | None = None,
+                 follow: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
     """The phase's prefill and warm-up, each its own discarded engine call; the result of
     the one that was cut short (a Ctrl-C the engine swallowed would otherwise be lost), else None.
 
     A target that fails over (``failover_s``: Sentinel) has a prefill that lost writes run again
-    until one loses none, for that long: the prefill is untimed and its SETs write the same values,
-    so a failover during it is waited out, as the Python workers wait it out batch by batch."""
+    until one loses none, for that long, each time on the primary its Sentinels name then
+    (``follow``): the prefill is untimed and its SETs write the same values, so a failover during
+    it is waited out, as the Python workers wait it out batch by batch."""
     from ..engine import run_load
 
     calls = []
@@ -142,6 +161,8 @@ def _run_untimed(config: dict[str, Any], failover_s: float | None = None) -> dic
         deadline = time.monotonic() + (failover_s or 0.0)
         while True:
             try:
+                if follow is not None:
+                    follow(call)
                 result = run_load(call)
             except BackendUnavailable:
                 if not (call["prefill"] and time.monotonic() < deadline):

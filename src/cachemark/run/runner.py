@@ -9,11 +9,6 @@ run's own namespace and of any server or temp directory it created.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
-import os
-import queue as queue_mod
-import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends import backend_class, create_backend
-from ..backends.base import PSEUDO_OPS, CleanupFailed
-from ..errors import BackendMissing, Crash, PrefillFailed, UnsupportedOp, UserError
+from ..backends.base import CleanupFailed
+from ..errors import BackendMissing, PrefillFailed, UnsupportedOp, UserError
 from ..measure.outage import merge_outages
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
 from ..plan import default_label
@@ -31,11 +26,11 @@ from ..spec import Workload
 from ..target import Target, parse_target, scrub
 from ..workload.keys import key_lengths, key_name
 from ..workload.ops import mix_entries
-from .error_policy import ErrorWatch
-from .messages import Done, Fatal, PhaseReport
+from .messages import PhaseReport
 from .monitor import PhaseMonitor
 from .provide import provide
-from .worker import Board, WorkerTask, worker_main
+from .supervise import Tick, supervise
+from .worker import WorkerTask
 from .write_probe import check_writes_kept, probe_key
 
 ProgressFn = Callable[[str, int, int | None, float, float | None], None]
@@ -251,196 +246,34 @@ def _fail_on_errors(outcome: RunOutcome) -> None:
         outcome.status, outcome.reason = "failed", stopped[0]
 
 
-def _context() -> mp.context.BaseContext:
-    """Worker processes come from a fork server that has imported the worker module once
-    (through `preload`, which first makes it deaf to the terminal's Ctrl-C)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["cachemark.run.preload"])
-    _start_helpers_deaf()
-    return ctx
-
-
-def _start_helpers_deaf() -> None:
-    """Start multiprocessing's fork server and resource tracker with the terminal's signals
-    blocked: a Ctrl-C (or SIGHUP) sent to the process group while they start would kill
-    them (the tracker ignores SIGINT and SIGTERM, not SIGHUP; the fork server is deaf only
-    after its imports), and the run then waited for workers that never came. A blocked
-    signal stays blocked in the children; ours, pending meanwhile, arrives when we unblock."""
-    from multiprocessing import forkserver, resource_tracker
-
-    terminal = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, terminal)
-    try:
-        resource_tracker.ensure_running()
-        signal.pthread_sigmask(signal.SIG_BLOCK, terminal)  # the tracker's start unblocks SIGINT and SIGTERM
-        forkserver.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP noted, and raised as KeyboardInterrupt only at the end."""
-    pending: list[int] = []
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if pending:
-        raise KeyboardInterrupt
-
-
-def _phase_clock(barrier, phases: int, monitor: PhaseMonitor) -> None:
-    """The parent's seat at the workers' barrier: it learns the instant each phase starts.
-
-    The server's start reading is taken once every worker waits at the barrier (none can
-    send a timed op yet), so a phase of a few ops loses none of them to the reading."""
-    workers = barrier.parties - 1
-    for index in range(phases):
-        monitor.phase_coming(index)
-        while barrier.n_waiting < workers and not barrier.broken:
-            time.sleep(0.001)  # only while workers prefill or warm up: nothing timed runs
-        monitor.phase_started(index)
-        try:
-            barrier.wait(timeout=600)
-        except threading.BrokenBarrierError:
-            return
-
-
 def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
                progress: ProgressFn | None, monitor: PhaseMonitor) -> list[dict[str, Any]]:
-    ctx = _context()
-    n = len(tasks)
-    results: queue_mod.Queue = ctx.Queue()
-    barrier = ctx.Barrier(n + 1)
-    board = Board(ctx.RawArray("q", n), ctx.RawArray("q", n), ctx.RawArray("b", 1))
-    procs = [ctx.Process(target=worker_main, args=(t, results, barrier, board), daemon=True) for t in tasks]
-    watch = ErrorWatch(workload, tasks[0].target)
-    halted: dict[int, float] = {}  # phase index -> when (wall clock) its ops began to fail only
-    phases = workload.effective_phases()
-    clock = threading.Thread(target=_phase_clock, args=(barrier, len(phases), monitor), daemon=True)
-    per_phase: dict[int, list[PhaseReport]] = {}
-    finished: set[int] = set()
-    fatal: list[Fatal] = []
-    interrupted = False
-    current = 0
-    phase_started: float | None = None
     try:
-        # Ctrl-C waits until every worker has started: one half started (its pid unknown to
-        # us) would find the queue and barrier gone when it unpickles them.
-        with _interrupts_deferred():
-            for p in procs:
-                p.start()
-        clock.start()
-        while len(finished) < n:
-            try:
-                message = results.get(timeout=0.1)
-            except queue_mod.Empty:
-                message = None
-            if isinstance(message, PhaseReport):
-                per_phase.setdefault(message.index, []).append(message)
-                interrupted |= message.interrupted
-            elif isinstance(message, Fatal):
-                fatal.append(message)
-                board.halt[0] = 1
-                barrier.abort()
-                _signal_all(procs, signal.SIGINT)
-            elif isinstance(message, Done):
-                finished.add(message.worker)
-            if any(not p.is_alive() and i not in finished for i, p in enumerate(procs)):
-                dead = [i for i, p in enumerate(procs) if not p.is_alive() and i not in finished]
-                time.sleep(0.2)  # its last messages may still be in flight
-                if results.empty():
-                    code = procs[dead[0]].exitcode
-                    # killed by a signal (the OOM killer, a user): the run failed; an exit code: a bug of ours
-                    fatal.append(Fatal(dead[0], f"worker {dead[0]} died ({_death(code)})",
-                                       "killed" if code is not None and code < 0 else "crash"))
-                    barrier.abort()
-                    finished.update(dead)
-            if current not in halted and watch.should_stop(sum(board.done), sum(board.failed)):
-                halted[current] = watch.failing_since_wall or time.time()
-                board.halt[0] = 1
-            if progress is not None:
-                done = sum(board.done)
-                if phase_started is None and done:
-                    phase_started = time.monotonic()
-                phase = phases[min(current, len(phases) - 1)]
-                elapsed = time.monotonic() - phase_started if phase_started else 0.0
-                progress(phase.name, done, phase.ops, elapsed, phase.duration)
-            if len(per_phase.get(current, [])) == n:
-                monitor.phase_ended(current, sum(op["count"] for part in per_phase[current]
-                                                 for name, op in part.ops.items() if name not in PSEUDO_OPS))
-                current += 1
-                phase_started = None
-                board.reset()
-                watch.reset()
-    except KeyboardInterrupt:
-        interrupted = True
-        board.halt[0] = 1  # for a worker whose SIGINT came before its handler
-        _signal_all(procs, signal.SIGINT)
-        barrier.abort()  # workers not yet in a phase stop at the barrier instead of starting one
-        _drain(results, per_phase, finished, procs, timeout=10)
+        got = supervise(tasks, workload, monitor, len(tasks), _progress_tick(progress, workload))
     finally:
-        barrier.abort()  # releases the clock thread if a phase never started
-        for p in procs:
-            if p.pid is None:
-                continue  # never started
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
         monitor.stop_all()
-    crashes = [f for f in fatal if f.kind == "crash"]
-    if crashes:
-        raise Crash(f"{outcome.target}: {crashes[0].message}", crashes[0].traceback)
-    if fatal and not per_phase:
-        raise UserError(f"{outcome.target}: {fatal[0].message}")
-    if fatal:
-        outcome.status, outcome.reason = "failed", fatal[0].message
-    elif interrupted and not halted:
-        outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
-    merged = []
-    for i in sorted(per_phase):
-        phase = _merge_phase(phases[i], per_phase[i], workload)
-        phase["stopped_on_errors"] = watch.reason(phase, halted[i]) if i in halted else None
-        monitor.attach(i, phase)
-        merged.append(phase)
-    return merged
+    outcome.status, outcome.reason = got.status(f"{outcome.target}: ", "stopped by Ctrl-C; results cover what ran")
+    return got.records(workload, monitor, _merge_phase)
 
 
-def _death(exitcode: int | None) -> str:
-    if exitcode is not None and exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            pass
-    return f"exit code {exitcode}"
+def _progress_tick(progress: ProgressFn | None, workload: Workload) -> Tick | None:
+    """The progress callback, fed the current phase and its ops done; its clock starts at the
+    phase's first op (not while its workers prefill)."""
+    if progress is None:
+        return None
+    phases = workload.effective_phases()
+    seen = {"phase": -1, "started": None}
 
+    def tick(current: int, done: int) -> None:
+        if current != seen["phase"]:
+            seen["phase"], seen["started"] = current, None
+        if seen["started"] is None and done:
+            seen["started"] = time.monotonic()
+        phase = phases[min(current, len(phases) - 1)]
+        elapsed = time.monotonic() - seen["started"] if seen["started"] else 0.0
+        progress(phase.name, done, phase.ops, elapsed, phase.duration)
 
-def _drain(results, per_phase, finished, procs, timeout: float) -> None:
-    """After Ctrl-C: collect what the workers still send, until each is done or gone."""
-    deadline = time.monotonic() + timeout
-    while len(finished) < len(procs) and time.monotonic() < deadline:
-        try:
-            message = results.get(timeout=0.2)
-        except (queue_mod.Empty, KeyboardInterrupt):
-            if not any(p.pid is not None and p.is_alive() for p in procs):
-                return  # nobody left to send anything
-            continue
-        if isinstance(message, PhaseReport):
-            per_phase.setdefault(message.index, []).append(message)
-        elif isinstance(message, Done):
-            finished.add(message.worker)
-
-
-def _signal_all(procs, sig) -> None:
-    for p in procs:
-        if p.is_alive() and p.pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, sig)
+    return tick
 
 
 def _merge_phase(phase, parts: list[PhaseReport], workload: Workload) -> dict[str, Any]:

@@ -125,22 +125,10 @@ impl Control<'_> {
 /// With `on_error: "stop"` the run also stops once every op of the last `error_grace_s`
 /// failed; the result then says why in `stopped_on_errors`.
 pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunError> {
-    // Redis Cluster: the seeds give way to the primaries of the slot map. Sentinel: the
-    // primary they name now (a failover may have moved it since the config was written;
-    // when none answers, the config's primary is tried and its connect error said).
+    // Redis Cluster: the seeds give way to the primaries of the slot map.
     let resolved;
     let plan = if plan.cluster {
         resolved = topology::resolve(plan)?;
-        &resolved
-    } else if let Some(Ok((addr, name))) = plan.sentinel.as_ref().map(|s| {
-        sentinel::ask(
-            s,
-            Duration::from_nanos(plan.timeout_ns).min(Duration::from_secs(1)),
-        )
-    }) {
-        let mut p = plan.clone();
-        (p.servers, p.server_names) = (vec![addr], vec![name]);
-        resolved = p;
         &resolved
     } else {
         plan
