@@ -86,18 +86,24 @@ def read_proc(pid: int) -> dict[str, float] | None:
     Children matter for servers that fork a process per connection (PostgreSQL): their
     CPU is theirs while they live and lands in the parent's cutime/cstime when reaped.
     """
-    fields = _stat_fields(pid)
-    if fields is None:
-        return None
-    user, system = _cpu_ticks(fields)
-    rss = _rss(pid)
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and entry.name != str(pid):
-            child = _stat_fields(entry.name)
-            if child is not None and child[1] == str(pid):
-                child_user, child_system = _cpu_ticks(child)
-                user, system = user + child_user, system + child_system
-                rss += _rss(int(entry.name))
+    for _ in range(5):
+        fields = _stat_fields(pid)
+        if fields is None:
+            return None
+        user, system = _cpu_ticks(fields)
+        rss = _rss(pid)
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit() and entry.name != str(pid):
+                child = _stat_fields(entry.name)
+                if child is not None and child[1] == str(pid):
+                    child_user, child_system = _cpu_ticks(child)
+                    user, system = user + child_user, system + child_system
+                    rss += _rss(int(entry.name))
+        # A child reaped during the scan was in neither reading (seen: a whole backend's CPU
+        # lost when the run's connection closed just then): read again until none was.
+        after = _stat_fields(pid)
+        if after is None or after[13:15] == fields[13:15]:
+            break
     return {"proc_cpu_user_s": user / _CLK_TCK, "proc_cpu_sys_s": system / _CLK_TCK, "rss_bytes": rss}
 
 
