@@ -6,7 +6,7 @@ use crate::arrivals::Arrivals;
 use crate::config::{Plan, ServerAddr};
 use crate::keyspace::KeyPicker;
 use crate::outbuf::OutBuf;
-use crate::proto::{self, printable, Kind, Outcome, Parse};
+use crate::proto::{self, printable, Kind, Outcome, Parse, ValueHead};
 use rustls::pki_types::ServerName;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -63,6 +63,12 @@ pub(super) struct Sock {
     /// `rbuf.len()` must reach this before parsing again (the parser said so).
     pub(super) need: usize,
     pub(super) inflight: VecDeque<Pending>,
+    /// Bytes of the front reply's value still to be discarded from the socket unread (an
+    /// unverified GET of a large value: only its length counts), and that reply's head once
+    /// its value is being discarded: what must follow the value, and its length. The parsed
+    /// head and the value's bytes already read are dropped from `rbuf` when this starts.
+    pub(super) skip: usize,
+    pub(super) skipping: Option<ValueHead>,
     /// Requests at the back of `inflight` not written yet (their `sent` is stamped on write).
     pub(super) unstamped: usize,
     /// Closed-loop Redis Cluster: requests queued while this socket still awaits
@@ -85,6 +91,8 @@ pub(super) struct Sock {
     pub(super) spos: usize,
     pub(super) send_busy: bool,
     pub(super) recv_busy: bool,
+    /// The RECV in flight discards (`MSG_TRUNC`) instead of reading.
+    pub(super) recv_discards: bool,
     pub(super) dirty: bool,
     pub(super) zombie: Option<Stream>,
 }
@@ -109,6 +117,11 @@ pub(super) enum Completion {
 /// still takes a 100 KB reply in two reads; 48 KiB took three, costing memcached runs ~25 %
 /// more client CPU per op (docs/engine.md).
 pub(super) const MAX_READ: usize = 56 * 1024;
+
+/// The least of a value still to come that is discarded from the socket unread rather than
+/// copied in (`recv` with `MSG_TRUNC`, TCP only), when the request is not verified. One
+/// more syscall per value (the discard, then the value's tail) must buy a large copy.
+pub(super) const SKIP_MIN: usize = 16 * 1024;
 
 impl Sock {
     /// Requests written and awaiting replies.
@@ -139,6 +152,8 @@ impl Sock {
             rpos: 0,
             need: 0,
             inflight: VecDeque::with_capacity(pipeline.max(16)),
+            skip: 0,
+            skipping: None,
             unstamped: 0,
             held: OutBuf::default(),
             held_ops: 0,
@@ -151,9 +166,17 @@ impl Sock {
             msg: Box::new(unsafe { std::mem::zeroed() }),
             send_busy: false,
             recv_busy: false,
+            recv_discards: false,
             dirty: false,
             zombie: None,
         }
+    }
+
+    /// Whether bytes may be discarded from this socket unread: TCP only (TLS records are
+    /// sealed whole, and `MSG_TRUNC` on a Unix stream socket does not discard).
+    #[inline]
+    pub(super) fn may_discard(&self) -> bool {
+        matches!(self.stream, Some(Stream::Tcp(_)))
     }
 
     /// Makes room at the end of `rbuf` for the next read; returns how much it may take.
