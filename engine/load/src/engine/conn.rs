@@ -69,6 +69,9 @@ pub(super) struct Sock {
     /// head and the value's bytes already read are dropped from `rbuf` when this starts.
     pub(super) skip: usize,
     pub(super) skipping: Option<ValueHead>,
+    /// The last value read on this socket was discarded: the next read takes at most
+    /// `HEAD_READ` (a reply's head), so that a large value is copied as little as possible.
+    pub(super) head_first: bool,
     /// Requests at the back of `inflight` not written yet (their `sent` is stamped on write).
     pub(super) unstamped: usize,
     /// Closed-loop Redis Cluster: requests queued while this socket still awaits
@@ -123,6 +126,13 @@ pub(super) const MAX_READ: usize = 56 * 1024;
 /// more syscall per value (the discard, then the value's tail) must buy a large copy.
 pub(super) const SKIP_MIN: usize = 16 * 1024;
 
+/// The first read after a discarded value: enough for the next reply's head (and a small
+/// reply whole), so that a large value that follows is mostly discarded, not copied.
+pub(super) const HEAD_READ: usize = 4 * 1024;
+
+/// Most bytes discarded by one `recv(MSG_TRUNC)`.
+pub(super) const DISCARD_MAX: usize = 2 * MAX_READ;
+
 impl Sock {
     /// Requests written and awaiting replies.
     #[inline]
@@ -154,6 +164,7 @@ impl Sock {
             inflight: VecDeque::with_capacity(pipeline.max(16)),
             skip: 0,
             skipping: None,
+            head_first: false,
             unstamped: 0,
             held: OutBuf::default(),
             held_ops: 0,
@@ -177,6 +188,18 @@ impl Sock {
     #[inline]
     pub(super) fn may_discard(&self) -> bool {
         matches!(self.stream, Some(Stream::Tcp(_)))
+    }
+
+    /// How much the next read (`spare` bytes of room) or discard may take.
+    #[inline]
+    pub(super) fn read_len(&self, spare: usize) -> usize {
+        if self.skip > 0 {
+            self.skip.min(DISCARD_MAX)
+        } else if self.head_first {
+            spare.min(HEAD_READ)
+        } else {
+            spare
+        }
     }
 
     /// Makes room at the end of `rbuf` for the next read; returns how much it may take.

@@ -113,16 +113,10 @@ impl Epoll {
         if s.skip > 0 {
             // A large unverified value: discarded unread (MSG_TRUNC on TCP), at most a read's
             // worth at a time as for reads (MAX_READ); once it is gone, what follows is read.
-            let want = s.skip.min(spare);
-            // SAFETY: with MSG_TRUNC a TCP socket writes nothing; the pointer is valid anyway.
-            let n = unsafe {
-                libc::recv(
-                    s.fd,
-                    s.rbuf.as_mut_ptr().add(len) as *mut libc::c_void,
-                    want,
-                    libc::MSG_TRUNC,
-                )
-            };
+            let want = s.read_len(spare);
+            // SAFETY: with MSG_TRUNC a TCP socket copies nothing out; no buffer is given, so
+            // a socket that would write gets EFAULT, never memory of ours.
+            let n = unsafe { libc::recv(s.fd, std::ptr::null_mut(), want, libc::MSG_TRUNC) };
             if n <= 0 {
                 return read_failed(n);
             }
@@ -137,7 +131,7 @@ impl Epoll {
             libc::read(
                 s.fd,
                 s.rbuf.as_mut_ptr().add(len) as *mut libc::c_void,
-                spare,
+                s.read_len(spare),
             )
         };
         if n <= 0 {

@@ -158,6 +158,7 @@ impl Worker<'_> {
         s.need = 0;
         s.skip = 0;
         s.skipping = None;
+        s.head_first = false;
         s.unstamped = 0;
         s.dirty = false;
         s.retry_at = now;
@@ -363,6 +364,9 @@ impl Worker<'_> {
                         s.need = 0;
                     }
                     Parse::Done(r) => {
+                        if r.value.is_some() {
+                            s.head_first = false; // a value read whole: read as usual again
+                        }
                         let value = r.value.clone().map(|v| &avail[v]);
                         complete(&mut self.rec, plan, &p, &r, value, avail, now);
                         let failed =
@@ -408,6 +412,7 @@ impl Worker<'_> {
                                     s.rbuf.truncate(s.rpos);
                                     s.skip = head.len - have;
                                     s.skipping = Some(head);
+                                    s.head_first = true;
                                     s.need = s.rpos + head.tail.len();
                                 }
                             }
