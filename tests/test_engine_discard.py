@@ -7,7 +7,8 @@ a real redis-server and memcached (text, meta and binary protocols), on both I/O
 every GET a hit, the payload bytes exact, and ``wire_bytes_in`` equal to what the server
 itself says it sent (``INFO stats total_net_output_bytes``, memcached ``stats
 bytes_written``). With ``verify_fraction=1`` nothing is discarded and every value is checked
-byte for byte, through the same pipelined replies mixed with small values.
+byte for byte; at 0.5 discarded and verified values alternate on the same sockets, among
+pipelined replies and small values.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def memcached_sent(port: int) -> tuple[int, int]:
     return int(sent.split()[2]), len(out)
 
 
-@pytest.mark.parametrize("verify", [0.0, 1.0])
+@pytest.mark.parametrize("verify", [0.0, 0.5, 1.0])
 @pytest.mark.parametrize("protocol", ["resp2", "memcache_text", "memcache_meta", "memcache_binary"])
 @pytest.mark.parametrize("io", ["uring", "epoll"])
 def test_large_unverified_values_are_counted_like_copied_ones(servers, io, protocol, verify):

@@ -399,6 +399,7 @@ impl Worker<'_> {
                     }
                     Parse::Need(k) => {
                         s.need = s.rpos + k;
+                        s.head_first = false; // a value to read whole, or a head cut short
                         if p.verify_key == NO_KEY && k >= avail.len() + SKIP_MIN && s.may_discard()
                         {
                             // An unverified GET's large value: only its length counts, so
