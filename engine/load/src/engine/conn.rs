@@ -184,7 +184,7 @@ impl Sock {
     }
 
     /// Whether bytes may be discarded from this socket unread: TCP only (TLS records are
-    /// sealed whole, and `MSG_TRUNC` on a Unix stream socket does not discard).
+    /// sealed whole, and `MSG_TRUNC` on a Unix stream socket copies like a plain read).
     #[inline]
     pub(super) fn may_discard(&self) -> bool {
         matches!(self.stream, Some(Stream::Tcp(_)))
