@@ -6,7 +6,7 @@ use crate::arrivals::Arrivals;
 use crate::config::{Plan, ServerAddr};
 use crate::keyspace::KeyPicker;
 use crate::outbuf::OutBuf;
-use crate::proto::{self, printable, Kind, Outcome, Parse};
+use crate::proto::{self, printable, Kind, Outcome, Parse, ValueHead};
 use rustls::pki_types::ServerName;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -63,6 +63,15 @@ pub(super) struct Sock {
     /// `rbuf.len()` must reach this before parsing again (the parser said so).
     pub(super) need: usize,
     pub(super) inflight: VecDeque<Pending>,
+    /// Bytes of the front reply's value still to be discarded from the socket unread (an
+    /// unverified GET of a large value: only its length counts), and that reply's head once
+    /// its value is being discarded: what must follow the value, and its length. The parsed
+    /// head and the value's bytes already read are dropped from `rbuf` when this starts.
+    pub(super) skip: usize,
+    pub(super) skipping: Option<ValueHead>,
+    /// The last value read on this socket was discarded: the next read takes at most
+    /// `HEAD_READ` (a reply's head), so that a large value is copied as little as possible.
+    pub(super) head_first: bool,
     /// Requests at the back of `inflight` not written yet (their `sent` is stamped on write).
     pub(super) unstamped: usize,
     /// Closed-loop Redis Cluster: requests queued while this socket still awaits
@@ -85,6 +94,8 @@ pub(super) struct Sock {
     pub(super) spos: usize,
     pub(super) send_busy: bool,
     pub(super) recv_busy: bool,
+    /// The RECV in flight discards (`MSG_TRUNC`) instead of reading.
+    pub(super) recv_discards: bool,
     pub(super) dirty: bool,
     pub(super) zombie: Option<Stream>,
 }
@@ -109,6 +120,18 @@ pub(super) enum Completion {
 /// still takes a 100 KB reply in two reads; 48 KiB took three, costing memcached runs ~25 %
 /// more client CPU per op (docs/engine.md).
 pub(super) const MAX_READ: usize = 56 * 1024;
+
+/// The least of a value still to come that is discarded from the socket unread rather than
+/// copied in (`recv` with `MSG_TRUNC`, TCP only), when the request is not verified. One
+/// more syscall per value (the discard, then the value's tail) must buy a large copy.
+pub(super) const SKIP_MIN: usize = 16 * 1024;
+
+/// The first read after a discarded value: enough for the next reply's head (and a small
+/// reply whole), so that a large value that follows is mostly discarded, not copied.
+pub(super) const HEAD_READ: usize = 4 * 1024;
+
+/// Most bytes discarded by one `recv(MSG_TRUNC)`.
+pub(super) const DISCARD_MAX: usize = 2 * MAX_READ;
 
 impl Sock {
     /// Requests written and awaiting replies.
@@ -139,6 +162,9 @@ impl Sock {
             rpos: 0,
             need: 0,
             inflight: VecDeque::with_capacity(pipeline.max(16)),
+            skip: 0,
+            skipping: None,
+            head_first: false,
             unstamped: 0,
             held: OutBuf::default(),
             held_ops: 0,
@@ -151,8 +177,28 @@ impl Sock {
             msg: Box::new(unsafe { std::mem::zeroed() }),
             send_busy: false,
             recv_busy: false,
+            recv_discards: false,
             dirty: false,
             zombie: None,
+        }
+    }
+
+    /// Whether bytes may be discarded from this socket unread: TCP only (TLS records are
+    /// sealed whole, and `MSG_TRUNC` on a Unix stream socket copies like a plain read).
+    #[inline]
+    pub(super) fn may_discard(&self) -> bool {
+        matches!(self.stream, Some(Stream::Tcp(_)))
+    }
+
+    /// How much the next read (`spare` bytes of room) or discard may take.
+    #[inline]
+    pub(super) fn read_len(&self, spare: usize) -> usize {
+        if self.skip > 0 {
+            self.skip.min(DISCARD_MAX)
+        } else if self.head_first {
+            spare.min(HEAD_READ)
+        } else {
+            spare
         }
     }
 

@@ -107,29 +107,42 @@ impl Epoll {
         }
         let spare = s.read_room();
         let len = s.rbuf.len();
+        let mut discarded = 0;
+        if s.skip > 0 {
+            // A large unverified value: discarded unread (MSG_TRUNC on TCP), at most a read's
+            // worth at a time as for reads (MAX_READ); once it is gone, what follows is read.
+            let want = s.read_len(spare);
+            // SAFETY: with MSG_TRUNC a TCP socket copies nothing out; no buffer is given, so
+            // a socket that would write gets EFAULT, never memory of ours.
+            let n = unsafe { libc::recv(s.fd, std::ptr::null_mut(), want, libc::MSG_TRUNC) };
+            if n <= 0 {
+                return read_failed(n);
+            }
+            discarded = n as usize;
+            s.skip -= discarded.min(s.skip);
+            if s.skip > 0 || discarded < want {
+                return Some(Completion::Read(discarded));
+            }
+        }
         // SAFETY: reading into the vector's spare capacity; set_len only covers bytes read.
         let n = unsafe {
             libc::read(
                 s.fd,
                 s.rbuf.as_mut_ptr().add(len) as *mut libc::c_void,
-                spare,
+                s.read_len(spare),
             )
         };
-        if n == 0 {
-            return Some(Completion::Closed);
-        }
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::WouldBlock
-                && e.kind() != std::io::ErrorKind::Interrupted
-            {
-                return Some(Completion::ReadFailed(e));
-            }
-            return None;
+        if n <= 0 {
+            // A close or an error right after a discard is seen on the next readiness event.
+            return if discarded > 0 {
+                Some(Completion::Read(discarded))
+            } else {
+                read_failed(n)
+            };
         }
         // SAFETY: the kernel initialised n bytes after len.
         unsafe { s.rbuf.set_len(len + n as usize) };
-        Some(Completion::Read(n as usize))
+        Some(Completion::Read(discarded + n as usize))
     }
 
     /// [`write`](Self::write) on a TLS socket: the queued bytes go into rustls as records,
@@ -252,6 +265,19 @@ impl Epoll {
     }
 }
 
+/// What a `read`/`recv` that returned `n` ≤ 0 means: the server closed (0), nothing there
+/// yet or a signal (`None`), or a failure.
+fn read_failed(n: isize) -> Option<Completion> {
+    if n == 0 {
+        return Some(Completion::Closed);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::Interrupted {
+        return Some(Completion::ReadFailed(e));
+    }
+    None
+}
+
 /// [`Epoll::read`] on a TLS socket: reads records (up to about `MAX_READ` of plaintext)
 /// and opens them into the read buffer. `None`: no whole record arrived.
 fn read_tls(s: &mut Sock) -> Option<Completion> {
@@ -367,6 +393,32 @@ mod tests {
         drop(peer);
         assert_eq!(ep.wait(1_000_000_000), 1);
         assert!(matches!(ep.read(&mut s), Some(Completion::Closed)));
+    }
+
+    #[test]
+    fn discards_a_value_unread_then_reads_what_follows() {
+        let mut ep = Epoll::new();
+        let (mut s, mut peer) = connected();
+        ep.add(0, &s);
+        assert!(s.may_discard());
+        s.skip = 100_000;
+        let mut sent = vec![b'v'; 100_000];
+        sent.extend_from_slice(b"\r\n+OK\r\n");
+        peer.write_all(&sent).unwrap();
+        let mut took = 0;
+        while took < sent.len() {
+            assert_eq!(ep.wait(1_000_000_000), 1);
+            let Some(Completion::Read(n)) = ep.read(&mut s) else {
+                continue;
+            };
+            assert!(n <= 2 * MAX_READ);
+            took += n;
+        }
+        assert_eq!((took, s.skip), (sent.len(), 0));
+        assert_eq!(
+            s.rbuf, b"\r\n+OK\r\n",
+            "only what follows the value is copied"
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! loop that drives one phase over the thread's I/O backend (`uring.rs`, or `epoll.rs`).
 
 use super::conn::{
-    connect, connect_to, Client, Completion, Pending, Sock, MAX_HOPS, P_ASKING, P_COUNTER, P_RESENT,
+    connect, connect_to, Client, Completion, Pending, Sock, MAX_HOPS, P_ASKING, P_COUNTER,
+    P_RESENT, SKIP_MIN,
 };
 use super::epoll::Epoll;
 use super::record::{
@@ -20,7 +21,7 @@ use crate::config::{Arrival, IoBackend, Plan, ServerAddr};
 use crate::keyspace::{route, KeyPicker, Rng};
 use crate::proto::request::PREFILL_SET;
 use crate::proto::{
-    self, encode, encode_counter, key_bytes, printable, Kind, Outcome, Parse, Request,
+    self, encode, encode_counter, key_bytes, printable, Kind, Outcome, Parse, Reply, Request,
 };
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -155,6 +156,9 @@ impl Worker<'_> {
         s.rbuf.clear();
         s.rpos = 0;
         s.need = 0;
+        s.skip = 0;
+        s.skipping = None;
+        s.head_first = false;
         s.unstamped = 0;
         s.dirty = false;
         s.retry_at = now;
@@ -297,6 +301,38 @@ impl Worker<'_> {
                 if s.unstamped >= s.inflight.len() {
                     break; // a reply cannot precede its request's write
                 }
+                if let Some(head) = s.skipping {
+                    // The front reply's value is being discarded: once it is gone, what must
+                    // follow it completes the reply (a hit of that length, as parsed whole).
+                    let avail = &s.rbuf[s.rpos..];
+                    if s.skip > 0 || avail.len() < head.tail.len() {
+                        s.need = s.rpos + head.tail.len();
+                        break;
+                    }
+                    if !avail.starts_with(head.tail) {
+                        bad = Some(format!(
+                            "a value of {} bytes not followed by {:?}: {:?}",
+                            head.len,
+                            printable(head.tail),
+                            printable(avail)
+                        ));
+                        break;
+                    }
+                    let r = Reply {
+                        consumed: head.tail.len(),
+                        outcome: Outcome::Hit,
+                        value: None,
+                        payload: head.len,
+                        message: None,
+                    };
+                    complete(&mut self.rec, plan, &p, &r, None, avail, now);
+                    s.skipping = None;
+                    s.rpos += r.consumed;
+                    s.inflight.pop_front();
+                    done += 1;
+                    s.need = 0;
+                    continue;
+                }
                 let avail = &s.rbuf[s.rpos..];
                 let kind = if p.flags & P_ASKING != 0 {
                     Kind::Setup
@@ -328,6 +364,9 @@ impl Worker<'_> {
                         s.need = 0;
                     }
                     Parse::Done(r) => {
+                        if r.value.is_some() {
+                            s.head_first = false; // a value read whole: read as usual again
+                        }
                         let value = r.value.clone().map(|v| &avail[v]);
                         complete(&mut self.rec, plan, &p, &r, value, avail, now);
                         let failed =
@@ -360,6 +399,25 @@ impl Worker<'_> {
                     }
                     Parse::Need(k) => {
                         s.need = s.rpos + k;
+                        s.head_first = false; // a value to read whole, or a head cut short
+                        if p.verify_key == NO_KEY && k >= avail.len() + SKIP_MIN && s.may_discard()
+                        {
+                            // An unverified GET's large value: only its length counts, so
+                            // the rest of it is discarded from the socket unread.
+                            if let Some(head) =
+                                proto::value_head(plan.protocol, avail, kind, &plan.limits)
+                            {
+                                let have = avail.len() - head.at;
+                                if head.len >= have + SKIP_MIN {
+                                    s.rpos += head.at;
+                                    s.rbuf.truncate(s.rpos);
+                                    s.skip = head.len - have;
+                                    s.skipping = Some(head);
+                                    s.head_first = true;
+                                    s.need = s.rpos + head.tail.len();
+                                }
+                            }
+                        }
                         break;
                     }
                     Parse::Bad(m) => {

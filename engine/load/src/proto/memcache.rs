@@ -6,7 +6,7 @@
 //! `mn`, so its reply is the hits followed by `MN`.
 
 use super::request::{key_bytes, render, Handshake, Request};
-use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply};
+use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply, ValueHead};
 use crate::config::Seg;
 use crate::keyspace::write_u64;
 use crate::outbuf::OutBuf;
@@ -342,6 +342,38 @@ pub fn parse_text(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
             _ => return protocol_error(next, pos..cr),
         }
     }
+}
+
+/// A text GET hit's head (`VALUE key flags bytes [cas]\r\n`) at the start of `buf`; its
+/// value is followed by CRLF and `END` (a second value would make the reply an error).
+pub fn value_head_text(buf: &[u8], lim: &Limits) -> Option<ValueHead> {
+    let cr = find_crlf(buf, 0, lim.max_line).ok()??;
+    let line = &buf[..cr];
+    if !starts(line, b"VALUE") {
+        return None;
+    }
+    let len = usize::try_from(field(line, 3).and_then(parse_int)?).ok()?;
+    Some(ValueHead {
+        at: cr + 2,
+        len,
+        tail: b"\r\nEND\r\n",
+    })
+}
+
+/// A meta GET hit's head (`VA size flags*\r\n`) at the start of `buf`; its value is
+/// followed by CRLF.
+pub fn value_head_meta(buf: &[u8], lim: &Limits) -> Option<ValueHead> {
+    let cr = find_crlf(buf, 0, lim.max_line).ok()??;
+    let line = &buf[..cr];
+    if !starts(line, b"VA") {
+        return None;
+    }
+    let len = usize::try_from(field(line, 1).and_then(parse_int)?).ok()?;
+    Some(ValueHead {
+        at: cr + 2,
+        len,
+        tail: b"\r\n",
+    })
 }
 
 /// Parses the meta-protocol reply to one request of `kind` at the start of `buf`.

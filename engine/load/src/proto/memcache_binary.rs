@@ -15,7 +15,7 @@
 //! wants credentials fails the connect instead of every op.
 
 use super::request::{key_bytes, Handshake, Request};
-use super::{Kind, Limits, Outcome, Parse, Reply};
+use super::{Kind, Limits, Outcome, Parse, Reply, ValueHead};
 use crate::outbuf::OutBuf;
 use std::ops::Range;
 
@@ -219,6 +219,29 @@ fn refused(f: &Frame, at: usize) -> Parse {
         value: None,
         payload: 0,
         message: Some(at + f.value.start..at + f.value.end),
+    })
+}
+
+/// A GET hit's head (the 24-byte header, extras and key) at the start of `buf`; nothing
+/// follows its value. The fields are judged as [`frame`] does, without waiting for the body.
+pub fn value_head(buf: &[u8], lim: &Limits) -> Option<ValueHead> {
+    if buf.len() < HEADER || buf[0] != RESPONSE || buf[1] != OP_GET {
+        return None;
+    }
+    let key = u16::from_be_bytes([buf[2], buf[3]]) as usize;
+    let extras = buf[4] as usize;
+    let status = u16::from_be_bytes([buf[6], buf[7]]);
+    let body = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
+    if status != STATUS_OK
+        || key + extras > body
+        || body > lim.max_bulk.saturating_add(MAX_OVERHEAD)
+    {
+        return None;
+    }
+    Some(ValueHead {
+        at: HEADER + extras + key,
+        len: body - extras - key,
+        tail: b"",
     })
 }
 

@@ -15,7 +15,9 @@ pub mod memcache_binary;
 pub mod request;
 pub mod resp;
 
-pub use request::{encode, encode_counter, handshake, key_bytes, parse, Handshake, Request};
+pub use request::{
+    encode, encode_counter, handshake, key_bytes, parse, value_head, Handshake, Request,
+};
 
 use std::ops::Range;
 
@@ -70,6 +72,19 @@ pub enum Parse {
     Need(usize),
     /// Malformed or oversized: the connection's byte stream can no longer be trusted.
     Bad(String),
+}
+
+/// The head of a single-key read's hit whose value may not have arrived yet: enough to let
+/// a caller that will not look at the value discard its bytes from the socket unread
+/// (`engine::conn::SKIP_MIN`) and judge the rest of the reply itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueHead {
+    /// Where the value's first byte lies (the length of everything before it).
+    pub at: usize,
+    /// The value's length.
+    pub len: usize,
+    /// The bytes that must follow the value for the reply to be whole and a hit.
+    pub tail: &'static [u8],
 }
 
 /// Bounds that keep a hostile or broken server from exhausting memory.

@@ -6,7 +6,7 @@
 //! slice of the shared filler) and return the payload bytes (keys + values) the
 //! request carries, which is what the results count as `bytes_out`.
 
-use super::{memcache, memcache_binary, resp, Kind, Limits, Parse};
+use super::{memcache, memcache_binary, resp, Kind, Limits, Parse, ValueHead};
 use crate::config::{OpPlan, Plan, Protocol, Seg};
 use crate::keyspace::{write_key, write_u64, write_value};
 use crate::outbuf::OutBuf;
@@ -85,6 +85,21 @@ pub fn parse(protocol: Protocol, buf: &[u8], kind: Kind, lim: &Limits) -> Parse 
         Protocol::MemcacheMeta => memcache::parse_meta(buf, kind, lim),
         Protocol::MemcacheBinary => memcache_binary::parse(buf, kind, lim),
     }
+}
+
+/// The head of the hit to a GET at the start of `buf` (header whole, value maybe not):
+/// `None` for any other reply, an incomplete header, or a request of another kind.
+pub fn value_head(protocol: Protocol, buf: &[u8], kind: Kind, lim: &Limits) -> Option<ValueHead> {
+    if !matches!(kind, Kind::Get | Kind::Gets) {
+        return None;
+    }
+    let head = match protocol {
+        Protocol::Resp2 | Protocol::Resp3 => resp::value_head(buf, lim),
+        Protocol::MemcacheText => memcache::value_head_text(buf, lim),
+        Protocol::MemcacheMeta => memcache::value_head_meta(buf, lim),
+        Protocol::MemcacheBinary => memcache_binary::value_head(buf, lim),
+    }?;
+    (head.len <= lim.max_bulk && head.at <= buf.len()).then_some(head)
 }
 
 /// The set-up a new connection sends before any load: the request bytes (all steps,
@@ -429,5 +444,99 @@ mod tests {
             hs(&format!(r#"{{"protocol":"memcache_meta",{s}]}}"#)),
             ("mn\r\n".into(), vec!["the meta protocol (mn)"])
         );
+    }
+
+    /// A GET hit of `n` bytes as each protocol answers it.
+    fn hit(protocol: Protocol, n: usize) -> Vec<u8> {
+        let value = vec![b'v'; n];
+        let mut out = match protocol {
+            Protocol::Resp2 | Protocol::Resp3 => format!("${n}\r\n").into_bytes(),
+            Protocol::MemcacheText => format!("VALUE key:1 0 {n}\r\n").into_bytes(),
+            Protocol::MemcacheMeta => format!("VA {n} f0\r\n").into_bytes(),
+            Protocol::MemcacheBinary => {
+                let mut h = vec![0x81, 0x00, 0, 0, 4, 0, 0, 0];
+                h.extend_from_slice(&((n + 4) as u32).to_be_bytes());
+                h.extend_from_slice(&[0; 12]); // opaque, CAS
+                h.extend_from_slice(&[0; 4]); // extras (flags)
+                h
+            }
+        };
+        out.extend_from_slice(&value);
+        out.extend_from_slice(match protocol {
+            Protocol::MemcacheText => b"\r\nEND\r\n".as_slice(),
+            Protocol::MemcacheBinary => b"",
+            _ => b"\r\n",
+        });
+        out
+    }
+
+    #[test]
+    fn value_heads_agree_with_the_parsers() {
+        let lim = Limits::default();
+        let protocols = ALL.iter().copied().chain([Protocol::MemcacheBinary]);
+        for protocol in protocols {
+            let whole = hit(protocol, 40_000);
+            let Parse::Done(r) = parse(protocol, &whole, Kind::Get, &lim) else {
+                panic!("{protocol:?}: the sample is a whole reply");
+            };
+            let head = value_head(protocol, &whole, Kind::Get, &lim).expect("a hit's head");
+            // The head, the value and its tail are the whole reply, as the parser sees it.
+            assert_eq!(head.len, 40_000, "{protocol:?}");
+            assert_eq!(r.value, Some(head.at..head.at + head.len), "{protocol:?}");
+            assert_eq!(r.payload, head.len, "{protocol:?}");
+            assert_eq!(
+                head.at + head.len + head.tail.len(),
+                whole.len(),
+                "{protocol:?}"
+            );
+            assert!(whole.ends_with(head.tail), "{protocol:?}");
+            // Any cut inside the value still has the head; a cut before its end has none.
+            for cut in head.at..whole.len() {
+                assert_eq!(
+                    value_head(protocol, &whole[..cut], Kind::Get, &lim),
+                    Some(head)
+                );
+                assert!(matches!(
+                    parse(protocol, &whole[..cut], Kind::Get, &lim),
+                    Parse::Need(_)
+                ));
+            }
+            for cut in 0..head.at {
+                assert_eq!(value_head(protocol, &whole[..cut], Kind::Get, &lim), None);
+            }
+            // Only GETs: the same bytes answering anything else are left to the parser.
+            for kind in [Kind::Set, Kind::Exists, Kind::MGet(1), Kind::Template] {
+                assert_eq!(value_head(protocol, &whole, kind, &lim), None, "{kind:?}");
+            }
+            // A value over the limit is the parser's to reject.
+            let small = Limits {
+                max_bulk: 1000,
+                ..lim
+            };
+            assert_eq!(value_head(protocol, &whole, Kind::Get, &small), None);
+        }
+    }
+
+    #[test]
+    fn misses_and_errors_have_no_value_head() {
+        let lim = Limits::default();
+        let cases: [(Protocol, &[u8]); 8] = [
+            (Protocol::Resp2, b"$-1\r\n"),
+            (Protocol::Resp3, b"_\r\n"),
+            (Protocol::Resp2, b"-ERR wrong\r\n"),
+            (Protocol::MemcacheText, b"END\r\n"),
+            (Protocol::MemcacheText, b"SERVER_ERROR out of memory\r\n"),
+            (Protocol::MemcacheMeta, b"EN\r\n"),
+            (Protocol::MemcacheMeta, b"VALUE 5\r\n"),
+            (
+                Protocol::MemcacheBinary,
+                &[
+                    0x81, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                ],
+            ),
+        ];
+        for (protocol, buf) in cases {
+            assert_eq!(value_head(protocol, buf, Kind::Get, &lim), None, "{buf:?}");
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! attributes are skipped.
 
 use super::request::{key_bytes, render, Handshake, Request};
-use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply};
+use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply, ValueHead};
 use crate::config::Seg;
 use crate::keyspace::write_u64;
 use crate::outbuf::OutBuf;
@@ -335,6 +335,20 @@ pub fn parse(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
             Ok(Step::Done(end, v)) => return Parse::Done(judge(kind, end, v)),
         }
     }
+}
+
+/// A bulk string's head (`$N\r\n`) at the start of `buf`; its value is followed by CRLF.
+pub fn value_head(buf: &[u8], lim: &Limits) -> Option<ValueHead> {
+    if buf.first() != Some(&b'$') {
+        return None;
+    }
+    let cr = find_crlf(buf, 1, lim.max_line).ok()??;
+    let len = usize::try_from(parse_int(&buf[1..cr])?).ok()?;
+    Some(ValueHead {
+        at: cr + 2,
+        len,
+        tail: b"\r\n",
+    })
 }
 
 fn judge(kind: Kind, consumed: usize, v: Val) -> Reply {
