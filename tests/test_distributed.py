@@ -132,15 +132,8 @@ def test_lost_dask_worker_is_named_and_its_agent_stops(local_cluster: dist.Clust
     import psutil
 
     server = spawn("redis")
-    me = psutil.Process()
-
     def agents() -> list[psutil.Process]:
-        out = []
-        for child in me.children(recursive=True):
-            with _gone():
-                if "cachemark.run.agent" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
-                    out.append(child)
-        return out
+        return _agents_under(os.getpid())
 
     before = {p.pid for p in agents()}
     victim: list[psutil.Process] = []
@@ -223,13 +216,7 @@ def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:
     found: list[psutil.Process] = []
 
     def agents() -> list[psutil.Process]:
-        out = []
-        for worker in workers:
-            for child in psutil.Process(worker.pid).children(recursive=True):
-                with _gone():
-                    if "cachemark.run.agent" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
-                        out.append(child)
-        return out
+        return [agent for worker in workers for agent in _agents_under(worker.pid)]
 
     before = {p.pid for p in agents()}  # an earlier test's agents may still be on their way out
 
@@ -273,6 +260,20 @@ class _gone:
         return kind is not None and issubclass(kind, psutil.Error)
 
 
+def _agents_under(pid: int) -> list:
+    """The live agent processes below ``pid``; one that exits while we look is not one."""
+    import psutil
+
+    found = []
+    with _gone():
+        children = psutil.Process(pid).children(recursive=True)
+        for child in children:
+            with _gone():
+                if "cachemark.run.agent" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                    found.append(child)
+    return found
+
+
 def test_unreachable_cluster_is_one_line_and_exit_2() -> None:
     env = {**os.environ, "COLUMNS": "200"}
     started = time.monotonic()
@@ -300,8 +301,7 @@ def test_ctrl_c_stops_agents_and_saves_what_ran(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         seen: list[psutil.Process] = []
         while time.monotonic() < deadline and not seen:
-            seen = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                    if "cachemark.run.agent" in " ".join(p.cmdline())]
+            seen = _agents_under(proc.pid)
             time.sleep(0.2)
         assert seen, "no agent started"
         time.sleep(6)  # usually into the timed phase (agents start, warm up, meet)
