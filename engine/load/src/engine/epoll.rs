@@ -278,6 +278,22 @@ fn read_failed(n: isize) -> Option<Completion> {
     None
 }
 
+/// The socket as rustls reads it, noting a read that did not fill the room it was given:
+/// the kernel had no more, so a further read would only say EAGAIN (data that comes after
+/// makes the socket readable again; the registration is level-triggered).
+struct ShortReadSeen<'a> {
+    sock: &'a mut std::net::TcpStream,
+    short: bool,
+}
+
+impl std::io::Read for ShortReadSeen<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
+    }
+}
+
 /// [`Epoll::read`] on a TLS socket: reads records (up to about `MAX_READ` of plaintext)
 /// and opens them into the read buffer. `None`: no whole record arrived.
 fn read_tls(s: &mut Sock) -> Option<Completion> {
@@ -290,6 +306,7 @@ fn read_tls(s: &mut Sock) -> Option<Completion> {
     let mut filled = start;
     let mut closed = false;
     let mut failed = None;
+    let mut drained = false;
     'records: loop {
         // Take every byte of plaintext rustls has opened, copied straight from its buffer
         // (`read` into a slice would need the room zeroed first: 32 KiB of memset per read,
@@ -314,10 +331,16 @@ fn read_tls(s: &mut Sock) -> Option<Completion> {
                 }
             }
         }
-        if filled - start >= MAX_READ {
+        if filled - start >= MAX_READ || drained {
             break;
         }
-        match t.conn.read_tls(&mut t.sock) {
+        let mut socket = ShortReadSeen {
+            sock: &mut t.sock,
+            short: false,
+        };
+        let got = t.conn.read_tls(&mut socket);
+        drained = socket.short;
+        match got {
             Ok(0) => {
                 closed = true;
                 break;
