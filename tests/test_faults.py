@@ -264,3 +264,36 @@ def test_a_refused_prefill_on_the_engine_is_one_line_too(tmp_path, cachemark, ur
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "refused 2,048-byte values during prefill" in lines[0], result.stderr
     assert lines[0].startswith(f"cachemark: error: {url}: ")
+
+
+CTRL_C_IN_A_DESTRUCTOR = """
+import os, signal, sys, threading, time
+from cachemark.cli import _redeliver_interrupts
+sys.unraisablehook = _redeliver_interrupts(sys.unraisablehook)
+
+class Slow:
+    def __del__(self):  # as a library's finalizer, run by the garbage collector
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:
+            pass
+
+threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()  # lands in the __del__
+try:
+    doomed = [Slow(), Slow()]
+    del doomed
+    until = time.monotonic() + 3
+    while time.monotonic() < until:
+        time.sleep(0.01)
+    print("lost")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_a_ctrl_c_swallowed_by_a_destructor_still_stops_the_run() -> None:
+    """Python swallows an exception raised in a finalizer; cachemark delivers the Ctrl-C again
+    (it was lost in a distributed run once: Dask's objects have finalizers)."""
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_DESTRUCTOR], capture_output=True, text=True,
+                          timeout=30, cwd=Path(__file__).resolve().parents[1])
+    assert proc.stdout.strip() == "interrupted", proc.stdout + proc.stderr
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -337,13 +337,19 @@ app.add_typer(trace_app, name="trace")
 
 
 def _redeliver_interrupts(default: Any) -> Any:
-    """A Ctrl-C that lands in a destructor (redis-py's ``Pipeline.__del__``, run by the garbage
-    collector) is swallowed by Python with an "Exception ignored" traceback: deliver it again."""
+    """A Ctrl-C that lands in a destructor (redis-py's ``Pipeline.__del__``, Dask's futures, run
+    by the garbage collector) is swallowed by Python with an "Exception ignored" traceback:
+    deliver it again, a moment later. Not from the hook itself: a signal raised there is
+    handled before the hook returns, and Python swallows an exception of the hook as well."""
+    import os
     import signal
+    import threading
 
     def hook(unraisable: Any) -> None:
         if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
-            signal.raise_signal(signal.SIGINT)
+            again = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
+            again.daemon = True
+            again.start()
             return
         default(unraisable)
 

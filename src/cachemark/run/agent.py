@@ -38,6 +38,8 @@ import time
 import traceback
 from typing import Any
 
+from .messages import death
+
 BEAT_S = 1.0  # how often the task tells the coordinator it is alive (and its ops done)
 
 
@@ -166,13 +168,6 @@ def _agent_environment() -> dict[str, str]:
     except Exception:  # noqa: BLE001 — an unusual dask config: keep the environment as it is
         pass
     return env
-
-
-def death(code: int | None) -> str:
-    if code is not None and code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-    return f"exit code {code}"
 
 
 # --- the agent process ---------------------------------------------------------------------

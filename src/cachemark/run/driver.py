@@ -39,6 +39,7 @@ from ..target import Target
 from ..textfile import one_line
 from ..workload.ops import OpStream, mix_entries, split_ops, stream_seed
 from ..workload.replay import load_share
+from .messages import death
 from .worker import arrival_gaps
 
 PROTOCOL = 1
@@ -233,8 +234,7 @@ class DriverProcess:
             self.kill()
         code = self._exit_code()
         tail = self._stderr_tail()
-        status = "" if code is None else (f" (killed by {signal.Signals(-code).name})" if code < 0 else
-                                          f" (exit code {code})")
+        status = "" if code is None else f" ({death(code)})"
         return DriverFailed(f"driver {self.spec.name} (worker {self.worker}) {what}{status}"
                             + (f": {tail}" if tail else ""))
 

@@ -7,6 +7,7 @@ A worker sends, in order: a :class:`PhaseReport` per timed phase it ran, at most
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -51,3 +52,13 @@ class Done:
 
 
 Message = PhaseReport | Fatal | Done
+
+
+def death(exitcode: int | None) -> str:
+    """How a process ended, for a message: "killed by SIGKILL" or "exit code 3"."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            pass
+    return f"exit code {exitcode}"

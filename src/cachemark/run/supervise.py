@@ -26,7 +26,7 @@ from ..backends.base import PSEUDO_OPS
 from ..errors import Crash, UserError
 from ..spec import Workload
 from .error_policy import ErrorWatch
-from .messages import Done, Fatal, PhaseReport
+from .messages import Done, Fatal, PhaseReport, death
 from .worker import Board, WorkerTask, worker_main
 
 Tick = Callable[[int, int], None]  # (phase index, ops done so far in it), called about every 0.1 s
@@ -230,12 +230,3 @@ def _signal_all(procs, sig) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, sig)
 
-
-def death(exitcode: int | None) -> str:
-    """How a process ended, for a message: "killed by SIGKILL" or "exit code 3"."""
-    if exitcode is not None and exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            pass
-    return f"exit code {exitcode}"
