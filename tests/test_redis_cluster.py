@@ -132,23 +132,25 @@ def test_engine_sends_each_key_to_its_slot_owner(cluster, namespace):
 
 
 def test_engine_writes_each_node_whole_pipelines(cluster, namespace):
-    """Closed loop at pipeline 16: a client's socket to a node still awaiting replies holds the
-    requests drawn for it and sends them as one batch, as redis-benchmark --cluster does. Refilled
-    a few at a time on every node after each node's replies, each node read ~5 commands per read
-    event (pipeline 16 over 3 nodes); the nodes' own counters say how many they read at once."""
+    """Closed loop at pipeline 16: a client's socket holds the requests drawn for its node and
+    sends them as one whole pipeline once the previous one is answered, as each of
+    redis-benchmark --cluster's clients does. Refilled a few at a time on every node after each
+    node's replies, each node read ~5 commands per read event (pipeline 16 over 3 nodes); sent
+    as soon as the socket was free, 13; the nodes' own counters say how many they read at once."""
     from cachemark.engine import run_load
 
     def counters() -> list[tuple[int, int]]:
         return [(_stat(n, "total_commands_processed"), _stat(n, "total_reads_processed")) for n in cluster.primaries]
 
     before = counters()
-    result = run_load(_engine_config(cluster, namespace, ops=60000, threads=1, connections=2, pipeline=16))
+    result = run_load(_engine_config(cluster, namespace, ops=60000, threads=1, connections=2, pipeline=16,
+                                     prefill=False))  # the counters: the timed loop alone
     after = counters()
     get = result["ops"]["get"]
     assert not get["errors"] and result["cluster"]["moved"] == 0
     per_read = [(b[0] - a[0]) / max(1, b[1] - a[1]) for a, b in zip(before, after, strict=True)]
-    # a whole pipeline is 16; what the loop held and sent at once, less the reads split by the kernel
-    assert min(per_read) > 10, per_read
+    # a whole pipeline is 16, less the last part-pipelines and any read the kernel split
+    assert min(per_read) > 15, per_read
     assert _clear(cluster, namespace) > 1000
 
 

@@ -523,32 +523,41 @@ impl Worker<'_> {
 
     /// `top_up` for a closed-loop cluster client: each socket sends whole pipelines. Every
     /// request is held on its socket (`Sock::held`) and a socket's held batch is written once
-    /// its previous batch has been answered; the client draws its next keys only while no
-    /// socket holds a whole pipeline — its key sequence is kept, so a node that answers
-    /// slower holds the others back, as it would hold back an application's client.
+    /// its previous batch has been answered and it holds a whole pipeline (as each of
+    /// redis-benchmark's clients sends: the server reads P commands at a time); the client
+    /// draws its next keys only while no socket holds a whole pipeline — its key sequence is
+    /// kept, so a node that answers slower holds the others back, as it would hold back an
+    /// application's client. Part of a pipeline goes only when no more is coming: the client
+    /// may issue no more (its quota, the deadline, a stop, its in-flight cap) or a
+    /// connection is down.
     fn top_up_held(&mut self, c: usize, now: u64) {
-        self.send_held(c);
+        self.send_held(c, false);
         let full = |w: &Self| {
             w.clients[c]
                 .socks
                 .iter()
                 .any(|&si| w.socks[si].held_ops >= w.plan.pipeline)
         };
+        let mut down = false;
         while !full(self) && self.may_issue(c, now) {
             if self.issue(c, now) == Issue::Failed {
                 self.retry_soon = true; // its connection is down: tried again after the others
+                down = true;
                 break;
             }
         }
-        self.send_held(c);
+        let last = down || !self.may_issue(c, now);
+        self.send_held(c, last);
     }
 
-    /// Writes the held batch of each of client `c`'s sockets that awaits no reply.
-    fn send_held(&mut self, c: usize) {
+    /// Writes the held batch of each of client `c`'s sockets that awaits no reply: a whole
+    /// pipeline, or any part of one when `partial`.
+    fn send_held(&mut self, c: usize, partial: bool) {
+        let whole = self.plan.pipeline;
         for k in 0..self.clients[c].socks.len() {
             let si = self.clients[c].socks[k];
             let s = &mut self.socks[si];
-            if s.held_ops > 0 && s.awaiting() == 0 {
+            if s.held_ops > 0 && s.awaiting() == 0 && (partial || s.held_ops >= whole) {
                 s.release_held();
                 self.flush(si);
             }
