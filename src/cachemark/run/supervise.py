@@ -229,4 +229,3 @@ def _signal_all(procs, sig) -> None:
         if p.is_alive() and p.pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, sig)
-
