@@ -308,6 +308,12 @@ def test_engine_refuses_what_cluster_mode_cannot_route(cluster, redis_server):
         target_config("redis+cluster://127.0.0.1:7000/1?client=engine")
     with pytest.raises(SpecError, match="redis\\+cluster://"):
         target_config("redis://127.0.0.1:7000,127.0.0.1:7001?client=engine")
+    # the flag belongs to cluster URLs alone: on a single server's it is an unknown parameter
+    from cachemark.schemes import check_params
+    from cachemark.target import parse_target
+
+    with pytest.raises(SpecError, match="unknown parameter 'read_from_replicas'"):
+        check_params(parse_target("redis://127.0.0.1:7000?client=engine&read_from_replicas=1"))
 
 
 def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
@@ -331,6 +337,19 @@ def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
     down = cachemark("run", "-t", "redis+cluster://127.0.0.1:1?client=engine", "--ops", "10", cwd=tmp_path)
     assert down.returncode == 2 and "Connection refused" in down.stderr + down.stdout
     assert "Traceback" not in proxied.stderr + down.stderr
+
+
+def test_engine_refuses_read_from_replicas_in_one_line(cluster, cachemark, tmp_path):
+    """Until the engine reads from replicas, the flag is refused, not silently ignored."""
+    from cachemark.engine import target_config
+
+    with pytest.raises(SpecError, match="read_from_replicas=1 is not yet supported by the engine"):
+        target_config(cluster.url() + "?client=engine&read_from_replicas=1")
+    proc = cachemark("run", "-t", cluster.url() + "?client=engine&read_from_replicas=1", "--ops", "10",
+                     cwd=tmp_path)
+    out = proc.stderr + proc.stdout
+    assert proc.returncode == 2 and "read_from_replicas=1 is not yet supported by the engine" in out, out
+    assert "Traceback" not in out
 
 
 def test_replicas_follow_their_primaries_and_serve_reads_when_asked(spawn):

@@ -149,6 +149,9 @@ def target_config(target: str | Target) -> dict[str, Any]:
             cfg["cluster"] = True  # the hosts are seeds: the engine asks one for the slot map
             if cfg.pop("db", 0):
                 raise SpecError(f"{t.redacted}: a Redis Cluster has database 0 only")
+            if t.bool_param("read_from_replicas"):
+                raise SpecError(f"{t.redacted}: read_from_replicas=1 is not yet supported by the engine "
+                                f"(it reads from primaries only); use client=redis-py")
         elif len(t.hosts) > 1:
             raise SpecError(f"{t.redacted}: the engine takes one Redis server (a cluster's seeds: redis+cluster://)")
     elif family == "memcache":
