@@ -308,6 +308,15 @@ def test_engine_refuses_what_cluster_mode_cannot_route(cluster, redis_server):
         target_config("redis+cluster://127.0.0.1:7000/1?client=engine")
     with pytest.raises(SpecError, match="redis\\+cluster://"):
         target_config("redis://127.0.0.1:7000,127.0.0.1:7001?client=engine")
+    # the flag belongs to cluster URLs alone: on a single server's it is an unknown parameter
+    from cachemark.schemes import check_params
+    from cachemark.target import parse_target
+
+    with pytest.raises(SpecError, match="unknown parameter 'read_from_replicas'"):
+        check_params(parse_target("redis://127.0.0.1:7000?client=engine&read_from_replicas=1"))
+    with pytest.raises(SpecError, match='"read_from_replicas" is for a Redis Cluster'):
+        run_load(target_config(redis_server.url() + "?client=engine") | {"read_from_replicas": True, "ops": 10,
+                                                                        "keys": {"count": 10, "prefix": "cm:x:"}})
 
 
 def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
@@ -331,6 +340,55 @@ def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
     down = cachemark("run", "-t", "redis+cluster://127.0.0.1:1?client=engine", "--ops", "10", cwd=tmp_path)
     assert down.returncode == 2 and "Connection refused" in down.stderr + down.stdout
     assert "Traceback" not in proxied.stderr + down.stderr
+
+
+def _gets(node: object) -> int:
+    """The GETs a node executed (its own ``INFO commandstats``)."""
+    text = command(node, "INFO", "commandstats")
+    line = next((ln for ln in text.splitlines() if ln.startswith("cmdstat_get:")), "")
+    return int(line.split("calls=", 1)[1].split(",", 1)[0]) if line else 0
+
+
+def test_engine_reads_from_replicas_in_rotation_when_asked(spawn, namespace, cachemark, tmp_path):
+    """read_from_replicas=1: the engine connects to every replica CLUSTER SLOTS names (READONLY
+    in its handshake) and sends reads to a slot's primary and replicas in turn, writes to the
+    primary; the replicas' own command counts show it. Without the flag they serve no GET."""
+    from cachemark.engine import run_load, target_config
+
+    cluster = spawn("redis-cluster", nodes=3, replicas=1)
+    replicas = cluster.nodes[3:]
+    config = target_config(cluster.url() + "?client=engine&read_from_replicas=1")
+    assert config["read_from_replicas"] is True
+    load = {"connections": 4, "pipeline": 4, "ops": 20000, "warmup_s": 0.5, "verify_fraction": 0.0, "seed": 3,
+            "keys": {"count": 2000, "prefix": namespace, "dist": "uniform"},
+            "mix": [{"op": "get", "weight": 8}, {"op": "exists", "weight": 1}, {"op": "set", "weight": 1}]}
+    before = [_gets(n) for n in cluster.nodes]
+    result = run_load(config | load)
+    served = [_gets(n) - b for n, b in zip(cluster.nodes, before, strict=True)]
+    get = result["ops"]["get"]
+    assert result["cluster"] == {"primaries": 3, "replicas": 3, "moved": 0, "ask": 0}  # READONLY: no MOVED
+    assert result["connections"] == 4 * 6  # one socket per client and node
+    assert not any(op["errors"] for op in result["ops"].values()), result["errors_sample"]
+    assert get["hits"] == get["count"] > 10000  # prefilled, nothing deleted: every read found its key
+    # every GET of the run (prefill's canaries and warm-up aside) landed on a primary or a replica,
+    # each about half of its slots' reads (the rotation is per primary: itself, then its replica)
+    assert sum(served) >= get["count"]
+    assert all(n > 0.3 * get["count"] / 3 for n in served[3:]), served
+    assert all(n > 0.3 * get["count"] / 3 for n in served[:3]), served
+    print("GETs per node (primaries, then replicas):", served)
+
+    # without the flag: primaries only, as before
+    before = [_gets(n) for n in replicas]
+    plain = run_load(target_config(cluster.url() + "?client=engine") | load)
+    assert plain["cluster"] == {"primaries": 3, "moved": 0, "ask": 0} and plain["connections"] == 4 * 3
+    assert [_gets(n) - b for n, b in zip(replicas, before, strict=True)] == [0, 0, 0]
+    assert _clear(cluster, namespace) > 1000
+
+    # the CLI and its report say how many replicas were read from
+    proc = cachemark("run", "-t", cluster.url() + "?client=engine&read_from_replicas=1", "--ops", "2000",
+                     "--keys", "300", "--mix", "get=80,set=20", "-o", str(tmp_path / "r.json"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "cluster: 3 primaries (+3 replicas read from), 0 MOVED, 0 ASK" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_replicas_follow_their_primaries_and_serve_reads_when_asked(spawn):

@@ -117,7 +117,8 @@ def target_config(target: str | Target) -> dict[str, Any]:
     ``redis://[user:pass@]host:port[/db][?protocol=resp3]``,
     ``memcached://[user:pass@]h1:11211,h2:11211[?protocol=meta|binary]`` (credentials: SASL PLAIN over the
     binary protocol, which is then the default, as with ``binary=1``), ``redis+cluster://seed1:7000,seed2:7001``
-    (``cluster``: keys are routed by hash slot over the primaries the seeds name) and their Unix-socket forms
+    (``cluster``: keys are routed by hash slot over the primaries the seeds name; ``read_from_replicas=1``:
+    reads rotate over each slot's primary and replicas, as redis-py's ROUND_ROBIN) and their Unix-socket forms
     (``redis+unix:///path.sock?db=N``: the engine's server is then ``unix:/path.sock``;
     ``redis+sentinel://s1,s2/mymaster/0``: the primary the Sentinels name now, asked here, and a ``sentinel``
     section the engine asks again at each reconnect, so it follows a failover); ``rediss://``
@@ -149,6 +150,8 @@ def target_config(target: str | Target) -> dict[str, Any]:
             cfg["cluster"] = True  # the hosts are seeds: the engine asks one for the slot map
             if cfg.pop("db", 0):
                 raise SpecError(f"{t.redacted}: a Redis Cluster has database 0 only")
+            if t.bool_param("read_from_replicas"):  # reads rotate over a slot's primary and its replicas
+                cfg["read_from_replicas"] = True
         elif len(t.hosts) > 1:
             raise SpecError(f"{t.redacted}: the engine takes one Redis server (a cluster's seeds: redis+cluster://)")
     elif family == "memcache":

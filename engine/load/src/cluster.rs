@@ -86,12 +86,14 @@ pub fn address(host: &str, port: i64) -> String {
     }
 }
 
-/// One range of the slot map: `first..=last` served by the primary at `addr`.
+/// One range of the slot map: `first..=last` served by the primary at `addr`, which the
+/// replicas at `replicas` copy (in the order `CLUSTER SLOTS` names them).
 #[derive(Debug, PartialEq, Eq)]
 pub struct SlotRange {
     pub first: u16,
     pub last: u16,
     pub addr: String,
+    pub replicas: Vec<String>,
 }
 
 enum Node {
@@ -148,9 +150,9 @@ fn node(buf: &[u8], pos: &mut usize, depth: usize) -> Result<Node, String> {
     }
 }
 
-/// The primaries' slot ranges from a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id,
-/// …], replica…], …]`. A primary whose host is empty (the node does not know its address)
-/// is reached at `seed_host`.
+/// The slot ranges from a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id, …],
+/// [replica host, port, id, …]…], …]`, each with its primary and replicas. A node whose host
+/// is empty (the node does not know its address) is reached at `seed_host`.
 pub fn parse_slots(reply: &[u8], seed_host: &str) -> Result<Vec<SlotRange>, String> {
     let mut pos = 0;
     let Node::Arr(ranges) = node(reply, &mut pos, 0)? else {
@@ -167,14 +169,25 @@ pub fn parse_slots(reply: &[u8], seed_host: &str) -> Result<Vec<SlotRange>, Stri
         else {
             return Err(bad());
         };
-        let host = match primary.first() {
-            Some(Node::Str(h)) if !h.is_empty() && h != "?" => h.as_str(),
-            Some(Node::Str(_)) | Some(Node::Nil) => seed_host,
-            _ => return Err(bad()),
+        let node_addr = |entry: &[Node]| -> Result<String, String> {
+            let host = match entry.first() {
+                Some(Node::Str(h)) if !h.is_empty() && h != "?" => h.as_str(),
+                Some(Node::Str(_)) | Some(Node::Nil) => seed_host,
+                _ => return Err(bad()),
+            };
+            let Some(Node::Int(port)) = entry.get(1) else {
+                return Err(bad());
+            };
+            Ok(address(host, *port))
         };
-        let Some(Node::Int(port)) = primary.get(1) else {
-            return Err(bad());
-        };
+        let addr = node_addr(primary)?;
+        let mut replicas = Vec::new();
+        for r in &items[3..] {
+            let Node::Arr(entry) = r else {
+                return Err(bad());
+            };
+            replicas.push(node_addr(entry)?);
+        }
         if !(0..SLOTS as i64).contains(first) || !(*first..SLOTS as i64).contains(last) {
             return Err(format!(
                 "CLUSTER SLOTS: range {first}..{last} is outside 0..16383"
@@ -183,7 +196,8 @@ pub fn parse_slots(reply: &[u8], seed_host: &str) -> Result<Vec<SlotRange>, Stri
         out.push(SlotRange {
             first: *first as u16,
             last: *last as u16,
-            addr: address(host, *port),
+            addr,
+            replicas,
         });
     }
     Ok(out)
@@ -260,12 +274,14 @@ mod tests {
                 SlotRange {
                     first: 0,
                     last: 8191,
-                    addr: "127.0.0.1:7000".into()
+                    addr: "127.0.0.1:7000".into(),
+                    replicas: vec!["127.0.0.1:7003".into()],
                 },
                 SlotRange {
                     first: 8192,
                     last: 16383,
-                    addr: "10.0.0.1:7001".into()
+                    addr: "10.0.0.1:7001".into(),
+                    replicas: vec![],
                 },
             ]
         );
@@ -278,5 +294,24 @@ mod tests {
         assert!(parse_slots(b"*1\r\n*3\r\n:9\r\n:1\r\n*2\r\n$1\r\nh\r\n:1\r\n", "h").is_err());
         assert!(parse_slots(b"*1\r\n*3\r\n:0\r\n", "h").is_err());
         assert_eq!(address("::1", 7000), "[::1]:7000");
+    }
+
+    #[test]
+    fn replicas_are_read_from_cluster_slots() {
+        // One range with two replicas: one that knows its address (IPv6), one that does not
+        // (reached at the seed's host), each with the networking metadata of Redis 7.
+        let reply = b"*1\r\n*5\r\n:0\r\n:16383\r\n\
+            *4\r\n$9\r\n127.0.0.1\r\n:7000\r\n$1\r\np\r\n*0\r\n\
+            *4\r\n$3\r\n::1\r\n:7003\r\n$2\r\nr1\r\n*0\r\n\
+            *3\r\n$0\r\n\r\n:7004\r\n$2\r\nr2\r\n";
+        let ranges = parse_slots(reply, "10.0.0.1").unwrap();
+        assert_eq!(ranges.len(), 1);
+        assert_eq!(ranges[0].addr, "127.0.0.1:7000");
+        assert_eq!(ranges[0].replicas, vec!["[::1]:7003", "10.0.0.1:7004"]);
+        // A replica entry that is not [host, port, …] spoils the reply, as a primary's does.
+        let bad = b"*1\r\n*4\r\n:0\r\n:9\r\n*2\r\n$1\r\nh\r\n:1\r\n:5\r\n";
+        assert!(parse_slots(bad, "h").is_err());
+        let bad = b"*1\r\n*4\r\n:0\r\n:9\r\n*2\r\n$1\r\nh\r\n:1\r\n*1\r\n$1\r\nh\r\n";
+        assert!(parse_slots(bad, "h").is_err());
     }
 }

@@ -164,6 +164,10 @@ pub struct Config {
     /// Redis Cluster: `servers` are seeds; the slot map they give decides where keys go.
     #[serde(default)]
     pub cluster: bool,
+    /// Redis Cluster: reads (get, gets, exists) also go to the replicas `CLUSTER SLOTS`
+    /// names, in rotation with their primary (redis-py's `ROUND_ROBIN`); writes to the primary.
+    #[serde(default)]
+    pub read_from_replicas: bool,
     /// Redis Sentinel: `servers` names the primary at the start; a reconnect asks these
     /// Sentinels which address is primary now (`engine/sentinel.rs`).
     #[serde(default)]
@@ -369,6 +373,12 @@ pub struct Plan {
     /// (`engine/topology.rs`); then the primaries, and `slots` the owner of every slot.
     pub cluster: bool,
     pub slots: Option<Arc<Vec<u16>>>,
+    /// Redis Cluster with `read_from_replicas`: `servers` are the primaries (the first
+    /// `primaries`), then their replicas; `replicas[server]` the replicas of a primary
+    /// (empty for a replica, and for every server without the flag).
+    pub read_from_replicas: bool,
+    pub primaries: usize,
+    pub replicas: Arc<Vec<Vec<u16>>>,
     /// Redis Sentinel: whom a load thread asks for the primary when it reconnects.
     pub sentinel: Option<Arc<SentinelPlan>>,
 }
@@ -499,6 +509,11 @@ impl Config {
         }
         if self.cluster {
             self.check_cluster()?;
+        } else if self.read_from_replicas {
+            return Err(
+                "engine config: \"read_from_replicas\" is for a Redis Cluster (\"cluster\": true)"
+                    .into(),
+            );
         }
         let sentinel = self.sentinel_plan()?;
         let mut servers = Vec::new();
@@ -779,6 +794,9 @@ impl Config {
             replay,
             cluster: self.cluster,
             slots: None,
+            read_from_replicas: self.read_from_replicas,
+            primaries: self.servers.len(),
+            replicas: Arc::new(Vec::new()),
             sentinel,
         })
     }
@@ -886,5 +904,24 @@ mod tests {
         .unwrap();
         assert_eq!(t[1], vec![Seg::Lit(b"h:".to_vec()), Seg::Key]);
         assert!(parse_template(&["append".into(), "x{value}".into()], false).is_err());
+    }
+
+    #[test]
+    fn read_from_replicas_is_for_a_cluster() {
+        let json = |extra: &str| {
+            format!(
+                r#"{{"protocol":"resp2","servers":["127.0.0.1:7000"],"read_from_replicas":true{extra}}}"#
+            )
+        };
+        let p = Config::from_json(&json(r#","cluster":true"#))
+            .unwrap()
+            .plan()
+            .unwrap();
+        assert!(p.read_from_replicas && p.primaries == 1 && p.replicas.is_empty());
+        let err = Config::from_json(&json("")).unwrap().plan().unwrap_err();
+        assert!(
+            err.contains("\"read_from_replicas\" is for a Redis Cluster"),
+            "{err}"
+        );
     }
 }

@@ -158,7 +158,9 @@ def proxy_overhead_note(document: dict[str, Any]) -> str | None:
 def cluster_note(cluster: dict[str, Any]) -> str:
     """``cluster: 3 primaries, 12 MOVED, 4 ASK (the slot map changed during the run: …)``."""
     moved, ask = cluster.get("moved", 0), cluster.get("ask", 0)
-    text = f"cluster: {cluster.get('primaries', 0)} primaries, {moved:,} MOVED, {ask:,} ASK"
+    # replicas: the engine read from them too (read_from_replicas=1)
+    replicas = f" (+{cluster['replicas']} replicas read from)" if "replicas" in cluster else ""
+    text = f"cluster: {cluster.get('primaries', 0)} primaries{replicas}, {moved:,} MOVED, {ask:,} ASK"
     if moved or ask:
         text += (" (slots moved during the run — resharding or a failover; each redirected op "
                  "includes its second round trip)")

@@ -244,14 +244,18 @@ pub(super) fn read_some(s: &mut Stream, buf: &mut [u8]) -> std::io::Result<usize
 
 /// Opens one connection and sends the protocol's set-up handshake (`proto::handshake`:
 /// HELLO/AUTH/SELECT/PING, `version` or `mn`), all blocking, then makes it non-blocking.
+/// A cluster replica read from (`read_from_replicas`) is also sent `READONLY`, without
+/// which it would answer every read with `MOVED` to its primary.
 pub(super) fn connect(plan: &Plan, server: usize, timeout: Duration) -> Result<Stream, String> {
     let tls = plan.tls.as_ref().map(|c| (c, &plan.tls_names[server]));
-    connect_to(
+    let replica = plan.read_from_replicas && server >= plan.primaries;
+    connect_with(
         plan,
         &plan.servers[server],
         &plan.server_names[server],
         tls,
         timeout,
+        replica,
     )
 }
 
@@ -263,10 +267,25 @@ pub(super) fn connect_to(
     tls: Option<(&Arc<rustls::ClientConfig>, &ServerName<'static>)>,
     timeout: Duration,
 ) -> Result<Stream, String> {
+    connect_with(plan, addr, name, tls, timeout, false)
+}
+
+fn connect_with(
+    plan: &Plan,
+    addr: &ServerAddr,
+    name: &str,
+    tls: Option<(&Arc<rustls::ClientConfig>, &ServerName<'static>)>,
+    timeout: Duration,
+    replica: bool,
+) -> Result<Stream, String> {
     let mut s = Stream::connect(addr, timeout, tls)
         .map_err(|e| format!("cannot connect to {name}: {e}"))?;
     s.set_timeouts(Some(timeout)).map_err(|e| e.to_string())?;
-    let hs = proto::handshake(plan);
+    let mut hs = proto::handshake(plan);
+    if replica {
+        hs.request.extend_from_slice(b"*1\r\n$8\r\nREADONLY\r\n");
+        hs.steps.push("READONLY (reads from a replica)");
+    }
     s.write_all(&hs.request)
         .map_err(|e| format!("{name}: cannot send: {e}"))?;
     let mut buf = Vec::with_capacity(4096);

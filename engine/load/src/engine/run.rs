@@ -261,7 +261,10 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         "stopped_on_errors": control.stopped_on_errors,
         "missed": total.missed,
         "prefill_errors": total.prefill_errors,
-        "cluster": if plan.cluster {
+        "cluster": if plan.cluster && plan.read_from_replicas {
+            json!({"primaries": plan.primaries, "replicas": plan.servers.len() - plan.primaries,
+                   "moved": total.moved, "ask": total.ask})
+        } else if plan.cluster {
             json!({"primaries": plan.servers.len(), "moved": total.moved, "ask": total.ask})
         } else {
             Value::Null

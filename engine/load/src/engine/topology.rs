@@ -1,6 +1,7 @@
 //! Redis Cluster, the connecting part: before a cluster run connects its clients, one seed
 //! is asked for `CLUSTER SLOTS` (blocking, over a connection with the usual handshake) and
-//! the plan is rewritten to the primaries it names, with the owner of every hash slot.
+//! the plan is rewritten to the primaries it names, with the owner of every hash slot (and,
+//! with `read_from_replicas`, their replicas after them).
 //! Seeds are tried in order; the run is unavailable only when none answers.
 
 use super::conn::{connect, read_some};
@@ -91,6 +92,31 @@ fn ask_seed(plan: &Plan, seed: usize, timeout: Duration) -> Result<Plan, RunErro
             "{name}: the cluster serves no slots yet (CLUSTER SLOTS is empty)"
         )));
     }
+    let primaries = names.len();
+    let mut replicas: Vec<Vec<u16>> = Vec::new();
+    if plan.read_from_replicas {
+        // The replicas follow the primaries in `servers`; each primary lists its own.
+        replicas = vec![Vec::new(); primaries];
+        for r in &ranges {
+            let owner = names
+                .iter()
+                .position(|n| *n == r.addr)
+                .expect("named above");
+            for addr in &r.replicas {
+                let i = match names.iter().position(|n| n == addr) {
+                    Some(i) => i,
+                    None => {
+                        names.push(addr.clone());
+                        replicas.push(Vec::new());
+                        names.len() - 1
+                    }
+                };
+                if i >= primaries && !replicas[owner].contains(&(i as u16)) {
+                    replicas[owner].push(i as u16);
+                }
+            }
+        }
+    }
     let servers = names
         .iter()
         .map(|n| ServerAddr::parse(n))
@@ -100,5 +126,7 @@ fn ask_seed(plan: &Plan, seed: usize, timeout: Duration) -> Result<Plan, RunErro
     out.servers = servers;
     out.server_names = names;
     out.slots = Some(Arc::new(slots));
+    out.primaries = primaries;
+    out.replicas = Arc::new(replicas);
     Ok(out)
 }

@@ -89,6 +89,9 @@ struct Worker<'a> {
     /// the redirected requests of the reply being read: (request, ASK?, slot, new server).
     slots: Vec<u16>,
     redirected: Vec<(Pending, bool, u16, Option<usize>)>,
+    /// Redis Cluster with `read_from_replicas`: per primary, the turn of its next read
+    /// (0: the primary, k: its k-th replica), as redis-py's `ROUND_ROBIN` keeps it.
+    turns: Vec<u32>,
     /// Closed-loop Redis Cluster: requests are held per socket and sent as whole
     /// pipelines (`Sock::held`, `top_up_held`).
     corks: bool,
@@ -643,7 +646,13 @@ impl Worker<'_> {
                 (op_idx as u16, kind, intended, size)
             }
         };
-        let server = self.server_of(kind, self.keys[0]);
+        let mut server = self.server_of(kind, self.keys[0]);
+        if plan.read_from_replicas
+            && op_idx != INTERNAL
+            && matches!(kind, Kind::Get | Kind::Gets | Kind::Exists | Kind::MGet(_))
+        {
+            server = self.read_server(server);
+        }
         let si = self.clients[c].socks[server];
         let timed = self.phase == Phase::Run && intended >= self.measure_start;
         if self.socks[si].fd < 0 {
@@ -904,6 +913,23 @@ impl Worker<'_> {
         route(&self.kb, self.plan.servers.len())
     }
 
+    /// Redis Cluster with `read_from_replicas`: where a read of a key `primary` owns goes —
+    /// the primary and each of its replicas in turn. A server with no replicas (a replica a
+    /// `MOVED` named as owner after a failover) serves its reads itself.
+    fn read_server(&mut self, primary: usize) -> usize {
+        let Some(replicas) = self.plan.replicas.get(primary).filter(|r| !r.is_empty()) else {
+            return primary;
+        };
+        let turn = &mut self.turns[primary];
+        let k = *turn as usize % (replicas.len() + 1);
+        *turn = turn.wrapping_add(1);
+        if k == 0 {
+            primary
+        } else {
+            replicas[k - 1] as usize
+        }
+    }
+
     fn check_timeouts(&mut self, now: u64) {
         for si in 0..self.socks.len() {
             let s = &self.socks[si];
@@ -1100,6 +1126,7 @@ pub(super) fn run(
         retry_soon: false,
         slots: plan.slots.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
         redirected: Vec::new(),
+        turns: vec![0; plan.replicas.len()],
         corks: plan.cluster,
         primary: plan.sentinel.as_ref().map(|_| Primary {
             addr: plan.servers[0].clone(),
