@@ -134,12 +134,12 @@ FAILOVER_GRACE = 60.0
 SENTINEL_PORT = 26379
 
 
-def _redis_cluster(name: str) -> Scheme:
+def _redis_cluster(name: str, tls: bool = False) -> Scheme:
     # no default_port: a network profile's proxy cannot stand in front of a cluster, whose nodes hand out
     # their own addresses (CLUSTER SLOTS, MOVED); its figures are every primary's INFO added up
     return Scheme(name, "cachemark.backends.redis_cluster:RedisClusterBackend", "redis",
-                  (_REDIS - {"hiredis"}) | {"read_from_replicas"}, stats="redis-cluster",
-                  engine="resp", cluster=True, clients=("hiredis",))
+                  ((_REDIS_TLS if tls else _REDIS) - {"hiredis"}) | {"read_from_replicas"}, stats="redis-cluster",
+                  engine="resp", tls=tls, cluster=True, clients=("hiredis",))
 
 
 def _postgres(name: str) -> Scheme:
@@ -168,6 +168,7 @@ _SCHEMES = {s.name: s for s in (
     _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True),
     _redis_unix("redis+unix"), _redis_unix("valkey+unix"), _redis_sentinel("redis+sentinel"),
     _redis_sentinel("valkey+sentinel"), _redis_cluster("redis+cluster"), _redis_cluster("valkey+cluster"),
+    _redis_cluster("rediss+cluster", tls=True), _redis_cluster("valkeys+cluster", tls=True),
     Scheme("memcached", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED,
            default_port=11211, stats="memcached", engine="memcache", clients=("pylibmc",), persistent=False),
     Scheme("memcached+unix", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED - _TLS - {"tls"},
@@ -185,7 +186,7 @@ _LAB = {k.name: k for k in (
             frozenset({"password", "maxmemory", "maxmemory_policy", "unix", "tls"})),
     LabKind("redis-sentinel", "cachemark.lab.sentinel:SentinelLab", "redis+sentinel", frozenset({"down_after_ms"})),
     LabKind("redis-cluster", "cachemark.lab.redis_cluster:RedisClusterServer", "redis+cluster",
-            frozenset({"nodes", "replicas"})),
+            frozenset({"nodes", "replicas", "tls"})),
     LabKind("memcached", "cachemark.lab.memcached:MemcachedServer", "memcached",
             frozenset({"memory_mb", "threads", "max_connections", "max_item_size", "unix", "tls", "sasl"})),
     LabKind("postgresql", "cachemark.lab.postgres:PostgresServer", "postgresql"),

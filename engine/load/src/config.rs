@@ -335,6 +335,8 @@ pub struct Plan {
     /// TLS: one client configuration for all connections, and each server's name (SNI).
     pub tls: Option<Arc<rustls::ClientConfig>>,
     pub tls_names: Vec<ServerName<'static>>,
+    /// The `tls` section's `server_name`, for names of servers learnt later (cluster nodes).
+    pub tls_server_name: Option<String>,
     pub username: Option<String>,
     pub password: Option<String>,
     pub db: u32,
@@ -443,9 +445,6 @@ impl Config {
         }
         if self.db != 0 {
             return Err("engine config: a Redis Cluster has database 0 only".into());
-        }
-        if self.tls.is_some() {
-            return Err("engine config: cluster mode does not speak TLS yet".into());
         }
         if let Some(m) = self
             .mix
@@ -761,6 +760,7 @@ impl Config {
             servers,
             tls,
             tls_names,
+            tls_server_name: self.tls.as_ref().and_then(|t| t.server_name.clone()),
             username: self.username.clone(),
             password: self.password.clone(),
             db: self.db,

@@ -116,8 +116,14 @@ pub fn client_config(tls: &TlsConfig) -> Result<Arc<ClientConfig>, String> {
 
 /// The name a server's certificate must carry (and SNI): the configured one, else its host.
 pub fn server_name(tls: &TlsConfig, server: &str) -> Result<ServerName<'static>, String> {
-    let host = match &tls.server_name {
-        Some(n) => n.as_str(),
+    sni(tls.server_name.as_deref(), server)
+}
+
+/// The name to verify for `server` (`host:port`): `given` (the config's `server_name`), or
+/// the server's host. Also for servers learnt during a run (a Redis Cluster's nodes).
+pub fn sni(given: Option<&str>, server: &str) -> Result<ServerName<'static>, String> {
+    let host = match given {
+        Some(n) => n,
         None => server
             .rsplit_once(':')
             .map(|(h, _)| h)

@@ -1,5 +1,5 @@
 """``redis+cluster://[:password@]h1:p1,h2:p2?client=redis-py&read_from_replicas=1`` — Redis Cluster
-through redis-py's ``RedisCluster``.
+through redis-py's ``RedisCluster``; ``rediss+cluster://…?ssl_ca_certs=…`` over TLS (every node).
 
 Owns :class:`RedisClusterBackend`. The hosts are seeds: the client asks them for the slot
 map and routes each key to the primary owning its hash slot, following ``MOVED``/``ASK``
@@ -46,6 +46,8 @@ class RedisClusterBackend(RedisBackend):
         self.read_from_replicas = target.bool_param("read_from_replicas")
         dropped = ("host", "port", "db", "parser_class", "connection_class")  # per node, RedisCluster's own
         kwargs = {k: v for k, v in self._kwargs.items() if k not in dropped}
+        if self.tls:  # the ssl_* settings stay; RedisCluster picks its own SSL connection class
+            kwargs["ssl"] = True
         if self.read_from_replicas:
             kwargs["load_balancing_strategy"] = LoadBalancingStrategy.ROUND_ROBIN
         self._kwargs = kwargs

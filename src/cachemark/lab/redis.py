@@ -113,16 +113,17 @@ class RedisServer(LocalServer):
             return f"rediss://{auth}127.0.0.1:{self.port}/0?{query}"
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
-    def _connect(self) -> socket.socket:
+    def connection(self, timeout: float = 1.0) -> socket.socket:
+        """A socket to the server, over TLS (verified against the lab's CA) when it serves TLS."""
         if self.certs is not None:
             context = ssl.create_default_context(cafile=self.certs.ca)
             if self.tls_clients:
                 context.load_cert_chain(self.certs.client_cert, self.certs.client_key)
-            sock = socket.create_connection((self.host, self.port), timeout=1.0)
+            sock = socket.create_connection((self.host, self.port), timeout=timeout)
             return context.wrap_socket(sock, server_hostname=self.host)
         if self.unix:
-            return unix_connection(self.socket_path, 1.0)
-        return socket.create_connection((self.host, self.port), timeout=1.0)
+            return unix_connection(self.socket_path, timeout)
+        return socket.create_connection((self.host, self.port), timeout=timeout)
 
     def wait_ready(self) -> None:
         if self.unix:
@@ -136,7 +137,7 @@ class RedisServer(LocalServer):
             if self.proc is not None and self.proc.poll() is not None:
                 raise BackendUnavailable(f"redis-server exited with code {self.proc.returncode}")
             try:
-                with self._connect() as sock:
+                with self.connection() as sock:
                     sock.sendall(request)
                     last = _read_replies(sock, 2 if self.password else 1)
                 if last.rstrip().endswith(b"+PONG"):

@@ -8,21 +8,28 @@ way an operator would by hand: each primary takes an even share of the 16384 has
 (``CLUSTER ADDSLOTSRANGE``), every node is introduced with ``CLUSTER MEET``, replicas
 ``CLUSTER REPLICATE`` their primary; it is ready when every node says ``cluster_state:ok``
 and knows every node. The URL lists every primary as a seed:
-``redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3``. ``stop`` ends every node and
-removes their directories; tests reach single nodes through ``nodes`` (to kill one, or
-move a slot with :func:`command`).
+``redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3``. ``tls=1`` makes it a TLS-only
+cluster, as managed ones are: one throw-away CA (``lab/certs.py``) signs a certificate every
+node serves on its client port, its cluster bus (``tls-cluster``) and to its replicas
+(``tls-replication``); the URL is ``rediss+cluster://…?ssl_ca_certs=…/ca.pem``. ``stop`` ends
+every node and removes their directories; tests reach single nodes through ``nodes`` (to
+kill one, or move a slot with :func:`command`).
 """
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 import time
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import BackendUnavailable, SpecError
 from ..textfile import one_line
 from ..wire import LineReader
-from .base import LocalServer, free_port
+from .base import LocalServer, flag_option, free_port
+from .certs import Certs, make_certs
 from .redis import RedisServer
 
 SLOTS = 16384
@@ -35,10 +42,12 @@ class ClusterNode(RedisServer):
 
     kind = "redis-cluster-node"
 
-    def __init__(self) -> None:
+    def __init__(self, certs: Certs | None = None) -> None:
         super().__init__()
         self.bus_port = 0
         self.node_id = ""
+        self.certs = certs  # the cluster's, shared by every node (one CA for clients to trust)
+        self.tls = certs is not None
 
     def prepare(self) -> None:
         self.bus_port = free_port()
@@ -49,12 +58,23 @@ class ClusterNode(RedisServer):
                 "--cluster-port", str(self.bus_port), "--cluster-node-timeout", "2000",
                 "--cluster-require-full-coverage", "no",
                 # CLUSTER SLOTS leaves out a replica whose offset is still 0: a ping a second moves it on
-                "--repl-ping-replica-period", "1"]
+                "--repl-ping-replica-period", "1",
+                *self._tls_links()]
+
+    def _tls_links(self) -> list[str]:
+        """The cluster bus and replication over TLS too: a node dials the others with the client certificate
+        (the bus asks for one, and the server certificate is for serving only)."""
+        if self.certs is None:
+            return []
+        return ["--tls-cluster", "yes", "--tls-replication", "yes", "--tls-client-cert-file", self.certs.client_cert,
+                "--tls-client-key-file", self.certs.client_key]
 
 
 def command(node: LocalServer, *args: str | int, timeout: float = 5.0) -> Any:
     """Send one command to a lab node and return its decoded reply (an error reply raises)."""
-    with socket.create_connection((node.host, node.port), timeout=timeout) as sock:
+    connection = getattr(node, "connection", None)  # a lab redis-server: over TLS when it serves TLS
+    with (connection(timeout) if connection else socket.create_connection((node.host, node.port), timeout=timeout)) \
+            as sock:
         parts = [str(a).encode() for a in args]
         sock.sendall(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
         reader = _Reader(sock)
@@ -111,6 +131,8 @@ class RedisClusterServer(LocalServer):
         super().__init__(**options)
         self.primaries_count = _count(options, "nodes", 3, 1, _MAX_NODES)
         self.replicas = _count(options, "replicas", 0, 0, _MAX_REPLICAS)
+        self.tls = flag_option("redis-cluster", options, "tls")
+        self.certs: Certs | None = None
         self.primaries: list[ClusterNode] = []
         self.nodes: list[ClusterNode] = []
 
@@ -121,8 +143,11 @@ class RedisClusterServer(LocalServer):
         if self.nodes:
             raise RuntimeError("redis cluster already started")
         try:
+            if self.tls:
+                self.tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{self.kind}-")
+                self.certs = make_certs(self.tmpdir)
             for _ in range(self.primaries_count * (1 + self.replicas)):
-                self.nodes.append(ClusterNode().start())
+                self.nodes.append(ClusterNode(self.certs).start())
             self.primaries = self.nodes[: self.primaries_count]
             self.port = self.primaries[0].port
             self.version = self.primaries[0].version
@@ -174,7 +199,10 @@ class RedisClusterServer(LocalServer):
             time.sleep(0.05)
 
     def url(self) -> str:
-        return "redis+cluster://" + ",".join(f"{n.host}:{n.port}" for n in self.primaries)
+        seeds = ",".join(f"{n.host}:{n.port}" for n in self.primaries)
+        if self.certs is not None:
+            return f"rediss+cluster://{seeds}?ssl_ca_certs={quote(self.certs.ca)}"
+        return "redis+cluster://" + seeds
 
     def pid(self) -> int | None:
         return None  # many processes: no single server CPU to sample
@@ -190,10 +218,13 @@ class RedisClusterServer(LocalServer):
         nodes, self.nodes, self.primaries = self.nodes, [], []
         for node in nodes:
             node.stop()
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = ""
 
     def log_tail(self) -> str:
         return next((node.log_tail() for node in self.nodes if node.log_tail()), "")
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "primaries": self.primaries_count, "replicas": self.replicas,
-                "ports": [n.port for n in self.nodes]}
+                "ports": [n.port for n in self.nodes], **({"tls": True} if self.tls else {})}

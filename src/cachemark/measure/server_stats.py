@@ -235,13 +235,17 @@ class _RedisClusterSource:
         parts = urlsplit(url)
         auth, _, hosts = parts.netloc.rpartition("@")
         auth = auth + "@" if auth else ""
+        row = find_scheme(parts.scheme)
+        kind = "rediss" if row is not None and row.tls else "redis"  # every node over TLS, verified alike
         tls = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.startswith("ssl_")])
+        query = f"?{tls}" if tls else ""
         self.lock = threading.Lock()
         self.nodes: list[_RedisSource] = []
         why: Exception | None = None
         for seed in hosts.split(","):
             try:
-                with redis.Redis.from_url(f"redis://{auth}{seed}", socket_timeout=5, socket_connect_timeout=5) as r:
+                with redis.Redis.from_url(f"{kind}://{auth}{seed}/0{query}", socket_timeout=5,
+                                          socket_connect_timeout=5) as r:
                     slots = r.execute_command("CLUSTER", "SLOTS")
                 break
             except Exception as exc:  # noqa: BLE001 - the next seed may answer
@@ -251,7 +255,7 @@ class _RedisClusterSource:
         primaries = dict.fromkeys(_address(entry[2]) for entry in slots)
         try:
             for address in primaries:
-                self.nodes.append(_RedisSource(f"redis://{auth}{address}/0" + (f"?{tls}" if tls else "")))
+                self.nodes.append(_RedisSource(f"{kind}://{auth}{address}/0{query}"))
         except Exception:
             self.close()
             raise

@@ -9,6 +9,7 @@ use super::run::RunError;
 use crate::cluster::{parse_slots, SLOTS, UNOWNED};
 use crate::config::{Plan, ServerAddr};
 use crate::proto::{self, Kind, Parse};
+use crate::tls::sni;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,6 +124,14 @@ fn ask_seed(plan: &Plan, seed: usize, timeout: Duration) -> Result<Plan, RunErro
         .collect::<Result<Vec<_>, _>>()
         .map_err(|m| RunError::Unavailable(format!("{name}: CLUSTER SLOTS: {m}")))?;
     let mut out = plan.clone();
+    if plan.tls.is_some() {
+        // Every node is verified by its own name, as the seeds were.
+        out.tls_names = names
+            .iter()
+            .map(|n| sni(plan.tls_server_name.as_deref(), n))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(RunError::Spec)?;
+    }
     out.servers = servers;
     out.server_names = names;
     out.slots = Some(Arc::new(slots));
