@@ -294,6 +294,51 @@ def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):
     assert any(str(cluster.primaries[1].port) in m for m in result["errors_sample"])
 
 
+def test_engine_follows_a_cluster_failover_and_times_its_write_outage(spawn, tmp_path):
+    """A primary SIGKILLed mid-run: its replica is promoted by the cluster (node timeout 2 s), the engine
+    learns that from the other nodes (no dead node can answer MOVED) and sends that node's keys there; the
+    writes to them failed for one window, from the kill to the promotion, timed and printed."""
+    import subprocess
+
+    cluster = spawn("redis-cluster", nodes=3, replicas=1)
+    victim, replica = cluster.primaries[0], cluster.nodes[3]  # replica i follows primary i % 3
+    assert f"master_port:{victim.port}" in command(replica, "INFO", "replication")
+    out = tmp_path / "failover.json"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cachemark", "run", "-t", cluster.url() + "?client=engine", "--duration", "12s",
+         "--warmup", "0", "--keys", "500", "--value-size", "200", "--mix", "get=50,set=50", "--no-calibrate",
+         "--allow-errors", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while _gets(victim) < 100:  # the timed phase has begun (no warm-up; the prefill only writes)
+            assert time.monotonic() < deadline and run.poll() is None, "the timed phase never started"
+            time.sleep(0.05)
+        time.sleep(1.0)
+        victim.kill()
+        output = run.communicate(timeout=60)[0]
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, output
+    assert "role:master" in command(replica, "INFO", "replication")
+    assert _gets(replica) > 100, output  # a replica serves no reads: these came after its promotion
+    phase = json.loads(out.read_text())["runs"][0]["phases"][0]
+    errors = {kind for op in phase["ops"].values() for kind, n in op["errors"].items() if n}
+    assert errors <= {"connection", "timeout"} and errors, phase["ops"]
+    (outage,) = phase["write_outages"]  # one window: the other nodes' writes did not split it
+    assert outage["recovered"] and outage["server"] == f"127.0.0.1:{replica.port}", outage
+    assert 1.0 < outage["duration_s"] < 10, outage  # the node timeout (2 s) and the promotion
+    assert f"failover: writes failed for {outage['duration_s']:.1f} s" in output, output
+
+
+def _gets(node: object) -> int:
+    """GETs a node has served (``INFO commandstats``)."""
+    for line in command(node, "INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_get:"):
+            return int(line.split("calls=", 1)[1].split(",", 1)[0])
+    return 0
+
+
 def test_engine_refuses_what_cluster_mode_cannot_route(cluster, redis_server):
     from cachemark.engine import run_load, target_config
     from cachemark.errors import BackendUnavailable

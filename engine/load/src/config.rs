@@ -375,9 +375,9 @@ pub struct Plan {
     /// (`engine/topology.rs`); then the primaries, and `slots` the owner of every slot.
     pub cluster: bool,
     pub slots: Option<Arc<Vec<u16>>>,
-    /// Redis Cluster with `read_from_replicas`: `servers` are the primaries (the first
-    /// `primaries`), then their replicas; `replicas[server]` the replicas of a primary
-    /// (empty for a replica, and for every server without the flag).
+    /// Redis Cluster: `servers` are the primaries (the first `primaries`), then their
+    /// replicas; `replicas[server]` the replicas of a primary (empty for a replica). Reads
+    /// go to the replicas too with `read_from_replicas`.
     pub read_from_replicas: bool,
     pub primaries: usize,
     pub replicas: Arc<Vec<Vec<u16>>>,
@@ -431,6 +431,19 @@ fn parse_template(args: &[String], is_resp: bool) -> Result<Vec<Vec<Seg>>, Strin
         return Err("a memcached template can carry at most one {value}".into());
     }
     Ok(out)
+}
+
+impl Plan {
+    /// How many of `servers` each client connects to at the start: all of them, but for a
+    /// Redis Cluster whose replicas are not read from, the primaries only (a replica is
+    /// connected once a failover makes it the owner of slots).
+    pub fn connected_at_start(&self) -> usize {
+        if self.read_from_replicas {
+            self.servers.len()
+        } else {
+            self.primaries
+        }
+    }
 }
 
 impl Config {

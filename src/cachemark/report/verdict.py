@@ -498,7 +498,8 @@ def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
                 evictions.append(f"{where}: the server evicted {_num(evicted)} {keys}: hit ratios reflect its memory "
                                  "limit, not the key space")
             outage = longest(phase.get("write_outages"))
-            fails_over = scheme is not None and scheme.failover_grace is not None
+            # a Sentinel's primary, or a cluster node's keys, moving to a promoted replica
+            fails_over = scheme is not None and (scheme.failover_grace is not None or scheme.cluster)
             if outage is not None and (fails_over or outage["duration_s"] >= OUTAGE_SHOWN_S):
                 others = len(phase["write_outages"]) - 1
                 outages.append(f"{where}: {'failover: ' if fails_over else ''}{outage_text(outage, others)}")

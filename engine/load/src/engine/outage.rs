@@ -1,7 +1,9 @@
 //! Write outages, as the Python workers keep them (`src/cachemark/measure/outage.py`): per
 //! load thread, a window opens at the first failed write, takes in every failed op after it,
 //! and closes at the next write that succeeds, noting where that write went (a Sentinel
-//! target's new primary). Times are the run's clock (`Shared::now`); `run.rs` turns them into
+//! target's new primary). In a Redis Cluster a window is about the keys of one primary of the
+//! map read at the start (its `scope`): writes to the other nodes' keys, which go on during
+//! a node's failover, neither open nor close it. Times are the run's clock (`Shared::now`); `run.rs` turns them into
 //! CLOCK_MONOTONIC (Python's `perf_counter_ns`) so `merge_outages` joins them like workers'.
 //!
 //! The cost to the load: a branch on the error path, and on completed replies one compare
@@ -31,6 +33,8 @@ pub(super) struct Outages {
     last: u64,
     failed_writes: u64,
     errors: u64,
+    /// Whose keys the open window is about (`scope` of `failed`).
+    scope: u16,
     pub(super) windows: Vec<Window>,
 }
 
@@ -41,12 +45,14 @@ impl Outages {
         self.first != 0
     }
 
-    /// A timed op failed: sent at `t0`, failed at `t1`. A write opens a window; any failure
-    /// inside one is one of its errors.
-    pub(super) fn failed(&mut self, t0: u64, t1: u64, write: bool) {
+    /// A timed op failed: sent at `t0`, failed at `t1`, on a key of `scope` (a cluster's
+    /// primary at the start; 0 for other runs). A write opens a window; any failure inside
+    /// one is one of its errors.
+    pub(super) fn failed(&mut self, t0: u64, t1: u64, write: bool, scope: u16) {
         if write {
             if self.first == 0 {
                 self.first = t0.max(1);
+                self.scope = scope;
             }
             self.last = t1.max(self.first);
             self.failed_writes += 1;
@@ -56,9 +62,12 @@ impl Outages {
         }
     }
 
-    /// A write succeeded at `t1` against `server`: the open window closes.
-    pub(super) fn succeeded(&mut self, t1: u64, server: &str) {
-        self.close(Some((t1, server)));
+    /// A write on a key of `scope` succeeded at `t1` against `server`: the open window about
+    /// that scope closes.
+    pub(super) fn succeeded(&mut self, t1: u64, server: &str, scope: u16) {
+        if scope == self.scope {
+            self.close(Some((t1, server)));
+        }
     }
 
     fn close(&mut self, recovered: Option<(u64, &str)>) {
@@ -110,14 +119,14 @@ mod tests {
     #[test]
     fn a_window_runs_from_the_first_failed_write_to_the_last() {
         let mut o = Outages::default();
-        o.failed(10, 11, false); // a failed read alone opens nothing
+        o.failed(10, 11, false, 0); // a failed read alone opens nothing
         assert!(!o.open());
-        o.failed(100, 110, true);
-        o.failed(120, 130, false); // a read inside the window is one of its errors
-        o.failed(200, 210, true);
-        o.succeeded(500, "127.0.0.1:2");
+        o.failed(100, 110, true, 0);
+        o.failed(120, 130, false, 0); // a read inside the window is one of its errors
+        o.failed(200, 210, true, 0);
+        o.succeeded(500, "127.0.0.1:2", 0);
         assert!(!o.open());
-        o.failed(900, 910, true); // never recovers
+        o.failed(900, 910, true, 0); // never recovers
         o.finish();
         let v = to_json(&o.windows, 1_000);
         assert_eq!(
@@ -132,11 +141,23 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_window_closes_on_a_write_to_the_keys_that_failed() {
+        let mut o = Outages::default();
+        o.failed(100, 110, true, 2); // a write to primary 2's keys failed
+        o.succeeded(150, "127.0.0.1:1", 1); // primary 1's keys go on: still open
+        assert!(o.open());
+        o.succeeded(400, "127.0.0.1:4", 2); // primary 2's keys, on the replica promoted
+        assert!(!o.open());
+        assert_eq!(o.windows[0].server.as_deref(), Some("127.0.0.1:4"));
+        assert_eq!(o.windows[0].recovered, Some(400));
+    }
+
+    #[test]
     fn at_most_fifty_windows() {
         let mut o = Outages::default();
         for i in 1..=60u64 {
-            o.failed(i * 10, i * 10 + 1, true);
-            o.succeeded(i * 10 + 5, "s");
+            o.failed(i * 10, i * 10 + 1, true, 0);
+            o.succeeded(i * 10 + 5, "s", 0);
         }
         assert_eq!(o.windows.len(), MAX_WINDOWS);
         assert!(!o.open());

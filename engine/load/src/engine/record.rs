@@ -5,9 +5,11 @@
 
 use super::conn::Pending;
 use super::outage::Outages;
+use crate::cluster::key_slot;
 use crate::config::Plan;
 use crate::hist::{self, Hist};
 use crate::keyspace::{verify_value, write_key};
+use crate::proto::request::key_bytes;
 use crate::proto::{self, printable, Kind, Outcome};
 use crate::watch::Kinds;
 use serde_json::{json, Map, Value};
@@ -163,6 +165,19 @@ impl Recorder {
     }
 }
 
+/// Whose keys a write-outage window of op `p` is about (`outage.rs`): in a Redis Cluster the
+/// primary of the map read at the start that owned the key's slot, so that a node's failover
+/// is one window however the other nodes' writes go on; 0 for every other run. Computed on
+/// failures, and on successes only while a window is open.
+pub(super) fn outage_scope(plan: &Plan, p: &Pending) -> u16 {
+    let Some(slots) = plan.slots.as_ref().filter(|_| plan.cluster) else {
+        return 0;
+    };
+    let mut key = Vec::with_capacity(plan.prefix.len() + 24);
+    key_bytes(&mut key, &plan.prefix, &plan.key_lengths, p.kind, p.key);
+    slots[key_slot(&key) as usize]
+}
+
 pub(super) fn record_error(rec: &mut Recorder, plan: &Plan, p: &Pending, kind: usize, now: u64) {
     rec.tally_failed[kind] += 1;
     if !p.timed || p.op == INTERNAL {
@@ -172,7 +187,13 @@ pub(super) fn record_error(rec: &mut Recorder, plan: &Plan, p: &Pending, kind: u
         return;
     }
     let sent = if p.sent == 0 { now } else { p.sent };
-    rec.outages.failed(sent, now, plan.ops[p.op as usize].write);
+    let write = plan.ops[p.op as usize].write;
+    rec.outages.failed(
+        sent,
+        now,
+        write,
+        if write { outage_scope(plan, p) } else { 0 },
+    );
     let st = &mut rec.ops[p.op as usize];
     st.errors[kind] += 1;
     st.bytes_out += p.bytes_out as u64;
@@ -253,8 +274,9 @@ pub(super) fn complete(
         rec.tally_failed[err] += 1;
         if err != E_VERIFY {
             // A refused write (`-READONLY`, `-OOM`) is a failed write, as for the Python workers.
-            rec.outages
-                .failed(p.sent, now, plan.ops[p.op as usize].write);
+            let write = plan.ops[p.op as usize].write;
+            let scope = if write { outage_scope(plan, p) } else { 0 };
+            rec.outages.failed(p.sent, now, write, scope);
         }
     } else {
         rec.tally_ok += 1;

@@ -143,16 +143,22 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         }
     }
     // Connect everything up front so an unreachable server or bad password fails fast.
-    let mut streams: Vec<Vec<Stream>> = Vec::new();
+    // (A cluster's replicas not read from are not: a load thread connects one when a
+    // failover makes it a primary.)
+    let mut streams: Vec<Vec<Option<Stream>>> = Vec::new();
     for _ in 0..plan.connections {
         let mut per = Vec::new();
         for server in 0..plan.servers.len() {
-            per.push(connect(plan, server, timeout).map_err(RunError::Unavailable)?);
+            per.push(if server < plan.connected_at_start() {
+                Some(connect(plan, server, timeout).map_err(RunError::Unavailable)?)
+            } else {
+                None
+            });
         }
         streams.push(per);
     }
     let t = plan.threads;
-    let mut groups: Vec<Vec<(usize, Vec<Stream>)>> = (0..t).map(|_| Vec::new()).collect();
+    let mut groups: Vec<Vec<(usize, Vec<Option<Stream>>)>> = (0..t).map(|_| Vec::new()).collect();
     for (g, per) in streams.into_iter().enumerate() {
         groups[g % t].push((g, per));
     }
@@ -252,7 +258,7 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         "ops": total.ops_json(plan),
         "wire_bytes_out": total.wire_out,
         "wire_bytes_in": total.wire_in,
-        "connections": plan.connections * plan.servers.len(),
+        "connections": plan.connections * plan.connected_at_start(),
         "threads": plan.threads,
         "pipeline": plan.pipeline,
         "mode": if plan.open { "open" } else { "closed" },
@@ -265,7 +271,7 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
             json!({"primaries": plan.primaries, "replicas": plan.servers.len() - plan.primaries,
                    "moved": total.moved, "ask": total.ask})
         } else if plan.cluster {
-            json!({"primaries": plan.servers.len(), "moved": total.moved, "ask": total.ask})
+            json!({"primaries": plan.primaries, "moved": total.moved, "ask": total.ask})
         } else {
             Value::Null
         },

@@ -1,12 +1,13 @@
 //! Redis Cluster, the connecting part: before a cluster run connects its clients, one seed
 //! is asked for `CLUSTER SLOTS` (blocking, over a connection with the usual handshake) and
-//! the plan is rewritten to the primaries it names, with the owner of every hash slot (and,
-//! with `read_from_replicas`, their replicas after them).
-//! Seeds are tried in order; the run is unavailable only when none answers.
+//! the plan is rewritten to the primaries it names, with the owner of every hash slot, and
+//! their replicas after them. Seeds are tried in order; the run is unavailable only when
+//! none answers. A load thread that cannot reach a node asks the others again
+//! ([`slot_ranges`]), so it follows a failover to a replica.
 
 use super::conn::{connect, read_some};
 use super::run::RunError;
-use crate::cluster::{parse_slots, SLOTS, UNOWNED};
+use crate::cluster::{parse_slots, SlotRange, SLOTS, UNOWNED};
 use crate::config::{Plan, ServerAddr};
 use crate::proto::{self, Kind, Parse};
 use crate::tls::sni;
@@ -34,13 +35,19 @@ pub(super) fn resolve(plan: &Plan) -> Result<Plan, RunError> {
     )))
 }
 
-fn ask_seed(plan: &Plan, seed: usize, timeout: Duration) -> Result<Plan, RunError> {
-    let name = &plan.server_names[seed];
-    let mut s = connect(plan, seed, timeout).map_err(RunError::Unavailable)?;
-    s.set_nonblocking(false)
-        .map_err(|e| RunError::Unavailable(e.to_string()))?;
+/// The slot ranges node `server` of the plan gives (`CLUSTER SLOTS`, over a new connection
+/// with the usual handshake): at the start from a seed, and during a run from any node a
+/// load thread can still reach (`Worker::refresh_slots`).
+pub(super) fn slot_ranges(
+    plan: &Plan,
+    server: usize,
+    timeout: Duration,
+) -> Result<Vec<SlotRange>, String> {
+    let name = &plan.server_names[server];
+    let mut s = connect(plan, server, timeout)?;
+    s.set_nonblocking(false).map_err(|e| e.to_string())?;
     s.write_all(b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n")
-        .map_err(|e| RunError::Unavailable(format!("{name}: cannot send CLUSTER SLOTS: {e}")))?;
+        .map_err(|e| format!("{name}: cannot send CLUSTER SLOTS: {e}"))?;
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     let limits = proto::Limits::for_values(MAX_REPLY);
@@ -48,34 +55,31 @@ fn ask_seed(plan: &Plan, seed: usize, timeout: Duration) -> Result<Plan, RunErro
         match proto::parse(plan.protocol, &buf, Kind::Setup, &limits) {
             Parse::Done(r) => break r.consumed,
             Parse::Need(_) if buf.len() < MAX_REPLY => {
-                let n = read_some(&mut s, &mut chunk).map_err(|e| {
-                    RunError::Unavailable(format!("{name}: no reply to CLUSTER SLOTS: {e}"))
-                })?;
+                let n = read_some(&mut s, &mut chunk)
+                    .map_err(|e| format!("{name}: no reply to CLUSTER SLOTS: {e}"))?;
                 if n == 0 {
-                    return Err(RunError::Unavailable(format!(
-                        "{name}: connection closed during CLUSTER SLOTS"
-                    )));
+                    return Err(format!("{name}: connection closed during CLUSTER SLOTS"));
                 }
                 buf.extend_from_slice(&chunk[..n]);
             }
             Parse::Need(_) => {
-                return Err(RunError::Unavailable(format!(
+                return Err(format!(
                     "{name}: CLUSTER SLOTS reply larger than {MAX_REPLY} bytes"
-                )))
+                ))
             }
-            Parse::Bad(m) => {
-                return Err(RunError::Unavailable(format!(
-                    "{name}: bad reply to CLUSTER SLOTS: {m}"
-                )))
-            }
+            Parse::Bad(m) => return Err(format!("{name}: bad reply to CLUSTER SLOTS: {m}")),
         }
     };
     let host = name
         .rsplit_once(':')
         .map_or(name.as_str(), |(h, _)| h)
         .trim_matches(['[', ']']);
-    let ranges = parse_slots(&buf[..consumed], host)
-        .map_err(|m| RunError::Unavailable(format!("{name}: {m}")))?;
+    parse_slots(&buf[..consumed], host).map_err(|m| format!("{name}: {m}"))
+}
+
+fn ask_seed(plan: &Plan, seed: usize, timeout: Duration) -> Result<Plan, RunError> {
+    let name = &plan.server_names[seed];
+    let ranges = slot_ranges(plan, seed, timeout).map_err(RunError::Unavailable)?;
     let mut names: Vec<String> = Vec::new();
     let mut slots = vec![UNOWNED; SLOTS];
     for r in &ranges {
@@ -93,28 +97,27 @@ fn ask_seed(plan: &Plan, seed: usize, timeout: Duration) -> Result<Plan, RunErro
             "{name}: the cluster serves no slots yet (CLUSTER SLOTS is empty)"
         )));
     }
+    // The replicas follow the primaries in `servers`, each primary listing its own: read from
+    // with `read_from_replicas`, and a known address when a failover promotes one (the load
+    // threads connect to them only then, or when they are read from).
     let primaries = names.len();
-    let mut replicas: Vec<Vec<u16>> = Vec::new();
-    if plan.read_from_replicas {
-        // The replicas follow the primaries in `servers`; each primary lists its own.
-        replicas = vec![Vec::new(); primaries];
-        for r in &ranges {
-            let owner = names
-                .iter()
-                .position(|n| *n == r.addr)
-                .expect("named above");
-            for addr in &r.replicas {
-                let i = match names.iter().position(|n| n == addr) {
-                    Some(i) => i,
-                    None => {
-                        names.push(addr.clone());
-                        replicas.push(Vec::new());
-                        names.len() - 1
-                    }
-                };
-                if i >= primaries && !replicas[owner].contains(&(i as u16)) {
-                    replicas[owner].push(i as u16);
+    let mut replicas: Vec<Vec<u16>> = vec![Vec::new(); primaries];
+    for r in &ranges {
+        let owner = names
+            .iter()
+            .position(|n| *n == r.addr)
+            .expect("named above");
+        for addr in &r.replicas {
+            let i = match names.iter().position(|n| n == addr) {
+                Some(i) => i,
+                None => {
+                    names.push(addr.clone());
+                    replicas.push(Vec::new());
+                    names.len() - 1
                 }
+            };
+            if i >= primaries && !replicas[owner].contains(&(i as u16)) {
+                replicas[owner].push(i as u16);
             }
         }
     }

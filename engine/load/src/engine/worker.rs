@@ -8,17 +8,19 @@ use super::conn::{
 };
 use super::epoll::Epoll;
 use super::record::{
-    complete, record_error, Recorder, E_CONNECTION, E_PROTOCOL, E_SERVER, E_TIMEOUT, INTERNAL,
-    NO_KEY,
+    complete, outage_scope, record_error, Recorder, E_CONNECTION, E_PROTOCOL, E_SERVER, E_TIMEOUT,
+    INTERNAL, NO_KEY,
 };
 use super::run::Shared;
 use super::sentinel;
 use super::stream::Stream;
+use super::topology;
 use super::uring::Uring;
 use crate::arrivals::Arrivals;
 use crate::cluster::{key_slot, parse_redirect, UNOWNED};
 use crate::config::{Arrival, IoBackend, Plan, ServerAddr};
 use crate::keyspace::{route, KeyPicker, Rng};
+use crate::outbuf::OutBuf;
 use crate::proto::request::PREFILL_SET;
 use crate::proto::{
     self, encode, encode_counter, key_bytes, printable, Kind, Outcome, Parse, Reply, Request,
@@ -89,6 +91,9 @@ struct Worker<'a> {
     /// the redirected requests of the reply being read: (request, ASK?, slot, new server).
     slots: Vec<u16>,
     redirected: Vec<(Pending, bool, u16, Option<usize>)>,
+    /// Redis Cluster: when this thread last asked the nodes for the slot map after one
+    /// could not be reached (`refresh_slots`).
+    slots_asked_at: Option<u64>,
     /// Redis Cluster with `read_from_replicas`: per primary, the turn of its next read
     /// (0: the primary, k: its k-th replica), as redis-py's `ROUND_ROBIN` keeps it.
     turns: Vec<u32>,
@@ -393,7 +398,9 @@ impl Worker<'_> {
                                 Some(primary) => primary.name.as_str(),
                                 None => plan.server_names[s.server].as_str(),
                             };
-                            self.rec.outages.succeeded(now, name);
+                            self.rec
+                                .outages
+                                .succeeded(now, name, outage_scope(plan, &p));
                         }
                         s.rpos += r.consumed;
                         s.inflight.pop_front();
@@ -865,8 +872,41 @@ impl Worker<'_> {
             }
             Err(m) => {
                 self.socks[si].retry_at = self.shared.now() + RETRY_NS;
+                if plan.cluster {
+                    self.refresh_slots(self.socks[si].server);
+                }
                 Err(Some(m))
             }
+        }
+    }
+
+    /// Redis Cluster: node `down` cannot be reached, so its slots may have moved (a failover
+    /// promotes a replica; no node that is down can answer `MOVED`). The other nodes are
+    /// asked for the slot map, at most every `ASK_EVERY_NS` per thread, and each slot goes to
+    /// the node now named, when the run knows it (a primary or replica of the map read at the
+    /// start); the next requests for those slots go there. A node it never knew stays
+    /// unknown (its slots keep failing), as do slots no node owns yet.
+    fn refresh_slots(&mut self, down: usize) {
+        let now = self.shared.now();
+        if self
+            .slots_asked_at
+            .is_some_and(|t| now < t.saturating_add(ASK_EVERY_NS))
+        {
+            return;
+        }
+        self.slots_asked_at = Some(now);
+        let plan = self.plan;
+        let wait = Duration::from_nanos(plan.timeout_ns.min(SENTINEL_TIMEOUT_NS));
+        for server in (0..plan.servers.len()).filter(|&s| s != down) {
+            let Ok(ranges) = topology::slot_ranges(plan, server, wait) else {
+                continue; // down too, or not answering: the next node
+            };
+            for r in &ranges {
+                if let Some(owner) = plan.server_names.iter().position(|n| *n == r.addr) {
+                    self.slots[r.first as usize..=r.last as usize].fill(owner as u16);
+                }
+            }
+            return;
         }
     }
 
@@ -1096,7 +1136,7 @@ pub(super) fn run(
     plan: &Plan,
     shared: &Shared,
     ti: usize,
-    group: Vec<(usize, Vec<Stream>)>,
+    group: Vec<(usize, Vec<Option<Stream>>)>,
     share: u64,
 ) -> Recorder {
     let mut w = Worker {
@@ -1126,6 +1166,7 @@ pub(super) fn run(
         retry_soon: false,
         slots: plan.slots.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
         redirected: Vec::new(),
+        slots_asked_at: None,
         turns: vec![0; plan.replicas.len()],
         corks: plan.cluster,
         primary: plan.sentinel.as_ref().map(|_| Primary {
@@ -1146,8 +1187,13 @@ pub(super) fn run(
         let mut socks = Vec::new();
         for (server, stream) in per.into_iter().enumerate() {
             let si = w.socks.len();
-            w.socks.push(Sock::new(server, c, plan.pipeline));
-            pending_attach.push((si, stream));
+            let mut sock = Sock::new(server, c, plan.pipeline);
+            match stream {
+                Some(stream) => pending_attach.push((si, stream)),
+                // A cluster replica, connected if a failover promotes it: buffers grow then.
+                None => (sock.rbuf, sock.wbuf) = (Vec::new(), OutBuf::with_capacity(0)),
+            }
+            w.socks.push(sock);
             socks.push(si);
         }
         w.clients.push(Client {
@@ -1193,7 +1239,7 @@ pub(super) fn run(
         plan.pipeline
     } else {
         // Held or awaiting replies, at most a pipeline each per socket (`top_up_held`).
-        2 * plan.pipeline * plan.servers.len()
+        2 * plan.pipeline * plan.connected_at_start()
     };
     w.measure_start = start + plan.warmup_ns;
     w.origin = w.measure_start;
