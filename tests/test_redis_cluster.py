@@ -294,10 +294,12 @@ def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):
     assert any(str(cluster.primaries[1].port) in m for m in result["errors_sample"])
 
 
-def test_engine_follows_a_cluster_failover_and_times_its_write_outage(spawn, tmp_path):
-    """A primary SIGKILLed mid-run: its replica is promoted by the cluster (node timeout 2 s), the engine
-    learns that from the other nodes (no dead node can answer MOVED) and sends that node's keys there; the
-    writes to them failed for one window, from the kill to the promotion, timed and printed."""
+@pytest.mark.parametrize("client", ["engine", "redis-py"])
+def test_a_cluster_failover_is_followed_and_its_write_outage_timed(spawn, tmp_path, client):
+    """A primary SIGKILLed mid-run: its replica is promoted by the cluster (node timeout 2 s). The engine
+    learns that from the other nodes (no dead node can answer MOVED), redis-py from its own topology
+    refresh; both send that node's keys there. The writes to them failed for one window, from the kill to
+    the promotion, timed and printed — the other nodes' writes, which went on, do not split it."""
     import subprocess
 
     cluster = spawn("redis-cluster", nodes=3, replicas=1)
@@ -305,7 +307,7 @@ def test_engine_follows_a_cluster_failover_and_times_its_write_outage(spawn, tmp
     assert f"master_port:{victim.port}" in command(replica, "INFO", "replication")
     out = tmp_path / "failover.json"
     run = subprocess.Popen(
-        [sys.executable, "-m", "cachemark", "run", "-t", cluster.url() + "?client=engine", "--duration", "12s",
+        [sys.executable, "-m", "cachemark", "run", "-t", cluster.url() + f"?client={client}", "--duration", "12s",
          "--warmup", "0", "--keys", "500", "--value-size", "200", "--mix", "get=50,set=50", "--no-calibrate",
          "--allow-errors", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -328,6 +330,7 @@ def test_engine_follows_a_cluster_failover_and_times_its_write_outage(spawn, tmp
     (outage,) = phase["write_outages"]  # one window: the other nodes' writes did not split it
     assert outage["recovered"] and outage["server"] == f"127.0.0.1:{replica.port}", outage
     assert 1.0 < outage["duration_s"] < 10, outage  # the node timeout (2 s) and the promotion
+    assert 0 < outage["failed_writes"] <= outage["errors"]
     assert f"failover: writes failed for {outage['duration_s']:.1f} s" in output, output
 
 

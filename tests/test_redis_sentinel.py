@@ -159,7 +159,7 @@ def test_engine_leaves_a_read_only_replica_for_the_primary_the_sentinels_name(se
 
 
 def test_outage_windows_merge_by_overlap():
-    a, b = WriteOutages(lambda: "127.0.0.1:2"), WriteOutages()
+    a, b = WriteOutages(lambda key: "127.0.0.1:2"), WriteOutages()
     a.failed(1_000, 1_100, write=True)
     a.failed(1_200, 1_300, write=False)  # a read inside the window counts as one of its errors
     a.failed(2_000, 2_100, write=True)

@@ -169,7 +169,7 @@ class RedisBackend(Backend):
         self._mget = mget
         self._incrby = client.incrby
 
-    def current_server(self) -> str | None:
+    def current_server(self, key: str | None = None) -> str | None:
         """Where writes go now: the primary the Sentinels named at the last (re)connect."""
         if not self.sentinels or self.client is None:
             return self.where if self.client is not None else None

@@ -52,6 +52,7 @@ class RedisClusterBackend(RedisBackend):
             kwargs["load_balancing_strategy"] = LoadBalancingStrategy.ROUND_ROBIN
         self._kwargs = kwargs
         self.client: RedisCluster | None = None  # type: ignore[assignment]
+        self._start_owners: list[str] = []  # per hash slot, its primary when the run connected
 
     @classmethod
     def capabilities(cls, target: Target) -> Capabilities:
@@ -74,11 +75,25 @@ class RedisClusterBackend(RedisBackend):
         except (redis.RedisError, RedisClusterException, IndexError) as exc:
             raise BackendUnavailable(f"redis {self.where}: {_one_line(exc)}") from None
         self._bind(client, client.mget_nonatomic)  # a cluster refuses cross-slot MGET
+        owners = client.nodes_manager.slots_cache
+        self._start_owners = [owners[slot][0].name if owners.get(slot) else "" for slot in range(16384)]
 
     def close(self) -> None:
         client, self.client = self.client, None
         if client is not None:
             client.close()
+
+    def outage_scope(self, key: str) -> str:
+        """The primary that owned ``key``'s slot when the run connected: a write-outage window is about one
+        node's keys (measure/outage.py), so a failover is one window while the other nodes' writes go on."""
+        return self._start_owners[key_slot(key.encode())]
+
+    def current_server(self, key: str | None = None) -> str | None:
+        """The node ``key``'s slot is served by now (after a failover: the replica promoted)."""
+        if self.client is None or key is None:
+            return self.where if self.client is not None else None
+        node = self.client.nodes_manager.get_node_from_slot(key_slot(key.encode()))
+        return node.name if node is not None else None
 
     def primaries(self) -> list[redis.Redis]:
         """A plain client per primary, for per-node questions (scans, counters)."""

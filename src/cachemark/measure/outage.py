@@ -4,8 +4,11 @@ writes succeeded again — the figure a failover (a Sentinel promoting a replica
 A worker keeps a :class:`WriteOutages`: the loop calls :meth:`~WriteOutages.failed` for a
 failed op (a write opens a window; any failure inside one is counted in it) and
 :meth:`~WriteOutages.succeeded` for a successful write (it closes the window and notes
-where writes go now). Times are ``perf_counter_ns`` readings, one clock for every process
-on the host, so the parent merges the workers' windows by overlap
+where writes go now). In a Redis Cluster a window is about the keys of one node (its
+``scope``, the backend's ``outage_scope(key)``: the primary that owned the key's slot at the
+start), so the other nodes' writes, which go on through one node's failover, do not split it.
+Times are ``perf_counter_ns`` readings, one clock for every process on the host, so the
+parent merges the workers' windows by overlap
 (:func:`merge_outages`): two workers failing through one failover make one outage.
 Per-second series are too coarse for this (a 1.4 s outage spans two or three seconds).
 """
@@ -21,34 +24,37 @@ MAX_WINDOWS = 50  # per worker and per phase: a flapping server must not grow th
 class WriteOutages:
     """One worker's write-failure windows in one phase."""
 
-    def __init__(self, where: Callable[[], str | None] | None = None) -> None:
-        self.where = where  # where writes go now (the backend's primary), asked once a window closes
+    def __init__(self, where: Callable[[str | None], str | None] | None = None) -> None:
+        self.where = where  # where writes (of a key) go now: the backend's current_server, asked once a window closes
         self.first = 0  # perf_counter_ns of the first failed write of the open window; 0: none open
         self.last = 0
         self.failed_writes = 0
         self.errors = 0
+        self.scope: object = None  # whose keys the open window is about (None: every key)
         self.windows: list[dict[str, Any]] = []
         self.dropped = 0
 
-    def failed(self, t0: int, t1: int, write: bool) -> None:
+    def failed(self, t0: int, t1: int, write: bool, scope: object = None) -> None:
         if write:
             if not self.first:
                 self.first = t0
+                self.scope = scope
             self.last = t1
             self.failed_writes += 1
         if self.first:
             self.errors += 1
 
-    def succeeded(self, t1: int) -> None:
-        """A write succeeded: an open window closes (called only while one is open)."""
-        self._close(t1)
+    def succeeded(self, t1: int, key: str | None = None) -> None:
+        """A write (of ``key``, in the open window's scope) succeeded: the window closes (called only while
+        one is open)."""
+        self._close(t1, key)
 
-    def _close(self, recovered_ns: int | None) -> None:
+    def _close(self, recovered_ns: int | None, key: str | None = None) -> None:
         if len(self.windows) < MAX_WINDOWS:
             server = None
             if recovered_ns is not None and self.where is not None:
                 try:
-                    server = self.where()
+                    server = self.where(key)
                 except Exception:  # noqa: BLE001 — a name for the report, never worth failing an op for
                     server = None
             self.windows.append({"first_ns": self.first, "last_ns": self.last, "recovered_ns": recovered_ns,

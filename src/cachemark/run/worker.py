@@ -355,6 +355,7 @@ class Worker:
         kinds = [kind for _, kind in table]
         is_write = [kind == WRITE for kind in kinds]
         outages = self.outages = WriteOutages(getattr(self.backend, "current_server", None))
+        scope_of = getattr(self.backend, "outage_scope", None)  # a cluster's: whose keys a window is about
         writes = [e.writes or "fetch" in e.steps for e in entries]  # a fetch writes on a miss
         verifiable = [e.steps[-1] in ("get", "fetch") for e in entries]
         keys, headers, sizes_spec = self.keys, self.headers, self.sizes
@@ -404,7 +405,7 @@ class Worker:
                         failed += 1
                         outcome = ERROR
                         recorder.error(op, classify_error(exc), str(exc))
-                        outages.failed(t0, t1, is_write[op])
+                        outages.failed(t0, t1, is_write[op], scope_of(key) if scope_of and is_write[op] else None)
                     else:
                         kind = kinds[op]
                         if kind == READ:
@@ -424,8 +425,9 @@ class Worker:
                                             recorder.error(op, "verify", f"{key}: unexpected value of {len(result)} B")
                         elif kind == WRITE:
                             outcome = OK
-                            if outages.first:  # writes work again: the outage window closes
-                                outages.succeeded(t1)
+                            # writes (to the keys that failed) work again: the outage window closes
+                            if outages.first and (scope_of is None or outages.scope == scope_of(key)):
+                                outages.succeeded(t1, key)
                             if value is not None:
                                 bytes_out[op] += len(value)
                                 if write_every:
