@@ -19,7 +19,8 @@ and noisy: the spread of the two says how far a ratio can be trusted).
   TLS:       redis-benchmark --tls --cacert vs the engine (rustls, epoll) against the lab's
              spawn:redis?tls=1 (a throw-away CA), keys prefilled as above.
   Cluster:   redis-benchmark --cluster vs the engine's cluster mode against the lab's
-             spawn:redis-cluster?nodes=3; each side prefills its own keys (redis-benchmark's
+             spawn:redis-cluster?nodes=3, then the same over TLS (spawn:redis-cluster?nodes=3&tls=1,
+             redis-benchmark --cluster --tls --cacert); each side prefills its own keys (redis-benchmark's
              carry a {tag} per node), untimed. Same connections: redis-benchmark spreads its c
              clients over the nodes, one connection each; an engine client holds one per
              primary, so the engine runs c/3 clients (rounded up).
@@ -279,22 +280,26 @@ def reach_rows(args) -> list[tuple]:
                 peer.append(redis_peer(tls.port, c, p, d, max(10_000, int(eng[-1][0] * args.seconds * 0.8)), extra))
             rows.append(("redis TLS", "redis-benchmark --tls", c, p, p, d, best(eng), best(peer), paired(eng, peer)))
             print_row(rows[-1], flush=True)
-    with server_class("redis-cluster")(nodes="3") as cluster:
-        conn = target_config(cluster.url())
-        seed = cluster.primaries[0].port
-        for c, p, d in REACH_CASES:
-            k = key_count(d)
-            subprocess.run(["redis-benchmark", "-p", str(seed), "--cluster", "-t", "set", "-r", str(k), "-n",
-                            str(20 * k), "-d", str(d), "-c", "10", "-P", "8", "-q"], check=True, capture_output=True)
-            eng, peer = [], []
-            for i in range(args.repeat):
-                clients = -(-c // len(cluster.primaries))  # as many connections as redis-benchmark's c
-                eng.append(engine(conn, None, clients, p, d, args.seconds, [{"op": "get"}], prefill=i == 0))
-                n = max(10_000, int(eng[-1][0] * args.seconds * 0.8))
-                peer.append(redis_peer(seed, c, p, d, n, ("--cluster",)))
-            rows.append(("redis cluster×3", "redis-benchmark --cluster", c, p, p, d, best(eng), best(peer),
-                         paired(eng, peer)))
-            print_row(rows[-1], flush=True)
+    for tls in ("0", "1"):
+        with server_class("redis-cluster")(nodes="3", tls=tls) as cluster:
+            conn = target_config(cluster.url())
+            seed = cluster.primaries[0].port
+            extra = ("--cluster", *(("--tls", "--cacert", cluster.certs.ca) if cluster.certs else ()))
+            for c, p, d in REACH_CASES:
+                k = key_count(d)
+                subprocess.run(["redis-benchmark", "-p", str(seed), *extra, "-t", "set", "-r", str(k), "-n",
+                                str(20 * k), "-d", str(d), "-c", "10", "-P", "8", "-q"], check=True,
+                               capture_output=True)
+                eng, peer = [], []
+                for i in range(args.repeat):
+                    clients = -(-c // len(cluster.primaries))  # as many connections as redis-benchmark's c
+                    eng.append(engine(conn, None, clients, p, d, args.seconds, [{"op": "get"}], prefill=i == 0))
+                    n = max(10_000, int(eng[-1][0] * args.seconds * 0.8))
+                    peer.append(redis_peer(seed, c, p, d, n, extra))
+                name = "redis TLS cluster×3" if cluster.certs else "redis cluster×3"
+                rows.append((name, "redis-benchmark " + " ".join(extra[:2]), c, p, p, d, best(eng), best(peer),
+                             paired(eng, peer)))
+                print_row(rows[-1], flush=True)
     return rows
 
 
