@@ -229,8 +229,6 @@ def run(
 
     Example: cachemark run -t redis://127.0.0.1:6379 -t spawn:memcached --mix get=80,set=20 --duration 10s
     """
-    from .session import run_experiment
-
     source, positional_targets = split_sources(sources or [])
     if positional_targets:
         target = [*positional_targets, *(target or [])]
@@ -254,6 +252,7 @@ def run(
         run_stampedes(list(experiment.targets), {**experiment.stampede, **({"duration": duration} if duration else {})})
         return
     from ..run.distributed import cluster_session
+    from .session import run_experiment
 
     if experiment.workload.trace is not None and cluster:
         raise SpecError("--trace with --cluster: a replay's shares are prepared on this host; not yet supported")
