@@ -251,6 +251,10 @@ def run(
 
         run_stampedes(list(experiment.targets), {**experiment.stampede, **({"duration": duration} if duration else {})})
         return
+    if not cluster:  # the workers' fork server imports while this process prepares the run
+        from ..run.forkserver import start_early
+
+        start_early(experiment.targets)
     from ..run.distributed import cluster_session
     from .session import run_experiment
 
