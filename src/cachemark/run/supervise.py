@@ -111,7 +111,7 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
             elif isinstance(message, Done):
                 finished.add(message.worker)
             dead = [w for w, p in procs.items() if not p.is_alive() and w not in finished]
-            if dead:
+            if dead and results.empty():  # else read what is queued first: its Done may be there
                 time.sleep(0.2)  # its last messages may still be in flight
                 if results.empty():
                     code = procs[dead[0]].exitcode
