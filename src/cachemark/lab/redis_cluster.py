@@ -49,7 +49,9 @@ class ClusterNode(RedisServer):
                 "--cluster-port", str(self.bus_port), "--cluster-node-timeout", "2000",
                 "--cluster-require-full-coverage", "no",
                 # CLUSTER SLOTS leaves out a replica whose offset is still 0: a ping a second moves it on
-                "--repl-ping-replica-period", "1"]
+                "--repl-ping-replica-period", "1",
+                # a replica's first full sync at once, not after a 5 s wait for more replicas to share it
+                "--repl-diskless-sync-delay", "0"]
 
 
 def command(node: LocalServer, *args: str | int, timeout: float = 5.0) -> Any:
