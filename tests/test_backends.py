@@ -13,6 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -150,15 +151,69 @@ def test_incr(backend: Backend, namespace: str) -> None:
     assert backend.get(key) == b"6"
 
 
-def test_ttl_expiry(backend: Backend, namespace: str) -> None:
-    key, keep = namespace + "ttl", namespace + "b"
-    backend.set(key, b"short-lived", ttl=1)
-    backend.set(keep, b"forever")
-    assert backend.get(key) == b"short-lived"
-    time.sleep(2.1)  # memcached's clock ticks once a second: 1 s TTL is gone within 2 s
-    assert backend.get(key) is None
-    assert backend.exists(key) is False
-    assert backend.get(keep) == b"forever"
+TTL_GONE_AFTER_S = 2.1  # memcached's clock ticks once a second: 1 s TTL is gone within 2 s
+
+
+@dataclass
+class _TtlWritten:
+    """One case's half of test_ttl_expiry done ahead: its keys written, the short-lived one read
+    back at once, and when (monotonic s)."""
+
+    backend: Backend
+    key: str
+    keep: str
+    first_read: bytes | None
+    read_at: float
+
+
+@pytest.fixture(scope="module")
+def ttl_written(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _TtlWritten | BaseException]]:
+    """Every case's TTL keys written one after another, before the first case's test runs: the
+    2.1 s each case then waits for its key to expire overlap (one wait for all, not one each).
+    A case whose server is missing (a skip) or whose writes fail keeps that, for its own test."""
+    cases: dict[str, _TtlWritten | BaseException] = {}
+    urls: dict[str, str] = {}
+    for name in sorted(CASES):  # every server started first: the writes then follow each other closely
+        try:
+            urls[name] = CASES[name](request, tmp_path_factory.mktemp("ttl"))
+        except (Exception, pytest.skip.Exception) as exc:  # noqa: BLE001 — reported by the case's test
+            cases[name] = exc
+    for name, url in urls.items():
+        namespace = f"cmt:{uuid.uuid4().hex[:10]}:"
+        try:
+            backend = open_backend(url, namespace)
+        except Exception as exc:  # noqa: BLE001 — reported by the case's test
+            cases[name] = exc
+            continue
+        key, keep = namespace + "ttl", namespace + "b"
+        try:
+            backend.set(key, b"short-lived", ttl=1)
+            backend.set(keep, b"forever")
+            first_read = backend.get(key)
+        except Exception as exc:  # noqa: BLE001 — reported by the case's test
+            cases[name] = exc
+            backend.close()
+            continue
+        cases[name] = _TtlWritten(backend, key, keep, first_read, time.monotonic())
+    yield cases
+    for written in cases.values():
+        if isinstance(written, _TtlWritten):
+            written.backend.clear_namespace([written.key, written.keep])
+            written.backend.close()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ttl_expiry(case: str, ttl_written: dict[str, _TtlWritten | BaseException]) -> None:
+    written = ttl_written[case]
+    if isinstance(written, BaseException):
+        raise written
+    backend = written.backend
+    assert written.first_read == b"short-lived"
+    time.sleep(max(0.0, written.read_at + TTL_GONE_AFTER_S - time.monotonic()))
+    assert backend.get(written.key) is None
+    assert backend.exists(written.key) is False
+    assert backend.get(written.keep) == b"forever"
 
 
 def test_clear_namespace_removes_only_its_own(target_url: str, namespace: str) -> None:

@@ -67,12 +67,14 @@ def test_server_stops_when_body_raises(kind: str) -> None:
 
 def test_redis_password_and_maxmemory() -> None:
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     with make("redis", password="pa:ss/word", maxmemory="64mb") as server:
         assert "pa%3Ass%2Fword@" in server.url()
         port = server.port
-        with pytest.raises(redis.AuthenticationError):
-            redis.Redis(port=port).ping()
+        with pytest.raises(redis.AuthenticationError):  # asked once: redis-py 6 retries it ~6 s by default
+            redis.Redis(port=port, retry=Retry(NoBackoff(), 0)).ping()
         client = redis.Redis(port=port, password="pa:ss/word")
         assert client.config_get("maxmemory")["maxmemory"] == str(64 * 1024 * 1024)
         assert client.config_get("save")["save"] == ""

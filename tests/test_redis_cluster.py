@@ -369,8 +369,8 @@ def test_engine_refuses_what_cluster_mode_cannot_route(cluster, redis_server):
 
 def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
     proc = cachemark("run", "-t", "spawn:redis-cluster?nodes=3&client=engine", "-t", "spawn:redis-cluster?nodes=2",
-                     "--ops", "2000", "--keys", "300", "--mix", "get=80,set=20", "-o", str(tmp_path / "r.json"),
-                     cwd=tmp_path)
+                     "--ops", "2000", "--keys", "300", "--mix", "get=80,set=20", "--warmup", "0", "--no-calibrate",
+                     "-o", str(tmp_path / "r.json"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "redis-cluster(engine): main: cluster: 3 primaries, 0 MOVED, 0 ASK" in proc.stdout
     runs = json.loads((tmp_path / "r.json").read_text())["runs"]
@@ -380,12 +380,14 @@ def test_cli_spawns_a_cluster_and_prints_its_redirects(cachemark, tmp_path):
     report = cachemark("report", str(tmp_path / "r.json"), "-f", "markdown", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-1000:]
     assert "cluster: 3 primaries, 0 MOVED, 0 ASK" in (tmp_path / "r.md").read_text()
-    bad = cachemark("run", "-t", "spawn:redis-cluster?nodes=99", "--ops", "10", cwd=tmp_path)
+    bad = cachemark("run", "-t", "spawn:redis-cluster?nodes=99", "--ops", "10", "--no-calibrate", cwd=tmp_path)
     assert bad.returncode == 2 and "nodes='99' must be a number from 1 to 16" in bad.stderr + bad.stdout
     assert "Traceback" not in bad.stderr
-    proxied = cachemark("run", "-t", "redis+cluster://127.0.0.1:1", "--network", "lan", "--ops", "10", cwd=tmp_path)
+    proxied = cachemark("run", "-t", "redis+cluster://127.0.0.1:1", "--network", "lan", "--ops", "10", "--no-calibrate",
+                       cwd=tmp_path)
     assert proxied.returncode == 2 and "cannot stand in front of a Redis Cluster" in proxied.stderr + proxied.stdout
-    down = cachemark("run", "-t", "redis+cluster://127.0.0.1:1?client=engine", "--ops", "10", cwd=tmp_path)
+    down = cachemark("run", "-t", "redis+cluster://127.0.0.1:1?client=engine", "--ops", "10", "--no-calibrate",
+                     cwd=tmp_path)
     assert down.returncode == 2 and "Connection refused" in down.stderr + down.stdout
     assert "Traceback" not in proxied.stderr + down.stderr
 

@@ -229,8 +229,6 @@ def run(
 
     Example: cachemark run -t redis://127.0.0.1:6379 -t spawn:memcached --mix get=80,set=20 --duration 10s
     """
-    from .session import run_experiment
-
     source, positional_targets = split_sources(sources or [])
     if positional_targets:
         target = [*positional_targets, *(target or [])]
@@ -253,7 +251,12 @@ def run(
 
         run_stampedes(list(experiment.targets), {**experiment.stampede, **({"duration": duration} if duration else {})})
         return
+    if not cluster:  # the workers' fork server imports while this process prepares the run
+        from ..run.forkserver import start_early
+
+        start_early(experiment.targets)
     from ..run.distributed import cluster_session
+    from .session import run_experiment
 
     if experiment.workload.trace is not None and cluster:
         raise SpecError("--trace with --cluster: a replay's shares are prepared on this host; not yet supported")

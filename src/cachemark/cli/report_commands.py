@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from ..errors import UserError
-from ..results import load, write_atomic
 from ..textfile import one_line
 from .terminal import make_console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _SUFFIXES = {"html": ".html", "markdown": ".md", "csv": ".csv", "json": ".summary.json"}
 _BY_SUFFIX = {".html": "html", ".htm": "html", ".md": "markdown", ".csv": "csv", ".json": "json"}
@@ -54,6 +55,7 @@ def report(
     """
     from ..report.export import strip_histograms
     from ..report.formats import FORMATS, render
+    from ..results import load, write_atomic
 
     if format is None:
         format = _BY_SUFFIX.get(out.suffix.lower(), "html") if out is not None and str(out) != "-" else "html"
@@ -85,6 +87,7 @@ def compare(
     Example: cachemark compare results/before.json results/after.json
     """
     from ..report import compare as cmp
+    from ..results import load, write_atomic
 
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown format {format!r}; choose one of table, markdown, json")
@@ -134,6 +137,7 @@ def thresholds(
     Example: cachemark thresholds results/m4-xlarge.json --label cache.m4.xlarge -f cloudformation -o map.yaml
     """
     from ..report import thresholds as th
+    from ..results import load, write_atomic
 
     if format not in th.FORMATS:
         raise UserError(f"unknown format {format!r}; choose one of {', '.join(th.FORMATS)}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
 from ..errors import UserError
@@ -50,6 +49,8 @@ def _synthetic(source: str | None, keys: int | None, key_dist: str | None, value
 def _trace(path: Path, fmt: str | None) -> tuple[Any, str, Any]:
     """A trace file as a stream of (ids, sizes) chunks: every request but deletes touches the cache.
     Also returns the reader of the last pass, whose ``problems`` say what was skipped."""
+    import numpy as np
+
     from ..workload.traces import OPS, open_trace
 
     delete = OPS.index("delete")

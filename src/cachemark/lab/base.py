@@ -104,6 +104,7 @@ class LocalServer(ABC):
 
     kind: str = "server"
     ready_timeout: float = 20.0
+    stop_signal: int = signal.SIGTERM  # what stop() sends first (SIGKILL after 10 s)
 
     def __init__(self, **options: Any) -> None:
         self.options = options
@@ -194,7 +195,7 @@ class LocalServer(ABC):
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, self.stop_signal)
                 proc.wait(timeout=10)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 with _suppress():

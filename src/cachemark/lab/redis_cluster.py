@@ -59,6 +59,8 @@ class ClusterNode(RedisServer):
                 "--cluster-require-full-coverage", "no",
                 # CLUSTER SLOTS leaves out a replica whose offset is still 0: a ping a second moves it on
                 "--repl-ping-replica-period", "1",
+                # a replica's first full sync at once, not after a 5 s wait for more replicas to share it
+                "--repl-diskless-sync-delay", "0",
                 *self._tls_links()]
 
     def _tls_links(self) -> list[str]:

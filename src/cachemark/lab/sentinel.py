@@ -32,6 +32,16 @@ SENTINELS = 3
 FAILOVER_TIMEOUT_MS = 5000
 
 
+class _Primary(RedisServer):
+    """The group's first primary: it sends its replica the first full sync at once, not after the
+    5 s redis-server waits by default for more replicas to serve with the same transfer."""
+
+    kind = "redis"
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--repl-diskless-sync-delay", "0"]
+
+
 class _Replica(RedisServer):
     """A redis-server that replicates ``primary`` from its start."""
 
@@ -106,7 +116,7 @@ class SentinelLab(LocalServer):
     def start(self) -> SentinelLab:
         find_binary("redis-server")  # BackendMissing (a skip) before anything starts
         try:
-            primary = RedisServer().start()
+            primary = _Primary().start()
             self.nodes.append(primary)
             self.nodes.append(_Replica(primary.port).start())
             for _ in range(SENTINELS):

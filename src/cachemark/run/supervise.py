@@ -12,7 +12,6 @@ caller makes its status and phase records.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 import queue as queue_mod
 import signal
@@ -26,6 +25,7 @@ from ..backends.base import PSEUDO_OPS
 from ..errors import Crash, UserError
 from ..spec import Workload
 from .error_policy import ErrorWatch
+from .forkserver import context
 from .messages import Done, Fatal, PhaseReport, death
 from .worker import Board, WorkerTask, worker_main
 
@@ -111,7 +111,7 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
             elif isinstance(message, Done):
                 finished.add(message.worker)
             dead = [w for w, p in procs.items() if not p.is_alive() and w not in finished]
-            if dead:
+            if dead and results.empty():  # else read what is queued first: its Done may be there
                 time.sleep(0.2)  # its last messages may still be in flight
                 if results.empty():
                     code = procs[dead[0]].exitcode
@@ -147,33 +147,6 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
                 p.kill()
                 p.join()
     return got
-
-
-def context() -> mp.context.BaseContext:
-    """Worker processes come from a fork server that has imported the worker module once
-    (through `preload`, which first makes it deaf to the terminal's Ctrl-C)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["cachemark.run.preload"])
-    _start_helpers_deaf()
-    return ctx
-
-
-def _start_helpers_deaf() -> None:
-    """Start multiprocessing's fork server and resource tracker with the terminal's signals
-    blocked: a Ctrl-C (or SIGHUP) sent to the process group while they start would kill
-    them (the tracker ignores SIGINT and SIGTERM, not SIGHUP; the fork server is deaf only
-    after its imports), and the run then waited for workers that never came. A blocked
-    signal stays blocked in the children; ours, pending meanwhile, arrives when we unblock."""
-    from multiprocessing import forkserver, resource_tracker
-
-    terminal = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, terminal)
-    try:
-        resource_tracker.ensure_running()
-        signal.pthread_sigmask(signal.SIG_BLOCK, terminal)  # the tracker's start unblocks SIGINT and SIGTERM
-        forkserver.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager
