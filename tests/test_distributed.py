@@ -10,6 +10,7 @@ scheduler is one line and exit 2.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -307,7 +308,11 @@ def test_ctrl_c_stops_agents_and_saves_what_ran(tmp_path: Path) -> None:
             seen = _agents_under(proc.pid)
             time.sleep(0.2)
         assert seen, "no agent started"
-        time.sleep(6)  # usually into the timed phase (agents start, warm up, meet)
+        # into the timed phase: the coordinator's prefill (10,000 SETs) done, the agents' ops under way
+        while time.monotonic() < deadline and _commands_of_spawned_redis(proc.pid) < 15_000:
+            time.sleep(0.1)
+        assert time.monotonic() < deadline, "the timed phase never started"
+        seen = _agents_under(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)
         try:
             output, _ = proc.communicate(timeout=15)
@@ -326,9 +331,27 @@ def test_ctrl_c_stops_agents_and_saves_what_ran(tmp_path: Path) -> None:
 
     run = json.loads(out.read_text())["runs"][0]
     assert run["status"] == "interrupted"
-    assert all(phase["ops"] for phase in run["phases"])  # none, when the Ctrl-C came before the timed phase
+    assert all(phase["ops"] for phase in run["phases"])  # the Ctrl-C came in the timed phase
     _, alive = psutil.wait_procs(seen, timeout=10)
     assert not alive
+
+
+def _commands_of_spawned_redis(pid: int) -> int:
+    """Commands served so far by the redis-server that process ``pid`` spawned (0 before it answers)."""
+    import psutil
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    with _gone():
+        for child in psutil.Process(pid).children():
+            args = " ".join(child.cmdline()).split()  # redis-server shows "/usr/bin/redis-server 127.0.0.1:PORT"
+            if len(args) == 2 and args[0].endswith("redis-server") and ":" in args[1]:
+                port = int(args[1].rsplit(":", 1)[1])
+                with redis.Redis(port=port, socket_timeout=2, retry=Retry(NoBackoff(), 0)) as client, \
+                        contextlib.suppress(redis.RedisError):
+                    return client.info("stats")["total_commands_processed"]
+    return 0
 
 
 def test_cluster_urls() -> None:

@@ -25,8 +25,9 @@ def _start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> sub
                             env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
-def _wait_for_ops(server, minimum: int = 1000, timeout: float = 30) -> None:
-    """Until the server has served ``minimum`` commands: the timed phase is under way."""
+def _wait_for_ops(server, minimum: int = 2000, timeout: float = 30) -> None:
+    """Until the server has served ``minimum`` commands: the timed phase is under way. The default
+    is past the prefill of the tests' 1,000 keys: at 1,000 a kill could land in its last batch."""
     import redis
 
     client = redis.Redis(host="127.0.0.1", port=server.port)

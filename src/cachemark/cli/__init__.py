@@ -232,6 +232,10 @@ def run(
     source, positional_targets = split_sources(sources or [])
     if positional_targets:
         target = [*positional_targets, *(target or [])]
+    if target and not cluster:  # they replace a file's targets: the workers' fork server can start now
+        from ..run.forkserver import start_early
+
+        start_early(target)
     data, where = resolve_source(source)
     flags = _workload_flags(
         keys=keys, key_dist=key_dist, value_size=value_size, key_size=key_size, mix=mix, ttl=ttl, prefill=prefill,
@@ -251,7 +255,7 @@ def run(
 
         run_stampedes(list(experiment.targets), {**experiment.stampede, **({"duration": duration} if duration else {})})
         return
-    if not cluster:  # the workers' fork server imports while this process prepares the run
+    if not cluster:  # the workers' fork server imports while this process prepares the run (if not yet)
         from ..run.forkserver import start_early
 
         start_early(experiment.targets)

@@ -22,7 +22,6 @@ from ..measure.histogram import Histogram
 from ..measure.saturation import find_saturation
 from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
-from ..spec import to_toml
 from ..sweep import LOAD_PARAMS
 from .blocks import headline_blocks, to_html, verdict_blocks
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
@@ -476,6 +475,8 @@ def _environment(document: dict[str, Any]) -> str:
 
 
 def _spec(document: dict[str, Any]) -> str:
+    from ..spec import to_toml  # the experiment models: only the HTML page needs them (formats imports us)
+
     experiment = document.get("experiment") or {}
     toml = to_toml(experiment)
     return ("<h2>Re-run this experiment</h2><p class=\"note\">Save as <code>experiment.toml</code> and run "
