@@ -97,6 +97,9 @@ pub(super) struct Sock {
     /// The RECV in flight discards (`MSG_TRUNC`) instead of reading.
     pub(super) recv_discards: bool,
     pub(super) dirty: bool,
+    /// io_uring: `fd` is in the ring's table of registered sockets, at slot = this
+    /// socket's index (`Uring::register`).
+    pub(super) fixed: bool,
     pub(super) zombie: Option<Stream>,
 }
 
@@ -179,6 +182,7 @@ impl Sock {
             recv_busy: false,
             recv_discards: false,
             dirty: false,
+            fixed: false,
             zombie: None,
         }
     }

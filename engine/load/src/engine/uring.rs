@@ -15,6 +15,10 @@ pub(super) struct Uring {
     ring: io_uring::IoUring,
     /// `RECVSEND_POLL_FIRST` where the kernel knows it, else 0.
     recv_ioprio: u16,
+    /// Slots in the ring's table of registered sockets (0: none, an older kernel). A
+    /// socket named by its slot (`Sock::fixed`) spares the kernel a file-table lookup
+    /// and reference count on every SEND and RECV (~1 % of the client's CPU per op).
+    slots: u32,
     dirty: Vec<usize>,
     pub(super) cqes: Vec<(u64, i32)>,
 }
@@ -29,12 +33,33 @@ impl Uring {
     pub(super) fn new(sockets: usize) -> Option<Self> {
         let entries = (2 * sockets + 16).next_power_of_two().max(64);
         let (ring, modern) = new_ring(entries as u32)?;
+        let slots = sockets.min(u32::MAX as usize) as u32;
+        let slots = match ring.submitter().register_files_sparse(slots) {
+            Ok(()) => slots,
+            Err(_) => 0,
+        };
         Some(Uring {
             ring,
             recv_ioprio: if modern { RECVSEND_POLL_FIRST } else { 0 },
+            slots,
             dirty: Vec::new(),
             cqes: Vec::new(),
         })
+    }
+
+    /// Socket `si` was connected to `fd`, or closed (`fd` -1): puts it in (or takes it out
+    /// of) the ring's table. Returns whether operations may name it by its slot. A closed
+    /// socket must leave the table, which otherwise keeps it open; operations in flight
+    /// keep their own reference until they complete.
+    pub(super) fn register(&mut self, si: usize, fd: i32) -> bool {
+        if si >= self.slots as usize {
+            return false;
+        }
+        let done = self
+            .ring
+            .submitter()
+            .register_files_update(si as u32, &[fd]);
+        fd >= 0 && done.is_ok()
     }
 
     /// Socket `si` has requests queued: send them in the next round.
@@ -75,7 +100,7 @@ impl Uring {
             } else {
                 unsafe { s.rbuf.as_mut_ptr().add(len) }
             };
-            let sqe = io_uring::opcode::Recv::new(io_uring::types::Fd(s.fd), buf, want as u32)
+            let sqe = recv(s, si, buf, want as u32)
                 .flags(flags)
                 // IORING_RECVSEND_POLL_FIRST (Linux 5.19+; not set on older kernels): the RECV is
                 // armed right after its replies were consumed and before its next requests are
@@ -107,17 +132,28 @@ impl Uring {
             // until this SEND completes; the filler lives as long as the plan.
             let sqe = if s.sending.is_contiguous() {
                 let rest = &s.sending.inline()[s.spos..];
-                io_uring::opcode::Send::new(
-                    io_uring::types::Fd(s.fd),
-                    rest.as_ptr(),
-                    rest.len().min(u32::MAX as usize) as u32,
-                )
-                .build()
+                let len = rest.len().min(u32::MAX as usize) as u32;
+                if s.fixed {
+                    io_uring::opcode::Send::new(
+                        io_uring::types::Fixed(si as u32),
+                        rest.as_ptr(),
+                        len,
+                    )
+                    .build()
+                } else {
+                    io_uring::opcode::Send::new(io_uring::types::Fd(s.fd), rest.as_ptr(), len)
+                        .build()
+                }
             } else {
                 s.sending.iovecs(s.spos, filler, &mut s.iov);
                 s.msg.msg_iov = s.iov.as_mut_ptr();
                 s.msg.msg_iovlen = s.iov.len();
-                io_uring::opcode::SendMsg::new(io_uring::types::Fd(s.fd), &*s.msg).build()
+                if s.fixed {
+                    io_uring::opcode::SendMsg::new(io_uring::types::Fixed(si as u32), &*s.msg)
+                        .build()
+                } else {
+                    io_uring::opcode::SendMsg::new(io_uring::types::Fd(s.fd), &*s.msg).build()
+                }
             }
             .user_data(((si as u64) << 8) | TAG_SEND);
             push(&mut self.ring, &sqe);
@@ -229,6 +265,15 @@ fn new_ring(entries: u32) -> Option<(io_uring::IoUring, bool)> {
     io_uring::IoUring::new(entries).ok().map(|r| (r, false))
 }
 
+/// A RECV on socket `si`, named by its slot in the ring's table when it has one.
+fn recv(s: &Sock, si: usize, buf: *mut u8, len: u32) -> io_uring::opcode::Recv {
+    if s.fixed {
+        io_uring::opcode::Recv::new(io_uring::types::Fixed(si as u32), buf, len)
+    } else {
+        io_uring::opcode::Recv::new(io_uring::types::Fd(s.fd), buf, len)
+    }
+}
+
 fn push(ring: &mut io_uring::IoUring, sqe: &io_uring::squeue::Entry) {
     loop {
         // SAFETY: the buffers an entry references are kept alive until its completion.
@@ -307,5 +352,68 @@ mod tests {
         socks[0].fd = -1;
         let s = &socks[0];
         assert!(!s.recv_busy && !s.send_busy);
+    }
+
+    #[test]
+    fn a_registered_socket_is_used_by_its_slot_and_let_go_when_closed() {
+        let Some(mut u) = Uring::new(2) else {
+            eprintln!("io_uring unavailable here: skipped");
+            return;
+        };
+        if u.slots == 0 {
+            eprintln!("no registered files on this kernel: skipped");
+            return;
+        }
+        let (a, _peer_a) = connected();
+        let (b, mut peer) = connected();
+        let mut socks = vec![a, b];
+        // Slot 1 only: a request must reach this socket's own peer through its slot.
+        socks[1].fixed = u.register(1, socks[1].fd);
+        assert!(socks[1].fixed);
+        socks[1].wbuf.extend_from_slice(b"mn\r\n");
+        u.queue(1, &mut socks[1]);
+        let mut wrote = false;
+        for _ in 0..100 {
+            u.round(&mut socks, b"", 100_000_000).unwrap();
+            for cqe in std::mem::take(&mut u.cqes) {
+                if let Some((1, Completion::Wrote(4))) = u.complete(cqe, &mut socks) {
+                    wrote = true;
+                }
+            }
+            if wrote {
+                break;
+            }
+        }
+        assert!(wrote);
+        let mut got = [0u8; 4];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"mn\r\n");
+
+        assert!(!u.register(1, -1));
+    }
+
+    #[test]
+    fn the_table_keeps_a_socket_open_until_it_lets_go() {
+        let Some(mut u) = Uring::new(1) else {
+            eprintln!("io_uring unavailable here: skipped");
+            return;
+        };
+        if u.slots == 0 {
+            eprintln!("no registered files on this kernel: skipped");
+            return;
+        }
+        let (mut s, mut peer) = connected();
+        assert!(u.register(0, s.fd));
+        drop(s.stream.take()); // its fd is closed, the table still holds the socket
+        peer.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
+        let mut buf = [0u8; 1];
+        let open = peer.read(&mut buf).unwrap_err().kind();
+        assert!(matches!(
+            open,
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ));
+        assert!(!u.register(0, -1));
+        assert_eq!(peer.read(&mut buf).unwrap(), 0, "closed once let go");
     }
 }

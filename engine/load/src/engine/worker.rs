@@ -122,8 +122,20 @@ impl Worker<'_> {
         s.need = 0;
         s.sending.clear();
         s.spos = 0;
-        if self.uring.is_none() {
-            self.epoll.add(si, s);
+        match self.uring.as_mut() {
+            Some(u) => s.fixed = u.register(si, s.fd),
+            None => self.epoll.add(si, s),
+        }
+    }
+
+    /// Socket `si` is being closed: the ring's table lets go of it (else it stays open).
+    fn unregister(&mut self, si: usize) {
+        let s = &mut self.socks[si];
+        if s.fixed {
+            s.fixed = false;
+            if let Some(u) = self.uring.as_mut() {
+                u.register(si, -1);
+            }
         }
     }
 
@@ -148,6 +160,8 @@ impl Worker<'_> {
             record_error(&mut self.rec, plan, &p, k, now);
         }
         self.rec.sample(|| msg);
+        self.unregister(si);
+        let s = &mut self.socks[si];
         if s.recv_busy || s.send_busy {
             // io_uring operations still reference this socket's buffers: wake them with a
             // shutdown and close the socket only once they have completed.
@@ -270,7 +284,9 @@ impl Worker<'_> {
         if self.uring.is_none() {
             return;
         }
-        for s in &mut self.socks {
+        for si in 0..self.socks.len() {
+            self.unregister(si);
+            let s = &mut self.socks[si];
             if s.fd >= 0 {
                 // SAFETY: shutting down a socket we own wakes its pending RECV.
                 unsafe { libc::shutdown(s.fd, libc::SHUT_RDWR) };
