@@ -25,12 +25,10 @@ pub(super) struct Pending {
     pub(super) intended: u64,
     /// When it was written.
     pub(super) sent: u64,
-    /// The key whose contract value a hit must hold, or `NO_KEY` (not verified).
-    pub(super) verify_key: u64,
     /// Payload bytes (keys + values) it carries.
     pub(super) bytes_out: u32,
-    /// Redis Cluster: what a redirected request is sent again with (its key and value
-    /// size), and `P_*` flags.
+    /// Its (first) key: a hit's value is checked against it (`P_VERIFY`), and a redirected
+    /// request is sent again with it and its value size. `P_*` flags.
     pub(super) key: u64,
     pub(super) size: u32,
     pub(super) flags: u8,
@@ -48,6 +46,8 @@ pub(super) const P_RESENT: u8 = 1;
 pub(super) const P_ASKING: u8 = 2;
 /// A prefill counter (`SET n:i 0`), not a value.
 pub(super) const P_COUNTER: u8 = 4;
+/// A hit must hold the contract value of `key` (the `verify_fraction` drawn it).
+pub(super) const P_VERIFY: u8 = 8;
 
 /// One connection of a client to one server: its buffers, the requests in flight on it,
 /// and what each I/O backend keeps per socket.

@@ -3,7 +3,7 @@
 //! the bookkeeping of a completed or failed request, and the merge of the threads'
 //! recorders into the run's result.
 
-use super::conn::Pending;
+use super::conn::{Pending, P_VERIFY};
 use super::outage::Outages;
 use crate::cluster::key_slot;
 use crate::config::Plan;
@@ -36,7 +36,6 @@ pub(super) const O_OK: usize = 2;
 pub(super) const O_ERROR: usize = 3;
 /// `Pending::op` of untimed internal requests (prefill).
 pub(super) const INTERNAL: u16 = u16::MAX;
-pub(super) const NO_KEY: u64 = u64::MAX;
 pub(super) const MAX_SAMPLES: usize = 8;
 
 /// One op's counters and histograms (per thread, merged at the end).
@@ -240,10 +239,10 @@ pub(super) fn complete(
         Outcome::ServerError => E_SERVER,
         _ => E_PROTOCOL,
     };
-    if outcome == O_HIT && p.verify_key != NO_KEY {
+    if outcome == O_HIT && p.flags & P_VERIFY != 0 {
         if let Some(v) = value {
             let mut key = Vec::with_capacity(plan.prefix.len() + 20);
-            write_key(&mut key, &plan.prefix, &plan.key_lengths, p.verify_key);
+            write_key(&mut key, &plan.prefix, &plan.key_lengths, p.key);
             if !(plan.sizes.allows(v.len()) && verify_value(&key, v, &plan.filler)) {
                 outcome = O_ERROR;
                 err = E_VERIFY;
@@ -357,7 +356,6 @@ mod tests {
             timed,
             intended: 1_000,
             sent: 1_500,
-            verify_key: NO_KEY,
             bytes_out: 10,
             key: 0,
             size: 0,

@@ -4,12 +4,12 @@
 
 use super::conn::{
     connect, connect_to, Client, Completion, Pending, Sock, MAX_HOPS, P_ASKING, P_COUNTER,
-    P_RESENT, SKIP_MIN,
+    P_RESENT, P_VERIFY, SKIP_MIN,
 };
 use super::epoll::Epoll;
 use super::record::{
     complete, outage_scope, record_error, Recorder, E_CONNECTION, E_PROTOCOL, E_SERVER, E_TIMEOUT,
-    INTERNAL, NO_KEY,
+    INTERNAL,
 };
 use super::run::Shared;
 use super::sentinel;
@@ -426,7 +426,7 @@ impl Worker<'_> {
                     Parse::Need(k) => {
                         s.need = s.rpos + k;
                         s.head_first = false; // a value to read whole, or a head cut short
-                        if p.verify_key == NO_KEY && k >= avail.len() + SKIP_MIN && s.may_discard()
+                        if p.flags & P_VERIFY == 0 && k >= avail.len() + SKIP_MIN && s.may_discard()
                         {
                             // An unverified GET's large value: only its length counts, so
                             // the rest of it is discarded from the socket unread.
@@ -627,11 +627,14 @@ impl Worker<'_> {
                 (step.op, op.kind, intended, size)
             }
             Phase::Run => {
-                let x = self.rng.next_f64();
-                let op_idx = plan
-                    .cumulative
-                    .partition_point(|&c| c <= x)
-                    .min(plan.ops.len() - 1);
+                let op_idx = if plan.ops.len() == 1 {
+                    0 // a mix of one op: nothing to draw
+                } else {
+                    let x = self.rng.next_f64();
+                    plan.cumulative
+                        .partition_point(|&c| c <= x)
+                        .min(plan.ops.len() - 1)
+                };
                 let op = &plan.ops[op_idx];
                 let intended = if plan.open {
                     self.clients[c].next_intended
@@ -686,7 +689,6 @@ impl Worker<'_> {
                     timed,
                     intended,
                     sent: now,
-                    verify_key: NO_KEY,
                     bytes_out: 0,
                     key: self.keys[0],
                     size: size as u32,
@@ -701,14 +703,9 @@ impl Worker<'_> {
                 return Issue::Failed;
             }
         }
-        let verify_key = if matches!(kind, Kind::Get | Kind::Gets)
+        let verify = matches!(kind, Kind::Get | Kind::Gets)
             && plan.verify_fraction > 0.0
-            && self.rng.next_f64() < plan.verify_fraction
-        {
-            self.keys[0]
-        } else {
-            NO_KEY
-        };
+            && self.rng.next_f64() < plan.verify_fraction;
         let counter = op_idx == INTERNAL && kind == Kind::Incr;
         let hold = self.corks;
         let bytes = self.encode_request(si, op_idx, counter, size, hold);
@@ -721,11 +718,10 @@ impl Worker<'_> {
             timed,
             intended,
             sent: now,
-            verify_key,
             bytes_out: bytes as u32,
             key: self.keys[0],
             size: size as u32,
-            flags: if counter { P_COUNTER } else { 0 },
+            flags: if counter { P_COUNTER } else { 0 } | if verify { P_VERIFY } else { 0 },
             hops: 0,
         });
         s.unstamped += 1;
@@ -830,7 +826,6 @@ impl Worker<'_> {
                     timed: false,
                     flags: P_ASKING | P_RESENT,
                     bytes_out: 0,
-                    verify_key: NO_KEY,
                     ..p
                 });
                 queued += 1;
