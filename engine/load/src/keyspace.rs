@@ -98,32 +98,31 @@ const DIGIT_PAIRS: &[u8; 200] = b"\
 8081828384858687888990919293949596979899";
 
 /// Appends the decimal form of `v` without allocating. On the hot path of every request
-/// (keys, lengths): two digits per division, and the digits are copied as one 20-byte
-/// block (a fixed-size copy the compiler inlines) rather than a short `memcpy` call.
+/// (keys, lengths): two digits per division, written straight to their place in `out`
+/// (no scratch buffer: copying one back cost a `memcpy` call, or, as one wide copy, a
+/// store-forwarding stall).
 #[inline]
 pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut buf = [0u8; 40];
-    let mut pos = 20;
-    while v >= 100 {
-        let d = (v % 100) as usize * 2;
-        v /= 100;
-        pos -= 2;
-        buf[pos..pos + 2].copy_from_slice(&DIGIT_PAIRS[d..d + 2]);
-    }
-    if v >= 10 {
-        let d = v as usize * 2;
-        pos -= 2;
-        buf[pos..pos + 2].copy_from_slice(&DIGIT_PAIRS[d..d + 2]);
-    } else {
-        pos -= 1;
-        buf[pos] = b'0' + v as u8;
-    }
+    let n = v.checked_ilog10().map_or(1, |l| l as usize + 1);
+    out.reserve(n);
     let len = out.len();
-    out.reserve(20);
-    // SAFETY: `reserve` made room for 20 bytes past `len`; only the digits count.
+    // SAFETY: `reserve` made room for `n` bytes past `len`, and every one of them is
+    // written below (digits from the right) before `set_len` covers them.
     unsafe {
-        std::ptr::copy_nonoverlapping(buf.as_ptr().add(pos), out.as_mut_ptr().add(len), 20);
-        out.set_len(len + 20 - pos);
+        let dst = out.as_mut_ptr().add(len);
+        let mut pos = n;
+        while v >= 100 {
+            let d = (v % 100) as usize * 2;
+            v /= 100;
+            pos -= 2;
+            std::ptr::copy_nonoverlapping(DIGIT_PAIRS.as_ptr().add(d), dst.add(pos), 2);
+        }
+        if v >= 10 {
+            std::ptr::copy_nonoverlapping(DIGIT_PAIRS.as_ptr().add(v as usize * 2), dst, 2);
+        } else {
+            *dst = b'0' + v as u8;
+        }
+        out.set_len(len + n);
     }
 }
 

@@ -223,7 +223,8 @@ impl Sock {
 /// A logical client: one socket per server (as a memcached pool client holds), at most
 /// `pipeline` requests in flight, its own key picker and, in open loop, its schedule.
 pub(super) struct Client {
-    pub(super) socks: Vec<usize>,
+    /// Its first socket: socket `first_sock + k` is its connection to server `k`.
+    pub(super) first_sock: usize,
     pub(super) inflight: usize,
     pub(super) next_intended: u64,
     pub(super) arrivals: Arrivals,

@@ -482,6 +482,13 @@ impl Worker<'_> {
         }
     }
 
+    /// Client `c`'s sockets, one per server, in the plan's order.
+    #[inline]
+    fn socks_of(&self, c: usize) -> std::ops::Range<usize> {
+        let first = self.clients[c].first_sock;
+        first..first + self.plan.servers.len()
+    }
+
     /// Whether a client may send now, given the phase, the schedule and the limits.
     #[inline]
     fn may_issue(&self, c: usize, now: u64) -> bool {
@@ -538,8 +545,7 @@ impl Worker<'_> {
             }
         }
         if any {
-            for k in 0..self.clients[c].socks.len() {
-                let si = self.clients[c].socks[k];
+            for si in self.socks_of(c) {
                 if self.socks[si].unstamped > 0 {
                     self.flush(si);
                 }
@@ -559,10 +565,8 @@ impl Worker<'_> {
     fn top_up_held(&mut self, c: usize, now: u64) {
         self.send_held(c, false);
         let full = |w: &Self| {
-            w.clients[c]
-                .socks
-                .iter()
-                .any(|&si| w.socks[si].held_ops >= w.plan.pipeline)
+            w.socks_of(c)
+                .any(|si| w.socks[si].held_ops >= w.plan.pipeline)
         };
         let mut down = false;
         while !full(self) && self.may_issue(c, now) {
@@ -580,8 +584,7 @@ impl Worker<'_> {
     /// pipeline, or any part of one when `partial`.
     fn send_held(&mut self, c: usize, partial: bool) {
         let whole = self.plan.pipeline;
-        for k in 0..self.clients[c].socks.len() {
-            let si = self.clients[c].socks[k];
+        for si in self.socks_of(c) {
             let s = &mut self.socks[si];
             if s.held_ops > 0 && s.awaiting() == 0 && (partial || s.held_ops >= whole) {
                 s.release_held();
@@ -679,7 +682,7 @@ impl Worker<'_> {
         {
             server = self.read_server(server);
         }
-        let si = self.clients[c].socks[server];
+        let si = self.clients[c].first_sock + server;
         let timed = self.phase == Phase::Run && intended >= self.measure_start;
         if self.socks[si].fd < 0 {
             if let Err(m) = self.reconnect(si, now) {
@@ -805,7 +808,7 @@ impl Worker<'_> {
             if !ask {
                 self.slots[slot as usize] = server as u16;
             }
-            let si = self.clients[c].socks[server];
+            let si = self.clients[c].first_sock + server;
             if self.socks[si].fd < 0 {
                 if let Err(m) = self.reconnect(si, now) {
                     record_error(&mut self.rec, plan, &p, E_CONNECTION, self.shared.now());
@@ -1195,7 +1198,8 @@ pub(super) fn run(
     let mut pending_attach = Vec::new();
     for (g, per) in group {
         let c = w.clients.len();
-        let mut socks = Vec::new();
+        let first_sock = w.socks.len();
+        debug_assert_eq!(per.len(), plan.servers.len());
         for (server, stream) in per.into_iter().enumerate() {
             let si = w.socks.len();
             let mut sock = Sock::new(server, c, plan.pipeline);
@@ -1205,10 +1209,9 @@ pub(super) fn run(
                 None => (sock.rbuf, sock.wbuf) = (Vec::new(), OutBuf::with_capacity(0)),
             }
             w.socks.push(sock);
-            socks.push(si);
         }
         w.clients.push(Client {
-            socks,
+            first_sock,
             inflight: 0,
             next_intended: 0,
             arrivals: Arrivals::fixed(1.0),
