@@ -53,9 +53,10 @@ $(VENV)/.stamp-install: $(VENV)/bin/python pyproject.toml $(ENGINE_SOURCES)
 	$(BIN)/pip install -q -e '.[all]'  # every backend's client: the presets use them
 	touch $@
 
-$(VENV)/.stamp-test: $(VENV)/.stamp-install
+# .[test,all] holds .[all]: one install (one engine build) stands for both stamps
+$(VENV)/.stamp-test: $(VENV)/bin/python pyproject.toml $(ENGINE_SOURCES)
 	$(BIN)/pip install -q -e '.[test,all]'
-	touch $@
+	touch $(VENV)/.stamp-install $@
 
 lint: setup-test
 	$(BIN)/ruff check src tests benchmarks
