@@ -28,9 +28,8 @@ bytecode: $(VENV)/bin/python
 	$(BIN)/python -m compileall -q src > /dev/null
 
 # the Rust workspace's checks: formatting, lints, its tests (a debug build, beside the release one pip makes)
-# (cargo without make's MAKEFLAGS/MFLAGS: it keeps its own jobs, not a warning per doctest about make's jobserver;
-# niced: beside pip, the release build that the Python tests wait for goes first)
-engine-check: CARGO := env -u MAKEFLAGS -u MFLAGS nice -n 10 cargo
+# (cargo without make's MAKEFLAGS/MFLAGS: it keeps its own jobs, not a warning per doctest about make's jobserver)
+engine-check: CARGO := env -u MAKEFLAGS -u MFLAGS cargo
 engine-check:
 	cd engine && $(CARGO) fmt --all --check
 	cd engine && $(CARGO) clippy --workspace --all-targets --quiet -- -D warnings
