@@ -10,22 +10,30 @@ ENGINE_SOURCES := $(shell find engine -name '*.rs' -o -name 'Cargo.toml' -o -nam
 DRIVER_SOURCES := $(shell find drivers -name build.sh -o -name '*.go' -o -name go.mod -o -name go.sum -o -name pom.xml \
                     -o -name '*.java' -o -name package.json -o -name package-lock.json | grep -v -e node_modules -e target)
 
-.PHONY: run test setup setup-test bytecode packages-run packages-test drivers lint bench clean
+.PHONY: run test setup setup-test bytecode engine-check packages-run packages-test drivers lint bench clean
 
 run: packages-run setup bytecode
 	$(BIN)/cachemark run
 
-test: packages-test setup-test bytecode
-	cd engine && cargo fmt --all --check
-	cd engine && cargo clippy --workspace --all-targets --quiet -- -D warnings
-	cd engine && cargo test --workspace --quiet
+# The set-up and the engine's own checks run side by side (-j2): pip, its downloads and the Maven/npm
+# drivers leave a core idle that clippy and the debug build use. -O prints each one's output whole.
+test: packages-test
+	$(MAKE) -j2 -O --no-print-directory setup-test bytecode engine-check
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
 
 # cachemark's own modules compiled once (an up-to-date one is skipped): with PYTHONDONTWRITEBYTECODE set,
 # as in many CI images, every process would otherwise compile them again (~0.3 s per CLI or worker start)
-bytecode:
+bytecode: $(VENV)/bin/python
 	$(BIN)/python -m compileall -q src > /dev/null
+
+# the Rust workspace's checks: formatting, lints, its tests (a debug build, beside the release one pip makes)
+# (cargo without make's MAKEFLAGS/MFLAGS: it keeps its own jobs, not a warning per doctest about make's jobserver)
+engine-check: CARGO := env -u MAKEFLAGS -u MFLAGS cargo
+engine-check:
+	cd engine && $(CARGO) fmt --all --check
+	cd engine && $(CARGO) clippy --workspace --all-targets --quiet -- -D warnings
+	cd engine && $(CARGO) test --workspace --quiet
 
 packages-run:
 	@scripts/ensure-packages.sh $(RUN_PACKAGES)
@@ -53,9 +61,10 @@ $(VENV)/.stamp-install: $(VENV)/bin/python pyproject.toml $(ENGINE_SOURCES)
 	$(BIN)/pip install -q -e '.[all]'  # every backend's client: the presets use them
 	touch $@
 
-$(VENV)/.stamp-test: $(VENV)/.stamp-install
+# .[test,all] holds .[all]: one install (one engine build) stands for both stamps
+$(VENV)/.stamp-test: $(VENV)/bin/python pyproject.toml $(ENGINE_SOURCES)
 	$(BIN)/pip install -q -e '.[test,all]'
-	touch $@
+	touch $(VENV)/.stamp-install $@
 
 lint: setup-test
 	$(BIN)/ruff check src tests benchmarks
