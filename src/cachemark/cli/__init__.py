@@ -343,26 +343,6 @@ app.command("capture")(capture_command)
 app.add_typer(trace_app, name="trace")
 
 
-def _redeliver_interrupts(default: Any) -> Any:
-    """A Ctrl-C that lands in a destructor (redis-py's ``Pipeline.__del__``, Dask's futures, run
-    by the garbage collector) is swallowed by Python with an "Exception ignored" traceback:
-    deliver it again, a moment later. Not from the hook itself: a signal raised there is
-    handled before the hook returns, and Python swallows an exception of the hook as well."""
-    import os
-    import signal
-    import threading
-
-    def hook(unraisable: Any) -> None:
-        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
-            again = threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT))
-            again.daemon = True
-            again.start()
-            return
-        default(unraisable)
-
-    return hook
-
-
 def _interrupt_on(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # the path Ctrl-C takes: workers stopped, servers and temp dirs removed
 
@@ -376,7 +356,9 @@ def main() -> None:
     # `timeout`, a CI cancel or a closed terminal must clean up like Ctrl-C does
     for name in ("SIGTERM", "SIGHUP"):
         signal.signal(getattr(signal, name), _interrupt_on)
-    sys.unraisablehook = _redeliver_interrupts(sys.unraisablehook)
+    from ..interrupts import redeliver_interrupts
+
+    sys.unraisablehook = redeliver_interrupts(sys.unraisablehook)
     try:
         app()  # typer: usage errors exit 2, KeyboardInterrupt exits 130
     except UserError as exc:

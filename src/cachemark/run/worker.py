@@ -28,6 +28,7 @@ import numpy as np
 from ..backends import create_backend
 from ..backends.base import Backend
 from ..errors import BackendUnavailable, PrefillFailed, UserError, is_bug
+from ..interrupts import redeliver_interrupts
 from ..measure.outage import WriteOutages
 from ..measure.recorder import ERROR, FLUSH_AT, HIT, MISS, OK, Recorder
 from ..schemes import scheme
@@ -551,6 +552,19 @@ def _interrupt_once(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _rearm() -> None:
+    """The interrupt `_interrupt_once` raised was swallowed (a destructor or an import's weakref
+    callback ran it): the next one, redelivered (`interrupts`), counts as the first."""
+    global _stopping
+    _stopping = False
+
+
+def _listen_for_interrupts() -> None:
+    """SIGINT stops the work once (`_interrupt_once`), also when it lands in a destructor."""
+    signal.signal(signal.SIGINT, _interrupt_once)
+    sys.unraisablehook = redeliver_interrupts(sys.__unraisablehook__, rearm=_rearm)
+
+
 def _deaf() -> None:
     """Ignore Ctrl-C from here on (we are ending anyway)."""
     global _stopping
@@ -607,7 +621,7 @@ class _Held:
 
 
 def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
-    signal.signal(signal.SIGINT, _interrupt_once)
+    _listen_for_interrupts()
     # The fork server was started with the terminal's signals blocked (runner): a Ctrl-C that
     # came meanwhile arrives here, as KeyboardInterrupt. SIGTERM and SIGHUP stay ignored
     # (preload); SIGINT is how the parent stops us.
