@@ -12,6 +12,10 @@ A build is a source tree whose cachemark package holds its `_engine.abi3.so`, e.
 
     cp -r src /tmp/before && (change, rebuild, copy the .so into src/cachemark)
     python benchmarks/engine_ab.py /tmp/before src --pipeline 16 --pairs 8
+
+or one tree run two ways (engine config keys for each side, JSON):
+
+    python benchmarks/engine_ab.py src src --config-b '{"io": "epoll"}'
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import sys
 from cachemark.lab.base import free_port, wait_for_port
 
 
-def one_run(port: int, protocol: str, c: int, p: int, d: int, seconds: float) -> dict:
+def one_run(port: int, protocol: str, c: int, p: int, d: int, seconds: float, extra: dict) -> dict:
     """In the child: one engine run; its throughput, CPU per op and user/system ns per op."""
     from cachemark.engine import run_load
 
@@ -38,7 +42,7 @@ def one_run(port: int, protocol: str, c: int, p: int, d: int, seconds: float) ->
         "connections": c, "pipeline": p, "duration_s": seconds, "warmup_s": 0.3,
         "keys": {"count": 1000, "prefix": "cm:ab:"}, "values": {"sizes": [[d, 1]]}, "mix": mix,
         "verify_fraction": 0.01,
-    })
+    } | extra)
     after = resource.getrusage(resource.RUSAGE_SELF)
     ops = sum(o["count"] for o in res["ops"].values())
     return {
@@ -50,9 +54,9 @@ def one_run(port: int, protocol: str, c: int, p: int, d: int, seconds: float) ->
     }
 
 
-def run_build(src: str, args, port: int, protocol: str) -> dict:
+def run_build(src: str, args, port: int, protocol: str, extra: dict) -> dict:
     argv = [sys.executable, __file__, "--child", str(port), protocol, str(args.connections), str(args.pipeline),
-            str(args.value_size), str(args.seconds)]
+            str(args.value_size), str(args.seconds), json.dumps(extra)]
     env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
     out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, timeout=120)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -60,8 +64,8 @@ def run_build(src: str, args, port: int, protocol: str) -> dict:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        port, protocol, c, p, d, seconds = sys.argv[2:8]
-        print(json.dumps(one_run(int(port), protocol, int(c), int(p), int(d), float(seconds))))
+        port, protocol, c, p, d, seconds, extra = sys.argv[2:9]
+        print(json.dumps(one_run(int(port), protocol, int(c), int(p), int(d), float(seconds), json.loads(extra))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("a", help="source tree of build A (the reference)")
@@ -72,9 +76,21 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--memcached", action="store_true", help="memcached (90/10 get/set) instead of Redis GETs")
+    ap.add_argument("--tls", action="store_true", help="a TLS redis-server (the lab's spawn:redis?tls=1)")
+    ap.add_argument("--config-a", type=json.loads, default={}, help="engine config keys for A's runs (JSON)")
+    ap.add_argument("--config-b", type=json.loads, default={}, help="engine config keys for B's runs (JSON)")
     args = ap.parse_args()
     port = free_port()
-    if args.memcached:
+    tls: dict = {}
+    if args.tls:
+        from cachemark.engine import target_config
+        from cachemark.lab import server_class
+
+        server = server_class("redis")(tls=1).start()
+        port, protocol = server.port, "resp2"
+        tls = {"tls": target_config(server.url() + "&client=engine")["tls"]}
+        args.config_a, args.config_b = tls | args.config_a, tls | args.config_b
+    elif args.memcached:
         argv = ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "1024"]
         server = subprocess.Popen(argv + (["-u", "root"] if os.geteuid() == 0 else []))
         protocol = "memcache_text"
@@ -84,20 +100,25 @@ def main() -> int:
         protocol = "resp2"
     ratios: dict[str, list[float]] = {"cpu_us": [], "user_ns": [], "sys_ns": [], "ops_s": []}
     try:
-        wait_for_port("127.0.0.1", port, 10, server)
+        if not tls:
+            wait_for_port("127.0.0.1", port, 10, server)
         for i in range(args.pairs):
             order = ("a", "b") if i % 2 == 0 else ("b", "a")
-            got = {side: run_build(getattr(args, side), args, port, protocol) for side in order}
+            got = {side: run_build(getattr(args, side), args, port, protocol, getattr(args, f"config_{side}"))
+                   for side in order}
             a, b = got["a"], got["b"]
             for k in ratios:
                 ratios[k].append(b[k] / a[k])
             print(f"pair {i + 1}: A {a['ops_s']:>9,.0f} ops/s {a['cpu_us']:.3f} µs/op (user {a['user_ns']:.0f} ns)   "
                   f"B {b['ops_s']:>9,.0f} ops/s {b['cpu_us']:.3f} µs/op (user {b['user_ns']:.0f} ns)", flush=True)
     finally:
-        server.terminate()
-        server.wait()
+        if tls:
+            server.stop()
+        else:
+            server.terminate()
+            server.wait()
     print(f"\nB/A, medians of {args.pairs} paired ratios (c={args.connections}, P={args.pipeline}, "
-          f"d={args.value_size}, {args.seconds:g} s runs, {protocol}):")
+          f"d={args.value_size}, {args.seconds:g} s runs, {protocol}{' over TLS' if tls else ''}):")
     for k, label in (("cpu_us", "client CPU per op"), ("user_ns", "user time per op"),
                      ("sys_ns", "system time per op"), ("ops_s", "throughput")):
         print(f"  {label:<20} {statistics.median(ratios[k]):.3f}  (range {min(ratios[k]):.3f}–{max(ratios[k]):.3f})")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cachemark.errors import SpecError
-from cachemark.lab.redis_cluster import RedisClusterServer, command, slot_ranges
+from cachemark.lab.redis_cluster import ClusterNode, RedisClusterServer, command, slot_ranges
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_cli, start_server  # noqa: E402, F401 - run_cli: the cachemark fixture's
@@ -210,13 +210,7 @@ def test_engine_follows_a_slot_migrated_mid_run(spawn, namespace, load):
     load = threading.Thread(target=lambda: out.update(result=run_load(config)))
     load.start()
     time.sleep(1.0)
-    command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
-    command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
-    while keys := command(source, "CLUSTER", "GETKEYSINSLOT", slot, 100):
-        command(source, "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys)
-        time.sleep(0.3)  # the slot stays half-moved a while: requests for it are ASKed over
-    for node in (target, source):
-        command(node, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+    _migrate(slot, source, target)
     load.join(timeout=30)
     result = out["result"]
     get = result["ops"]["get"]
@@ -225,6 +219,60 @@ def test_engine_follows_a_slot_migrated_mid_run(spawn, namespace, load):
     assert not get["errors"] and not result["ops"]["set"]["errors"], result["errors_sample"]
     assert get["hits"] == get["count"]  # prefilled, nothing deleted: every read found its key, wherever it was
     assert command(target, "EXISTS", namespace + "0") == 1
+
+
+def _migrate(slot: int, source: ClusterNode, target: ClusterNode) -> None:
+    """Moves ``slot`` and its keys from ``source`` to ``target`` as redis-cli's resharding does."""
+    command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+    command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+    while keys := command(source, "CLUSTER", "GETKEYSINSLOT", slot, 100):
+        command(source, "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys)
+        time.sleep(0.3)  # the slot stays half-moved a while: requests for it are ASKed over
+    for node in (target, source):
+        command(node, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+
+
+def test_engine_follows_a_node_that_joins_the_cluster_mid_run(spawn, namespace):
+    """A node added while the run goes on and given a slot (a cluster grown by resharding): the engine
+    learns it from the first ASK, connects to it, and sends the slot's keys there once MOVED says so.
+    The new node's own counters show the reads; no op fails, and the result names the node."""
+    import threading
+
+    from cachemark.engine import run_load
+    from cachemark.report.data import cluster_note
+
+    cluster = spawn("redis-cluster", nodes=2)
+    joiner = ClusterNode().start()
+    try:
+        joiner.node_id = command(joiner, "CLUSTER", "MYID")
+        command(cluster.primaries[0], "CLUSTER", "MEET", joiner.host, joiner.port, joiner.bus_port)
+        deadline = time.monotonic() + 20  # a node with no slots is in no slot map: the run starts without it
+        while not all(f in command(joiner, "CLUSTER", "INFO") for f in ("cluster_known_nodes:3", "state:ok")):
+            assert time.monotonic() < deadline, "the new node never met the cluster"
+            time.sleep(0.05)
+        slot = command(cluster.primaries[0], "CLUSTER", "KEYSLOT", namespace + "0")
+        config = _engine_config(cluster, namespace, duration_s=3.0, on_error="continue", threads=2,
+                                keys={"count": 20, "prefix": namespace, "dist": "uniform"},
+                                mix=[{"op": "get", "weight": 8}, {"op": "set", "weight": 2}])
+        out: dict = {}
+        load = threading.Thread(target=lambda: out.update(result=run_load(config)))
+        load.start()
+        time.sleep(1.0)
+        _migrate(slot, _owner(cluster, slot), joiner)
+        reads_before = _gets(joiner)
+        load.join(timeout=30)
+        result = out["result"]
+        get = result["ops"]["get"]
+        assert result["cluster"]["joined"] == [f"{joiner.host}:{joiner.port}"], result["cluster"]
+        assert result["cluster"]["moved"] >= 1 and result["cluster"]["ask"] >= 1, result["cluster"]
+        assert not get["errors"] and not result["ops"]["set"]["errors"], result["errors_sample"]
+        assert get["hits"] == get["count"]  # prefilled, nothing deleted: every read found its key, wherever it was
+        assert _gets(joiner) - reads_before > 100  # after the move, the slot's reads went to the new node
+        assert result["connections"] == 4 * 2  # the start map's: the joined node's sockets came later
+        # the reports' cluster line (terminal, Markdown, HTML) names it
+        assert f", 1 node joined ({joiner.host}:{joiner.port})" in cluster_note(result["cluster"])
+    finally:
+        joiner.stop()
 
 
 def test_python_path_has_its_redirects_counted_by_the_nodes(spawn):
@@ -334,14 +382,6 @@ def test_a_cluster_failover_is_followed_and_its_write_outage_timed(spawn, tmp_pa
     assert f"failover: writes failed for {outage['duration_s']:.1f} s" in output, output
 
 
-def _gets(node: object) -> int:
-    """GETs a node has served (``INFO commandstats``)."""
-    for line in command(node, "INFO", "commandstats").splitlines():
-        if line.startswith("cmdstat_get:"):
-            return int(line.split("calls=", 1)[1].split(",", 1)[0])
-    return 0
-
-
 def test_engine_refuses_what_cluster_mode_cannot_route(cluster, redis_server):
     from cachemark.engine import run_load, target_config
     from cachemark.errors import BackendUnavailable
@@ -439,6 +479,36 @@ def test_engine_reads_from_replicas_in_rotation_when_asked(spawn, namespace, cac
                      "--keys", "300", "--mix", "get=80,set=20", "-o", str(tmp_path / "r.json"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "cluster: 3 primaries (+3 replicas read from), 0 MOVED, 0 ASK" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_engine_reads_from_the_primary_while_a_replica_is_down(spawn, namespace):
+    """A replica read from (read_from_replicas=1) killed mid-run: the reads in flight on it fail, and its
+    turns then go to its primary (a reconnect is tried every 100 ms), as redis-py's retry goes to the next
+    node — not a connection error per turn for the rest of the run."""
+    import threading
+
+    from cachemark.engine import run_load, target_config
+
+    cluster = spawn("redis-cluster", nodes=3, replicas=1)
+    victim = cluster.nodes[3]
+    config = target_config(cluster.url() + "?client=engine&read_from_replicas=1") | {
+        "connections": 4, "pipeline": 4, "duration_s": 3.0, "on_error": "continue", "timeout_ms": 1000,
+        "verify_fraction": 0.0, "keys": {"count": 2000, "prefix": namespace, "dist": "uniform"},
+        "mix": [{"op": "get", "weight": 9}, {"op": "set", "weight": 1}]}
+    out: dict = {}
+    load = threading.Thread(target=lambda: out.update(result=run_load(config)))
+    load.start()
+    time.sleep(1.0)
+    victim.kill()
+    load.join(timeout=30)
+    result = out["result"]
+    get = result["ops"]["get"]
+    failed = sum(get["errors"].values())
+    # at most the reads in flight on the victim when it died: a pipeline sent and one held, per client
+    assert failed <= 4 * 2 * 4, (get["errors"], result["errors_sample"])
+    assert get["hits"] == get["count"] - failed > 5000
+    assert any(str(victim.port) in m and "reads go to the primary" in m for m in result["errors_sample"])
+    assert not result["ops"]["set"]["errors"]
 
 
 def test_replicas_follow_their_primaries_and_serve_reads_when_asked(spawn):

@@ -156,11 +156,13 @@ def proxy_overhead_note(document: dict[str, Any]) -> str | None:
 
 
 def cluster_note(cluster: dict[str, Any]) -> str:
-    """``cluster: 3 primaries, 12 MOVED, 4 ASK (the slot map changed during the run: …)``."""
+    """``cluster: 3 primaries, 12 MOVED, 4 ASK, 1 node joined (…) (slots moved during the run — …)``."""
     moved, ask = cluster.get("moved", 0), cluster.get("ask", 0)
     # replicas: the engine read from them too (read_from_replicas=1)
     replicas = f" (+{cluster['replicas']} replicas read from)" if "replicas" in cluster else ""
     text = f"cluster: {cluster.get('primaries', 0)} primaries{replicas}, {moved:,} MOVED, {ask:,} ASK"
+    if joined := cluster.get("joined"):  # the engine: nodes added to the cluster while it ran, and followed
+        text += f", {len(joined)} node{'s' if len(joined) > 1 else ''} joined ({', '.join(joined)})"
     if moved or ask:
         text += (" (slots moved during the run — resharding or a failover; each redirected op "
                  "includes its second round trip)")

@@ -145,6 +145,16 @@ class WriteOutage(_Record):
     server: str | None = None  # where the writes that succeeded went (a Sentinel target's new primary)
 
 
+class ClusterFigures(_Record):
+    """A Redis Cluster run: the map read at the start, the redirects its nodes answered, nodes that joined."""
+
+    primaries: Count = 0
+    moved: Count = 0
+    ask: Count = 0
+    replicas: Count | None = None  # the engine with read_from_replicas=1: the replicas read from
+    joined: list[str] | None = None  # the engine: nodes that joined the cluster during the run (addresses)
+
+
 class Phase(_Record):
     """One timed phase of a run."""
 
@@ -162,8 +172,7 @@ class Phase(_Record):
     timeseries: list[TimeseriesEntry] | None = None
     server: ServerFigures | None = None
     write_outages: list[WriteOutage] | None = None  # absent when no write failed
-    # Redis Cluster on the engine: primaries, and the MOVED / ASK redirects its nodes answered
-    cluster: dict[str, Count] | None = None
+    cluster: ClusterFigures | None = None
 
 
 class ServerRecord(_Record):

@@ -40,6 +40,8 @@ pub(super) struct Shared {
     ok: AtomicU64,
     failed: [AtomicU64; 6],
     last_error: Mutex<Option<String>>,
+    /// Redis Cluster: nodes learned during the run (one added and given slots).
+    pub(super) joined: topology::Joined,
 }
 
 impl Shared {
@@ -55,6 +57,7 @@ impl Shared {
             ok: AtomicU64::new(0),
             failed: Default::default(),
             last_error: Mutex::new(None),
+            joined: topology::Joined::default(),
         }
     }
 
@@ -242,6 +245,11 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
                         plan
                     }
                 },
+                // A thread's last slot map may name nodes that joined the cluster meanwhile.
+                None if plan.cluster => {
+                    followed = shared.joined.extend(plan);
+                    &followed
+                }
                 None => plan,
             };
             let (dropped, msgs) = canaries(canary_plan, n, &mut rng, slots.map(|s| s.as_slice()));
@@ -267,11 +275,8 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         "stopped_on_errors": control.stopped_on_errors,
         "missed": total.missed,
         "prefill_errors": total.prefill_errors,
-        "cluster": if plan.cluster && plan.read_from_replicas {
-            json!({"primaries": plan.primaries, "replicas": plan.servers.len() - plan.primaries,
-                   "moved": total.moved, "ask": total.ask})
-        } else if plan.cluster {
-            json!({"primaries": plan.primaries, "moved": total.moved, "ask": total.ask})
+        "cluster": if plan.cluster {
+            cluster_json(plan, &total, shared.joined.names())
         } else {
             Value::Null
         },
@@ -281,6 +286,19 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         "start_ns": measure_start + shared.mono_epoch,
         "write_outages": outage::to_json(&total.outages.windows, shared.mono_epoch),
     }))
+}
+
+/// The result's `cluster`: the map read at the start (primaries; the replicas when read
+/// from), the redirects answered, and the nodes that joined during the run, if any.
+fn cluster_json(plan: &Plan, total: &Recorder, joined: Vec<String>) -> Value {
+    let mut out = json!({"primaries": plan.primaries, "moved": total.moved, "ask": total.ask});
+    if plan.read_from_replicas {
+        out["replicas"] = json!(plan.servers.len() - plan.primaries);
+    }
+    if !joined.is_empty() {
+        out["joined"] = json!(joined);
+    }
+    out
 }
 
 /// CLOCK_MONOTONIC now, in ns: the clock of Python's `time.perf_counter_ns()` (and of

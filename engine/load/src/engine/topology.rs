@@ -3,7 +3,8 @@
 //! the plan is rewritten to the primaries it names, with the owner of every hash slot, and
 //! their replicas after them. Seeds are tried in order; the run is unavailable only when
 //! none answers. A load thread that cannot reach a node asks the others again
-//! ([`slot_ranges`]), so it follows a failover to a replica.
+//! ([`slot_ranges`]), so it follows a failover to a replica; a node that joins the cluster
+//! during the run is learned from the first redirect to it ([`Joined`]).
 
 use super::conn::{connect, read_some};
 use super::run::RunError;
@@ -11,8 +12,9 @@ use crate::cluster::{parse_slots, SlotRange, SLOTS, UNOWNED};
 use crate::config::{Plan, ServerAddr};
 use crate::proto::{self, Kind, Parse};
 use crate::tls::sni;
+use rustls::pki_types::ServerName;
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Largest `CLUSTER SLOTS` reply read (a cluster of hundreds of nodes fits easily).
@@ -141,4 +143,66 @@ fn ask_seed(plan: &Plan, seed: usize, timeout: Duration) -> Result<Plan, RunErro
     out.primaries = primaries;
     out.replicas = Arc::new(replicas);
     Ok(out)
+}
+
+/// Nodes a run follows beyond those of the slot map read at the start (a cluster grown by
+/// resharding while it runs): each client keeps a socket's room for each.
+pub(super) const JOINED_MAX: usize = 8;
+
+/// A node the slot map read at the start did not name, learned during the run from a
+/// redirect to it or a refreshed slot map: one added to the cluster and given slots. Its
+/// index is `plan.servers.len()` + its place in [`Joined`], the same in every load thread.
+#[derive(Clone)]
+pub(super) struct JoinedNode {
+    pub(super) addr: ServerAddr,
+    pub(super) name: String,
+    /// Verified by its own address, as the nodes of the start map are (TLS only).
+    pub(super) tls_name: Option<ServerName<'static>>,
+}
+
+/// The run's joined nodes, in the order the load threads learned them (each thread keeps a
+/// copy, refreshed when it meets an address it does not know).
+#[derive(Default)]
+pub(super) struct Joined(Mutex<Vec<JoinedNode>>);
+
+impl Joined {
+    /// Adds node `addr` (`host:port`, as a node named it) unless known; the nodes known now.
+    /// Past [`JOINED_MAX`], or for an address that cannot be connected to, says why not.
+    pub(super) fn learn(&self, plan: &Plan, addr: &str) -> Result<Vec<JoinedNode>, String> {
+        let mut nodes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !nodes.iter().any(|n| n.name == addr) {
+            if nodes.len() >= JOINED_MAX {
+                return Err(format!(
+                    "{addr}: a node that joined the cluster during the run, after the {JOINED_MAX} followed"
+                ));
+            }
+            let tls_name = match plan.tls {
+                Some(_) => Some(sni(plan.tls_server_name.as_deref(), addr)?),
+                None => None,
+            };
+            nodes.push(JoinedNode {
+                addr: ServerAddr::parse(addr).map_err(|m| format!("{addr}: {m}"))?,
+                name: addr.to_string(),
+                tls_name,
+            });
+        }
+        Ok(nodes.clone())
+    }
+
+    /// Their addresses, for the result.
+    pub(super) fn names(&self) -> Vec<String> {
+        let nodes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// `plan` with the joined nodes after its own: a load thread's last slot map may name them.
+    pub(super) fn extend(&self, plan: &Plan) -> Plan {
+        let mut out = plan.clone();
+        for n in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            out.servers.push(n.addr.clone());
+            out.server_names.push(n.name.clone());
+            out.tls_names.extend(n.tls_name.clone());
+        }
+        out
+    }
 }

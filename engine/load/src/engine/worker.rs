@@ -14,7 +14,7 @@ use super::record::{
 use super::run::Shared;
 use super::sentinel;
 use super::stream::Stream;
-use super::topology;
+use super::topology::{self, JoinedNode, JOINED_MAX};
 use super::uring::Uring;
 use crate::arrivals::Arrivals;
 use crate::cluster::{key_slot, parse_redirect, UNOWNED};
@@ -88,9 +88,14 @@ struct Worker<'a> {
     /// next pass of the loop, without sleeping.
     retry_soon: bool,
     /// Redis Cluster: this thread's slot map (slot → server), corrected by `MOVED`, and
-    /// the redirected requests of the reply being read: (request, ASK?, slot, new server).
+    /// the redirected requests of the reply being read: (request, ASK?, slot, node named).
     slots: Vec<u16>,
-    redirected: Vec<(Pending, bool, u16, Option<usize>)>,
+    redirected: Vec<(Pending, bool, u16, String)>,
+    /// Redis Cluster: this thread's copy of the nodes that joined during the run (servers
+    /// `plan.servers.len()..`), and the sockets each client has room for (those of the
+    /// start map, then one per node that may join).
+    joined: Vec<JoinedNode>,
+    room: usize,
     /// Redis Cluster: when this thread last asked the nodes for the slot map after one
     /// could not be reached (`refresh_slots`).
     slots_asked_at: Option<u64>,
@@ -109,7 +114,36 @@ impl Worker<'_> {
     fn server_name(&self, server: usize) -> &str {
         match &self.primary {
             Some(p) => &p.name,
-            None => &self.plan.server_names[server],
+            None => node_name(self.plan, &self.joined, server),
+        }
+    }
+
+    /// Redis Cluster: the server index of node `addr` (as a redirect or slot map names it);
+    /// a node the start map did not name has joined the cluster: learned, and connected to
+    /// on first use.
+    fn node_index(&mut self, addr: &str) -> Result<usize, String> {
+        let base = self.plan.servers.len();
+        let known = |joined: &[JoinedNode]| joined.iter().position(|n| n.name == addr);
+        if let Some(i) = self.plan.server_names.iter().position(|n| n == addr) {
+            return Ok(i);
+        }
+        if let Some(j) = known(&self.joined) {
+            return Ok(base + j);
+        }
+        self.joined = self.shared.joined.learn(self.plan, addr)?;
+        Ok(base + known(&self.joined).expect("learned"))
+    }
+
+    /// Opens a connection to server `server`: one of the plan's, or a node that joined.
+    fn connect_node(&self, server: usize, wait: Duration) -> Result<Stream, String> {
+        let plan = self.plan;
+        match server.checked_sub(plan.servers.len()) {
+            None => connect(plan, server, wait),
+            Some(j) => {
+                let n = &self.joined[j];
+                let tls = plan.tls.as_ref().zip(n.tls_name.as_ref());
+                connect_to(plan, &n.addr, &n.name, tls, wait)
+            }
         }
     }
 
@@ -123,7 +157,10 @@ impl Worker<'_> {
         s.sending.clear();
         s.spos = 0;
         match self.uring.as_mut() {
-            Some(u) => s.fixed = u.register(si, s.fd),
+            Some(u) => {
+                s.fixed = u.register(si, s.fd);
+                u.arm(si);
+            }
             None => self.epoll.add(si, s),
         }
     }
@@ -380,8 +417,8 @@ impl Worker<'_> {
                     {
                         let m = r.message.clone().expect("checked above");
                         let to = parse_redirect(&avail[m]).expect("checked above");
-                        let server = plan.server_names.iter().position(|n| n == to.addr);
-                        self.redirected.push((p, to.ask, to.slot, server));
+                        self.redirected
+                            .push((p, to.ask, to.slot, to.addr.to_string()));
                         s.rpos += r.consumed;
                         s.inflight.pop_front();
                         done += 1;
@@ -412,7 +449,7 @@ impl Worker<'_> {
                         {
                             let name = match &self.primary {
                                 Some(primary) => primary.name.as_str(),
-                                None => plan.server_names[s.server].as_str(),
+                                None => node_name(plan, &self.joined, s.server),
                             };
                             self.rec
                                 .outages
@@ -482,11 +519,17 @@ impl Worker<'_> {
         }
     }
 
-    /// Client `c`'s sockets, one per server, in the plan's order.
+    /// Client `c`'s sockets, one per server, in the plan's order (then a cluster's joined nodes).
     #[inline]
     fn socks_of(&self, c: usize) -> std::ops::Range<usize> {
         let first = self.clients[c].first_sock;
-        first..first + self.plan.servers.len()
+        first..first + self.room
+    }
+
+    /// Client `c`'s socket to server `server`.
+    #[inline]
+    fn sock_of(&self, c: usize, server: usize) -> usize {
+        self.clients[c].first_sock + server
     }
 
     /// Whether a client may send now, given the phase, the schedule and the limits.
@@ -675,17 +718,35 @@ impl Worker<'_> {
                 (op_idx as u16, kind, intended, size)
             }
         };
-        let mut server = self.server_of(kind, self.keys[0]);
-        if plan.read_from_replicas
+        let owner = self.server_of(kind, self.keys[0]);
+        let mut si = if plan.read_from_replicas
             && op_idx != INTERNAL
             && matches!(kind, Kind::Get | Kind::Gets | Kind::Exists | Kind::MGet(_))
         {
-            server = self.read_server(server);
-        }
-        let si = self.clients[c].first_sock + server;
+            let server = self.read_server(c, owner, now);
+            self.sock_of(c, server)
+        } else {
+            self.sock_of(c, owner)
+        };
         let timed = self.phase == Phase::Run && intended >= self.measure_start;
         if self.socks[si].fd < 0 {
-            if let Err(m) = self.reconnect(si, now) {
+            let mut connected = self.reconnect(si, now);
+            if connected.is_err() && self.socks[si].server != owner {
+                // A replica that cannot be reached: the read goes to its primary, as
+                // redis-py's retry goes to the next node, and so do the next ones until
+                // the replica's retry time (`read_server`).
+                if let Err(Some(m)) = connected {
+                    self.rec
+                        .sample(|| format!("{m} (a replica: its reads go to the primary)"));
+                }
+                si = self.sock_of(c, owner);
+                connected = if self.socks[si].fd < 0 {
+                    self.reconnect(si, now)
+                } else {
+                    Ok(())
+                };
+            }
+            if let Err(m) = connected {
                 let p = Pending {
                     op: op_idx,
                     kind,
@@ -778,24 +839,25 @@ impl Worker<'_> {
     /// Redis Cluster: sends the requests a node redirected to the node named, on client
     /// `c`'s socket there. `MOVED` first corrects this thread's slot map; `ASK` goes once,
     /// behind `ASKING`, and leaves the map alone (the slot is being migrated). A request
-    /// keeps its first send's times, so its latency includes the detour. A node that is
-    /// not one of the run's primaries (one added, or a replica promoted, after the start)
-    /// is a `server` error.
+    /// keeps its first send's times, so its latency includes the detour. A node the map read
+    /// at the start did not name (one added to the cluster since) is learned and connected
+    /// to; past `JOINED_MAX` such nodes, a request sent to one more is a `server` error.
     fn follow_redirects(&mut self, c: usize, now: u64) {
         let plan = self.plan;
         let redirected = std::mem::take(&mut self.redirected);
-        for &(mut p, ask, slot, server) in &redirected {
+        for (mut p, ask, slot, to) in redirected.iter().map(|(p, a, s, t)| (*p, *a, *s, t)) {
             if ask {
                 self.rec.ask += 1;
             } else {
                 self.rec.moved += 1;
             }
-            let Some(server) = server else {
-                record_error(&mut self.rec, plan, &p, E_SERVER, now);
-                self.rec.sample(|| {
-                    format!("slot {slot} redirected to a node that was not a primary at the start")
-                });
-                continue;
+            let server = match self.node_index(to) {
+                Ok(server) => server,
+                Err(m) => {
+                    record_error(&mut self.rec, plan, &p, E_SERVER, now);
+                    self.rec.sample(|| format!("slot {slot} redirected to {m}"));
+                    continue;
+                }
             };
             p.hops += 1;
             if p.hops > MAX_HOPS {
@@ -808,7 +870,7 @@ impl Worker<'_> {
             if !ask {
                 self.slots[slot as usize] = server as u16;
             }
-            let si = self.clients[c].first_sock + server;
+            let si = self.sock_of(c, server);
             if self.socks[si].fd < 0 {
                 if let Err(m) = self.reconnect(si, now) {
                     record_error(&mut self.rec, plan, &p, E_CONNECTION, self.shared.now());
@@ -877,7 +939,7 @@ impl Worker<'_> {
         }
         let connected = match &self.primary {
             Some(p) => connect_to(plan, &p.addr, &p.name, None, wait),
-            None => connect(plan, self.socks[si].server, wait),
+            None => self.connect_node(self.socks[si].server, wait),
         };
         match connected {
             Ok(stream) => {
@@ -897,9 +959,9 @@ impl Worker<'_> {
     /// Redis Cluster: node `down` cannot be reached, so its slots may have moved (a failover
     /// promotes a replica; no node that is down can answer `MOVED`). The other nodes are
     /// asked for the slot map, at most every `ASK_EVERY_NS` per thread, and each slot goes to
-    /// the node now named, when the run knows it (a primary or replica of the map read at the
-    /// start); the next requests for those slots go there. A node it never knew stays
-    /// unknown (its slots keep failing), as do slots no node owns yet.
+    /// the node now named (a primary or replica of the map read at the start, or a node that
+    /// joined since); the next requests for those slots go there. Slots no node owns yet
+    /// stay where they were.
     fn refresh_slots(&mut self, down: usize) {
         let now = self.shared.now();
         if self
@@ -916,8 +978,9 @@ impl Worker<'_> {
                 continue; // down too, or not answering: the next node
             };
             for r in &ranges {
-                if let Some(owner) = plan.server_names.iter().position(|n| *n == r.addr) {
-                    self.slots[r.first as usize..=r.last as usize].fill(owner as u16);
+                match self.node_index(&r.addr) {
+                    Ok(owner) => self.slots[r.first as usize..=r.last as usize].fill(owner as u16),
+                    Err(m) => self.rec.sample(|| m),
                 }
             }
             return;
@@ -950,7 +1013,7 @@ impl Worker<'_> {
 
     #[inline]
     fn server_of(&mut self, kind: Kind, key: u64) -> usize {
-        if self.plan.servers.len() == 1 {
+        if self.plan.servers.len() == 1 && !self.plan.cluster {
             return 0;
         }
         key_bytes(
@@ -967,10 +1030,12 @@ impl Worker<'_> {
         route(&self.kb, self.plan.servers.len())
     }
 
-    /// Redis Cluster with `read_from_replicas`: where a read of a key `primary` owns goes —
-    /// the primary and each of its replicas in turn. A server with no replicas (a replica a
-    /// `MOVED` named as owner after a failover) serves its reads itself.
-    fn read_server(&mut self, primary: usize) -> usize {
+    /// Redis Cluster with `read_from_replicas`: where client `c`'s read of a key `primary`
+    /// owns goes — the primary and each of its replicas in turn. A server with no replicas
+    /// (a replica a `MOVED` named as owner after a failover, a node that joined) serves its
+    /// reads itself, and so does the primary in the turn of a replica this client could not
+    /// reach, until that one's retry time.
+    fn read_server(&mut self, c: usize, primary: usize, now: u64) -> usize {
         let Some(replicas) = self.plan.replicas.get(primary).filter(|r| !r.is_empty()) else {
             return primary;
         };
@@ -978,9 +1043,14 @@ impl Worker<'_> {
         let k = *turn as usize % (replicas.len() + 1);
         *turn = turn.wrapping_add(1);
         if k == 0 {
+            return primary;
+        }
+        let replica = replicas[k - 1] as usize;
+        let s = &self.socks[self.sock_of(c, replica)];
+        if s.fd < 0 && now < s.retry_at {
             primary
         } else {
-            replicas[k - 1] as usize
+            replica
         }
     }
 
@@ -1146,6 +1216,14 @@ fn start_schedules(w: &mut Worker, plan: &Plan, ti: usize, start: u64) {
 
 /// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
 /// phase, then what it measured.
+/// The name of server `server`: one of the plan's, or a cluster node that joined (`joined`).
+fn node_name<'a>(plan: &'a Plan, joined: &'a [JoinedNode], server: usize) -> &'a str {
+    match server.checked_sub(plan.servers.len()) {
+        None => &plan.server_names[server],
+        Some(j) => &joined[j].name,
+    }
+}
+
 pub(super) fn run(
     plan: &Plan,
     shared: &Shared,
@@ -1181,6 +1259,8 @@ pub(super) fn run(
         slots: plan.slots.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
         redirected: Vec::new(),
         slots_asked_at: None,
+        joined: Vec::new(),
+        room: plan.servers.len() + if plan.cluster { JOINED_MAX } else { 0 },
         turns: vec![0; plan.replicas.len()],
         corks: plan.cluster,
         primary: plan.sentinel.as_ref().map(|_| Primary {
@@ -1193,7 +1273,7 @@ pub(super) fn run(
         // `run` probed io_uring already; a later failure here (e.g. memory limits) falls
         // back to epoll rather than failing the run. TLS runs on epoll: rustls seals and
         // opens the records there.
-        w.uring = Uring::new(plan.servers.len() * (plan.connections / plan.threads + 1));
+        w.uring = Uring::new(w.room * (plan.connections / plan.threads + 1));
     }
     let mut pending_attach = Vec::new();
     for (g, per) in group {
@@ -1208,6 +1288,12 @@ pub(super) fn run(
                 // A cluster replica, connected if a failover promotes it: buffers grow then.
                 None => (sock.rbuf, sock.wbuf) = (Vec::new(), OutBuf::with_capacity(0)),
             }
+            w.socks.push(sock);
+        }
+        for server in plan.servers.len()..w.room {
+            // Room for a node that joins the cluster: buffers grow if one does.
+            let mut sock = Sock::new(server, c, plan.pipeline);
+            (sock.rbuf, sock.wbuf) = (Vec::new(), OutBuf::with_capacity(0));
             w.socks.push(sock);
         }
         w.clients.push(Client {
