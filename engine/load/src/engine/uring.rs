@@ -95,8 +95,8 @@ impl Uring {
         for k in 0..self.idle.len() {
             let si = self.idle[k];
             let s = &mut socks[si];
-            if s.fd < 0 || s.recv_busy {
-                continue; // closed since, or listed twice
+            if s.fd < 0 || s.recv_busy || s.zombie.is_some() {
+                continue; // closed since, listed twice, or its last connection's ops pending
             }
             let spare = s.read_room();
             let len = s.rbuf.len();
@@ -131,7 +131,7 @@ impl Uring {
             let si = self.dirty[k];
             let s = &mut socks[si];
             s.dirty = false;
-            if s.fd < 0 || s.send_busy {
+            if s.fd < 0 || s.send_busy || s.zombie.is_some() {
                 continue;
             }
             if s.spos >= s.sending.len() {
@@ -222,6 +222,12 @@ impl Uring {
                 s.zombie = None;
                 s.sending.clear();
                 s.spos = 0;
+                if s.fd >= 0 {
+                    // Connected again meanwhile (a closed-loop client reconnects at once): its
+                    // first RECV and SEND waited for the old connection's operations.
+                    self.idle.push(si);
+                    self.queue(si, s);
+                }
             }
             return None;
         }
@@ -402,6 +408,39 @@ mod tests {
             }
         }
         assert!(!socks[0].recv_busy);
+    }
+
+    #[test]
+    fn a_socket_connected_again_waits_for_its_old_connections_recv() {
+        let Some(mut u) = Uring::new(1) else {
+            eprintln!("io_uring unavailable here: skipped");
+            return;
+        };
+        let (s, _old_peer) = connected();
+        let mut socks = vec![s];
+        u.arm(0);
+        u.round(&mut socks, b"", 1_000_000).unwrap();
+        assert!(socks[0].recv_busy);
+        // The worker's fail_sock, then at once its reconnect (a closed-loop client's next op).
+        // SAFETY: shutting down a socket we own wakes its pending RECV.
+        unsafe { libc::shutdown(socks[0].fd, libc::SHUT_RDWR) };
+        socks[0].zombie = socks[0].stream.take();
+        let (fresh, mut peer) = connected();
+        socks[0].fd = fresh.fd;
+        socks[0].stream = fresh.stream;
+        u.arm(0);
+        socks[0].wbuf.extend_from_slice(b"mn\r\n");
+        u.queue(0, &mut socks[0]);
+        // The request reaches the new peer, and its reply is read: both waited for the old RECV.
+        assert!(matches!(next(&mut u, &mut socks), Completion::Wrote(4)));
+        let mut got = [0u8; 4];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"mn\r\n");
+        peer.write_all(b"MN\r\n").unwrap();
+        assert!(matches!(next(&mut u, &mut socks), Completion::Read(4)));
+        assert_eq!(socks[0].rbuf, b"MN\r\n");
+        drop(peer);
+        assert!(matches!(next(&mut u, &mut socks), Completion::Closed));
     }
 
     /// A ring for `n` sockets with a table of registered ones, or `None` (said) where this
