@@ -540,11 +540,6 @@ impl Config {
                         "tls: the engine speaks TLS over TCP only, not over a Unix socket".into(),
                     );
                 }
-                if self.io == IoBackend::Uring {
-                    return Err(
-                        "tls: io \"uring\" does not speak TLS; use io \"epoll\" or \"auto\"".into(),
-                    );
-                }
                 let names = self
                     .servers
                     .iter()

@@ -92,6 +92,10 @@ pub(super) struct Sock {
     // the in-flight flags, and a closed connection whose operations have not completed yet.
     pub(super) sending: OutBuf,
     pub(super) spos: usize,
+    /// TLS on io_uring (`tlsbuf.rs`): the records a RECV read, not opened yet, and the
+    /// plaintext sealed into `sending`.
+    pub(super) tls_in: Vec<u8>,
+    pub(super) tls_plain: usize,
     pub(super) send_busy: bool,
     pub(super) recv_busy: bool,
     /// The RECV in flight discards (`MSG_TRUNC`) instead of reading.
@@ -175,6 +179,8 @@ impl Sock {
             retry_at: 0,
             sending: OutBuf::with_capacity(16 * 1024),
             spos: 0,
+            tls_in: Vec::new(),
+            tls_plain: 0,
             iov: Vec::new(),
             // SAFETY: an all-zero msghdr is a valid empty one.
             msg: Box::new(unsafe { std::mem::zeroed() }),

@@ -14,10 +14,8 @@
 
 use super::conn::{Completion, Sock, MAX_READ};
 use super::stream::Stream;
-use std::io::{BufRead, ErrorKind, Write};
-
-/// Most plaintext handed to rustls at once (four full records).
-const TLS_GATHER: usize = 64 * 1024;
+use super::tlsbuf::feed;
+use std::io::{BufRead, ErrorKind};
 
 /// An epoll set over one thread's sockets (tagged with their index) and its event buffer.
 pub(super) struct Epoll {
@@ -169,25 +167,7 @@ impl Epoll {
             if blocked || s.wpos >= s.wbuf.len() {
                 break;
             }
-            // Full records, not one per piece: a request's pieces (header, value from the
-            // filler, trailer) are gathered first, as each record costs a header, a tag and
-            // a pass of the cipher.
-            let accepted = if s.wbuf.is_contiguous() {
-                // Small values only: straight from the write buffer, no gathering copy.
-                let rest = &s.wbuf.inline()[s.wpos..];
-                t.conn.writer().write(&rest[..rest.len().min(TLS_GATHER)])
-            } else {
-                let mut plain = Vec::with_capacity(TLS_GATHER.min(s.wbuf.len() - s.wpos));
-                for part in s.wbuf.slices_from(s.wpos, filler) {
-                    let room = TLS_GATHER - plain.len();
-                    plain.extend_from_slice(&part[..part.len().min(room)]);
-                    if plain.len() == TLS_GATHER {
-                        break;
-                    }
-                }
-                t.conn.writer().write(&plain)
-            };
-            let accepted = match accepted {
+            let accepted = match feed(&mut t.conn, &s.wbuf, s.wpos, filler) {
                 Ok(n) => n,
                 Err(e) => return Some(Completion::WriteFailed(e)),
             };

@@ -46,6 +46,7 @@ mod record;
 mod run;
 mod sentinel;
 mod stream;
+mod tlsbuf;
 mod topology;
 mod uring;
 mod worker;

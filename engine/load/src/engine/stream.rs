@@ -1,7 +1,7 @@
 //! A connection's byte stream: TCP, a Unix domain socket, or TLS over TCP. The I/O
 //! backends work on the raw fd for the first two (read/write/send/recv behave alike on
 //! both kinds of stream socket); TLS needs its records sealed and opened, which the epoll
-//! backend does through [`Tls`] (io_uring does not speak TLS). The blocking connect and
+//! backend does through [`Tls`] on the socket and io_uring in its buffers (`tlsbuf.rs`). The blocking connect and
 //! handshake, the canaries and the owner of the fd use this type.
 
 use crate::config::ServerAddr;

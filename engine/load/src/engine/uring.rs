@@ -8,7 +8,9 @@
 //! A round hands back the kernel's completions; [`Uring::complete`] turns each into the
 //! socket's new buffer state and a [`Completion`], which the worker then acts on.
 
-use super::conn::{Completion, Sock};
+use super::conn::{Completion, Sock, MAX_READ};
+use super::stream::Stream;
+use super::tlsbuf;
 
 /// One thread's ring, the sockets with data to send, and the last round's completions.
 pub(super) struct Uring {
@@ -98,6 +100,21 @@ impl Uring {
             if s.fd < 0 || s.recv_busy || s.zombie.is_some() {
                 continue; // closed since, listed twice, or its last connection's ops pending
             }
+            if matches!(s.stream, Some(Stream::Tls(_))) {
+                // Records, opened when the RECV completes (`tlsbuf::open`).
+                s.tls_in.reserve(MAX_READ);
+                s.recv_discards = false;
+                // SAFETY: tls_in is empty and stays allocated and untouched until this RECV
+                // completes (it is only read and cleared once it has).
+                let buf = s.tls_in.as_mut_ptr();
+                let sqe = recv(s, si, buf, MAX_READ as u32)
+                    .ioprio(self.recv_ioprio)
+                    .build()
+                    .user_data(((si as u64) << 8) | TAG_RECV);
+                push(&mut self.ring, &sqe);
+                s.recv_busy = true;
+                continue;
+            }
             let spare = s.read_room();
             let len = s.rbuf.len();
             // A large unverified value is discarded unread (MSG_TRUNC on TCP), at most a read's
@@ -127,6 +144,7 @@ impl Uring {
             s.recv_busy = true;
         }
         self.idle.clear();
+        let mut unsealed = Vec::new();
         for k in 0..self.dirty.len() {
             let si = self.dirty[k];
             let s = &mut socks[si];
@@ -135,12 +153,23 @@ impl Uring {
                 continue;
             }
             if s.spos >= s.sending.len() {
-                if s.wbuf.is_empty() {
-                    continue;
+                if matches!(s.stream, Some(Stream::Tls(_))) {
+                    if tlsbuf::seal(s, filler).is_err() {
+                        // rustls refuses only on a failed session: a failed write, below
+                        unsealed.push(((si as u64) << 8) | TAG_SEND);
+                        continue;
+                    }
+                    if s.sending.is_empty() {
+                        continue;
+                    }
+                } else {
+                    if s.wbuf.is_empty() {
+                        continue;
+                    }
+                    s.sending.clear();
+                    std::mem::swap(&mut s.sending, &mut s.wbuf);
+                    s.spos = 0;
                 }
-                s.sending.clear();
-                std::mem::swap(&mut s.sending, &mut s.wbuf);
-                s.spos = 0;
             }
             // SAFETY (both): `sending`, `iov` and `msg` are neither written nor reallocated
             // until this SEND completes; the filler lives as long as the plan.
@@ -196,6 +225,8 @@ impl Uring {
         for cqe in self.ring.completion() {
             self.cqes.push((cqe.user_data(), cqe.result()));
         }
+        self.cqes
+            .extend(unsealed.iter().map(|&data| (data, -libc::EPROTO)));
         failed.map_or(Ok(()), Err)
     }
 
@@ -236,7 +267,18 @@ impl Uring {
         }
         let err = || std::io::Error::from_raw_os_error(-res);
         let done = if tag == TAG_RECV {
-            if res > 0 && s.recv_discards {
+            if res > 0 && matches!(s.stream, Some(Stream::Tls(_))) {
+                // SAFETY: the kernel wrote `res` bytes into tls_in's capacity.
+                unsafe { s.tls_in.set_len(res as usize) };
+                let opened = tlsbuf::open(s, res as usize);
+                if let Some(Stream::Tls(t)) = &s.stream {
+                    if t.conn.wants_write() && !s.dirty {
+                        s.dirty = true; // e.g. a key update's answer
+                        self.dirty.push(si);
+                    }
+                }
+                return opened.map(|done| (si, done));
+            } else if res > 0 && s.recv_discards {
                 s.skip -= (res as usize).min(s.skip);
                 Completion::Read(res as usize)
             } else if res > 0 {
@@ -259,7 +301,12 @@ impl Uring {
                 s.dirty = true;
                 self.dirty.push(si);
             }
-            Completion::Wrote(res as usize)
+            match s.stream {
+                // TLS: the plaintext, once its records are all sent
+                Some(Stream::Tls(_)) if s.spos < s.sending.len() => Completion::Wrote(0),
+                Some(Stream::Tls(_)) => Completion::Wrote(s.tls_plain),
+                _ => Completion::Wrote(res as usize),
+            }
         };
         Some((si, done))
     }

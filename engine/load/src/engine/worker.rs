@@ -341,6 +341,7 @@ impl Worker<'_> {
             for s in &mut self.socks {
                 if s.recv_busy || s.send_busy {
                     std::mem::forget(std::mem::take(&mut s.rbuf));
+                    std::mem::forget(std::mem::take(&mut s.tls_in));
                     std::mem::forget(std::mem::take(&mut s.sending));
                 }
             }
@@ -1269,10 +1270,10 @@ pub(super) fn run(
             asked_at: None,
         }),
     };
-    if plan.io != IoBackend::Epoll && plan.tls.is_none() {
+    if plan.io != IoBackend::Epoll {
         // `run` probed io_uring already; a later failure here (e.g. memory limits) falls
-        // back to epoll rather than failing the run. TLS runs on epoll: rustls seals and
-        // opens the records there.
+        // back to epoll rather than failing the run. TLS too: rustls seals and opens the
+        // records in the sockets' buffers (`tlsbuf.rs`).
         w.uring = Uring::new(w.room * (plan.connections / plan.threads + 1));
     }
     let mut pending_attach = Vec::new();

@@ -1,0 +1,134 @@
+//! TLS records sealed into and opened from the engine's own buffers. The epoll backend
+//! moves records straight between rustls and the socket (`epoll.rs`); io_uring cannot, as
+//! the kernel does the reads and writes: there a SEND writes the records [`seal`] put in
+//! `Sock::sending`, and [`open`] takes the records a RECV left in `Sock::tls_in`, so TLS
+//! runs on the ring too (one `io_uring_enter` per round instead of a wait, a read and a
+//! write per socket). Wire byte counts are plaintext bytes, as on epoll.
+
+use super::conn::{Completion, Sock};
+use super::stream::Stream;
+use crate::outbuf::OutBuf;
+use rustls::ClientConnection;
+use std::io::{BufRead, ErrorKind, Write};
+
+/// Most plaintext handed to rustls at once (four full records).
+const GATHER: usize = 64 * 1024;
+/// Most plaintext sealed for one SEND.
+const SEAL_MAX: usize = 4 * GATHER;
+
+/// Hands rustls the plaintext queued in `wbuf` from `wpos` (at most [`GATHER`] bytes);
+/// returns how much it took. Full records, not one per piece: a request's pieces (header,
+/// value from the filler, trailer) are gathered first, as each record costs a header, a
+/// tag and a pass of the cipher; small values go straight from the write buffer.
+pub(super) fn feed(
+    conn: &mut ClientConnection,
+    wbuf: &OutBuf,
+    wpos: usize,
+    filler: &[u8],
+) -> std::io::Result<usize> {
+    if wbuf.is_contiguous() {
+        let rest = &wbuf.inline()[wpos..];
+        return conn.writer().write(&rest[..rest.len().min(GATHER)]);
+    }
+    let mut plain = Vec::with_capacity(GATHER.min(wbuf.len() - wpos));
+    for part in wbuf.slices_from(wpos, filler) {
+        let room = GATHER - plain.len();
+        plain.extend_from_slice(&part[..part.len().min(room)]);
+        if plain.len() == GATHER {
+            break;
+        }
+    }
+    conn.writer().write(&plain)
+}
+
+/// Seals what `s.wbuf` holds (up to [`SEAL_MAX`] bytes of it), and any record rustls has
+/// to send of its own, into `s.sending` for the next SEND; `s.tls_plain` is the plaintext
+/// it carries. `s.sending` must be fully sent.
+pub(super) fn seal(s: &mut Sock, filler: &[u8]) -> std::io::Result<()> {
+    let Some(Stream::Tls(t)) = s.stream.as_mut() else {
+        return Ok(());
+    };
+    s.sending.clear();
+    s.spos = 0;
+    s.tls_plain = 0;
+    loop {
+        while t.conn.wants_write() {
+            t.conn.write_tls(&mut *s.sending)?;
+        }
+        if s.wpos >= s.wbuf.len() || s.tls_plain >= SEAL_MAX {
+            break;
+        }
+        let took = feed(&mut t.conn, &s.wbuf, s.wpos, filler)?;
+        s.wpos += took;
+        s.tls_plain += took;
+        if took == 0 && !t.conn.wants_write() {
+            break;
+        }
+    }
+    if s.wpos >= s.wbuf.len() {
+        s.wbuf.clear();
+        s.wpos = 0;
+    }
+    Ok(())
+}
+
+/// Opens the records in the `n` bytes a RECV put in `s.tls_in`: their plaintext goes to the
+/// end of `rbuf`. `None` while no record is whole yet (the next RECV brings the rest);
+/// `Closed` on the server's `close_notify`. Whether rustls has records of its own to send
+/// then (a key update's answer) is the caller's to check.
+pub(super) fn open(s: &mut Sock, n: usize) -> Option<Completion> {
+    s.read_room(); // drops the bytes already parsed
+    let start = s.rbuf.len();
+    let Some(Stream::Tls(t)) = s.stream.as_mut() else {
+        return None;
+    };
+    let mut input = &s.tls_in[..n];
+    let mut closed = false;
+    let mut failed = None;
+    'records: while !input.is_empty() {
+        match t.conn.read_tls(&mut input) {
+            Ok(_) => {}
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+        if let Err(e) = t.conn.process_new_packets() {
+            failed = Some(std::io::Error::new(
+                ErrorKind::InvalidData,
+                format!("TLS: {e}"),
+            ));
+            break;
+        }
+        // Every byte of plaintext opened, copied straight from rustls's buffer.
+        loop {
+            let mut reader = t.conn.reader();
+            match reader.fill_buf() {
+                Ok([]) => {
+                    closed = true;
+                    break 'records;
+                }
+                Ok(chunk) => {
+                    let k = chunk.len();
+                    s.rbuf.extend_from_slice(chunk);
+                    reader.consume(k);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    failed = Some(e);
+                    break 'records;
+                }
+            }
+        }
+    }
+    s.tls_in.clear();
+    if let Some(e) = failed {
+        return Some(Completion::ReadFailed(e));
+    }
+    match s.rbuf.len() - start {
+        0 if closed => Some(Completion::Closed),
+        0 => None,
+        // a close after the last reply is seen by the next RECV (it reads 0 bytes)
+        got => Some(Completion::Read(got)),
+    }
+}
