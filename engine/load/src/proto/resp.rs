@@ -28,19 +28,14 @@ pub fn bulk(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// A number as a bulk string (a TTL, a counter's value), digits written in place.
 #[inline]
-pub fn bulk_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut pos = 20;
-    loop {
-        pos -= 1;
-        digits[pos] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    bulk(out, &digits[pos..]);
+pub fn bulk_u64(out: &mut Vec<u8>, v: u64) {
+    out.push(b'$');
+    write_u64(out, v.checked_ilog10().map_or(1, |l| l as u64 + 1));
+    out.extend_from_slice(b"\r\n");
+    write_u64(out, v);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Encodes a whole command from parts.
@@ -398,6 +393,16 @@ fn judge(kind: Kind, consumed: usize, v: Val) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_are_bulk_strings_of_their_digits() {
+        for v in [0, 7, 9, 10, 99, 100, 3600, u64::MAX] {
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            bulk_u64(&mut got, v);
+            bulk(&mut want, v.to_string().as_bytes());
+            assert_eq!(got, want, "{v}");
+        }
+    }
 
     fn p(buf: &[u8], kind: Kind) -> Parse {
         parse(buf, kind, &Limits::default())
