@@ -7,10 +7,12 @@ of the same seeded workload on a single redis-server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -242,14 +244,7 @@ def test_engine_follows_a_node_that_joins_the_cluster_mid_run(spawn, namespace):
     from cachemark.report.data import cluster_note
 
     cluster = spawn("redis-cluster", nodes=2)
-    joiner = ClusterNode().start()
-    try:
-        joiner.node_id = command(joiner, "CLUSTER", "MYID")
-        command(cluster.primaries[0], "CLUSTER", "MEET", joiner.host, joiner.port, joiner.bus_port)
-        deadline = time.monotonic() + 20  # a node with no slots is in no slot map: the run starts without it
-        while not all(f in command(joiner, "CLUSTER", "INFO") for f in ("cluster_known_nodes:3", "state:ok")):
-            assert time.monotonic() < deadline, "the new node never met the cluster"
-            time.sleep(0.05)
+    with _joining_node(cluster) as joiner:
         slot = command(cluster.primaries[0], "CLUSTER", "KEYSLOT", namespace + "0")
         config = _engine_config(cluster, namespace, duration_s=3.0, on_error="continue", threads=2,
                                 keys={"count": 20, "prefix": namespace, "dist": "uniform"},
@@ -271,8 +266,62 @@ def test_engine_follows_a_node_that_joins_the_cluster_mid_run(spawn, namespace):
         assert result["connections"] == 4 * 2  # the start map's: the joined node's sockets came later
         # the reports' cluster line (terminal, Markdown, HTML) names it
         assert f", 1 node joined ({joiner.host}:{joiner.port})" in cluster_note(result["cluster"])
+
+
+@contextlib.contextmanager
+def _joining_node(cluster: RedisClusterServer) -> Iterator[ClusterNode]:
+    """A node that has met ``cluster`` and has no slots yet: in no slot map, so a run starts without it."""
+    joiner = ClusterNode().start()
+    try:
+        joiner.node_id = command(joiner, "CLUSTER", "MYID")
+        command(cluster.primaries[0], "CLUSTER", "MEET", joiner.host, joiner.port, joiner.bus_port)
+        deadline = time.monotonic() + 20
+        while not all(f in command(joiner, "CLUSTER", "INFO") for f in ("cluster_known_nodes:3", "state:ok")):
+            assert time.monotonic() < deadline, "the new node never met the cluster"
+            time.sleep(0.05)
+        yield joiner
     finally:
         joiner.stop()
+
+
+def test_python_path_follows_a_node_that_joins_once_moved_there(spawn):
+    """redis-py learns a joined node from MOVED. Before that, while the slot migrates, it cannot follow an
+    ASK to a node it has not met (redis/redis-py#4015, 6.4: AttributeError on None): those ops fail, and are
+    counted under redis-py's own error, as an application would meet them — never a crash of the run."""
+    import threading
+
+    from cachemark.run.runner import run_target
+    from cachemark.spec import Workload
+
+    cluster = spawn("redis-cluster", nodes=2)
+    with _joining_node(cluster) as joiner:
+        workload = Workload(keys=20, key_dist="uniform", mix="get=80,set=20", duration="4s", warmup=0, workers=1)
+        moved: list[int] = []
+
+        def migrate() -> None:  # beside the run (which wants the main thread for its signals)
+            deadline = time.monotonic() + 20
+            while not (keys := [k for n in cluster.primaries for k in command(n, "KEYS", "cm:*")]):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.1)
+            time.sleep(1.0)  # into the timed phase
+            slot = command(cluster.primaries[0], "CLUSTER", "KEYSLOT", keys[0])
+            _migrate(slot, _owner(cluster, slot), joiner)
+            moved.append(_gets(joiner))
+
+        mover = threading.Thread(target=migrate)
+        mover.start()
+        outcome = run_target(cluster.url(), workload)
+        mover.join(timeout=30)
+        assert moved, "the slot was not migrated during the run"
+        assert outcome.status == "ok", outcome.reason
+        phase = outcome.phases[0]
+        assert phase["cluster"]["moved"] >= 1, phase["cluster"]
+        assert _gets(joiner) - moved[0] > 100  # after MOVED, the slot's reads went to the new node
+        get = phase["ops"]["get"]
+        assert set(get.get("errors", {})) <= {"AttributeError"}, phase["error_samples"]
+        assert all("redis_connection" in m for m in phase["error_samples"]), phase["error_samples"]
+        assert get["hits"] == get["count"] - sum(get.get("errors", {}).values()) > 1000
 
 
 def test_python_path_has_its_redirects_counted_by_the_nodes(spawn):

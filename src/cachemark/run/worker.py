@@ -515,6 +515,8 @@ def classify_error(exc: BaseException) -> str:
     text = f"{name} {exc}".lower()
     # client libraries' own families count too (redis-py's MasterNotFoundError is its ConnectionError)
     ancestors = {cls.__name__ for cls in type(exc).__mro__}
+    if is_bug(exc):  # the client library's own bug (redis-py: 'NoneType' … 'redis_connection'), named as such
+        return name
     if isinstance(exc, TimeoutError) or "TimeoutError" in ancestors or "timeout" in text or "timed out" in text:
         return "timeout"
     if (isinstance(exc, ConnectionError | BrokenPipeError | EOFError) or "ConnectionError" in ancestors
