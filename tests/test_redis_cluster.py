@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -268,6 +268,31 @@ def test_engine_follows_a_node_that_joins_the_cluster_mid_run(spawn, namespace):
         assert f", 1 node joined ({joiner.host}:{joiner.port})" in cluster_note(result["cluster"])
 
 
+def _run_beside(cluster: RedisClusterServer, workload: object, change: Callable[[], None]) -> object:
+    """A Python-path run of ``workload``, with ``change`` done to the cluster in a thread beside it (the run
+    wants the main thread for its signals)."""
+    import threading
+
+    from cachemark.run.runner import run_target
+
+    changer = threading.Thread(target=change)
+    changer.start()
+    outcome = run_target(cluster.url(), workload)
+    changer.join(timeout=30)
+    return outcome
+
+
+def _a_slot_in_use(cluster: RedisClusterServer) -> int | None:
+    """The slot of a key a Python-path run (``cm:*``) wrote, a second into its timed phase; None if none came."""
+    deadline = time.monotonic() + 20
+    while not (keys := [k for n in cluster.primaries for k in command(n, "KEYS", "cm:*")]):
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
+    time.sleep(1.0)  # into the timed phase
+    return command(cluster.primaries[0], "CLUSTER", "KEYSLOT", keys[0])
+
+
 @contextlib.contextmanager
 def _joining_node(cluster: RedisClusterServer) -> Iterator[ClusterNode]:
     """A node that has met ``cluster`` and has no slots yet: in no slot map, so a run starts without it."""
@@ -288,9 +313,7 @@ def test_python_path_follows_a_node_that_joins_once_moved_there(spawn):
     """redis-py learns a joined node from MOVED. Before that, while the slot migrates, it cannot follow an
     ASK to a node it has not met (redis/redis-py#4015, 6.4: AttributeError on None): those ops fail, and are
     counted under redis-py's own error, as an application would meet them — never a crash of the run."""
-    import threading
 
-    from cachemark.run.runner import run_target
     from cachemark.spec import Workload
 
     cluster = spawn("redis-cluster", nodes=2)
@@ -299,20 +322,12 @@ def test_python_path_follows_a_node_that_joins_once_moved_there(spawn):
         moved: list[int] = []
 
         def migrate() -> None:  # beside the run (which wants the main thread for its signals)
-            deadline = time.monotonic() + 20
-            while not (keys := [k for n in cluster.primaries for k in command(n, "KEYS", "cm:*")]):
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.1)
-            time.sleep(1.0)  # into the timed phase
-            slot = command(cluster.primaries[0], "CLUSTER", "KEYSLOT", keys[0])
+            if (slot := _a_slot_in_use(cluster)) is None:
+                return
             _migrate(slot, _owner(cluster, slot), joiner)
             moved.append(_gets(joiner))
 
-        mover = threading.Thread(target=migrate)
-        mover.start()
-        outcome = run_target(cluster.url(), workload)
-        mover.join(timeout=30)
+        outcome = _run_beside(cluster, workload, migrate)
         assert moved, "the slot was not migrated during the run"
         assert outcome.status == "ok", outcome.reason
         phase = outcome.phases[0]
@@ -327,22 +342,15 @@ def test_python_path_follows_a_node_that_joins_once_moved_there(spawn):
 def test_python_path_has_its_redirects_counted_by_the_nodes(spawn):
     """redis-py follows MOVED and ASK unseen; the primaries count every redirect they answer
     (INFO errorstats), so the run's cluster line is theirs: a slot migrated mid-run shows."""
-    import threading
 
-    from cachemark.run.runner import run_target
     from cachemark.spec import Workload
 
     cluster = spawn("redis-cluster", nodes=2)
     workload = Workload(keys=20, key_dist="uniform", mix="get=80,set=20", duration="4s", warmup=0, workers=1)
 
     def migrate() -> None:  # beside the run (which wants the main thread for its signals)
-        deadline = time.monotonic() + 20
-        while not (keys := [k for n in cluster.primaries for k in command(n, "KEYS", "cm:*")]):
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.1)
-        time.sleep(1.0)  # into the timed phase
-        slot = command(cluster.primaries[0], "CLUSTER", "KEYSLOT", keys[0])
+        if (slot := _a_slot_in_use(cluster)) is None:
+            return
         source = _owner(cluster, slot)
         target = next(n for n in cluster.primaries if n is not source)
         command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
@@ -355,10 +363,7 @@ def test_python_path_has_its_redirects_counted_by_the_nodes(spawn):
         done.append(slot)
 
     done: list[int] = []
-    mover = threading.Thread(target=migrate)
-    mover.start()
-    outcome = run_target(cluster.url(), workload)
-    mover.join(timeout=30)
+    outcome = _run_beside(cluster, workload, migrate)
     assert done, "the slot was not migrated during the run"
     assert outcome.status == "ok", outcome.reason
     phase = outcome.phases[0]

@@ -379,26 +379,29 @@ mod tests {
         panic!("no completion");
     }
 
+    /// Socket 0 sends `mn` to `peer` and reads its answer `MN` through the ring.
+    fn exchange(u: &mut Uring, socks: &mut [Sock], peer: &mut std::net::TcpStream) {
+        socks[0].wbuf.extend_from_slice(b"mn\r\n");
+        u.queue(0, &mut socks[0]);
+        assert!(matches!(next(u, socks), Completion::Wrote(4)));
+        assert!(socks[0].recv_busy, "a RECV stays armed");
+        let mut got = [0u8; 4];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"mn\r\n");
+        peer.write_all(b"MN\r\n").unwrap();
+        assert!(matches!(next(u, socks), Completion::Read(4)));
+        assert_eq!(socks[0].rbuf, b"MN\r\n");
+    }
+
     #[test]
     fn sends_receives_and_reports_a_close() {
-        let Some(mut u) = Uring::new(1) else {
-            eprintln!("io_uring unavailable here: skipped");
+        let Some(mut u) = ring(1) else {
             return;
         };
         let (s, mut peer) = connected();
         let mut socks = vec![s];
         u.arm(0);
-        socks[0].wbuf.extend_from_slice(b"mn\r\n");
-        u.queue(0, &mut socks[0]);
-        assert!(matches!(next(&mut u, &mut socks), Completion::Wrote(4)));
-        assert!(socks[0].recv_busy, "a RECV stays armed");
-        let mut got = [0u8; 4];
-        peer.read_exact(&mut got).unwrap();
-        assert_eq!(&got, b"mn\r\n");
-
-        peer.write_all(b"MN\r\n").unwrap();
-        assert!(matches!(next(&mut u, &mut socks), Completion::Read(4)));
-        assert_eq!(socks[0].rbuf, b"MN\r\n");
+        exchange(&mut u, &mut socks, &mut peer);
 
         // A value discarded unread (MSG_TRUNC): counted, not copied; what follows is read.
         socks[0].rbuf.clear();
@@ -427,8 +430,7 @@ mod tests {
 
     #[test]
     fn a_round_arms_a_recv_on_the_sockets_listed_only() {
-        let Some(mut u) = Uring::new(3) else {
-            eprintln!("io_uring unavailable here: skipped");
+        let Some(mut u) = ring(3) else {
             return;
         };
         let (a, _pa) = connected();
@@ -459,8 +461,7 @@ mod tests {
 
     #[test]
     fn a_socket_connected_again_waits_for_its_old_connections_recv() {
-        let Some(mut u) = Uring::new(1) else {
-            eprintln!("io_uring unavailable here: skipped");
+        let Some(mut u) = ring(1) else {
             return;
         };
         let (s, _old_peer) = connected();
@@ -476,30 +477,30 @@ mod tests {
         socks[0].fd = fresh.fd;
         socks[0].stream = fresh.stream;
         u.arm(0);
-        socks[0].wbuf.extend_from_slice(b"mn\r\n");
-        u.queue(0, &mut socks[0]);
         // The request reaches the new peer, and its reply is read: both waited for the old RECV.
-        assert!(matches!(next(&mut u, &mut socks), Completion::Wrote(4)));
-        let mut got = [0u8; 4];
-        peer.read_exact(&mut got).unwrap();
-        assert_eq!(&got, b"mn\r\n");
-        peer.write_all(b"MN\r\n").unwrap();
-        assert!(matches!(next(&mut u, &mut socks), Completion::Read(4)));
-        assert_eq!(socks[0].rbuf, b"MN\r\n");
+        exchange(&mut u, &mut socks, &mut peer);
         drop(peer);
         assert!(matches!(next(&mut u, &mut socks), Completion::Closed));
+    }
+
+    /// A ring for `n` sockets, or `None` (said) where this kernel or sandbox has no io_uring.
+    fn ring(n: usize) -> Option<Uring> {
+        let u = Uring::new(n);
+        if u.is_none() {
+            eprintln!("io_uring unavailable here: skipped");
+        }
+        u
     }
 
     /// A ring for `n` sockets with a table of registered ones, or `None` (said) where this
     /// kernel has no io_uring or no such table.
     fn ring_with_slots(n: usize) -> Option<Uring> {
-        let u = Uring::new(n);
-        match &u {
-            None => eprintln!("io_uring unavailable here: skipped"),
-            Some(u) if u.slots == 0 => eprintln!("no registered files on this kernel: skipped"),
-            Some(_) => return u,
+        let u = ring(n)?;
+        if u.slots == 0 {
+            eprintln!("no registered files on this kernel: skipped");
+            return None;
         }
-        None
+        Some(u)
     }
 
     #[test]
