@@ -1215,8 +1215,6 @@ fn start_schedules(w: &mut Worker, plan: &Plan, ti: usize, start: u64) {
     }
 }
 
-/// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
-/// phase, then what it measured.
 /// The name of server `server`: one of the plan's, or a cluster node that joined (`joined`).
 fn node_name<'a>(plan: &'a Plan, joined: &'a [JoinedNode], server: usize) -> &'a str {
     match server.checked_sub(plan.servers.len()) {
@@ -1225,6 +1223,8 @@ fn node_name<'a>(plan: &'a Plan, joined: &'a [JoinedNode], server: usize) -> &'a
     }
 }
 
+/// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
+/// phase, then what it measured.
 pub(super) fn run(
     plan: &Plan,
     shared: &Shared,
@@ -1295,6 +1295,7 @@ pub(super) fn run(
             // Room for a node that joins the cluster: buffers grow if one does.
             let mut sock = Sock::new(server, c, plan.pipeline);
             (sock.rbuf, sock.wbuf) = (Vec::new(), OutBuf::with_capacity(0));
+            sock.sending = OutBuf::with_capacity(0);
             w.socks.push(sock);
         }
         w.clients.push(Client {
