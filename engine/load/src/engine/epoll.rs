@@ -14,8 +14,8 @@
 
 use super::conn::{Completion, Sock, MAX_READ};
 use super::stream::Stream;
-use super::tlsbuf::feed;
-use std::io::{BufRead, ErrorKind};
+use super::tlsbuf::{feed, take_plaintext};
+use std::io::ErrorKind;
 
 /// An epoll set over one thread's sockets (tagged with their index) and its event buffer.
 pub(super) struct Epoll {
@@ -282,36 +282,23 @@ fn read_tls(s: &mut Sock) -> Option<Completion> {
     let Some(Stream::Tls(t)) = s.stream.as_mut() else {
         return None;
     };
-    // rbuf[start..filled] is the plaintext this read opened.
-    let mut filled = start;
+    // rbuf[start..] is the plaintext this read opened.
     let mut closed = false;
     let mut failed = None;
     let mut drained = false;
-    'records: loop {
-        // Take every byte of plaintext rustls has opened, copied straight from its buffer
-        // (`read` into a slice would need the room zeroed first: 32 KiB of memset per read,
-        // 5 % of the thread's CPU at pipeline 16).
-        loop {
-            let mut reader = t.conn.reader();
-            match reader.fill_buf() {
-                Ok([]) => {
-                    closed = true; // the server's close_notify
-                    break 'records;
-                }
-                Ok(chunk) => {
-                    let n = chunk.len();
-                    s.rbuf.extend_from_slice(chunk);
-                    reader.consume(n);
-                    filled += n;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    failed = Some(e);
-                    break 'records;
-                }
+    loop {
+        match take_plaintext(&mut t.conn, &mut s.rbuf) {
+            Ok(false) => {}
+            Ok(true) => {
+                closed = true;
+                break;
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
             }
         }
-        if filled - start >= MAX_READ || drained {
+        if s.rbuf.len() - start >= MAX_READ || drained {
             break;
         }
         let mut socket = ShortReadSeen {
@@ -349,7 +336,7 @@ fn read_tls(s: &mut Sock) -> Option<Completion> {
     if t.conn.wants_write() {
         let _ = t.conn.write_tls(&mut t.sock); // e.g. a key update's answer; the next write sends the rest
     }
-    let n = filled - start;
+    let n = s.rbuf.len() - start;
     if n > 0 {
         // A close is seen on the next readiness event (the socket stays readable).
         return Some(Completion::Read(n));

@@ -41,6 +41,28 @@ pub(super) fn feed(
     conn.writer().write(&plain)
 }
 
+/// Moves every byte of plaintext rustls has opened to the end of `rbuf`, copied straight
+/// from its buffer (`read` into a slice would need the room zeroed first: 32 KiB of memset
+/// per read, 5 % of the thread's CPU at pipeline 16). `Ok(true)`: the server's `close_notify`.
+pub(super) fn take_plaintext(
+    conn: &mut ClientConnection,
+    rbuf: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    loop {
+        let mut reader = conn.reader();
+        match reader.fill_buf() {
+            Ok([]) => return Ok(true),
+            Ok(chunk) => {
+                let n = chunk.len();
+                rbuf.extend_from_slice(chunk);
+                reader.consume(n);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Seals what `s.wbuf` holds (up to [`SEAL_MAX`] bytes of it), and any record rustls has
 /// to send of its own, into `s.sending` for the next SEND; `s.tls_plain` is the plaintext
 /// it carries. `s.sending` must be fully sent.
@@ -85,7 +107,7 @@ pub(super) fn open(s: &mut Sock, n: usize) -> Option<Completion> {
     let mut input = &s.tls_in[..n];
     let mut closed = false;
     let mut failed = None;
-    'records: while !input.is_empty() {
+    while !input.is_empty() {
         match t.conn.read_tls(&mut input) {
             Ok(_) => {}
             Err(e) => {
@@ -100,24 +122,15 @@ pub(super) fn open(s: &mut Sock, n: usize) -> Option<Completion> {
             ));
             break;
         }
-        // Every byte of plaintext opened, copied straight from rustls's buffer.
-        loop {
-            let mut reader = t.conn.reader();
-            match reader.fill_buf() {
-                Ok([]) => {
-                    closed = true;
-                    break 'records;
-                }
-                Ok(chunk) => {
-                    let k = chunk.len();
-                    s.rbuf.extend_from_slice(chunk);
-                    reader.consume(k);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    failed = Some(e);
-                    break 'records;
-                }
+        match take_plaintext(&mut t.conn, &mut s.rbuf) {
+            Ok(false) => {}
+            Ok(true) => {
+                closed = true;
+                break;
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
             }
         }
     }
