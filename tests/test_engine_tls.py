@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import redis
 
 from cachemark.engine import run_load, target_config
 from cachemark.errors import BackendUnavailable, SpecError
@@ -150,3 +153,32 @@ def test_spawn_options_are_checked(tmp_path):
         from cachemark.target import parse_target
 
         create_backend(parse_target("memcached://127.0.0.1:1?tls=1&client=pylibmc"), "cm:x:")
+
+
+@pytest.mark.parametrize("io", ["epoll", "uring"])
+def test_engine_tls_counts_connections_the_server_drops_and_goes_on(spawn, io):
+    """A TLS connection the server closes mid-run is one connection error per request lost on it, on
+    both I/O backends; the client connects again (a new handshake) and the run goes on to its end."""
+    need_io(io)
+    server = spawn("redis", tls="1")
+    admin = redis.Redis.from_url(server.url())
+    killed = []
+
+    def kill_clients() -> None:
+        time.sleep(1.0)
+        killed.append(admin.client_kill_filter(_type="normal", skipme=True))
+
+    killer = threading.Thread(target=kill_clients)
+    killer.start()
+    result = _engine(server.url(), threads=1, connections=4, pipeline=4, ops=None, duration_s=2.5, io=io,
+                     timeout_ms=2000, on_error="continue", values={"sizes": [[100, 1]]})
+    killer.join()
+    assert killed and killed[0] >= 4, killed  # the engine's four connections (and no other) were dropped
+    get, set_ = result["ops"]["get"], result["ops"]["set"]
+    lost = get["errors"].get("connection", 0) + set_["errors"].get("connection", 0)
+    # at most a pipeline's worth per connection is in flight when it is dropped
+    assert 1 <= lost <= 4 * 4, (lost, result["errors_sample"])
+    assert any("server closed the connection" in m for m in result["errors_sample"]), result["errors_sample"]
+    assert not {k: v for k, v in get["errors"].items() if k != "connection"}, get["errors"]
+    # nothing else went wrong, and the run went on over new connections for its last 1.5 s
+    assert get["count"] + set_["count"] > 1000 and get["hits"] > 0

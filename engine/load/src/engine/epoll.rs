@@ -14,7 +14,7 @@
 
 use super::conn::{Completion, Sock, MAX_READ};
 use super::stream::Stream;
-use super::tlsbuf::{feed, take_plaintext};
+use super::tlsbuf::{bad_record, completion, feed, take_plaintext, End};
 use std::io::ErrorKind;
 
 /// An epoll set over one thread's sockets (tagged with their index) and its event buffer.
@@ -283,23 +283,11 @@ fn read_tls(s: &mut Sock) -> Option<Completion> {
         return None;
     };
     // rbuf[start..] is the plaintext this read opened.
-    let mut closed = false;
-    let mut failed = None;
     let mut drained = false;
-    loop {
-        match take_plaintext(&mut t.conn, &mut s.rbuf) {
-            Ok(false) => {}
-            Ok(true) => {
-                closed = true;
-                break;
-            }
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-        if s.rbuf.len() - start >= MAX_READ || drained {
-            break;
+    let end = loop {
+        let end = take_plaintext(&mut t.conn, &mut s.rbuf);
+        if end.is_some() || s.rbuf.len() - start >= MAX_READ || drained {
+            break end;
         }
         let mut socket = ShortReadSeen {
             sock: &mut t.sock,
@@ -308,40 +296,23 @@ fn read_tls(s: &mut Sock) -> Option<Completion> {
         let got = t.conn.read_tls(&mut socket);
         drained = socket.short;
         match got {
-            Ok(0) => {
-                closed = true;
-                break;
-            }
+            Ok(0) => break Some(End::Closed),
             Ok(_) => {
                 if let Err(e) = t.conn.process_new_packets() {
                     let _ = t.conn.write_tls(&mut t.sock); // the alert, if it fits
-                    failed = Some(std::io::Error::new(
-                        ErrorKind::InvalidData,
-                        format!("TLS: {e}"),
-                    ));
-                    break;
+                    break Some(bad_record(e));
                 }
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break None,
+            Err(e) => break Some(End::Failed(e)),
         }
-    }
-    if let Some(e) = failed {
-        return Some(Completion::ReadFailed(e));
-    }
-    if t.conn.wants_write() {
+    };
+    if !matches!(end, Some(End::Failed(_))) && t.conn.wants_write() {
         let _ = t.conn.write_tls(&mut t.sock); // e.g. a key update's answer; the next write sends the rest
     }
-    let n = s.rbuf.len() - start;
-    if n > 0 {
-        // A close is seen on the next readiness event (the socket stays readable).
-        return Some(Completion::Read(n));
-    }
-    closed.then_some(Completion::Closed)
+    // A close after the last reply is seen on the next readiness event (the socket stays readable).
+    completion(end, s.rbuf.len() - start)
 }
 
 impl Drop for Epoll {

@@ -41,25 +41,49 @@ pub(super) fn feed(
     conn.writer().write(&plain)
 }
 
+/// Why opening records stopped short of the socket's next read.
+pub(super) enum End {
+    /// The server's `close_notify`, or the connection's end.
+    Closed,
+    Failed(std::io::Error),
+}
+
 /// Moves every byte of plaintext rustls has opened to the end of `rbuf`, copied straight
 /// from its buffer (`read` into a slice would need the room zeroed first: 32 KiB of memset
-/// per read, 5 % of the thread's CPU at pipeline 16). `Ok(true)`: the server's `close_notify`.
-pub(super) fn take_plaintext(
-    conn: &mut ClientConnection,
-    rbuf: &mut Vec<u8>,
-) -> std::io::Result<bool> {
+/// per read, 5 % of the thread's CPU at pipeline 16). `Some` once nothing more will come.
+pub(super) fn take_plaintext(conn: &mut ClientConnection, rbuf: &mut Vec<u8>) -> Option<End> {
     loop {
         let mut reader = conn.reader();
         match reader.fill_buf() {
-            Ok([]) => return Ok(true),
+            Ok([]) => return Some(End::Closed),
             Ok(chunk) => {
                 let n = chunk.len();
                 rbuf.extend_from_slice(chunk);
                 reader.consume(n);
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
-            Err(e) => return Err(e),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+            Err(e) => return Some(End::Failed(e)),
         }
+    }
+}
+
+/// rustls's refusal of a record, as the read's error.
+pub(super) fn bad_record(e: rustls::Error) -> End {
+    End::Failed(std::io::Error::new(
+        ErrorKind::InvalidData,
+        format!("TLS: {e}"),
+    ))
+}
+
+/// What a read that opened `got` bytes of plaintext (into the read buffer) and stopped for
+/// `end` completed: a failure first, then the bytes (a close after the last reply is seen by
+/// the next read), then the close.
+pub(super) fn completion(end: Option<End>, got: usize) -> Option<Completion> {
+    match (end, got) {
+        (Some(End::Failed(e)), _) => Some(Completion::ReadFailed(e)),
+        (_, 1..) => Some(Completion::Read(got)),
+        (Some(End::Closed), 0) => Some(Completion::Closed),
+        (None, 0) => None,
     }
 }
 
@@ -105,43 +129,21 @@ pub(super) fn open(s: &mut Sock, n: usize) -> Option<Completion> {
         return None;
     };
     let mut input = &s.tls_in[..n];
-    let mut closed = false;
-    let mut failed = None;
+    let mut end = None;
     while !input.is_empty() {
-        match t.conn.read_tls(&mut input) {
-            Ok(_) => {}
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
-        }
-        if let Err(e) = t.conn.process_new_packets() {
-            failed = Some(std::io::Error::new(
-                ErrorKind::InvalidData,
-                format!("TLS: {e}"),
-            ));
+        if let Err(e) = t.conn.read_tls(&mut input) {
+            end = Some(End::Failed(e));
             break;
         }
-        match take_plaintext(&mut t.conn, &mut s.rbuf) {
-            Ok(false) => {}
-            Ok(true) => {
-                closed = true;
-                break;
-            }
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
+        if let Err(e) = t.conn.process_new_packets() {
+            end = Some(bad_record(e));
+            break;
+        }
+        end = take_plaintext(&mut t.conn, &mut s.rbuf);
+        if end.is_some() {
+            break;
         }
     }
     s.tls_in.clear();
-    if let Some(e) = failed {
-        return Some(Completion::ReadFailed(e));
-    }
-    match s.rbuf.len() - start {
-        0 if closed => Some(Completion::Closed),
-        0 => None,
-        // a close after the last reply is seen by the next RECV (it reads 0 bytes)
-        got => Some(Completion::Read(got)),
-    }
+    completion(end, s.rbuf.len() - start)
 }
