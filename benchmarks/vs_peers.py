@@ -16,7 +16,7 @@ and noisy: the spread of the two says how far a ratio can be trusted).
              against it, so compare its CPU ratio with that in mind.
   memcached: memcaslap (90 % get / 10 % set, its own default mix) vs the engine with
              the same mix. memcaslap cannot pipeline, so its P=16 row runs at P=1.
-  TLS:       redis-benchmark --tls --cacert vs the engine (rustls, epoll) against the lab's
+  TLS:       redis-benchmark --tls --cacert vs the engine (rustls, io_uring) against the lab's
              spawn:redis?tls=1 (a throw-away CA), keys prefilled as above.
   Cluster:   redis-benchmark --cluster vs the engine's cluster mode against the lab's
              spawn:redis-cluster?nodes=3, then the same over TLS (spawn:redis-cluster?nodes=3&tls=1,
@@ -27,7 +27,8 @@ and noisy: the spread of the two says how far a ratio can be trusted).
 
 Client CPU: getrusage of the child for the peers (memcaslap's untimed warm-up is
 subtracted using /proc samples), getrusage of this process over the engine's timed
-phase. Example:  python benchmarks/vs_peers.py --seconds 3 --repeat 2
+phase; a second table splits it into user time (the client's own code) and system time
+(the kernel's I/O it asks for). Example:  python benchmarks/vs_peers.py --seconds 3 --repeat 2
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ def start(argv: list[str], port: int) -> subprocess.Popen:
     return proc
 
 
-def run_child(argv: list[str], sample: bool = False) -> tuple[str, float, list[tuple[float, float]], float]:
-    """Runs a peer; returns its stdout+stderr, CPU seconds, /proc CPU samples, exit time."""
+def run_child(argv: list[str], sample: bool = False) -> tuple[str, float, float, list[tuple[float, float]], float]:
+    """Runs a peer; returns its stdout+stderr, CPU seconds, their user part, /proc CPU samples, exit time."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     samples: list[tuple[float, float]] = []
     out = b""
@@ -88,12 +89,13 @@ def run_child(argv: list[str], sample: bool = False) -> tuple[str, float, list[t
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[0]} failed ({proc.returncode}): {out.decode(errors='replace')[-500:]}")
-    return out.decode(errors="replace"), ru.ru_utime + ru.ru_stime, samples, end
+    return out.decode(errors="replace"), ru.ru_utime + ru.ru_stime, ru.ru_utime, samples, end
 
 
 def engine(where: str | dict, port: int | None, c: int, p: int, d: int, seconds: float, mix: list[dict],
-           prefill: bool = True) -> tuple[float, float]:
-    """``where``: a protocol (with ``port``) or a connection config (``target_config`` of a URL)."""
+           prefill: bool = True) -> tuple[float, float, float]:
+    """``where``: a protocol (with ``port``) or a connection config (``target_config`` of a URL).
+    Returns ops/s, client CPU µs per op, and its user part."""
     conn = where if isinstance(where, dict) else {"protocol": where, "servers": [f"127.0.0.1:{port}"]}
     res = run_load(
         {
@@ -114,16 +116,16 @@ def engine(where: str | dict, port: int | None, c: int, p: int, d: int, seconds:
     errors = sum(sum(o["errors"].values()) for o in res["ops"].values())
     if errors:
         raise RuntimeError(f"engine saw {errors} errors: {res['errors_sample']}")
-    return ops / res["wall_s"], res["client_cpu_s"] / ops * 1e6
+    return ops / res["wall_s"], res["client_cpu_s"] / ops * 1e6, res["client_cpu_user_s"] / ops * 1e6
 
 
-def redis_peer(port: int, c: int, p: int, d: int, n: int, extra: tuple[str, ...] = ()) -> tuple[float, float]:
+def redis_peer(port: int, c: int, p: int, d: int, n: int, extra: tuple[str, ...] = ()) -> tuple[float, float, float]:
     argv = ["redis-benchmark", "-p", str(port), "-t", "get", "-r", str(key_count(d)), "-n", str(n), *extra]
-    out, cpu, _, _ = run_child([*argv, "-c", str(c), "-P", str(p), "-d", str(d), "--csv"])
+    out, cpu, user, _, _ = run_child([*argv, "-c", str(c), "-P", str(p), "-d", str(d), "--csv"])
     m = re.search(r'"GET","([\d.]+)"', out)
     if not m:
         raise RuntimeError(f"cannot read redis-benchmark output: {out[-300:]}")
-    return float(m.group(1)), cpu / n * 1e6
+    return float(m.group(1)), cpu / n * 1e6, user / n * 1e6
 
 
 def resp_benchmark() -> str | None:
@@ -139,20 +141,20 @@ def resp_load(exe: str, port: int, d: int) -> None:
                    timeout=120)
 
 
-def resp_peer(exe: str, port: int, c: int, p: int, d: int, seconds: float) -> tuple[float, float]:
+def resp_peer(exe: str, port: int, c: int, p: int, d: int, seconds: float) -> tuple[float, float, float]:
     argv = [exe, "-p", str(port), "-c", str(c), "-P", str(p), "-s", str(max(1, round(seconds))), "--cores", "0",
             f"GET {{key uniform {key_count(d)}}}"]
-    out, cpu, _, _ = run_child(argv)
+    out, cpu, user, _, _ = run_child(argv)
     m = re.findall(r"qps: (\d+), conn: \d+, cnt: (\d+)", out)
     if not m:
         raise RuntimeError(f"cannot read resp-benchmark output: {out[-300:]}")
     qps, count = (int(x) for x in m[-1])
-    return float(qps), cpu / max(count, 1) * 1e6
+    return float(qps), cpu / max(count, 1) * 1e6, user / max(count, 1) * 1e6
 
 
-def memcaslap_peer(port: int, c: int, d: int, seconds: float, cfg: str) -> tuple[float, float]:
+def memcaslap_peer(port: int, c: int, d: int, seconds: float, cfg: str) -> tuple[float, float, float]:
     argv = ["memcaslap", "-s", f"127.0.0.1:{port}", "-T", "1", "-c", str(c), "-t", f"{int(seconds)}s"]
-    out, cpu, samples, end = run_child([*argv, "-X", str(d), "-F", cfg, "-w", "1k"], sample=True)
+    out, cpu, user, samples, end = run_child([*argv, "-X", str(d), "-F", cfg, "-w", "1k"], sample=True)
     m = re.search(r"Run time: ([\d.]+)s Ops: (\d+) TPS: (\d+)", out)
     if not m:
         raise RuntimeError(f"cannot read memcaslap output: {out[-300:]}")
@@ -162,14 +164,28 @@ def memcaslap_peer(port: int, c: int, d: int, seconds: float, cfg: str) -> tuple
     busy_end = next((t for t, c in samples if c >= samples[-1][1]), end) if samples else end
     before = [c for t, c in samples if t <= busy_end - run_time]
     cpu_at_start = before[-1] if before else 0.0
-    return float(tps), (cpu - cpu_at_start) / max(ops, 1) * 1e6
+    timed = (cpu - cpu_at_start) / max(ops, 1) * 1e6
+    # /proc samples do not split user from system: its whole run's user share stands for the timed phase's
+    return float(tps), timed, timed * user / cpu if cpu else 0.0
 
 
-def best(runs: list[tuple[float, float]]) -> tuple[float, float]:
+Run = tuple[float, float, float]  # ops/s, client CPU µs per op, its user part
+
+
+def best(runs: list[Run]) -> tuple[float, float]:
     return max(r[0] for r in runs), min(r[1] for r in runs)
 
 
-def paired(eng: list[tuple[float, float]], peer: list[tuple[float, float]]) -> tuple[float, float]:
+def anatomy(runs: list[Run]) -> tuple[float, float]:
+    """Median user and system µs per op: a client's own code, and the kernel's I/O it asks for."""
+    return statistics.median(r[2] for r in runs), statistics.median(r[1] - r[2] for r in runs)
+
+
+def make_row(server: str, peer_name: str, c: int, p: int, pp: int, d: int, eng: list[Run], peer: list[Run]) -> tuple:
+    return (server, peer_name, c, p, pp, d, best(eng), best(peer), paired(eng, peer), anatomy(eng), anatomy(peer))
+
+
+def paired(eng: list[Run], peer: list[Run]) -> tuple[float, float]:
     """Median throughput and CPU ratios of runs made back to back."""
     return (
         statistics.median(e[0] / p[0] for e, p in zip(eng, peer)),
@@ -206,7 +222,7 @@ def main() -> int:
                         eng.append(engine("resp2", port, c, p, d, args.seconds, [{"op": "get"}]))
                         n = max(10_000, int(eng[-1][0] * args.seconds * 0.8))
                         peer.append(redis_peer(port, c, p, d, n))
-                    rows.append(("redis", "redis-benchmark", c, p, p, d, best(eng), best(peer), paired(eng, peer)))
+                    rows.append(make_row("redis", "redis-benchmark", c, p, p, d, eng, peer))
                     print_row(rows[-1], flush=True)
                     exe = resp_benchmark()
                     if exe is None:
@@ -216,7 +232,7 @@ def main() -> int:
                     for _ in range(args.repeat):
                         eng.append(engine("resp2", port, c, p, d, args.seconds, [{"op": "get"}]))
                         peer.append(resp_peer(exe, port, c, p, d, args.seconds))
-                    rows.append(("redis", "resp-benchmark", c, p, p, d, best(eng), best(peer), paired(eng, peer)))
+                    rows.append(make_row("redis", "resp-benchmark", c, p, p, d, eng, peer))
                     print_row(rows[-1], flush=True)
             finally:
                 srv.terminate()
@@ -240,7 +256,7 @@ def main() -> int:
                     for _ in range(args.repeat):
                         eng.append(engine("memcache_text", port, c, p, d, args.seconds, mix))
                         peer.append(memcaslap_peer(port, c, d, args.seconds, cfg))
-                    rows.append(("memcached", "memcaslap", c, p, 1, d, best(eng), best(peer), paired(eng, peer)))
+                    rows.append(make_row("memcached", "memcaslap", c, p, 1, d, eng, peer))
                     print_row(rows[-1], flush=True)
             finally:
                 srv.terminate()
@@ -256,11 +272,22 @@ def main() -> int:
         "| engine CPU-s/Mop | peer CPU-s/Mop | CPU ratio (paired median) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for server, peer, c, p, pp, d, (et, ec), (pt, pc), (mt, mc) in rows:
+    for server, peer, c, p, pp, d, (et, ec), (pt, pc), (mt, mc), _, _ in rows:
         print(
             f"| {server} | {peer} | {c} | {p}/{pp} | {d} | {et:,.0f} | {pt:,.0f} | **{et / pt:.2f}** ({mt:.2f}) "
             f"| {ec:.2f} | {pc:.2f} | **{ec / pc:.2f}** ({mc:.2f}) |"
         )
+    print()
+    print("Where the CPU goes, µs per op (medians of the runs): user = the client's own code, system = the kernel's "
+          "I/O it asks for" + (" (memcaslap: its whole run's user share)" if any(r[1] == "memcaslap" for r in rows)
+                                else ""))
+    print()
+    print("| server | peer | c | P (engine/peer) | d | engine user | engine system | peer user | peer system "
+          "| user ratio | system ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for server, peer, c, p, pp, d, _, _, _, (eu, es), (pu, ps) in rows:
+        print(f"| {server} | {peer} | {c} | {p}/{pp} | {d} | {eu:.3f} | {es:.3f} | {pu:.3f} | {ps:.3f} "
+              f"| {eu / pu if pu else float('nan'):.2f} | {es / ps if ps else float('nan'):.2f} |")
     return 0
 
 
@@ -278,7 +305,7 @@ def reach_rows(args) -> list[tuple]:
             for _ in range(args.repeat):
                 eng.append(engine(conn, None, c, p, d, args.seconds, [{"op": "get"}]))
                 peer.append(redis_peer(tls.port, c, p, d, max(10_000, int(eng[-1][0] * args.seconds * 0.8)), extra))
-            rows.append(("redis TLS", "redis-benchmark --tls", c, p, p, d, best(eng), best(peer), paired(eng, peer)))
+            rows.append(make_row("redis TLS", "redis-benchmark --tls", c, p, p, d, eng, peer))
             print_row(rows[-1], flush=True)
     for tls in ("0", "1"):
         with server_class("redis-cluster")(nodes="3", tls=tls) as cluster:
@@ -297,18 +324,17 @@ def reach_rows(args) -> list[tuple]:
                     n = max(10_000, int(eng[-1][0] * args.seconds * 0.8))
                     peer.append(redis_peer(seed, c, p, d, n, extra))
                 name = "redis TLS cluster×3" if cluster.certs else "redis cluster×3"
-                rows.append((name, "redis-benchmark " + " ".join(extra[:2]), c, p, p, d, best(eng), best(peer),
-                             paired(eng, peer)))
+                rows.append(make_row(name, "redis-benchmark " + " ".join(extra[:2]), c, p, p, d, eng, peer))
                 print_row(rows[-1], flush=True)
     return rows
 
 
 def print_row(row, flush: bool = False) -> None:
-    server, peer, c, p, pp, d, (et, ec), (pt, pc), (mt, mc) = row
+    server, peer, c, p, pp, d, (et, ec), (pt, pc), (mt, mc), (eu, es), (pu, ps) = row
     print(
         f"{server:9} c={c:<3} P={p}/{pp:<3} d={d:<6}  engine {et:>11,.0f} ops/s {ec:6.2f} CPU-s/Mop   "
         f"{peer} {pt:>11,.0f} ops/s {pc:6.2f} CPU-s/Mop   throughput x{et / pt:.2f} ({mt:.2f})  "
-        f"CPU x{ec / pc:.2f} ({mc:.2f})",
+        f"CPU x{ec / pc:.2f} ({mc:.2f})   user/system µs per op: engine {eu:.2f}/{es:.2f}, peer {pu:.2f}/{ps:.2f}",
         flush=flush,
     )
 
