@@ -173,7 +173,7 @@ def test_engine_tls_counts_connections_the_server_drops_and_goes_on(spawn, io):
     result = _engine(server.url(), threads=1, connections=4, pipeline=4, ops=None, duration_s=2.5, io=io,
                      timeout_ms=2000, on_error="continue", values={"sizes": [[100, 1]]})
     killer.join()
-    assert killed and killed[0] >= 4, killed  # the engine's four connections (and no other) were dropped
+    assert killed and killed[0] >= 4, killed  # the engine's four connections were among those dropped
     get, set_ = result["ops"]["get"], result["ops"]["set"]
     lost = get["errors"].get("connection", 0) + set_["errors"].get("connection", 0)
     # at most a pipeline's worth per connection is in flight when it is dropped

@@ -2,8 +2,8 @@
 
 :func:`run_load` hands a config dict to the Rust engine (``cachemark._engine``; see
 docs/engine.md for every key) and returns its result dict: ``wall_s``,
-``client_cpu_s`` (and ``client_cpu_user_s``, its user-mode part), ``ops`` (one OpResult per op, docs/contracts.md), wire bytes,
-``interrupted``, ``stopped_on_errors`` (why the on-error policy ended the run, or None),
+``client_cpu_s`` (and ``client_cpu_user_s``, its user-mode part), ``ops`` (one OpResult per op,
+docs/contracts.md), wire bytes, ``interrupted``, ``stopped_on_errors`` (why the on-error policy ended the run, or None),
 ``missed`` (open loop: ops due but never sent), ``errors_sample``, and ``write_outages`` (each load thread's
 windows of failing writes, on ``perf_counter_ns``'s clock, like ``start_ns``). :func:`target_config` turns a
 ``redis://…?client=engine`` / ``memcached://…?client=engine`` target into the
