@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,24 +178,127 @@ def _connect(spec: OriginSpec):
 
 
 class SharedPool:
-    """At most ``size`` holders at once across the processes that open the same ``key``."""
+    """At most ``size`` holders at once across the processes that open the same ``key``, served in
+    the order they asked, as a database pool hands a freed connection to its longest waiter.
+
+    A bare semaphore is not fair: a process that releases the slot and asks again at once takes it
+    back before the waiter it woke is even scheduled, so on a busy machine one worker kept the slot
+    and the others' waits were either nothing or very long — not the queue the pool models. Here a
+    release hands the slot straight to the first process in a queue kept in shared memory (each
+    waiter sleeps on its own semaphore), so a slot is never taken past a waiter.
+    """
+
+    CAP = 4096  # most processes waiting at once
 
     def __init__(self, key: str, size: int) -> None:
         import _multiprocessing
+        import mmap
 
         self.name = "/cm-pool-" + hashlib.sha1(key.encode()).hexdigest()[:20]
+        self.pid = os.getpid()
+        self.wakes: dict[int, object] = {}
+        # `_mutex` guards the queue; its creator holds it until the queue is set up
         try:
-            self.sem = _multiprocessing.SemLock(1, size, size, self.name, False)  # kind 1: a semaphore
+            self.mutex = _multiprocessing.SemLock(1, 0, 1, self.name, False)
+            created = True
         except FileExistsError:  # another worker of the run created it first
-            self.sem = _multiprocessing.SemLock._rebuild(0, 1, size, self.name)
-        self.acquire, self.release = self.sem.acquire, self.sem.release
+            self.mutex = _multiprocessing.SemLock._rebuild(0, 1, 1, self.name)
+            self.mutex.acquire()
+            created = False
+        try:
+            fd = os.open(self._state_path(), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                if created:
+                    os.ftruncate(fd, 8 * (3 + self.CAP))
+                elif os.fstat(fd).st_size < 8 * (3 + self.CAP):
+                    raise RuntimeError(f"origin pool {self.name}: its shared queue is missing")
+                self.map = mmap.mmap(fd, 8 * (3 + self.CAP))
+            finally:
+                os.close(fd)
+            self.state = memoryview(self.map).cast("q")  # free slots, queue head, queue tail, queue
+            if created:
+                self.state[0] = size
+            self.wake = _multiprocessing.SemLock(1, 0, 1, self._wake_name(self.pid), False)
+        finally:
+            self.mutex.release()
+
+    def _state_path(self) -> str:
+        return "/dev/shm" + self.name
+
+    def _wake_name(self, pid: int) -> str:
+        return f"{self.name}-w{pid}"
+
+    def acquire(self) -> None:
+        st = self.state
+        self.mutex.acquire()
+        if st[0] > 0:
+            st[0] -= 1
+            self.mutex.release()
+            return
+        if st[2] - st[1] >= self.CAP:
+            self.mutex.release()
+            raise RuntimeError(f"origin pool: more than {self.CAP} processes waiting")
+        st[3 + st[2] % self.CAP] = self.pid
+        st[2] += 1
+        self.mutex.release()
+        try:
+            self.wake.acquire()  # the slot is ours: a release handed it over
+        except BaseException:  # Ctrl-C while waiting: leave the queue, or pass on a slot just handed over
+            if not self._leave_queue():
+                self.release()
+            raise
+
+    def _leave_queue(self) -> bool:
+        st = self.state
+        with self._locked():
+            waiting = [st[3 + i % self.CAP] for i in range(st[1], st[2])]
+            if self.pid not in waiting:
+                return False
+            waiting.remove(self.pid)
+            st[2] -= 1
+            for i, pid in enumerate(waiting):
+                st[3 + (st[1] + i) % self.CAP] = pid
+            return True
+
+    @contextlib.contextmanager
+    def _locked(self):
+        self.mutex.acquire()
+        try:
+            yield
+        finally:
+            self.mutex.release()
+
+    def release(self) -> None:
+        """Hands the slot to the longest waiter still alive, or frees it."""
+        st = self.state
+        while True:
+            with self._locked():
+                if st[1] == st[2]:
+                    st[0] += 1
+                    return
+                pid = st[3 + st[1] % self.CAP]
+                st[1] += 1
+            try:
+                os.kill(pid, 0)  # a worker that died waiting must not take the slot with it
+            except ProcessLookupError:
+                continue
+            wake = self.wakes.get(pid)
+            if wake is None:
+                import _multiprocessing
+
+                wake = self.wakes[pid] = _multiprocessing.SemLock._rebuild(0, 1, 1, self._wake_name(pid))
+            wake.release()
+            return
 
     def unlink(self) -> None:
-        """Remove the name (holders keep their handle); the first worker to finish does it."""
+        """Remove the names (holders keep their handles and mapping); the first worker to finish does it."""
         import _multiprocessing
 
+        for name in (self.name, self._wake_name(self.pid)):
+            with contextlib.suppress(OSError):
+                _multiprocessing.sem_unlink(name)
         with contextlib.suppress(OSError):
-            _multiprocessing.sem_unlink(self.name)
+            os.unlink(self._state_path())
 
 
 class Origin:
