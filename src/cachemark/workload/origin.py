@@ -197,7 +197,7 @@ class SharedPool:
         self.name = "/cm-pool-" + hashlib.sha1(key.encode()).hexdigest()[:20]
         self.pid = os.getpid()
         self.wakes: dict[int, object] = {}
-        # `_mutex` guards the queue; its creator holds it until the queue is set up
+        # `mutex` guards the queue; its creator holds it until the queue is set up
         try:
             self.mutex = _multiprocessing.SemLock(1, 0, 1, self.name, False)
             created = True
@@ -230,17 +230,14 @@ class SharedPool:
 
     def acquire(self) -> None:
         st = self.state
-        self.mutex.acquire()
-        if st[0] > 0:
-            st[0] -= 1
-            self.mutex.release()
-            return
-        if st[2] - st[1] >= self.CAP:
-            self.mutex.release()
-            raise RuntimeError(f"origin pool: more than {self.CAP} processes waiting")
-        st[3 + st[2] % self.CAP] = self.pid
-        st[2] += 1
-        self.mutex.release()
+        with self._locked():
+            if st[0] > 0:
+                st[0] -= 1
+                return
+            if st[2] - st[1] >= self.CAP:
+                raise RuntimeError(f"origin pool: more than {self.CAP} processes waiting")
+            st[3 + st[2] % self.CAP] = self.pid
+            st[2] += 1
         try:
             self.wake.acquire()  # the slot is ours: a release handed it over
         except BaseException:  # Ctrl-C while waiting: leave the queue, or pass on a slot just handed over
@@ -286,7 +283,10 @@ class SharedPool:
             if wake is None:
                 import _multiprocessing
 
-                wake = self.wakes[pid] = _multiprocessing.SemLock._rebuild(0, 1, 1, self._wake_name(pid))
+                try:
+                    wake = self.wakes[pid] = _multiprocessing.SemLock._rebuild(0, 1, 1, self._wake_name(pid))
+                except FileNotFoundError:
+                    return  # interrupted as it was handed the slot: it passed the slot on before it left
             wake.release()
             return
 
