@@ -18,7 +18,7 @@ from cachemark.engine import Histogram, run_load
 from cachemark.lab.base import free_port
 from engine_helpers import need_io, start_redis, stop
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]  # timed: runs alone (conftest.py)
 
 
 def test_paused_server_shows_in_corrected_latency_only():
