@@ -12,8 +12,6 @@ from cachemark.analysis.cost import cost_of, load_prices
 from cachemark.errors import UserError
 from cachemark.needs import parse_needs
 
-pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
-
 
 def _run(label: str, scheme: str, p99_us: float, ops_per_s: float = 10_000, shared: bool = True,
          repeat: int | None = None, reads: float = 0.9) -> dict:
