@@ -20,7 +20,8 @@ run: packages-run setup bytecode
 test: packages-test
 	$(MAKE) -j2 -O --no-print-directory setup-test bytecode engine-check
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m 'not serial'  # two at a time: 2 cores, a file's fixtures once
+	$(BIN)/python -m pytest -q -m serial  # then alone: tests that time something or race a signal (conftest.py)
 
 # cachemark's own modules compiled once (an up-to-date one is skipped): with PYTHONDONTWRITEBYTECODE set,
 # as in many CI images, every process would otherwise compile them again (~0.3 s per CLI or worker start)

@@ -27,6 +27,12 @@ from cachemark.lab import LocalServer, server_class
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    # `make test` runs the other tests two at a time (pytest-xdist), then these alone: a test beside
+    # them would move the latencies, rates, timeouts and signal races they assert.
+    config.addinivalue_line("markers", "serial: times something or races a signal; runs alone, after the rest")
+
 # --- redis / memcached (lab servers) ----------------------------------------------
 
 

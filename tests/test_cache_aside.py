@@ -23,6 +23,8 @@ from cachemark.run.worker import Worker, WorkerTask
 from cachemark.spec import Workload, build_experiment
 from cachemark.target import parse_target
 
+pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+
 pytest_plugins = ["tests.fixtures_servers"]
 
 

@@ -54,6 +54,7 @@ def op_counts(recs: np.ndarray) -> dict[str, int]:
     return {OPS[op]: int(n) for op, n in enumerate(np.bincount(recs["op"], minlength=len(OPS))) if n}
 
 
+@pytest.mark.serial
 def test_a_captured_run_replays_on_another_backend_with_its_ops_keys_and_timing(tmp_path, redis_server,
                                                                                  memcached_server):
     # 1. A cachemark run (open loop, Poisson arrivals, cold cache) against Redis, through the recorder.
@@ -186,6 +187,7 @@ def test_keys_are_hashed_by_default_and_values_never_stored(tmp_path, redis_serv
             [("set", key_hash(b"secret:user:42"), 14, 57), ("get", key_hash(b"secret:user:42"), 14, 57)]
 
 
+@pytest.mark.serial
 def test_a_recorder_that_falls_behind_drops_counts_and_says_so(tmp_path, redis_server):
     path = tmp_path / "small.cmtrace"
     with TraceCapture((redis_server.host, redis_server.port), "resp", path, tap_bytes=4096) as cap:
@@ -210,6 +212,7 @@ def wait_for_line(proc: subprocess.Popen, text: str, timeout: float = 20) -> str
     raise AssertionError(f"no line with {text!r}")
 
 
+@pytest.mark.serial
 def test_ctrl_c_mid_capture_leaves_a_valid_trace(tmp_path, redis_server):
     env = {**os.environ, "COLUMNS": "200"}
     # -X faulthandler: if it ever hangs, SIGABRT below makes it print every thread's stack
@@ -241,6 +244,7 @@ def test_ctrl_c_mid_capture_leaves_a_valid_trace(tmp_path, redis_server):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.serial
 def test_a_duration_ends_the_capture(tmp_path, memcached_server):
     result = run_cli("capture", "-u", f"memcached://{memcached_server.host}:{memcached_server.port}", "-o",
                      "m.cmtrace.zst", "--duration", "0.5s", cwd=tmp_path)

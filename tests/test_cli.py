@@ -48,6 +48,7 @@ def test_debug_shows_the_traceback(tmp_path, cachemark):
     assert result.returncode == 2 and "Traceback" in result.stderr
 
 
+@pytest.mark.serial
 def test_ctrl_c_keeps_what_was_measured(tmp_path):
     """Ctrl-C in the timed phase saves what was measured so far. On a slow machine the
     signal can land before that phase (start-up: no results file; prefill: a run saved as
@@ -74,6 +75,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     assert 0 < run["phases"][0]["wall_s"] < 60
 
 
+@pytest.mark.serial
 def test_ctrl_c_while_the_command_still_imports_ends_quietly(monkeypatch, capsys):
     class Interrupting:  # a Ctrl-C in the middle of importing the command's modules
         def find_spec(self, name, path=None, target=None):
@@ -88,6 +90,7 @@ def test_ctrl_c_while_the_command_still_imports_ends_quietly(monkeypatch, capsys
     assert capsys.readouterr().err == "cachemark: interrupted\n"
 
 
+@pytest.mark.serial
 def test_network_profiles_print_the_percent_of_baseline_table(tmp_path, cachemark):
     result = cachemark("run", "-t", "spawn:redis", "-t", "spawn:memcached", "--network", "same-host,cross-region",
                        "--keys", "50", "--duration", "1", "--warmup", "0", "--no-calibrate", "-o", "net.json",
@@ -100,6 +103,7 @@ def test_network_profiles_print_the_percent_of_baseline_table(tmp_path, cachemar
     assert far and all(r["phases"][0]["ops"]["get"]["summary"]["p50_us"] > 60_000 for r in far)
 
 
+@pytest.mark.serial
 def test_the_proxy_overhead_is_measured_and_reported_beside_every_network_figure(tmp_path, cachemark):
     # The emulated network's figures include the proxy's own cost: a run behind a profile measures it
     # once (direct vs through a no-delay proxy) and states it in the result and in every report.

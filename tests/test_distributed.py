@@ -31,6 +31,8 @@ distributed_mod = pytest.importorskip("distributed")
 
 from cachemark.run import distributed as dist  # noqa: E402
 
+pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+
 ROOT = Path(__file__).parent.parent
 DASK = str(Path(sys.executable).with_name("dask"))
 

@@ -158,6 +158,7 @@ def test_refused_writes_are_errors(client, spawn):
 
 
 @CLIENTS
+@pytest.mark.serial
 def test_errors_are_counted_when_the_server_dies_mid_run(client, spawn):
     server = spawn(SERVER[client])
     outcome = run_killing_the_server(server, _url(server, client), _workload(
@@ -168,6 +169,7 @@ def test_errors_are_counted_when_the_server_dies_mid_run(client, spawn):
 
 
 @CLIENTS
+@pytest.mark.serial
 def test_open_loop_follows_the_schedule_and_keeps_both_latencies(client, request):
     server = request.getfixturevalue(f"{SERVER[client]}_server")
     outcome = run_target(_url(server, client), _workload(mix={"get": 1}, rate=200, duration=1.0, workers=1, keys=50))

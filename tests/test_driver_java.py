@@ -169,6 +169,7 @@ def test_a_value_of_the_wrong_shape_is_a_verify_error(client, request):
 
 
 @clients
+@pytest.mark.serial
 def test_errors_are_counted_when_the_server_dies_mid_run(spawn, client):
     _needs_driver(client)
     server = spawn(SERVER[client])

@@ -156,6 +156,7 @@ def test_refused_writes_are_errors(spawn, client):
     assert any(said in s for s in outcome.phases[0]["error_samples"]), outcome.phases[0]["error_samples"]
 
 
+@pytest.mark.serial
 def test_errors_are_counted_when_the_server_dies_mid_run(spawn, client):
     server = spawn(CLIENTS[client])
     # short client timeouts: an op in flight when the server dies may wait for one (memjs can lose it)
@@ -177,6 +178,7 @@ def test_cli_get_through_ioredis(tmp_path):
     assert (op["count"], op["hits"]) == (500, 500)
 
 
+@pytest.mark.serial
 def test_open_loop_follows_the_schedule(redis_server):
     outcome = run_target(_url(redis_server, _built("node-redis")),
                          _workload(mix={"get": 1}, rate=200, duration=1.0, workers=1, keys=50))
@@ -200,6 +202,7 @@ def _by_hand(name: str, target_url: str, n: int, **setup) -> DriverProcess:
     return d
 
 
+@pytest.mark.serial
 def test_memjs_losing_a_request_is_a_timeout_not_a_hang():
     """A memcached that reads a request and closes the connection unanswered (as one killed mid-op):
     memjs never settles that call; the driver fails it as a timeout."""
@@ -225,6 +228,7 @@ def test_memjs_losing_a_request_is_a_timeout_not_a_hang():
         listener.close()
 
 
+@pytest.mark.serial
 def test_null_client_stops_on_sigint_and_exits_on_eof():
     """`scheme: null` (the driver's own loop, no server) cycles until SIGINT, then reports what ran."""
     d = _by_hand("node-ioredis", "redis://127.0.0.1:1", 1000, scheme=None)

@@ -171,6 +171,7 @@ def test_refused_writes_are_errors(spawn):
     assert any("OOM" in s for s in outcome.phases[0]["error_samples"]), outcome.phases[0]["error_samples"]
 
 
+@pytest.mark.serial
 def test_errors_are_counted_when_the_server_dies_mid_run(spawn):
     server = spawn("redis")
     outcome = run_killing_the_server(server, _url(server), _workload(
@@ -278,6 +279,7 @@ def test_a_missing_runtime_skips_the_run_with_one_line(monkeypatch, memcached_se
     assert "\n" not in outcome.reason and "apt-get install php-cli" in outcome.reason
 
 
+@pytest.mark.serial
 def test_ctrl_c_keeps_what_the_driver_measured(tmp_path):
     """Ctrl-C (to the process group, as a terminal sends it) stops the driver's loop; what it ran is
     saved and the run marked interrupted."""
@@ -300,6 +302,7 @@ def test_ctrl_c_keeps_what_the_driver_measured(tmp_path):
     assert run["phases"][0]["ops"]["get"]["count"] > 0 and 0 < run["phases"][0]["wall_s"] < 60
 
 
+@pytest.mark.serial
 def test_open_loop_follows_the_schedule_and_keeps_both_latencies(redis_server):
     outcome = run_target(_url(redis_server), _workload(mix={"get": 1}, rate=200, duration=1.0, workers=1, keys=50))
     assert outcome.status == "ok", outcome.reason

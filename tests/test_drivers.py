@@ -170,6 +170,7 @@ def test_a_value_of_the_wrong_shape_is_a_verify_error(redis_server):
 
 
 @needs_ruby
+@pytest.mark.serial
 def test_errors_are_counted_when_the_server_dies_mid_run(spawn):
     server = spawn("redis")
     outcome = run_killing_the_server(server, f"{server.url()}?{CLIENT}", _workload(
@@ -185,6 +186,7 @@ def test_a_missing_runtime_skips_the_run_with_one_line(monkeypatch, memcached_se
     assert "\n" not in outcome.reason and "apt-get install ruby" in outcome.reason
 
 
+@pytest.mark.serial
 def test_a_hung_or_dead_driver_fails_the_run_quickly(monkeypatch, tmp_path, memcached_server):
     hang = tmp_path / "hang"
     hang.write_text("#!/bin/sh\nexec sleep 60\n")
@@ -223,6 +225,7 @@ def test_cli_exists_then_get_through_rails_cache(tmp_path):
 
 
 @needs_ruby
+@pytest.mark.serial
 def test_ctrl_c_keeps_what_the_driver_measured(tmp_path):
     """Ctrl-C (to the process group, as a terminal sends it) stops the drivers' loops; what they
     ran is saved and the run marked interrupted."""
@@ -246,6 +249,7 @@ def test_ctrl_c_keeps_what_the_driver_measured(tmp_path):
 
 
 @needs_ruby
+@pytest.mark.serial
 def test_open_loop_follows_the_schedule_and_keeps_both_latencies(redis_server):
     outcome = run_target(f"{redis_server.url()}?{CLIENT}",
                          _workload(mix={"get": 1}, rate=200, duration=1.0, workers=1, keys=50))

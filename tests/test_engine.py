@@ -109,6 +109,7 @@ def test_histogram_api_and_interop_with_hdrh():
 
 
 @pytest.mark.parametrize("io", ["uring", "epoll"])
+@pytest.mark.serial
 def test_resp2_closed_loop_counts_values_and_histograms(redis_port, io):
     need_io(io)
     cfg = base("resp2", [f"127.0.0.1:{redis_port}"], threads=2, io=io)
@@ -215,6 +216,7 @@ def test_unreachable_auth_and_bad_config(redis_port):
         stop(proc)
 
 
+@pytest.mark.serial
 def test_open_loop_paces_and_reports_both_latencies(redis_port):
     cfg = base("resp2", [f"127.0.0.1:{redis_port}"], mode="open", rate=2000.0, duration_s=2.0, connections=4)
     res = run_load(cfg)
@@ -228,6 +230,7 @@ def test_open_loop_paces_and_reports_both_latencies(redis_port):
     assert corrected.value_at_quantile(0.5) >= uncorrected.value_at_quantile(0.5)
 
 
+@pytest.mark.serial
 def test_ctrl_c_returns_partial_results(redis_port):
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -270,6 +273,7 @@ def test_large_values_round_trip_whole(redis_port, mc_ports, protocol, io):
 
 
 @pytest.mark.parametrize("io", ["uring", "epoll"])
+@pytest.mark.serial
 def test_sends_resume_mid_value_after_the_server_stalls(io):
     """redis-server is SIGSTOPped while 1 MB SETs are in flight: the socket buffers fill,
     sends come back short and resume in the middle of a value once it runs again. What

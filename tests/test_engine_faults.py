@@ -23,7 +23,7 @@ from cachemark.spec import Workload
 from cachemark.target import parse_target
 from engine_helpers import need_io, start_redis, stop
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.serial]  # timed: runs alone (conftest.py)
 
 
 def _cachemark(args: list[str], cwd: Path) -> subprocess.Popen:

@@ -21,6 +21,7 @@ from engine_helpers import need_io, start_redis, stop
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.serial
 def test_paused_server_shows_in_corrected_latency_only():
     """Open loop, 10 s at 2000/s; redis-server is SIGSTOPped for 1 s in the middle.
 

@@ -51,6 +51,7 @@ def _results(path: Path) -> dict:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.serial
 def test_a_killed_server_stops_the_run_and_fails_it(tmp_path, spawn, workers) -> None:
     server = spawn("redis")
     proc = _start(["run", "-t", server.url(), "--duration", "30s", "--warmup", "0", "--no-calibrate",
@@ -73,6 +74,7 @@ def test_a_killed_server_stops_the_run_and_fails_it(tmp_path, spawn, workers) ->
     assert "failed: connection errors from" in stdout.replace("\n", " ")
 
 
+@pytest.mark.serial
 def test_a_hung_server_stops_the_run_after_its_timeouts(tmp_path, spawn) -> None:
     server = spawn("redis")
     proc = _start(["run", "-t", f"{server.url()}?socket_timeout=1", "--duration", "30s", "--warmup", "0",
@@ -92,6 +94,7 @@ def test_a_hung_server_stops_the_run_after_its_timeouts(tmp_path, spawn) -> None
 
 
 @pytest.mark.parametrize("allow_errors", [True, False])
+@pytest.mark.serial
 def test_on_error_continue_runs_to_the_deadline_with_errors_in_the_series(tmp_path, spawn, allow_errors) -> None:
     server = spawn("redis")
     proc = _start(["run", "-t", server.url(), "--duration", "5s", "--warmup", "0", "--no-calibrate",
@@ -162,6 +165,7 @@ def test_a_bug_in_a_worker_is_a_crash_with_its_traceback_saved(tmp_path) -> None
         saved.unlink()
 
 
+@pytest.mark.serial
 def test_a_ctrl_c_while_a_worker_reports_its_crash_cuts_nothing_short(tmp_path) -> None:
     # The parent answers one worker's crash with SIGINT to every worker; one that is itself
     # crashing may get it while its report is being written. Here the exception's own text
@@ -190,6 +194,7 @@ def test_a_bug_in_the_cli_is_a_crash(tmp_path, monkeypatch, capsys) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.serial
 def test_sigterm_and_sighup_stop_spawned_servers_and_save_partial_results(tmp_path, sig) -> None:
     proc = _start(["run", "-t", "spawn:redis", "--duration", "30s", "--warmup", "0", "--no-calibrate",
                    "--workers", "2", "-o", "out.json"], tmp_path)
@@ -234,6 +239,7 @@ def test_a_full_disk_is_one_line_and_earlier_results_are_kept(tmp_path, tiny_dis
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.serial
 def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path) -> None:
     """Start-up, calibration, server spawn, worker start, prefill, warm-up, timed phase:
     a Ctrl-C to the process group at each moment exits 130 promptly, never a traceback."""
@@ -296,6 +302,7 @@ except KeyboardInterrupt:
 
 
 @pytest.mark.parametrize("where", ["cli", "worker"])
+@pytest.mark.serial
 def test_a_ctrl_c_swallowed_by_a_destructor_still_stops_the_run(where) -> None:
     """Python swallows an exception raised in a finalizer; cachemark delivers the Ctrl-C again
     (it was lost in a distributed run once: Dask's objects have finalizers). In a worker the

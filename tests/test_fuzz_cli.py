@@ -764,6 +764,7 @@ def test_fuzz_ends_in_one_line_or_success(kind, scratch, nothing_starts):
     ('[workload]\nvalue_size = "1:1e308,2:1e308"', "value_size weights must be finite"),  # was NaN shares
     ('[workload]\nvalue_size = "1e400k"', "value_size '1e400k': expected a size"),  # was OverflowError
 ])
+@pytest.mark.serial
 def test_experiment_files_that_broke_now_end_in_one_line(tmp_path, text, message):
     from cachemark.errors import SpecError
     from cachemark.spec import build_experiment, load_toml

@@ -18,6 +18,8 @@ from cachemark.lab.base import free_port
 from cachemark.lab.network import PROFILES, NetworkProfile, parse_bandwidth_bps, parse_network
 from cachemark.lab.proxy import echo_server, measure_overhead, start_proxy
 
+pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+
 redis = pytest.importorskip("redis")
 _engine = pytest.importorskip("cachemark._engine")
 if not hasattr(_engine, "Proxy"):

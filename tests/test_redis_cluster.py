@@ -194,6 +194,7 @@ def _owner(cluster: RedisClusterServer, slot: int) -> object:
 @pytest.mark.parametrize("load", [{"io": "uring", "threads": 1, "connections": 2, "pipeline": 1},
                                   {"io": "epoll", "threads": 2, "connections": 4, "pipeline": 4,
                                    "mode": "open", "rate": 4000}], ids=["uring-closed", "epoll-open-2threads"])
+@pytest.mark.serial
 def test_engine_follows_a_slot_migrated_mid_run(spawn, namespace, load):
     """ASK while the slot's keys move, MOVED once it has moved: both counted, no op lost."""
     import threading
@@ -373,6 +374,7 @@ def test_python_path_has_its_redirects_counted_by_the_nodes(spawn):
     assert get["hits"] == get["count"]  # nothing deleted: every read found its key, wherever it was
 
 
+@pytest.mark.serial
 def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):
     import threading
 
@@ -397,6 +399,7 @@ def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):
 
 
 @pytest.mark.parametrize("client", ["engine", "redis-py"])
+@pytest.mark.serial
 def test_a_cluster_failover_is_followed_and_its_write_outage_timed(spawn, tmp_path, client):
     """A primary SIGKILLed mid-run: its replica is promoted by the cluster (node timeout 2 s). The engine
     learns that from the other nodes (no dead node can answer MOVED), redis-py from its own topology
@@ -654,6 +657,7 @@ def _one_command(buf: bytes) -> tuple[list[bytes], bytes] | None:
     return args, rest
 
 
+@pytest.mark.serial
 def test_engine_gives_up_on_endless_redirects():
     from cachemark.engine import run_load
 

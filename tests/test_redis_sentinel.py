@@ -27,6 +27,8 @@ from cachemark.spec import Workload
 from cachemark.target import parse_target
 from conftest import start_server
 
+pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+
 
 @pytest.fixture(scope="module")
 def sentinel_lab():

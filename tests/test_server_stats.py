@@ -17,6 +17,8 @@ from cachemark.run.monitor import PhaseMonitor
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
 
+pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+
 SIZE = 1000
 N = 2000
 

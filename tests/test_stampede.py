@@ -6,6 +6,8 @@ import pytest
 
 from cachemark.run.stampede import _group_calls, run_stampede
 
+pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+
 RATE, DELTA, TTL = 200.0, 0.05, 1.0  # λ·Δ = 10
 
 
