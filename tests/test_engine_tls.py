@@ -156,6 +156,7 @@ def test_spawn_options_are_checked(tmp_path):
 
 
 @pytest.mark.parametrize("io", ["epoll", "uring"])
+@pytest.mark.serial
 def test_engine_tls_counts_connections_the_server_drops_and_goes_on(spawn, io):
     """A TLS connection the server closes mid-run is one connection error per request lost on it, on
     both I/O backends; the client connects again (a new handshake) and the run goes on to its end."""

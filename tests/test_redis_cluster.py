@@ -235,6 +235,7 @@ def _migrate(slot: int, source: ClusterNode, target: ClusterNode) -> None:
         command(node, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
 
 
+@pytest.mark.serial
 def test_engine_follows_a_node_that_joins_the_cluster_mid_run(spawn, namespace):
     """A node added while the run goes on and given a slot (a cluster grown by resharding): the engine
     learns it from the first ASK, connects to it, and sends the slot's keys there once MOVED says so.
@@ -310,6 +311,7 @@ def _joining_node(cluster: RedisClusterServer) -> Iterator[ClusterNode]:
         joiner.stop()
 
 
+@pytest.mark.serial
 def test_python_path_follows_a_node_that_joins_once_moved_there(spawn):
     """redis-py learns a joined node from MOVED. Before that, while the slot migrates, it cannot follow an
     ASK to a node it has not met (redis/redis-py#4015, 6.4: AttributeError on None): those ops fail, and are
@@ -538,6 +540,7 @@ def test_engine_reads_from_replicas_in_rotation_when_asked(spawn, namespace, cac
     assert "cluster: 3 primaries (+3 replicas read from), 0 MOVED, 0 ASK" in proc.stdout, proc.stdout[-2000:]
 
 
+@pytest.mark.serial
 def test_engine_reads_from_the_primary_while_a_replica_is_down(spawn, namespace):
     """A replica read from (read_from_replicas=1) killed mid-run: the reads in flight on it fail, and its
     turns then go to its primary (a reconnect is tried every 100 ms), as redis-py's retry goes to the next
