@@ -119,6 +119,37 @@ def test_a_released_slot_goes_to_the_waiter_not_back_to_the_releaser():
     assert not [name for name in os.listdir("/dev/shm") if "cm-pool-" in name]
 
 
+def test_a_worker_killed_while_waiting_loses_no_slot_and_leaves_no_name():
+    """SIGKILLed in the queue: a release skips it (the slot is not handed to the dead), and what it could
+    not remove itself, its wake semaphore, goes with the run's pool once the workers are gone."""
+    import multiprocessing
+    import signal
+
+    from cachemark.workload.origin import SharedPool, remove_pool
+
+    key = f"test-killed-{os.getpid()}-{time.monotonic_ns()}"
+    mine = SharedPool(key, 1)
+    mine.acquire()
+    ctx = multiprocessing.get_context("fork")
+    other = ctx.Process(target=_hold_once, args=(key, 0, ctx.Event()), daemon=True)
+    other.start()
+    try:
+        time.sleep(0.3)  # queued by now
+        os.kill(other.pid, signal.SIGKILL)
+        other.join(10)
+        mine.release()  # to nobody: the only waiter is dead
+        t0 = time.monotonic()
+        mine.acquire()
+        assert time.monotonic() - t0 < 0.1, "the slot went to the dead waiter"
+        mine.release()
+    finally:
+        mine.unlink()
+    left = [name for name in os.listdir("/dev/shm") if "cm-pool-" in name]
+    assert left == [f"sem.{mine.name[1:]}-w{other.pid}"], left  # only the dead worker's
+    remove_pool(key)
+    assert not [name for name in os.listdir("/dev/shm") if "cm-pool-" in name]
+
+
 def test_sql_origin_runs_a_real_query(postgres_server, cachemark, tmp_path: Path):
     origin = f"{postgres_server.url()}?query=SELECT pg_sleep(0.005)&pool=2"
     workload = Workload(keys=1000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,

@@ -26,6 +26,7 @@ from ..spec import Workload
 from ..target import Target, parse_target, scrub
 from ..workload.keys import key_lengths, key_name
 from ..workload.ops import mix_entries
+from ..workload.origin import remove_pool
 from .messages import PhaseReport
 from .monitor import PhaseMonitor
 from .provide import provide
@@ -252,6 +253,7 @@ def _supervise(tasks: list[WorkerTask], workload: Workload, outcome: RunOutcome,
         got = supervise(tasks, workload, monitor, len(tasks), _progress_tick(progress, workload))
     finally:
         monitor.stop_all()
+        remove_pool(tasks[0].namespace)  # the origin pool's names, a killed worker's too
     outcome.status, outcome.reason = got.status(f"{outcome.target}: ", "stopped by Ctrl-C; results cover what ran")
     return got.records(workload, monitor, _merge_phase)
 

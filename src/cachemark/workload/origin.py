@@ -177,6 +177,22 @@ def _connect(spec: OriginSpec):
                            database=unquote(parts.path.lstrip("/")) or None, autocommit=True, connect_timeout=10)
 
 
+def _pool_name(key: str) -> str:
+    return "/cm-pool-" + hashlib.sha1(key.encode()).hexdigest()[:20]
+
+
+def remove_pool(key: str) -> None:
+    """Remove every name the pool of ``key`` left in /dev/shm once its workers are gone: a worker killed
+    while waiting never removes its own wake semaphore (the names hold the run's key, so only its own)."""
+    stem = _pool_name(key)[1:]
+    with contextlib.suppress(OSError):
+        entries = os.listdir("/dev/shm")
+        for entry in entries:
+            if entry in (stem, "sem." + stem) or entry.startswith(f"sem.{stem}-w"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join("/dev/shm", entry))
+
+
 class SharedPool:
     """At most ``size`` holders at once across the processes that open the same ``key``, served in
     the order they asked, as a database pool hands a freed connection to its longest waiter.
@@ -194,7 +210,7 @@ class SharedPool:
         import _multiprocessing
         import mmap
 
-        self.name = "/cm-pool-" + hashlib.sha1(key.encode()).hexdigest()[:20]
+        self.name = _pool_name(key)
         self.pid = os.getpid()
         self.wakes: dict[int, object] = {}
         # `mutex` guards the queue; its creator holds it until the queue is set up
