@@ -185,12 +185,14 @@ def remove_pool(key: str) -> None:
     """Remove every name the pool of ``key`` left in /dev/shm once its workers are gone: a worker killed
     while waiting never removes its own wake semaphore (the names hold the run's key, so only its own)."""
     stem = _pool_name(key)[1:]
-    with contextlib.suppress(OSError):
+    try:
         entries = os.listdir("/dev/shm")
-        for entry in entries:
-            if entry in (stem, "sem." + stem) or entry.startswith(f"sem.{stem}-w"):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join("/dev/shm", entry))
+    except OSError:
+        return
+    for entry in entries:
+        if entry in (stem, "sem." + stem) or entry.startswith(f"sem.{stem}-w"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join("/dev/shm", entry))
 
 
 class SharedPool:
