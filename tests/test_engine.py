@@ -125,8 +125,10 @@ def test_resp2_closed_loop_counts_values_and_histograms(redis_port, io):
     assert get["bytes_in"] == 100 * get["hits"]
     assert "histograms_uncorrected" not in get
     assert 0.55 < res["wall_s"] < 3 and res["client_cpu_s"] > 0
-    # its user-mode part: the engine's own code runs in user mode, the kernel's I/O in system mode
-    assert 0 < res["client_cpu_user_s"] < res["client_cpu_s"]
+    # its user-mode part: the engine's own code runs in user mode, the kernel's I/O in system mode.
+    # The kernel splits a thread's CPU time by the clock ticks that found it in each mode: in a
+    # run this short the engine's user part may get none (it is ~1/5 of its CPU at pipeline 1).
+    assert 0 <= res["client_cpu_user_s"] < res["client_cpu_s"]
     assert res["wire_bytes_in"] > get["bytes_in"]
     # What the engine wrote is the contract's value.
     r = redis.Redis(port=redis_port)

@@ -24,6 +24,12 @@ pub fn record(h: &mut Hist, v: u64) {
     let _ = h.record(v.clamp(LOWEST, HIGHEST));
 }
 
+/// Records `v` ns `n` times, clamped as `record` does.
+#[inline]
+pub fn record_n(h: &mut Hist, v: u64, n: u64) {
+    let _ = h.record_n(v.clamp(LOWEST, HIGHEST), n);
+}
+
 /// V2 deflate + base64.
 pub fn encode(h: &Hist) -> String {
     let mut bytes = Vec::new();

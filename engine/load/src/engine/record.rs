@@ -49,25 +49,59 @@ pub struct OpStats {
     pub bytes_in: u64,
     hists: [Option<Box<Hist>>; 4],
     uncorrected: [Option<Box<Hist>>; 4],
+    /// Latencies recorded but not yet in the histograms: a run of equal ones. Replies read
+    /// together to requests written together share both times (at pipeline 16, sixteen in
+    /// a row), so a run goes in as one `record_n`. `settle` puts it in.
+    run: Option<Run>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Run {
+    outcome: usize,
+    corrected: u64,
+    uncorrected: Option<u64>,
+    n: u64,
 }
 
 impl OpStats {
     #[inline]
     pub(super) fn record(&mut self, outcome: usize, corrected: u64, uncorrected: Option<u64>) {
         self.count += 1;
-        hist::record(
-            self.hists[outcome].get_or_insert_with(|| Box::new(hist::new_hist())),
+        let next = Run {
+            outcome,
             corrected,
+            uncorrected,
+            n: 1,
+        };
+        match &mut self.run {
+            Some(r) if Run { n: 1, ..*r } == next => r.n += 1,
+            _ => {
+                self.settle();
+                self.run = Some(next);
+            }
+        }
+    }
+
+    /// Puts the pending run of latencies into the histograms: before they are read.
+    pub(super) fn settle(&mut self) {
+        let Some(r) = self.run.take() else { return };
+        hist::record_n(
+            self.hists[r.outcome].get_or_insert_with(|| Box::new(hist::new_hist())),
+            r.corrected,
+            r.n,
         );
-        if let Some(u) = uncorrected {
-            hist::record(
-                self.uncorrected[outcome].get_or_insert_with(|| Box::new(hist::new_hist())),
+        if let Some(u) = r.uncorrected {
+            hist::record_n(
+                self.uncorrected[r.outcome].get_or_insert_with(|| Box::new(hist::new_hist())),
                 u,
+                r.n,
             );
         }
     }
 
     pub(super) fn merge(&mut self, o: &OpStats) {
+        assert!(o.run.is_none(), "merged before `settle`");
+        self.settle();
         self.count += o.count;
         self.hits += o.hits;
         self.misses += o.misses;
@@ -90,6 +124,7 @@ impl OpStats {
     }
 
     pub(super) fn to_json(&self, open: bool, read: bool) -> Value {
+        assert!(self.run.is_none(), "read before `settle`");
         let mut errors = Map::new();
         for (i, k) in ERROR_KINDS.iter().enumerate() {
             if self.errors[i] > 0 {
@@ -302,6 +337,11 @@ impl Recorder {
         }
     }
 
+    /// Puts every op's pending latencies into its histograms (`OpStats::settle`).
+    pub(super) fn settle(&mut self) {
+        self.ops.iter_mut().for_each(OpStats::settle);
+    }
+
     /// Adds another thread's measurements (error samples: at most 2 × `MAX_SAMPLES`, no
     /// duplicates).
     pub(super) fn absorb(&mut self, r: &Recorder) {
@@ -411,6 +451,7 @@ mod tests {
             b"",
             3_000,
         );
+        rec.settle();
         let st = &rec.ops[0];
         assert_eq!((st.count, st.hits, st.misses), (3, 1, 1));
         assert_eq!(st.errors[E_SERVER], 1);
@@ -469,12 +510,39 @@ mod tests {
         );
         let mut rec = Recorder::new(1);
         record_error(&mut rec, &plan, &pending(0, true), E_TIMEOUT, 9_000);
+        rec.settle();
         let st = &rec.ops[0];
         assert_eq!((st.count, st.errors[E_TIMEOUT], st.bytes_out), (1, 1, 10));
         let corrected = st.hists[O_ERROR].as_ref().unwrap();
         let uncorrected = st.uncorrected[O_ERROR].as_ref().unwrap();
         assert!(corrected.equivalent(corrected.max(), 8_000));
         assert!(uncorrected.equivalent(uncorrected.max(), 7_500));
+    }
+
+    #[test]
+    fn runs_of_equal_latencies_are_counted_whole() {
+        let mut st = OpStats::default();
+        let recorded = [(O_HIT, 500, None); 16]
+            .into_iter()
+            .chain([
+                (O_MISS, 500, None),
+                (O_HIT, 500, None),
+                (O_HIT, 900, Some(800)),
+            ])
+            .chain([(O_HIT, 900, Some(700)); 3]);
+        for (outcome, corrected, uncorrected) in recorded {
+            st.record(outcome, corrected, uncorrected);
+        }
+        st.settle();
+        st.settle(); // nothing pending: nothing added
+        let hit = st.hists[O_HIT].as_ref().unwrap();
+        assert_eq!(
+            (st.count, hit.len(), hit.count_at(500), hit.count_at(900)),
+            (22, 21, 17, 4)
+        );
+        assert_eq!(st.hists[O_MISS].as_ref().unwrap().len(), 1);
+        let unc = st.uncorrected[O_HIT].as_ref().unwrap();
+        assert_eq!((unc.len(), unc.count_at(800), unc.count_at(700)), (4, 1, 3));
     }
 
     #[test]
@@ -503,6 +571,8 @@ mod tests {
         a.samples = vec!["x".into(), "y".into()];
         b.samples = (0..MAX_SAMPLES * 3).map(|i| format!("m{i}")).collect();
         b.samples[0] = "y".into();
+        a.settle();
+        b.settle();
         let mut total = Recorder::new(2);
         total.absorb(&a);
         total.absorb(&b);

@@ -49,8 +49,8 @@ struct Primary {
 /// What `Worker::issue` did.
 #[derive(PartialEq, Eq)]
 enum Issue {
-    /// A request is queued.
-    Queued,
+    /// A request is queued, on this socket.
+    Queued(usize),
     /// The op failed at once (its connection is down), and is counted.
     Failed,
 }
@@ -91,6 +91,9 @@ struct Worker<'a> {
     /// the redirected requests of the reply being read: (request, ASK?, slot, node named).
     slots: Vec<u16>,
     redirected: Vec<(Pending, bool, u16, String)>,
+    /// Redis Cluster: the hash slot of each key, computed once (`key_slots`): formatting
+    /// and hashing a key for each request cost more than the rest of its own code.
+    key_slots: Vec<u16>,
     /// Redis Cluster: this thread's copy of the nodes that joined during the run (servers
     /// `plan.servers.len()..`), and the sockets each client has room for (those of the
     /// start map, then one per node that may join).
@@ -575,7 +578,7 @@ impl Worker<'_> {
         let mut failed = 0;
         let open = self.plan.open && self.phase == Phase::Run;
         while self.may_issue(c, now) {
-            if self.issue(c, now) == Issue::Queued {
+            if let Issue::Queued(_) = self.issue(c, now) {
                 any = true;
                 continue;
             }
@@ -608,16 +611,18 @@ impl Worker<'_> {
     /// connection is down.
     fn top_up_held(&mut self, c: usize, now: u64) {
         self.send_held(c, false);
-        let full = |w: &Self| {
-            w.socks_of(c)
-                .any(|si| w.socks[si].held_ops >= w.plan.pipeline)
-        };
+        let whole = self.plan.pipeline;
+        // only the socket a request was queued on can have become full
+        let mut full = self.socks_of(c).any(|si| self.socks[si].held_ops >= whole);
         let mut down = false;
-        while !full(self) && self.may_issue(c, now) {
-            if self.issue(c, now) == Issue::Failed {
-                self.retry_soon = true; // its connection is down: tried again after the others
-                down = true;
-                break;
+        while !full && self.may_issue(c, now) {
+            match self.issue(c, now) {
+                Issue::Queued(si) => full = self.socks[si].held_ops >= whole,
+                Issue::Failed => {
+                    self.retry_soon = true; // its connection is down: tried again after the others
+                    down = true;
+                    break;
+                }
             }
         }
         let last = down || !self.may_issue(c, now);
@@ -793,7 +798,7 @@ impl Worker<'_> {
         self.clients[c].inflight += 1;
         self.inflight_total += 1;
         self.after_issue(c, timed);
-        Issue::Queued
+        Issue::Queued(si)
     }
 
     /// Encodes the request for `self.keys` into socket `si`'s write buffer, or behind its
@@ -1012,23 +1017,31 @@ impl Worker<'_> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn server_of(&mut self, kind: Kind, key: u64) -> usize {
         if self.plan.servers.len() == 1 && !self.plan.cluster {
             return 0;
         }
-        key_bytes(
-            &mut self.kb,
-            &self.plan.prefix,
-            &self.plan.key_lengths,
-            kind,
-            key,
-        );
-        if self.plan.cluster {
-            let owner = self.slots[key_slot(&self.kb) as usize];
+        self.server_among_many(kind, key)
+    }
+
+    /// `server_of` for a pool or a cluster: by the key's bytes (a cluster's keys' slots
+    /// are looked up in `key_slots` when it has them).
+    fn server_among_many(&mut self, kind: Kind, key: u64) -> usize {
+        let plan = self.plan;
+        if plan.cluster {
+            let slot = match self.key_slots.get(key as usize) {
+                Some(&slot) if kind != Kind::Incr => slot,
+                _ => {
+                    key_bytes(&mut self.kb, &plan.prefix, &plan.key_lengths, kind, key);
+                    key_slot(&self.kb)
+                }
+            };
+            let owner = self.slots[slot as usize];
             return if owner == UNOWNED { 0 } else { owner as usize };
         }
-        route(&self.kb, self.plan.servers.len())
+        key_bytes(&mut self.kb, &plan.prefix, &plan.key_lengths, kind, key);
+        route(&self.kb, plan.servers.len())
     }
 
     /// Redis Cluster with `read_from_replicas`: where client `c`'s read of a key `primary`
@@ -1225,6 +1238,24 @@ fn node_name<'a>(plan: &'a Plan, joined: &'a [JoinedNode], server: usize) -> &'a
 
 /// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
 /// phase, then what it measured.
+/// A cluster run's slot of each key `0..key_count` (not the `incr` counters' own keys),
+/// for keyspaces up to `KEY_SLOTS_MAX` keys (2 bytes each); empty otherwise.
+fn key_slots(plan: &Plan) -> Vec<u16> {
+    if !plan.cluster || plan.key_count > KEY_SLOTS_MAX {
+        return Vec::new();
+    }
+    let mut key = Vec::new();
+    (0..plan.key_count)
+        .map(|i| {
+            key_bytes(&mut key, &plan.prefix, &plan.key_lengths, Kind::Get, i);
+            key_slot(&key)
+        })
+        .collect()
+}
+
+/// The largest keyspace whose slots `key_slots` tabulates (2 MiB per load thread).
+const KEY_SLOTS_MAX: u64 = 1 << 20;
+
 pub(super) fn run(
     plan: &Plan,
     shared: &Shared,
@@ -1258,6 +1289,7 @@ pub(super) fn run(
         uring: None,
         retry_soon: false,
         slots: plan.slots.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
+        key_slots: key_slots(plan),
         redirected: Vec::new(),
         slots_asked_at: None,
         joined: Vec::new(),
@@ -1355,6 +1387,7 @@ pub(super) fn run(
     w.event_loop();
     w.uring_teardown();
     w.rec.outages.finish();
+    w.rec.settle();
     w.rec.slots = std::mem::take(&mut w.slots);
     w.rec
 }

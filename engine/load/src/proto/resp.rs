@@ -8,7 +8,7 @@
 use super::request::{key_bytes, render, Handshake, Request};
 use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply, ValueHead};
 use crate::config::Seg;
-use crate::keyspace::write_u64;
+use crate::keyspace::{decimal_len, put_decimal, write_u64};
 use crate::outbuf::OutBuf;
 use std::ops::Range;
 
@@ -32,7 +32,7 @@ pub fn bulk(out: &mut Vec<u8>, data: &[u8]) {
 #[inline]
 pub fn bulk_u64(out: &mut Vec<u8>, v: u64) {
     out.push(b'$');
-    write_u64(out, v.checked_ilog10().map_or(1, |l| l as u64 + 1));
+    write_u64(out, decimal_len(v) as u64);
     out.extend_from_slice(b"\r\n");
     write_u64(out, v);
     out.extend_from_slice(b"\r\n");
@@ -48,6 +48,9 @@ pub fn command(out: &mut Vec<u8>, parts: &[&[u8]]) {
 
 /// Encodes one request (RESP2 and RESP3 alike); returns the payload bytes it carries.
 pub fn encode(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>, tmp: &mut Vec<u8>) -> usize {
+    if matches!(req.op.kind, Kind::Get | Kind::Gets) && req.lengths.is_empty() {
+        return get(out, req.prefix, req.keys[0]);
+    }
     let (f, ttl, size) = (req.filler, req.ttl, req.size);
     key_bytes(kb, req.prefix, req.lengths, req.op.kind, req.keys[0]);
     let klen = kb.len();
@@ -132,6 +135,37 @@ pub fn encode(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>, tmp: &mut Vec<u
             n
         }
     }
+}
+
+/// `GET prefix<i>`, the commonest request, in one pass: the key's length follows from its
+/// digits, so everything is written straight into `out` after one `reserve` — the key is
+/// not formatted elsewhere and copied, and no write checks the capacity again.
+#[inline]
+fn get(out: &mut Vec<u8>, prefix: &[u8], i: u64) -> usize {
+    const HEAD: &[u8] = b"*2\r\n$3\r\nGET\r\n$";
+    let digits = decimal_len(i);
+    let klen = prefix.len() + digits;
+    let klen_digits = decimal_len(klen as u64);
+    let total = HEAD.len() + klen_digits + 2 + klen + 2;
+    out.reserve(total);
+    let len = out.len();
+    // SAFETY: `reserve` made room for `total` bytes past `len`; the writes below cover
+    // exactly those, in order, before `set_len` does.
+    unsafe {
+        unsafe fn put(at: *mut u8, bytes: &[u8]) -> *mut u8 {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, bytes.len());
+            at.add(bytes.len())
+        }
+        let mut at = put(out.as_mut_ptr().add(len), HEAD);
+        put_decimal(at, klen_digits, klen as u64);
+        at = put(at.add(klen_digits), b"\r\n");
+        at = put(at, prefix);
+        put_decimal(at, digits, i);
+        at = put(at.add(digits), b"\r\n");
+        debug_assert_eq!(at, out.as_mut_ptr().add(len + total));
+        out.set_len(len + total);
+    }
+    klen
 }
 
 /// A bulk string holding the contract value for `key` of length `n` (large values are
@@ -318,6 +352,16 @@ fn value(buf: &[u8], pos: usize, depth: usize, lim: &Limits) -> Result<Step, Str
 
 /// Parses the reply to one request of `kind` at the start of `buf`.
 pub fn parse(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
+    if matches!(kind, Kind::Get | Kind::Gets) {
+        if let Some(r) = bulk_hit(buf, lim) {
+            return Parse::Done(r);
+        }
+    }
+    parse_any(buf, kind, lim)
+}
+
+/// `parse` without its shortcut for hits: every RESP2/RESP3 reply.
+fn parse_any(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
     let mut pos = 0;
     loop {
         match value(buf, pos, 0, lim) {
@@ -330,6 +374,42 @@ pub fn parse(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
             Ok(Step::Done(end, v)) => return Parse::Done(judge(kind, end, v)),
         }
     }
+}
+
+/// The commonest reply, a read's hit (`$<len>\r\n<value>\r\n`, whole, plain digits), judged
+/// without the general parser: what it returns is exactly what `value` and `judge` make of
+/// it. `None` for anything else (another type, a sign, an incomplete or malformed reply),
+/// which the general parser then reads, or says what is wrong with.
+#[inline]
+fn bulk_hit(buf: &[u8], lim: &Limits) -> Option<Reply> {
+    if buf.first() != Some(&b'$') {
+        return None;
+    }
+    let mut len = 0usize;
+    let mut i = 1;
+    while let Some(d) = buf.get(i).map(|b| b.wrapping_sub(b'0')).filter(|&d| d <= 9) {
+        len = len * 10 + d as usize;
+        i += 1;
+        if i > 18 {
+            return None; // past any `max_bulk`; and no overflow
+        }
+    }
+    let (at, end) = (i + 2, i + 2 + len);
+    if i == 1
+        || len > lim.max_bulk
+        || buf.len() < end + 2
+        || buf[i..at] != *b"\r\n"
+        || buf[end..end + 2] != *b"\r\n"
+    {
+        return None;
+    }
+    Some(Reply {
+        consumed: end + 2,
+        outcome: Outcome::Hit,
+        value: Some(at..end),
+        payload: len,
+        message: None,
+    })
 }
 
 /// A bulk string's head (`$N\r\n`) at the start of `buf`; its value is followed by CRLF.
@@ -402,6 +482,68 @@ mod tests {
             bulk(&mut want, v.to_string().as_bytes());
             assert_eq!(got, want, "{v}");
         }
+    }
+
+    #[test]
+    fn a_get_written_in_one_pass_is_the_command_with_its_key() {
+        for i in [0, 9, 10, 99, 100, 12_345, u64::MAX] {
+            for prefix in [b"".as_slice(), b"cm:vs:"] {
+                let (mut got, mut want) = (Vec::new(), Vec::new());
+                let n = get(&mut got, prefix, i);
+                let key = [prefix, i.to_string().as_bytes()].concat();
+                command(&mut want, &[b"GET", &key]);
+                assert_eq!((got, n), (want, key.len()), "{i}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_shortcut_for_hits_reads_them_as_the_general_parser_does() {
+        let lim = Limits {
+            max_bulk: 1000,
+            ..Limits::default()
+        };
+        let mut rng = crate::keyspace::Rng::new(11);
+        let mut shortcut = 0;
+        for _ in 0..200_000 {
+            let mut buf = vec![if rng.below(8) == 0 { b'*' } else { b'$' }];
+            match rng.below(10) {
+                0 => buf.push(b'-'),
+                1 => buf.push(b'+'),
+                2 => buf.push(b'0'),
+                _ => {}
+            }
+            let len = rng.below(1100);
+            let digits = len.to_string();
+            buf.extend_from_slice(if rng.below(10) == 0 {
+                b"99999999999999999999"
+            } else {
+                digits.as_bytes()
+            });
+            buf.extend_from_slice(
+                [b"\r\n".as_slice(), b"\n", b"\r", b"x\r\n"][rng.below(4) as usize],
+            );
+            buf.extend((0..len).map(|_| rng.next_u64() as u8));
+            buf.extend_from_slice(
+                [b"\r\n".as_slice(), b"\r", b"\n\r", b"ab"][rng.below(4) as usize],
+            );
+            buf.extend_from_slice(b"$1\r\nz\r\n"); // the next reply
+            if rng.below(2) == 0 {
+                buf.truncate(rng.below(buf.len() as u64 + 1) as usize);
+            }
+            let kind = [Kind::Get, Kind::Gets, Kind::Set][rng.below(3) as usize];
+            let fast = matches!(kind, Kind::Get | Kind::Gets)
+                .then(|| bulk_hit(&buf, &lim))
+                .flatten();
+            shortcut += fast.is_some() as u32;
+            assert_eq!(
+                parse(&buf, kind, &lim),
+                parse_any(&buf, kind, &lim),
+                "{:?}",
+                printable(&buf)
+            );
+        }
+        assert!(shortcut > 2_000, "{shortcut}"); // about 1 in 60 is a whole hit
     }
 
     fn p(buf: &[u8], kind: Kind) -> Parse {
