@@ -47,10 +47,17 @@ pub fn command(out: &mut Vec<u8>, parts: &[&[u8]]) {
 }
 
 /// Encodes one request (RESP2 and RESP3 alike); returns the payload bytes it carries.
+/// Inlined into its caller for the commonest request, a GET of a plain key.
+#[inline]
 pub fn encode(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>, tmp: &mut Vec<u8>) -> usize {
     if matches!(req.op.kind, Kind::Get | Kind::Gets) && req.lengths.is_empty() {
         return get(out, req.prefix, req.keys[0]);
     }
+    encode_any(out, req, kb, tmp)
+}
+
+/// `encode` for every request.
+fn encode_any(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>, tmp: &mut Vec<u8>) -> usize {
     let (f, ttl, size) = (req.filler, req.ttl, req.size);
     key_bytes(kb, req.prefix, req.lengths, req.op.kind, req.keys[0]);
     let klen = kb.len();
@@ -350,7 +357,9 @@ fn value(buf: &[u8], pos: usize, depth: usize, lim: &Limits) -> Result<Step, Str
     }
 }
 
-/// Parses the reply to one request of `kind` at the start of `buf`.
+/// Parses the reply to one request of `kind` at the start of `buf`. Inlined into its caller
+/// for the commonest reply, a read's hit.
+#[inline]
 pub fn parse(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
     if matches!(kind, Kind::Get | Kind::Gets) {
         if let Some(r) = bulk_hit(buf, lim) {
