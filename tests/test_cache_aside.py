@@ -145,7 +145,7 @@ def test_a_worker_killed_while_waiting_loses_no_slot_and_leaves_no_name():
     finally:
         mine.unlink()
     left = [name for name in os.listdir("/dev/shm") if "cm-pool-" in name]
-    assert left == [f"sem.{mine.name[1:]}-w{other.pid}"], left  # only the dead worker's
+    assert left == [f"sem.{mine.names.stem}-w{other.pid}"], left  # only the dead worker's
     remove_pool(key)
     assert not [name for name in os.listdir("/dev/shm") if "cm-pool-" in name]
 

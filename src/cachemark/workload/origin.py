@@ -177,20 +177,42 @@ def _connect(spec: OriginSpec):
                            database=unquote(parts.path.lstrip("/")) or None, autocommit=True, connect_timeout=10)
 
 
-def _pool_name(key: str) -> str:
-    return "/cm-pool-" + hashlib.sha1(key.encode()).hexdigest()[:20]
+class PoolNames:
+    """The names one run's origin pool has in /dev/shm, all derived from the run's key: removing
+    them touches nothing of another run's. A named semaphore ``/x`` lives at /dev/shm/sem.x."""
+
+    def __init__(self, key: str) -> None:
+        self.stem = "cm-pool-" + hashlib.sha1(key.encode()).hexdigest()[:20]
+
+    @property
+    def mutex(self) -> str:
+        """The semaphore that guards the queue."""
+        return "/" + self.stem
+
+    @property
+    def state(self) -> str:
+        """The shared memory holding the free slots and the queue."""
+        return "/dev/shm/" + self.stem
+
+    def wake(self, pid: int) -> str:
+        """The semaphore waiter ``pid`` sleeps on."""
+        return f"/{self.stem}-w{pid}"
+
+    def owns(self, entry: str) -> bool:
+        """Whether /dev/shm entry ``entry`` is one of these names."""
+        return entry in (self.stem, f"sem.{self.stem}") or entry.startswith(f"sem.{self.stem}-w")
 
 
 def remove_pool(key: str) -> None:
     """Remove every name the pool of ``key`` left in /dev/shm once its workers are gone: a worker killed
     while waiting never removes its own wake semaphore (the names hold the run's key, so only its own)."""
-    stem = _pool_name(key)[1:]
+    names = PoolNames(key)
     try:
         entries = os.listdir("/dev/shm")
     except OSError:
         return
     for entry in entries:
-        if entry in (stem, "sem." + stem) or entry.startswith(f"sem.{stem}-w"):
+        if names.owns(entry):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join("/dev/shm", entry))
 
@@ -212,39 +234,33 @@ class SharedPool:
         import _multiprocessing
         import mmap
 
-        self.name = _pool_name(key)
+        self.names = PoolNames(key)
         self.pid = os.getpid()
         self.wakes: dict[int, object] = {}
         # `mutex` guards the queue; its creator holds it until the queue is set up
         try:
-            self.mutex = _multiprocessing.SemLock(1, 0, 1, self.name, False)
+            self.mutex = _multiprocessing.SemLock(1, 0, 1, self.names.mutex, False)
             created = True
         except FileExistsError:  # another worker of the run created it first
-            self.mutex = _multiprocessing.SemLock._rebuild(0, 1, 1, self.name)
+            self.mutex = _multiprocessing.SemLock._rebuild(0, 1, 1, self.names.mutex)
             self.mutex.acquire()
             created = False
         try:
-            fd = os.open(self._state_path(), os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(self.names.state, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 if created:
                     os.ftruncate(fd, 8 * (3 + self.CAP))
                 elif os.fstat(fd).st_size < 8 * (3 + self.CAP):
-                    raise RuntimeError(f"origin pool {self.name}: its shared queue is missing")
+                    raise RuntimeError(f"origin pool {self.names.stem}: its shared queue is missing")
                 self.map = mmap.mmap(fd, 8 * (3 + self.CAP))
             finally:
                 os.close(fd)
             self.state = memoryview(self.map).cast("q")  # free slots, queue head, queue tail, queue
             if created:
                 self.state[0] = size
-            self.wake = _multiprocessing.SemLock(1, 0, 1, self._wake_name(self.pid), False)
+            self.wake = _multiprocessing.SemLock(1, 0, 1, self.names.wake(self.pid), False)
         finally:
             self.mutex.release()
-
-    def _state_path(self) -> str:
-        return "/dev/shm" + self.name
-
-    def _wake_name(self, pid: int) -> str:
-        return f"{self.name}-w{pid}"
 
     def acquire(self) -> None:
         st = self.state
@@ -302,7 +318,7 @@ class SharedPool:
                 import _multiprocessing
 
                 try:
-                    wake = self.wakes[pid] = _multiprocessing.SemLock._rebuild(0, 1, 1, self._wake_name(pid))
+                    wake = self.wakes[pid] = _multiprocessing.SemLock._rebuild(0, 1, 1, self.names.wake(pid))
                 except FileNotFoundError:
                     return  # interrupted as it was handed the slot: it passed the slot on before it left
             wake.release()
@@ -312,11 +328,11 @@ class SharedPool:
         """Remove the names (holders keep their handles and mapping); the first worker to finish does it."""
         import _multiprocessing
 
-        for name in (self.name, self._wake_name(self.pid)):
+        for name in (self.names.mutex, self.names.wake(self.pid)):
             with contextlib.suppress(OSError):
                 _multiprocessing.sem_unlink(name)
         with contextlib.suppress(OSError):
-            os.unlink(self._state_path())
+            os.unlink(self.names.state)
 
 
 class Origin:

@@ -235,7 +235,10 @@ pub(super) fn record_error(rec: &mut Recorder, plan: &Plan, p: &Pending, kind: u
     st.record(O_ERROR, now.saturating_sub(p.intended), unc);
 }
 
-/// Records one completed request.
+/// Records one completed request. Inlined into the reply loop: its common case — a timed
+/// request answered as expected, not to verify — is a few counters and a latency; what is
+/// rarer (untimed requests, verification, errors) is out of line.
+#[inline]
 pub(super) fn complete(
     rec: &mut Recorder,
     plan: &Plan,
@@ -246,72 +249,17 @@ pub(super) fn complete(
     now: u64,
 ) {
     if p.op == INTERNAL || !p.timed {
-        match r.outcome {
-            Outcome::ServerError => rec.tally_failed[E_SERVER] += 1,
-            Outcome::ProtocolError => rec.tally_failed[E_PROTOCOL] += 1,
-            _ => rec.tally_ok += 1,
-        }
-        if matches!(r.outcome, Outcome::ServerError | Outcome::ProtocolError) {
-            if p.op == INTERNAL {
-                rec.prefill_errors += 1;
-            }
-            let m = r
-                .message
-                .clone()
-                .map(|m| printable(&avail[m]))
-                .unwrap_or_default();
-            rec.sample(|| format!("prefill/warm-up: server error: {m}"));
-        }
-        return;
+        return untimed(rec, p, r, avail);
     }
-    let mut outcome = match r.outcome {
-        Outcome::Hit => O_HIT,
-        Outcome::Miss => O_MISS,
-        Outcome::Ok => O_OK,
-        Outcome::ServerError | Outcome::ProtocolError => O_ERROR,
+    let (outcome, err) = match r.outcome {
+        Outcome::Hit if p.flags & P_VERIFY != 0 => verify(rec, plan, p, value),
+        Outcome::Hit => (O_HIT, 0),
+        Outcome::Miss => (O_MISS, 0),
+        Outcome::Ok => (O_OK, 0),
+        Outcome::ServerError | Outcome::ProtocolError => failed(rec, plan, p, r, avail, now),
     };
-    let mut err = match r.outcome {
-        Outcome::ServerError => E_SERVER,
-        _ => E_PROTOCOL,
-    };
-    if outcome == O_HIT && p.flags & P_VERIFY != 0 {
-        if let Some(v) = value {
-            let mut key = Vec::with_capacity(plan.prefix.len() + 20);
-            write_key(&mut key, &plan.prefix, &plan.key_lengths, p.key);
-            if !(plan.sizes.allows(v.len()) && verify_value(&key, v, &plan.filler)) {
-                outcome = O_ERROR;
-                err = E_VERIFY;
-                rec.sample(|| {
-                    format!(
-                        "verify: value of {} for key {} is not what was written",
-                        v.len(),
-                        String::from_utf8_lossy(&key)
-                    )
-                });
-            }
-        }
-    }
-    if outcome == O_ERROR && err != E_VERIFY {
-        let m = r
-            .message
-            .clone()
-            .map(|m| printable(&avail[m]))
-            .unwrap_or_else(|| "unexpected reply type".into());
-        let what = if err == E_SERVER {
-            "server error"
-        } else {
-            "protocol error"
-        };
-        rec.sample(|| format!("{}: {what}: {m}", plan.ops[p.op as usize].name));
-    }
     if outcome == O_ERROR {
         rec.tally_failed[err] += 1;
-        if err != E_VERIFY {
-            // A refused write (`-READONLY`, `-OOM`) is a failed write, as for the Python workers.
-            let write = plan.ops[p.op as usize].write;
-            let scope = if write { outage_scope(plan, p) } else { 0 };
-            rec.outages.failed(p.sent, now, write, scope);
-        }
     } else {
         rec.tally_ok += 1;
     }
@@ -326,6 +274,81 @@ pub(super) fn complete(
     st.bytes_in += r.payload as u64;
     let unc = plan.open.then(|| now.saturating_sub(p.sent));
     st.record(outcome, now.saturating_sub(p.intended), unc);
+}
+
+/// A prefill or warm-up request's reply: it only feeds the on-error watch.
+#[cold]
+fn untimed(rec: &mut Recorder, p: &Pending, r: &proto::Reply, avail: &[u8]) {
+    match r.outcome {
+        Outcome::ServerError => rec.tally_failed[E_SERVER] += 1,
+        Outcome::ProtocolError => rec.tally_failed[E_PROTOCOL] += 1,
+        _ => rec.tally_ok += 1,
+    }
+    if matches!(r.outcome, Outcome::ServerError | Outcome::ProtocolError) {
+        if p.op == INTERNAL {
+            rec.prefill_errors += 1;
+        }
+        let m = r
+            .message
+            .clone()
+            .map(|m| printable(&avail[m]))
+            .unwrap_or_default();
+        rec.sample(|| format!("prefill/warm-up: server error: {m}"));
+    }
+}
+
+/// A hit to verify: `(O_HIT, _)` when its value is the contract's, else a `verify` error.
+#[inline(never)]
+fn verify(rec: &mut Recorder, plan: &Plan, p: &Pending, value: Option<&[u8]>) -> (usize, usize) {
+    let Some(v) = value else {
+        return (O_HIT, 0); // its value was discarded unread: only its length was judged
+    };
+    let mut key = Vec::with_capacity(plan.prefix.len() + 20);
+    write_key(&mut key, &plan.prefix, &plan.key_lengths, p.key);
+    if plan.sizes.allows(v.len()) && verify_value(&key, v, &plan.filler) {
+        return (O_HIT, 0);
+    }
+    rec.sample(|| {
+        format!(
+            "verify: value of {} for key {} is not what was written",
+            v.len(),
+            String::from_utf8_lossy(&key)
+        )
+    });
+    (O_ERROR, E_VERIFY)
+}
+
+/// A server's error or a reply the protocol does not allow: sampled, and a write refused
+/// (`-READONLY`, `-OOM`) is a failed write, as for the Python workers.
+#[cold]
+fn failed(
+    rec: &mut Recorder,
+    plan: &Plan,
+    p: &Pending,
+    r: &proto::Reply,
+    avail: &[u8],
+    now: u64,
+) -> (usize, usize) {
+    let err = if r.outcome == Outcome::ServerError {
+        E_SERVER
+    } else {
+        E_PROTOCOL
+    };
+    let m = r
+        .message
+        .clone()
+        .map(|m| printable(&avail[m]))
+        .unwrap_or_else(|| "unexpected reply type".into());
+    let what = if err == E_SERVER {
+        "server error"
+    } else {
+        "protocol error"
+    };
+    rec.sample(|| format!("{}: {what}: {m}", plan.ops[p.op as usize].name));
+    let write = plan.ops[p.op as usize].write;
+    let scope = if write { outage_scope(plan, p) } else { 0 };
+    rec.outages.failed(p.sent, now, write, scope);
+    (O_ERROR, err)
 }
 
 impl Recorder {
