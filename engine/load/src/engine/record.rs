@@ -55,6 +55,7 @@ pub struct OpStats {
     run: Option<Run>,
 }
 
+/// `n` latencies of one outcome, all equal.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Run {
     outcome: usize,
@@ -235,9 +236,9 @@ pub(super) fn record_error(rec: &mut Recorder, plan: &Plan, p: &Pending, kind: u
     st.record(O_ERROR, now.saturating_sub(p.intended), unc);
 }
 
-/// Records one completed request. Inlined into the reply loop: its common case — a timed
-/// request answered as expected, not to verify — is a few counters and a latency; what is
-/// rarer (untimed requests, verification, errors) is out of line.
+/// Records one completed request. Its common case — a timed request answered as expected,
+/// not to verify — is a few counters and a latency; what is rarer (untimed requests,
+/// verification, errors) is out of line.
 #[inline]
 pub(super) fn complete(
     rec: &mut Recorder,

@@ -1236,8 +1236,6 @@ fn node_name<'a>(plan: &'a Plan, joined: &'a [JoinedNode], server: usize) -> &'a
     }
 }
 
-/// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
-/// phase, then what it measured.
 /// A cluster run's slot of each key `0..key_count` (not the `incr` counters' own keys),
 /// for keyspaces up to `KEY_SLOTS_MAX` keys (2 bytes each); empty otherwise.
 fn key_slots(plan: &Plan) -> Vec<u16> {
@@ -1256,6 +1254,8 @@ fn key_slots(plan: &Plan) -> Vec<u16> {
 /// The largest keyspace whose slots `key_slots` tabulates (2 MiB per load thread).
 const KEY_SLOTS_MAX: u64 = 1 << 20;
 
+/// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
+/// phase, then what it measured.
 pub(super) fn run(
     plan: &Plan,
     shared: &Shared,
