@@ -297,13 +297,20 @@ def _a_slot_in_use(cluster: RedisClusterServer) -> int | None:
 
 @contextlib.contextmanager
 def _joining_node(cluster: RedisClusterServer) -> Iterator[ClusterNode]:
-    """A node that has met ``cluster`` and has no slots yet: in no slot map, so a run starts without it."""
+    """A node that has met ``cluster`` and has no slots yet: in no slot map, so a run starts without it.
+    Every node knows it before it is used (the one it did not meet learns it by gossip: a migration asked
+    of that one sooner fails with "I don't know about node")."""
     joiner = ClusterNode().start()
     try:
         joiner.node_id = command(joiner, "CLUSTER", "MYID")
         command(cluster.primaries[0], "CLUSTER", "MEET", joiner.host, joiner.port, joiner.bus_port)
         deadline = time.monotonic() + 20
-        while not all(f in command(joiner, "CLUSTER", "INFO") for f in ("cluster_known_nodes:3", "state:ok")):
+
+        def met() -> bool:
+            return (all(f in command(joiner, "CLUSTER", "INFO") for f in ("cluster_known_nodes:3", "state:ok"))
+                    and all(joiner.node_id in command(p, "CLUSTER", "NODES") for p in cluster.primaries))
+
+        while not met():
             assert time.monotonic() < deadline, "the new node never met the cluster"
             time.sleep(0.05)
         yield joiner
