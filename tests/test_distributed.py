@@ -224,6 +224,7 @@ def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:
         return [agent for worker in workers for agent in _agents_under(worker.pid)]
 
     before = {p.pid for p in agents()}  # an earlier test's agents may still be on their way out
+    names_before = _semaphore_names()
 
     def kill_one() -> None:
         deadline = time.monotonic() + 60
@@ -253,6 +254,17 @@ def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:
         (phase,) = outcome.phases
         assert phase["agents_reported"] == 1 and phase["agents_missing"] == lost
         assert sum(op["count"] for op in phase["ops"].values()) > 0
+    # the dead agent's queue and barrier semaphores are unlinked by its resource tracker, which
+    # the agent's task no longer kills with the rest of its process group (7 names were left)
+    deadline = time.monotonic() + 10
+    while (left := _semaphore_names() - names_before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"left in /dev/shm: {sorted(left)}"
+
+
+def _semaphore_names() -> set[str]:
+    """multiprocessing's named semaphores in /dev/shm (this file's tests run alone)."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}
 
 
 class _gone:

@@ -41,6 +41,7 @@ from typing import Any
 from .messages import death
 
 BEAT_S = 1.0  # how often the task tells the coordinator it is alive (and its ops done)
+GROUP_GRACE_S = 2.0  # how long a dead agent's resource tracker has to clean up (`_end_group`)
 
 
 # --- the Dask task -------------------------------------------------------------------------
@@ -145,13 +146,62 @@ def run_agent(spec: dict[str, Any]) -> dict[str, Any]:
         proc.kill()
         code = proc.wait()
     if not finished:
-        # Its fork server and workers (its process group: the agent leads one of its
-        # own) would otherwise wait out their barrier, or run ops, with nobody to report to.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        last_words = tail[-5:]
+        _end_group(proc.pid)
         send("died", message=f"agent process {proc.pid} ended without reporting ({death(code)})",
-             stderr=tail[-5:])
+             stderr=last_words)
     return {"agent": agent, "exit": code}
+
+
+def _end_group(group: int, grace_s: float = GROUP_GRACE_S) -> None:
+    """End what is left of a dead agent's process group (the agent leads one of its own):
+    its fork server and Python workers would wait out their barrier, or run ops, with nobody
+    to report to, so they are killed at once — all but multiprocessing's resource tracker.
+
+    The tracker, in the group too, is what unlinks the semaphores the agent created in
+    /dev/shm (its queue's and barrier's), and it does so once every process holding it is
+    gone. Killed with the rest, it left those names on the user's host (7 per dead agent);
+    spared, it has ``grace_s`` to clean up and go before the group is killed whole."""
+    members = _group_members(group)
+    for pid in members or ():
+        if not _is_resource_tracker(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + (grace_s if members else 0.0)
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def _group_members(group: int) -> list[int] | None:
+    """The processes of process group ``group`` (from /proc; None where there is none)."""
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    members = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # after "pid (comm)": state ppid pgrp …
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and int(fields[2]) == group:
+            members.append(pid)
+    return members
+
+
+def _is_resource_tracker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"multiprocessing.resource_tracker" in f.read()
+    except OSError:
+        return False
 
 
 def _agent_environment() -> dict[str, str]:
