@@ -193,6 +193,47 @@ def test_a_bug_in_the_cli_is_a_crash(tmp_path, monkeypatch, capsys) -> None:
     Path(err.rsplit("traceback saved to ", 1)[1]).unlink()
 
 
+@pytest.mark.serial
+def test_a_run_killed_outright_takes_its_workers_with_it(tmp_path, spawn) -> None:
+    """``kill -9`` of cachemark itself (the OOM killer, a user): its Python workers stop loading the
+    user's server at once, and nothing of the run stays — no process, no name in /dev/shm. (The
+    workers used to run out their phase and then wait at the barrier: each held the fork server's
+    "alive" pipe open, so the fork server, whose death was what they followed, never died.)"""
+    import redis
+
+    server = spawn("redis")
+    names_before = {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}
+    proc = _start(["run", "-t", server.url(), "--duration", "30s", "--warmup", "0", "--no-calibrate",
+                   "--workers", "2", "--keys", "1000", "-o", "out.json"], tmp_path)
+    _wait_for_ops(server)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    try:
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        deadline = time.monotonic() + 5
+        while client.info("clients")["connected_clients"] > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.info("clients")["connected_clients"] == 1, "the workers still hold their connections"
+        served = client.info("stats")["total_commands_processed"]
+        time.sleep(0.5)
+        assert client.info("stats")["total_commands_processed"] - served < 10  # our own INFOs only
+        client.close()
+        while time.monotonic() < deadline:  # the fork server and resource tracker go once the workers have
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("processes of the killed run were still there after 5 s")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    left = {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")} - names_before
+    assert not left, f"left in /dev/shm: {sorted(left)}"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.serial
 def test_sigterm_and_sighup_stop_spawned_servers_and_save_partial_results(tmp_path, sig) -> None:

@@ -12,8 +12,10 @@ import contextlib
 import ctypes
 import errno
 import itertools
+import multiprocessing
 import os
 import resource
+import select
 import signal
 import sys
 import threading
@@ -529,15 +531,37 @@ def classify_error(exc: BaseException) -> str:
     return name
 
 
-def _die_with_parent() -> None:
-    """If the fork server goes (the run's process was killed outright), so do we: workers
-    ignore SIGTERM and must not outlive it, running ops against the user's server."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-            if os.getppid() == 1:  # the parent was already gone
-                os._exit(1)
+def _die_with_the_run() -> None:
+    """When the run's process goes (killed outright: ``kill -9``, the OOM killer), so do we:
+    workers ignore SIGTERM and must not outlive it, running ops against the user's server.
+
+    A thread waits on a pidfd of the process that started us and ends this one when it
+    exits. The fork server's exit alone is no signal: every worker holds its "alive" pipe
+    open, so it outlives the run as long as we do (a parent-death signal on it, kept for a
+    fork server that dies on its own, never fired). Once the workers are gone the fork
+    server ends too, and the resource tracker unlinks the run's semaphores."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: the fork server
+        if os.getppid() == 1:  # the fork server was already gone
+            os._exit(1)
+    run = multiprocessing.parent_process()
+    if run is None or run.pid is None:
+        return
+    try:
+        watched = os.pidfd_open(run.pid)
+    except ProcessLookupError:
+        os._exit(1)  # the run was already gone
+    except (OSError, AttributeError):
+        return  # a kernel before 5.3: the fork server's death is all we follow
+
+    def watch() -> None:
+        select.select([watched], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="run-watch", daemon=True).start()
 
 
 _stopping = False
@@ -595,7 +619,7 @@ def worker_main(task: WorkerTask, queue, barrier, board: Board) -> None:
     forwarded one come back to back), and it may land anywhere: in the work, while a crash is
     being caught, or on the way to turning deaf. The nesting below catches it in each place;
     what went wrong is reported only after that, deaf, so no interrupt cuts the report short."""
-    _die_with_parent()
+    _die_with_the_run()
     held = _Held()
     try:
         try:
