@@ -234,22 +234,56 @@ def test_a_run_killed_outright_takes_its_workers_with_it(tmp_path, spawn) -> Non
     assert not left, f"left in /dev/shm: {sorted(left)}"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-@pytest.mark.serial
-def test_sigterm_and_sighup_stop_spawned_servers_and_save_partial_results(tmp_path, sig) -> None:
-    proc = _start(["run", "-t", "spawn:redis", "--duration", "30s", "--warmup", "0", "--no-calibrate",
-                   "--workers", "2", "-o", "out.json"], tmp_path)
-    server_pid, server_dir = None, None
+def _spawned_redis(proc: subprocess.Popen) -> tuple[int, str]:
+    """The pid and directory of the redis-server the run ``proc`` spawned."""
     deadline = time.monotonic() + 30
-    while server_pid is None and time.monotonic() < deadline:  # the server cachemark spawned
+    while time.monotonic() < deadline:
         listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
         for line in listing.splitlines():
             pid, ppid, args = line.split(None, 2)
             if int(ppid) == proc.pid and "redis-server" in args and "--version" not in args:
                 with contextlib.suppress(FileNotFoundError):
-                    server_pid, server_dir = int(pid), os.readlink(f"/proc/{pid}/cwd")
+                    server_dir = os.readlink(f"/proc/{pid}/cwd")
+                    assert "cachemark-redis-" in server_dir
+                    return int(pid), server_dir
         time.sleep(0.1)
-    assert server_pid is not None and "cachemark-redis-" in server_dir
+    raise AssertionError("no spawned redis-server was seen")
+
+
+@pytest.mark.serial
+def test_a_server_spawned_by_a_run_killed_outright_stops_too(tmp_path) -> None:
+    """``kill -9`` of cachemark: the redis-server it spawned gets the SIGTERM cachemark can no longer
+    send (a parent-death signal), instead of running on, unowned, on the user's machine."""
+    proc = _start(["run", "-t", "spawn:redis", "--duration", "30s", "--warmup", "0", "--no-calibrate",
+                   "--workers", "1", "-o", "out.json"], tmp_path)
+    try:
+        server_pid, _ = _spawned_redis(proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _running(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(server_pid), "the spawned redis-server still runs"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for init to reap it does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.serial
+def test_sigterm_and_sighup_stop_spawned_servers_and_save_partial_results(tmp_path, sig) -> None:
+    proc = _start(["run", "-t", "spawn:redis", "--duration", "30s", "--warmup", "0", "--no-calibrate",
+                   "--workers", "2", "-o", "out.json"], tmp_path)
+    server_pid, server_dir = _spawned_redis(proc)
     _wait_for_ops(LocalPort(server_pid), minimum=15_000)  # prefill (10,000 SETs) done, the timed phase on
     time.sleep(0.5)
     os.killpg(proc.pid, sig)  # the whole group, as a closed terminal or a CI cancel does

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from typing import Any
@@ -168,7 +169,7 @@ class LocalServer(ABC):
             self._log.close()
         self._log = open(os.path.join(self.tmpdir, "server.log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            self.command(),
+            _dying_with_us(self.command(), self.stop_signal),
             cwd=self.tmpdir,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -216,6 +217,18 @@ class LocalServer(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _dying_with_us(argv: list[str], sig: int) -> list[str]:
+    """``argv`` started so that the server gets ``sig`` when we die, even by ``kill -9`` or the
+    OOM killer (a stopped run stops its servers itself): a parent-death signal, set by
+    util-linux's ``setpriv`` just before it executes the server. Only from the main thread —
+    the signal comes when the *thread* that started the server ends — and only where setpriv
+    is; otherwise the server is started as it is."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
+        return argv
+    return [setpriv, f"--pdeathsig={signal.Signals(sig).name}", "--", *argv]
 
 
 class _suppress:
