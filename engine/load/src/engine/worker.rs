@@ -47,7 +47,6 @@ struct Primary {
 }
 
 /// What `Worker::issue` did.
-#[derive(PartialEq, Eq)]
 enum Issue {
     /// A request is queued, on this socket.
     Queued(usize),
@@ -91,9 +90,6 @@ struct Worker<'a> {
     /// the redirected requests of the reply being read: (request, ASK?, slot, node named).
     slots: Vec<u16>,
     redirected: Vec<(Pending, bool, u16, String)>,
-    /// Redis Cluster: the hash slot of each key, computed once (`key_slots`): formatting
-    /// and hashing a key for each request cost more than the rest of its own code.
-    key_slots: Vec<u16>,
     /// Redis Cluster: this thread's copy of the nodes that joined during the run (servers
     /// `plan.servers.len()..`), and the sockets each client has room for (those of the
     /// start map, then one per node that may join).
@@ -1026,11 +1022,11 @@ impl Worker<'_> {
     }
 
     /// `server_of` for a pool or a cluster: by the key's bytes (a cluster's keys' slots
-    /// are looked up in `key_slots` when it has them).
+    /// are looked up in `plan.key_slots` when it has them).
     fn server_among_many(&mut self, kind: Kind, key: u64) -> usize {
         let plan = self.plan;
         if plan.cluster {
-            let slot = match self.key_slots.get(key as usize) {
+            let slot = match plan.key_slots.get(key as usize) {
                 Some(&slot) if kind != Kind::Incr => slot,
                 _ => {
                     key_bytes(&mut self.kb, &plan.prefix, &plan.key_lengths, kind, key);
@@ -1236,24 +1232,6 @@ fn node_name<'a>(plan: &'a Plan, joined: &'a [JoinedNode], server: usize) -> &'a
     }
 }
 
-/// A cluster run's slot of each key `0..key_count` (not the `incr` counters' own keys),
-/// for keyspaces up to `KEY_SLOTS_MAX` keys (2 bytes each); empty otherwise.
-fn key_slots(plan: &Plan) -> Vec<u16> {
-    if !plan.cluster || plan.key_count > KEY_SLOTS_MAX {
-        return Vec::new();
-    }
-    let mut key = Vec::new();
-    (0..plan.key_count)
-        .map(|i| {
-            key_bytes(&mut key, &plan.prefix, &plan.key_lengths, Kind::Get, i);
-            key_slot(&key)
-        })
-        .collect()
-}
-
-/// The largest keyspace whose slots `key_slots` tabulates (2 MiB per load thread).
-const KEY_SLOTS_MAX: u64 = 1 << 20;
-
 /// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
 /// phase, then what it measured.
 pub(super) fn run(
@@ -1289,7 +1267,6 @@ pub(super) fn run(
         uring: None,
         retry_soon: false,
         slots: plan.slots.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
-        key_slots: key_slots(plan),
         redirected: Vec::new(),
         slots_asked_at: None,
         joined: Vec::new(),
