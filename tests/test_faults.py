@@ -253,17 +253,21 @@ def _spawned_redis(proc: subprocess.Popen) -> tuple[int, str]:
 @pytest.mark.serial
 def test_a_server_spawned_by_a_run_killed_outright_stops_too(tmp_path) -> None:
     """``kill -9`` of cachemark: the redis-server it spawned gets the SIGTERM cachemark can no longer
-    send (a parent-death signal), instead of running on, unowned, on the user's machine."""
+    send (a parent-death signal), instead of running on, unowned, on the user's machine; the
+    directory it leaves is removed by the next cachemark process that makes one."""
+    from cachemark import scratch
+
     proc = _start(["run", "-t", "spawn:redis", "--duration", "30s", "--warmup", "0", "--no-calibrate",
                    "--workers", "1", "-o", "out.json"], tmp_path)
     try:
-        server_pid, _ = _spawned_redis(proc)
+        server_pid, server_dir = _spawned_redis(proc)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 10
         while _running(server_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _running(server_pid), "the spawned redis-server still runs"
+        assert server_dir in scratch.sweep() and not Path(server_dir).exists()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

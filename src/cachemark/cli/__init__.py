@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -260,11 +259,12 @@ def run(
 
         start_early(experiment.targets)
     from ..run.distributed import cluster_session
+    from ..scratch import directory as scratch_directory
     from .session import run_experiment
 
     if experiment.workload.trace is not None and cluster:
         raise SpecError("--trace with --cluster: a replay's shares are prepared on this host; not yet supported")
-    with cluster_session(cluster), tempfile.TemporaryDirectory(prefix="cachemark-replay-") as scratch:
+    with cluster_session(cluster), scratch_directory("cachemark-replay-") as scratch:
         from ..plan import with_trace
 
         experiment = with_trace(experiment, scratch)  # a trace replay: read once, split over the workers

@@ -13,12 +13,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
 from typing import Any
 
+from .. import scratch
 from ..errors import BackendMissing, BackendUnavailable, SpecError
 from ..textfile import one_line
 
@@ -138,7 +138,7 @@ class LocalServer(ABC):
     def start(self) -> LocalServer:
         if self.proc is not None:
             raise RuntimeError(f"{self.kind} server already started on port {self.port}")
-        self.tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{self.kind}-")
+        self.tmpdir = scratch.make(f"cachemark-{self.kind}-")
         self.port = free_port()
         try:
             self.prepare()
@@ -178,6 +178,7 @@ class LocalServer(ABC):
             start_new_session=True,  # Ctrl-C in the terminal goes to us, not straight to the server
         )
         _LIVE.add(self)
+        scratch.add_process(self.tmpdir, self.proc.pid)  # its directory is in use while it runs
         self.wait_ready()
         self.version = self.detect_version()
 

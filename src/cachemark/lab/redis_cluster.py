@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import shutil
 import socket
-import tempfile
 import time
 from typing import Any
 from urllib.parse import quote
 
+from .. import scratch
 from ..errors import BackendUnavailable, SpecError
 from ..textfile import one_line
 from ..wire import LineReader
@@ -146,7 +146,7 @@ class RedisClusterServer(LocalServer):
             raise RuntimeError("redis cluster already started")
         try:
             if self.tls:
-                self.tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{self.kind}-")
+                self.tmpdir = scratch.make(f"cachemark-{self.kind}-")
                 self.certs = make_certs(self.tmpdir)
             for _ in range(self.primaries_count * (1 + self.replicas)):
                 self.nodes.append(ClusterNode(self.certs).start())

@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 
+from .. import scratch
 from ..lab import server_class
 from ..lab.base import LocalServer
 from ..schemes import scheme, split_spawn_params
@@ -43,9 +43,10 @@ def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalSer
         return with_params(inner, {**inner.params, **for_client})
     row = scheme(target.scheme, target.redacted)
     if row.embedded is not None and not target.path.strip("/"):
-        tmpdir = tempfile.mkdtemp(prefix=f"cachemark-{target.scheme}-")
+        tmpdir = scratch.make(f"cachemark-{target.scheme}-")
         stack.callback(shutil.rmtree, tmpdir, ignore_errors=True)
-        path = os.path.join(tmpdir, row.embedded) if row.embedded else tmpdir
+        # a directory store gets one of its own: the temp dir also holds its stamp (scratch.py)
+        path = os.path.join(tmpdir, row.embedded or "store")
         return with_params(parse_target(f"{target.scheme}://{path}"), target.params)
     nested = {k: v for k, v in target.params.items()
               if k in row.nested and (v.startswith("spawn:") or "://" in v)}

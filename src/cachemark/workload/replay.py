@@ -19,13 +19,13 @@ coarse clock's ties are spread evenly to the next recorded time (:func:`spread_t
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .. import scratch
 from ..errors import UserError
 from ..textfile import one_line
 from .traces import open_trace
@@ -125,7 +125,7 @@ def prepare(path: str, workers: int, *, format: str | None = None, speed: float 
     n_keys = len(distinct)
     if n_keys * amplify > 1_000_000_000:
         raise UserError(f"{one_line(path)}: {n_keys:,} keys × amplify {amplify} is over the 10⁹ keys a run takes")
-    target = Path(directory or tempfile.mkdtemp(prefix="cachemark-replay-"))
+    target = Path(directory or scratch.make("cachemark-replay-"))
     target.mkdir(parents=True, exist_ok=True)
     for w in range(workers):
         parts = []
