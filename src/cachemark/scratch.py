@@ -47,7 +47,7 @@ def directory(prefix: str) -> Iterator[str]:
 def add_process(path: str, pid: int) -> None:
     """Names process ``pid`` in ``path``'s stamp: while it lives, the directory is in use."""
     with open(os.path.join(path, STAMP), "a", encoding="ascii") as f:
-        f.write(f"{pid} {_started(pid)}\n")
+        f.write(f"{pid} {_started(pid) or 0}\n")  # 0: its start time is unknown here
 
 
 def sweep(where: str | None = None) -> list[str]:
@@ -71,23 +71,33 @@ def _abandoned(path: str) -> bool:
         named = [(int(pid), int(started)) for pid, started in owners]
     except (OSError, ValueError):
         return False  # no stamp, or one we cannot read: not known to be ours and free
-    return bool(named) and not any(_started(pid) == started for pid, started in named)
+    return bool(named) and not any(_alive(pid, started) for pid, started in named)
 
 
-def _started(pid: int) -> int:
-    """When process ``pid`` started (clock ticks since boot; -1 when it is gone or a zombie),
-    so that a pid the system has given to another process since does not count as ours."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()  # from field 3, the state
-        return -1 if fields[0] in (b"Z", b"X") else int(fields[19])  # field 22: starttime
-    except FileNotFoundError:
-        return -1
-    except (OSError, IndexError, ValueError):  # no /proc: whether it exists at all
+def _alive(pid: int, started: int) -> bool:
+    """Whether the process a stamp names (``pid``, started at ``started``) still runs; when
+    that cannot be told, it does."""
+    now = _started(pid)
+    return now is None or (now >= 0 and now == started)
+
+
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), so that a pid the system has
+    given to another process since does not count as ours; -1 when it is gone (or a zombie),
+    None when that cannot be told (no /proc: then only that it exists)."""
+    if not os.path.exists("/proc/self/stat"):
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return -1
         except PermissionError:
             pass
-        return 0
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # from field 3, the state
+        return -1 if fields[0] in (b"Z", b"X") else int(fields[19])  # field 22: starttime
+    except (FileNotFoundError, ProcessLookupError):
+        return -1
+    except (OSError, IndexError, ValueError):
+        return None

@@ -8,6 +8,7 @@ server running. Subclasses say how to start the binary and how to tell it is rea
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import signal
@@ -226,10 +227,23 @@ def _dying_with_us(argv: list[str], sig: int) -> list[str]:
     util-linux's ``setpriv`` just before it executes the server. Only from the main thread —
     the signal comes when the *thread* that started the server ends — and only where setpriv
     is; otherwise the server is started as it is."""
-    setpriv = shutil.which("setpriv")
+    setpriv = _setpriv()
     if setpriv is None or threading.current_thread() is not threading.main_thread():
         return argv
     return [setpriv, f"--pdeathsig={signal.Signals(sig).name}", "--", *argv]
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    """util-linux's setpriv, if it knows ``--pdeathsig`` (2.33 and later)."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        usage = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if "--pdeathsig" in usage else None
 
 
 class _suppress:
