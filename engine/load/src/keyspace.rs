@@ -34,6 +34,48 @@ impl Rng {
     }
 }
 
+/// Picks each of a sequence of trials with probability `p`, as a uniform draw per trial
+/// would (the same Bernoulli process), but by drawing the gap to the next pick — geometric —
+/// so that the rng is asked once per pick instead of once per trial: the engine's choice of
+/// the reads it verifies (`verify_fraction`, 1 %) cost a draw on every read.
+#[derive(Clone, Debug)]
+pub struct Bernoulli {
+    p: f64,
+    /// Trials left before the next pick.
+    gap: u64,
+}
+
+impl Bernoulli {
+    pub fn new(p: f64, rng: &mut Rng) -> Self {
+        let mut b = Bernoulli { p, gap: 0 };
+        b.gap = b.draw_gap(rng);
+        b
+    }
+
+    /// Whether this trial is picked.
+    #[inline]
+    pub fn next(&mut self, rng: &mut Rng) -> bool {
+        if self.gap > 0 {
+            self.gap -= 1;
+            return false;
+        }
+        self.gap = self.draw_gap(rng);
+        true
+    }
+
+    /// Trials before the next pick: P(k) = (1-p)^k · p.
+    fn draw_gap(&self, rng: &mut Rng) -> u64 {
+        if self.p <= 0.0 {
+            return u64::MAX;
+        }
+        if self.p >= 1.0 {
+            return 0;
+        }
+        let u = 1.0 - rng.next_f64(); // in (0, 1]
+        (u.ln() / (1.0 - self.p).ln()) as u64 // floor; saturates at u64::MAX
+    }
+}
+
 static CRC_TABLE: [u32; 256] = {
     let mut table = [0u32; 256];
     let mut i = 0;
@@ -355,6 +397,33 @@ pub fn route(key: &[u8], servers: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn picks_by_gaps_are_a_bernoulli_process() {
+        let mut rng = Rng::new(3);
+        for p in [0.01, 0.2, 0.5] {
+            let n = 1_000_000;
+            let mut b = Bernoulli::new(p, &mut rng);
+            let picks: Vec<bool> = (0..n).map(|_| b.next(&mut rng)).collect();
+            let count = picks.iter().filter(|&&x| x).count() as f64;
+            let sd = (n as f64 * p * (1.0 - p)).sqrt();
+            assert!(
+                (count - n as f64 * p).abs() < 4.0 * sd,
+                "p={p}: {count} picks"
+            );
+            // independent trials: a pick follows a pick as often as it follows anything
+            let after = picks.windows(2).filter(|w| w[0]).count() as f64;
+            let both = picks.windows(2).filter(|w| w[0] && w[1]).count() as f64;
+            let sd = (after * p * (1.0 - p)).sqrt();
+            assert!(
+                (both - after * p).abs() < 4.0 * sd,
+                "p={p}: {both} of {after}"
+            );
+        }
+        let (mut never, mut always) =
+            (Bernoulli::new(0.0, &mut rng), Bernoulli::new(1.0, &mut rng));
+        assert!((0..10_000).all(|_| !never.next(&mut rng) && always.next(&mut rng)));
+    }
 
     #[test]
     fn numbers_are_written_as_to_string_writes_them() {

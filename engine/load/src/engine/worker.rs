@@ -19,9 +19,10 @@ use super::uring::Uring;
 use crate::arrivals::Arrivals;
 use crate::cluster::{key_slot, parse_redirect, UNOWNED};
 use crate::config::{Arrival, IoBackend, Plan, ServerAddr};
-use crate::keyspace::{route, KeyPicker, Rng};
+use crate::keyspace::{route, Bernoulli, KeyPicker, Rng};
 use crate::outbuf::OutBuf;
 use crate::proto::request::PREFILL_SET;
+use crate::proto::resp;
 use crate::proto::{
     self, encode, encode_counter, key_bytes, printable, Kind, Outcome, Parse, Reply, Request,
 };
@@ -69,6 +70,8 @@ struct Worker<'a> {
     socks: Vec<Sock>,
     clients: Vec<Client>,
     rng: Rng,
+    /// Which reads are verified (`verify_fraction` of them).
+    verify: Bernoulli,
     rec: Recorder,
     kb: Vec<u8>,
     tmp: Vec<u8>,
@@ -104,6 +107,9 @@ struct Worker<'a> {
     /// Closed-loop Redis Cluster: requests are held per socket and sent as whole
     /// pipelines (`Sock::held`, `top_up_held`).
     corks: bool,
+    /// The run is plain RESP GETs (`plain_gets`): `issue` takes the short way, `issue_get`,
+    /// which writes them from these heads.
+    plain_gets: Option<resp::GetHeads>,
     /// Redis Sentinel: where this thread's reconnects go (None: the plan's servers).
     primary: Option<Primary>,
 }
@@ -640,6 +646,11 @@ impl Worker<'_> {
 
     /// Queues one request for client `c`, or counts it failed when its connection is down.
     fn issue(&mut self, c: usize, now: u64) -> Issue {
+        if self.plain_gets.is_some() && self.phase == Phase::Run {
+            if let Some(done) = self.issue_get(c, now) {
+                return done;
+            }
+        }
         let plan = self.plan;
         let (op_idx, kind, intended, size) = match self.phase {
             Phase::Prefill => {
@@ -769,9 +780,7 @@ impl Worker<'_> {
                 return Issue::Failed;
             }
         }
-        let verify = matches!(kind, Kind::Get | Kind::Gets)
-            && plan.verify_fraction > 0.0
-            && self.rng.next_f64() < plan.verify_fraction;
+        let verify = matches!(kind, Kind::Get | Kind::Gets) && self.verify.next(&mut self.rng);
         let counter = op_idx == INTERNAL && kind == Kind::Incr;
         let hold = self.corks;
         let bytes = self.encode_request(si, op_idx, counter, size, hold);
@@ -795,6 +804,42 @@ impl Worker<'_> {
         self.inflight_total += 1;
         self.after_issue(c, timed);
         Issue::Queued(si)
+    }
+
+    /// `issue` in a run of plain GETs (`plain_gets`) on a connected socket (`None` when it is
+    /// down: the general path reconnects): the same request, the same draws in the same
+    /// order and the same record, without the general path's choices, which were over half
+    /// the engine's own instructions per GET at pipeline 16.
+    #[inline]
+    fn issue_get(&mut self, c: usize, now: u64) -> Option<Issue> {
+        let plan = self.plan;
+        let si = self.sock_of(c, 0);
+        let heads = self.plain_gets.as_ref()?;
+        if self.socks[si].fd < 0 {
+            return None;
+        }
+        let key = self.clients[c].picker.pick(&plan.dist, &mut self.rng);
+        let verify = self.verify.next(&mut self.rng);
+        let timed = now >= self.measure_start;
+        let s = &mut self.socks[si];
+        let klen = heads.get(&mut s.wbuf, key);
+        s.inflight.push_back(Pending {
+            op: 0,
+            kind: Kind::Get,
+            timed,
+            intended: now,
+            sent: now,
+            bytes_out: klen as u32,
+            key,
+            size: 0,
+            flags: if verify { P_VERIFY } else { 0 },
+            hops: 0,
+        });
+        s.unstamped += 1;
+        self.clients[c].inflight += 1;
+        self.inflight_total += 1;
+        self.issued += timed as u64;
+        Some(Issue::Queued(si))
     }
 
     /// Encodes the request for `self.keys` into socket `si`'s write buffer, or behind its
@@ -1232,6 +1277,19 @@ fn node_name<'a>(plan: &'a Plan, joined: &'a [JoinedNode], server: usize) -> &'a
     }
 }
 
+/// Whether the timed load is plain RESP GETs in closed loop, each `GET prefix<number>` to
+/// the one server: one op, no trace, no cluster or replicas (`Worker::issue_get`).
+fn plain_gets(plan: &Plan) -> bool {
+    plan.protocol.is_resp()
+        && matches!(plan.ops.as_slice(), [op] if op.kind == Kind::Get)
+        && plan.key_lengths.is_empty()
+        && plan.replay.is_none()
+        && !plan.open
+        && !plan.cluster
+        && !plan.read_from_replicas
+        && plan.servers.len() == 1
+}
+
 /// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
 /// phase, then what it measured.
 pub(super) fn run(
@@ -1248,6 +1306,8 @@ pub(super) fn run(
         socks: Vec::new(),
         clients: Vec::new(),
         rng: Rng::new(plan.seed.wrapping_mul(1_000_003).wrapping_add(ti as u64)),
+        // (its first gap from a stream of its own: `rng` is not there yet)
+        verify: Bernoulli::new(plan.verify_fraction, &mut Rng::new(plan.seed ^ ti as u64)),
         rec: Recorder::new(plan.ops.len()),
         kb: Vec::with_capacity(256),
         tmp: Vec::new(),
@@ -1273,6 +1333,9 @@ pub(super) fn run(
         room: plan.servers.len() + if plan.cluster { JOINED_MAX } else { 0 },
         turns: vec![0; plan.replicas.len()],
         corks: plan.cluster,
+        plain_gets: plain_gets(plan)
+            .then(|| resp::GetHeads::new(&plan.prefix))
+            .flatten(),
         primary: plan.sentinel.as_ref().map(|_| Primary {
             addr: plan.servers[0].clone(),
             name: plan.server_names[0].clone(),

@@ -148,7 +148,7 @@ fn encode_any(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>, tmp: &mut Vec<u
 /// digits, so everything is written straight into `out` after one `reserve` — the key is
 /// not formatted elsewhere and copied, and no write checks the capacity again.
 #[inline]
-fn get(out: &mut Vec<u8>, prefix: &[u8], i: u64) -> usize {
+pub fn get(out: &mut Vec<u8>, prefix: &[u8], i: u64) -> usize {
     const HEAD: &[u8] = b"*2\r\n$3\r\nGET\r\n$";
     let digits = decimal_len(i);
     let klen = prefix.len() + digits;
@@ -173,6 +173,62 @@ fn get(out: &mut Vec<u8>, prefix: &[u8], i: u64) -> usize {
         out.set_len(len + total);
     }
     klen
+}
+
+/// `GET prefix<i>` for one prefix, its head written by one fixed-size copy: for each digit
+/// count, the command up to the key's digits (`*2 $3 GET $<key length>` and the prefix) is
+/// laid out once, so a request costs one 64-byte copy, its digits and a CRLF — no length
+/// to format, no copy of unknown size (a `memcpy` call). For `Worker::issue_get`.
+pub struct GetHeads {
+    prefix_len: usize,
+    /// By digit count (0 unused): the head's bytes (padded) and its length.
+    heads: [([u8; HEAD_MAX], u8); 21],
+}
+
+/// The longest head `GetHeads` lays out (a prefix of up to ~40 bytes).
+const HEAD_MAX: usize = 64;
+
+impl GetHeads {
+    /// The heads for `prefix`, or `None` when a head would not fit in `HEAD_MAX` bytes.
+    pub fn new(prefix: &[u8]) -> Option<GetHeads> {
+        let mut heads = [([0u8; HEAD_MAX], 0u8); 21];
+        for (digits, (bytes, len)) in heads.iter_mut().enumerate().skip(1) {
+            let mut head = b"*2\r\n$3\r\nGET\r\n$".to_vec();
+            head.extend_from_slice((prefix.len() + digits).to_string().as_bytes());
+            head.extend_from_slice(b"\r\n");
+            head.extend_from_slice(prefix);
+            if head.len() > HEAD_MAX {
+                return None;
+            }
+            bytes[..head.len()].copy_from_slice(&head);
+            *len = head.len() as u8;
+        }
+        Some(GetHeads {
+            prefix_len: prefix.len(),
+            heads,
+        })
+    }
+
+    /// Appends `GET prefix<i>` to `out`, as `get` does; returns the key's length.
+    #[inline]
+    pub fn get(&self, out: &mut Vec<u8>, i: u64) -> usize {
+        let digits = decimal_len(i);
+        let (head, head_len) = &self.heads[digits];
+        let head_len = *head_len as usize;
+        let total = head_len + digits + 2;
+        out.reserve(HEAD_MAX + digits + 2); // the head is copied whole, padding and all
+        let len = out.len();
+        // SAFETY: `reserve` made room for `HEAD_MAX + digits + 2` bytes past `len`: the
+        // padded head, then the digits and CRLF over its padding; `set_len` keeps `total`.
+        unsafe {
+            let at = out.as_mut_ptr().add(len);
+            std::ptr::copy_nonoverlapping(head.as_ptr(), at, HEAD_MAX);
+            put_decimal(at.add(head_len), digits, i);
+            std::ptr::copy_nonoverlapping(b"\r\n".as_ptr(), at.add(head_len + digits), 2);
+            out.set_len(len + total);
+        }
+        self.prefix_len + digits
+    }
 }
 
 /// A bulk string holding the contract value for `key` of length `n` (large values are
@@ -504,6 +560,28 @@ mod tests {
                 assert_eq!((got, n), (want, key.len()), "{i}");
             }
         }
+    }
+
+    #[test]
+    fn a_get_from_its_laid_out_head_is_the_one_written_in_one_pass() {
+        let long = [b'p'; 40];
+        for prefix in [b"".as_slice(), b"cm:vs:", &long] {
+            let heads = GetHeads::new(prefix).expect("a head of at most 64 bytes");
+            let mut rng = crate::keyspace::Rng::new(5);
+            let mut values: Vec<u64> = (0..20).map(|p| 10u64.pow(p)).collect();
+            values.extend((0..20).map(|p| 10u64.pow(p) - 1));
+            values.extend((0..10_000).map(|_| rng.next_u64() >> rng.below(64)));
+            values.push(u64::MAX);
+            let (mut got, mut want) = (b"before".to_vec(), b"before".to_vec());
+            for i in values {
+                assert_eq!(heads.get(&mut got, i), get(&mut want, prefix, i), "{i}");
+            }
+            assert_eq!(got, want);
+        }
+        assert!(
+            GetHeads::new(&[b'p'; 60]).is_none(),
+            "past 64 bytes: the general way"
+        );
     }
 
     #[test]
