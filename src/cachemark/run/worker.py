@@ -558,7 +558,9 @@ def _die_with_the_run() -> None:
         return  # a kernel before 5.3: the fork server's death is all we follow
 
     def watch() -> None:
-        select.select([watched], [], [])
+        readable = select.poll()  # (not select(): no limit on the descriptor's number)
+        readable.register(watched, select.POLLIN)
+        readable.poll()
         os._exit(1)
 
     threading.Thread(target=watch, name="run-watch", daemon=True).start()
