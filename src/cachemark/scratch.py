@@ -18,6 +18,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
+from .procs import stat_fields
+
 STAMP = ".cachemark-owners"
 _swept = False
 
@@ -94,8 +96,7 @@ def _started(pid: int) -> int | None:
             pass
         return None
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()  # from field 3, the state
+        fields = stat_fields(pid)
         return -1 if fields[0] in (b"Z", b"X") else int(fields[19])  # field 22: starttime
     except (FileNotFoundError, ProcessLookupError):
         return -1

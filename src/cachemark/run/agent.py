@@ -38,6 +38,7 @@ import time
 import traceback
 from typing import Any
 
+from ..procs import stat_fields
 from .messages import death
 
 BEAT_S = 1.0  # how often the task tells the coordinator it is alive (and its ops done)
@@ -187,8 +188,7 @@ def _group_members(group: int) -> list[int] | None:
     members = []
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()  # after "pid (comm)": state ppid pgrp …
+            fields = stat_fields(pid)
         except (OSError, IndexError):
             continue  # gone meanwhile
         if len(fields) > 2 and int(fields[2]) == group:
