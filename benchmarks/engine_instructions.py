@@ -82,6 +82,10 @@ def count(tree: str, conn: dict, servers: list[str], args) -> tuple[float, list[
         n = served(servers, args.memcached) - before
         total, per_fn = 0, {}
         for profile in glob.glob(out + "-*"):  # one per thread
+            if args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+                name = os.path.basename(os.path.abspath(tree)) + "." + profile.rsplit("-", 1)[1]
+                shutil.copy(profile, os.path.join(args.keep, name))
             text = subprocess.run(["callgrind_annotate", "--threshold=100", profile],
                                   capture_output=True, text=True, check=True).stdout
             if LOAD_THREAD not in text:
@@ -108,6 +112,8 @@ def main() -> int:
     ap.add_argument("--memcached", action="store_true", help="memcached (90/10 get/set) instead of Redis GETs")
     ap.add_argument("--cluster", action="store_true", help="a local 3-node Redis Cluster (the lab's)")
     ap.add_argument("--top", type=int, default=12, help="functions to list per build")
+    ap.add_argument("--keep", metavar="DIR", help="keep the profiles here, per build and thread, to read line by line "
+                    "(callgrind_annotate --auto=yes DIR/<build>.<thread>)")
     args = ap.parse_args()
     if not shutil.which("valgrind"):
         print("engine_instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)

@@ -277,6 +277,22 @@ pub(super) fn complete(
     st.record(outcome, now.saturating_sub(p.intended), unc);
 }
 
+/// A read's hit, read whole, not to verify: what `complete` records for it, on the short way
+/// of a plain-GET run's replies (`Worker::take_hits`; closed loop: no uncorrected time).
+#[inline]
+pub(super) fn complete_hit(rec: &mut Recorder, p: &Pending, payload: usize, now: u64) {
+    debug_assert!(p.flags & P_VERIFY == 0);
+    rec.tally_ok += 1;
+    if p.op == INTERNAL || !p.timed {
+        return; // a warm-up's read: it only feeds the on-error watch
+    }
+    let st = &mut rec.ops[p.op as usize];
+    st.hits += 1;
+    st.bytes_out += p.bytes_out as u64;
+    st.bytes_in += payload as u64;
+    st.record(O_HIT, now.saturating_sub(p.intended), None);
+}
+
 /// A prefill or warm-up request's reply: it only feeds the on-error watch.
 #[cold]
 fn untimed(rec: &mut Recorder, p: &Pending, r: &proto::Reply, avail: &[u8]) {

@@ -8,8 +8,8 @@ use super::conn::{
 };
 use super::epoll::Epoll;
 use super::record::{
-    complete, outage_scope, record_error, Recorder, E_CONNECTION, E_PROTOCOL, E_SERVER, E_TIMEOUT,
-    INTERNAL,
+    complete, complete_hit, outage_scope, record_error, Recorder, E_CONNECTION, E_PROTOCOL,
+    E_SERVER, E_TIMEOUT, INTERNAL,
 };
 use super::run::Shared;
 use super::sentinel;
@@ -364,6 +364,9 @@ impl Worker<'_> {
         let mut bad: Option<String> = None;
         let mut readonly = false;
         if s.rbuf.len() >= s.need {
+            if self.plain_gets.is_some() && s.skipping.is_none() {
+                done = take_hits(s, &mut self.rec, plan.limits.max_bulk, now);
+            }
             while let Some(p) = s.inflight.front().copied() {
                 if s.unstamped >= s.inflight.len() {
                     break; // a reply cannot precede its request's write
@@ -1277,6 +1280,33 @@ fn node_name<'a>(plan: &'a Plan, joined: &'a [JoinedNode], server: usize) -> &'a
     }
 }
 
+/// The short way of a plain-GET run's replies (`plain_gets`): the whole hits to GETs not to
+/// verify at the front of socket `s`, recorded as the general loop of `input` records them;
+/// returns how many. It stops at anything else (a miss, an error, a read to verify, a
+/// prefill's reply, a reply not all here), which that loop reads next.
+#[inline]
+fn take_hits(s: &mut Sock, rec: &mut Recorder, max_bulk: usize, now: u64) -> usize {
+    let mut done = 0;
+    while s.inflight.len() > s.unstamped {
+        let p = s.inflight.front().expect("more in flight than unwritten");
+        if p.kind != Kind::Get || p.flags & P_VERIFY != 0 {
+            break;
+        }
+        let Some((at, len)) = resp::whole_hit(&s.rbuf[s.rpos..], max_bulk) else {
+            break;
+        };
+        complete_hit(rec, p, len, now);
+        s.rpos += at + len + 2;
+        s.inflight.pop_front();
+        done += 1;
+    }
+    if done > 0 {
+        s.need = 0;
+        s.head_first = false; // values read whole: read as usual
+    }
+    done
+}
+
 /// Whether the timed load is plain RESP GETs in closed loop, each `GET prefix<number>` to
 /// the one server: one op, no trace, no cluster or replicas (`Worker::issue_get`).
 fn plain_gets(plan: &Plan) -> bool {
@@ -1430,4 +1460,106 @@ pub(super) fn run(
     w.rec.settle();
     w.rec.slots = std::mem::take(&mut w.slots);
     w.rec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// One reply read the general way (`input`'s loop): `false` when it is not all here.
+    fn general_step(s: &mut Sock, rec: &mut Recorder, plan: &Plan, now: u64) -> bool {
+        let Some(p) = s.inflight.front().copied() else {
+            return false;
+        };
+        let avail = &s.rbuf[s.rpos..];
+        let Parse::Done(r) = proto::parse(plan.protocol, avail, p.kind, &plan.limits) else {
+            return false;
+        };
+        let value = r.value.clone().map(|v| &avail[v]);
+        complete(rec, plan, &p, &r, value, avail, now);
+        s.rpos += r.consumed;
+        s.inflight.pop_front();
+        true
+    }
+
+    /// Random replies to a plain-GET run's reads (hits of any size, misses, errors, reads to
+    /// verify, warm-up reads), arriving in random pieces, read the short way wherever it
+    /// goes and the general way after each of its stops: recorded as the general way alone
+    /// records them.
+    #[test]
+    fn the_short_way_of_replies_records_what_the_general_loop_records() {
+        let plan = Config::from_json(
+            r#"{"protocol":"resp2","servers":["127.0.0.1:1"],"mix":[{"op":"get","weight":1}]}"#,
+        )
+        .unwrap()
+        .plan()
+        .unwrap();
+        let mut rng = Rng::new(11);
+        let (mut stream, mut requests) = (Vec::new(), Vec::new());
+        for i in 0..20_000u64 {
+            requests.push(Pending {
+                op: 0,
+                kind: Kind::Get,
+                timed: rng.below(8) != 0,
+                intended: 1_000 + i,
+                sent: 1_000 + i,
+                bytes_out: 8,
+                key: i,
+                size: 0,
+                flags: if rng.below(10) == 0 { P_VERIFY } else { 0 },
+                hops: 0,
+            });
+            match rng.below(10) {
+                0 => stream.extend_from_slice(b"$-1\r\n"),
+                1 => stream.extend_from_slice(b"-ERR no such thing\r\n"),
+                _ => {
+                    let n = rng.below(300) as usize;
+                    stream.extend_from_slice(format!("${n}\r\n").as_bytes());
+                    stream.resize(stream.len() + n, b'v');
+                    stream.extend_from_slice(b"\r\n");
+                }
+            }
+        }
+        let now = 9_000_000;
+        let mut whole = Sock::new(0, 0, 16);
+        whole.inflight.extend(requests.iter().copied());
+        whole.rbuf = stream.clone();
+        let mut reference = Recorder::new(1);
+        while general_step(&mut whole, &mut reference, &plan, now) {}
+        assert!(whole.inflight.is_empty() && whole.rpos == stream.len());
+
+        let mut s = Sock::new(0, 0, 16);
+        s.inflight.extend(requests.iter().copied());
+        let mut rec = Recorder::new(1);
+        let (mut at, mut short) = (0, 0);
+        while at < stream.len() {
+            let piece = (1 + rng.below(2_000) as usize).min(stream.len() - at);
+            s.rbuf.extend_from_slice(&stream[at..at + piece]);
+            at += piece;
+            loop {
+                short += take_hits(&mut s, &mut rec, plan.limits.max_bulk, now);
+                if !general_step(&mut s, &mut rec, &plan, now) {
+                    break;
+                }
+            }
+        }
+        assert!(s.inflight.is_empty() && s.rpos == stream.len());
+        assert!(short > 10_000, "the short way took {short} of 20,000");
+        reference.settle();
+        rec.settle();
+        assert_eq!(
+            rec.ops[0].to_json(false, true),
+            reference.ops[0].to_json(false, true)
+        );
+        assert_eq!(
+            (rec.tally_ok, rec.tally_failed, rec.samples),
+            (
+                reference.tally_ok,
+                reference.tally_failed,
+                reference.samples
+            )
+        );
+        assert!(reference.ops[0].errors[E_PROTOCOL] + reference.ops[0].errors[E_SERVER] > 0);
+    }
 }

@@ -447,6 +447,21 @@ fn parse_any(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
 /// which the general parser then reads, or says what is wrong with.
 #[inline]
 fn bulk_hit(buf: &[u8], lim: &Limits) -> Option<Reply> {
+    let (at, len) = whole_hit(buf, lim.max_bulk)?;
+    Some(Reply {
+        consumed: at + len + 2,
+        outcome: Outcome::Hit,
+        value: Some(at..at + len),
+        payload: len,
+        message: None,
+    })
+}
+
+/// Where the value of a whole hit at the start of `buf` starts and how long it is (the
+/// reply is `at + len + 2` bytes); `None` for anything else: the shortcut of `parse`, and the
+/// short way of a plain-GET run's replies (`Worker::take_hits`).
+#[inline]
+pub fn whole_hit(buf: &[u8], max_bulk: usize) -> Option<(usize, usize)> {
     if buf.first() != Some(&b'$') {
         return None;
     }
@@ -461,20 +476,14 @@ fn bulk_hit(buf: &[u8], lim: &Limits) -> Option<Reply> {
     }
     let (at, end) = (i + 2, i + 2 + len);
     if i == 1
-        || len > lim.max_bulk
+        || len > max_bulk
         || buf.len() < end + 2
         || buf[i..at] != *b"\r\n"
         || buf[end..end + 2] != *b"\r\n"
     {
         return None;
     }
-    Some(Reply {
-        consumed: end + 2,
-        outcome: Outcome::Hit,
-        value: Some(at..end),
-        payload: len,
-        message: None,
-    })
+    Some((at, len))
 }
 
 /// A bulk string's head (`$N\r\n`) at the start of `buf`; its value is followed by CRLF.
