@@ -202,6 +202,12 @@ def test_a_hung_or_dead_driver_fails_the_run_quickly(monkeypatch, tmp_path, memc
     outcome = run_target(f"{memcached_server.url()}?{CLIENT}", _workload(mix={"get": 1}, ops=10))
     assert outcome.status == "failed" and "exited during 'hello'" in outcome.reason, outcome.reason
 
+    plain = tmp_path / "cachemark-driver"  # a built driver that is not executable
+    plain.write_text("not a program\n")
+    monkeypatch.setenv("CACHEMARK_GO_DRIVER", str(plain))
+    outcome = run_target(f"{memcached_server.url()}?client=go-memcache", _workload(mix={"get": 1}, ops=10))
+    assert outcome.status == "failed" and f"cannot start {plain}: not executable" in outcome.reason, outcome.reason
+
 
 @needs_ruby
 def test_cli_exists_then_get_through_rails_cache(tmp_path):

@@ -193,17 +193,24 @@ def test_a_bug_in_the_cli_is_a_crash(tmp_path, monkeypatch, capsys) -> None:
     Path(err.rsplit("traceback saved to ", 1)[1]).unlink()
 
 
+@pytest.mark.parametrize("client", [None, "ruby-activesupport"])
 @pytest.mark.serial
-def test_a_run_killed_outright_takes_its_workers_with_it(tmp_path, spawn) -> None:
-    """``kill -9`` of cachemark itself (the OOM killer, a user): its Python workers stop loading the
-    user's server at once, and nothing of the run stays — no process, no name in /dev/shm. (The
-    workers used to run out their phase and then wait at the barrier: each held the fork server's
-    "alive" pipe open, so the fork server, whose death was what they followed, never died.)"""
+def test_a_run_killed_outright_takes_its_workers_with_it(tmp_path, spawn, client) -> None:
+    """``kill -9`` of cachemark itself (the OOM killer, a user): its workers — Python clients, or the
+    drivers of another stack's — stop loading the user's server at once, and nothing of the run
+    stays — no process, no name in /dev/shm. (The workers used to run out their phase and then wait at
+    the barrier: each held the fork server's "alive" pipe open, so the fork server, whose death was
+    what they followed, never died.)"""
     import redis
 
     server = spawn("redis")
+    url = server.url()
+    if client:
+        from driver_kit import needs_driver, with_client
+
+        url = with_client(url, needs_driver(client))
     names_before = {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}
-    proc = _start(["run", "-t", server.url(), "--duration", "30s", "--warmup", "0", "--no-calibrate",
+    proc = _start(["run", "-t", url, "--duration", "30s", "--warmup", "0", "--no-calibrate",
                    "--workers", "2", "--keys", "1000", "-o", "out.json"], tmp_path)
     _wait_for_ops(server)
     os.kill(proc.pid, signal.SIGKILL)

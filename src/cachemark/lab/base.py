@@ -8,18 +8,16 @@ server running. Subclasses say how to start the binary and how to tell it is rea
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from .. import scratch
+from .. import procs, scratch
 from ..errors import BackendMissing, BackendUnavailable, SpecError
 from ..textfile import one_line
 
@@ -170,7 +168,7 @@ class LocalServer(ABC):
             self._log.close()
         self._log = open(os.path.join(self.tmpdir, "server.log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            _dying_with_us(self.command(), self.stop_signal),
+            procs.dying_with_us(self.command(), self.stop_signal),
             cwd=self.tmpdir,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -219,31 +217,6 @@ class LocalServer(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _dying_with_us(argv: list[str], sig: int) -> list[str]:
-    """``argv`` started so that the server gets ``sig`` when we die, even by ``kill -9`` or the
-    OOM killer (a stopped run stops its servers itself): a parent-death signal, set by
-    util-linux's ``setpriv`` just before it executes the server. Only from the main thread —
-    the signal comes when the *thread* that started the server ends — and only where setpriv
-    is; otherwise the server is started as it is."""
-    setpriv = _setpriv()
-    if setpriv is None or threading.current_thread() is not threading.main_thread():
-        return argv
-    return [setpriv, f"--pdeathsig={signal.Signals(sig).name}", "--", *argv]
-
-
-@functools.cache
-def _setpriv() -> str | None:
-    """util-linux's setpriv, if it knows ``--pdeathsig`` (2.33 and later)."""
-    path = shutil.which("setpriv")
-    if path is None:
-        return None
-    try:
-        usage = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return path if "--pdeathsig" in usage else None
 
 
 class _suppress:

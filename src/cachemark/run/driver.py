@@ -12,7 +12,6 @@ dies or hangs ends the run as failed, with one line saying which and why, never 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import math
 import os
@@ -20,7 +19,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import procs
 from ..errors import BackendMissing, BackendUnavailable, PrefillFailed, UnsupportedOp
 from ..measure.histogram import COUNTS_LEN, Histogram, bucket_indexes
 from ..measure.recorder import ERROR, Recorder
@@ -147,10 +146,15 @@ class DriverProcess:
     def __init__(self, spec: DriverSpec, worker: int) -> None:
         self.spec, self.worker = spec, worker
         command = spec.command()  # BackendMissing before anything is opened
+        if not os.access(command[0], os.X_OK):  # said here: setpriv (below) would only fail to exec it
+            raise DriverFailed(f"driver {spec.name} (worker {worker}) cannot start {command[0]}: not executable")
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 — kept for the process's life, closed in close()
         try:
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=self.stderr, preexec_fn=_die_with_parent, close_fds=True)
+            # A driver never outlives cachemark, so never runs ops against the user's server unowned
+            # (the thread starting it runs the phases and ends them: it waits for the driver).
+            argv = procs.dying_with_us(command, signal.SIGKILL, waited_for=True)
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self.stderr, close_fds=True)
         except OSError as exc:  # not executable, not a program
             self.stderr.close()
             raise DriverFailed(f"driver {spec.name} (worker {worker}) cannot start {command[0]}: "
@@ -268,13 +272,6 @@ class DriverProcess:
         for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
             with contextlib.suppress(OSError):
                 stream.close()  # type: ignore[union-attr]
-
-
-def _die_with_parent() -> None:
-    """A driver never outlives cachemark (and so never runs ops against the user's server)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 # -- what the driver is told ------------------------------------------------------
