@@ -108,7 +108,7 @@ struct Worker<'a> {
     /// pipelines (`Sock::held`, `top_up_held`).
     corks: bool,
     /// The run is plain RESP GETs (`plain_gets`): `issue` takes the short way, `issue_get`,
-    /// which writes them from these heads.
+    /// which writes them from these heads, and `input` reads their hits by `take_hits`.
     plain_gets: Option<resp::GetHeads>,
     /// Redis Sentinel: where this thread's reconnects go (None: the plan's servers).
     primary: Option<Primary>,
@@ -788,9 +788,8 @@ impl Worker<'_> {
         let hold = self.corks;
         let bytes = self.encode_request(si, op_idx, counter, size, hold);
         let kind = if op_idx == INTERNAL { Kind::Set } else { kind };
-        let s = &mut self.socks[si];
-        s.held_ops += hold as usize;
-        s.inflight.push_back(Pending {
+        self.socks[si].held_ops += hold as usize;
+        let p = Pending {
             op: op_idx,
             kind,
             timed,
@@ -801,12 +800,21 @@ impl Worker<'_> {
             size: size as u32,
             flags: if counter { P_COUNTER } else { 0 } | if verify { P_VERIFY } else { 0 },
             hops: 0,
-        });
+        };
+        self.queue(si, c, p);
+        self.after_issue(c, timed);
+        Issue::Queued(si)
+    }
+
+    /// Puts request `p`, just encoded for client `c`, in flight on socket `si` (it is stamped
+    /// when it is flushed): both ways of `issue` end here.
+    #[inline]
+    fn queue(&mut self, si: usize, c: usize, p: Pending) {
+        let s = &mut self.socks[si];
+        s.inflight.push_back(p);
         s.unstamped += 1;
         self.clients[c].inflight += 1;
         self.inflight_total += 1;
-        self.after_issue(c, timed);
-        Issue::Queued(si)
     }
 
     /// `issue` in a run of plain GETs (`plain_gets`) on a connected socket (`None` when it is
@@ -824,9 +832,8 @@ impl Worker<'_> {
         let key = self.clients[c].picker.pick(&plan.dist, &mut self.rng);
         let verify = self.verify.next(&mut self.rng);
         let timed = now >= self.measure_start;
-        let s = &mut self.socks[si];
-        let klen = heads.get(&mut s.wbuf, key);
-        s.inflight.push_back(Pending {
+        let klen = heads.get(&mut self.socks[si].wbuf, key);
+        let p = Pending {
             op: 0,
             kind: Kind::Get,
             timed,
@@ -837,11 +844,9 @@ impl Worker<'_> {
             size: 0,
             flags: if verify { P_VERIFY } else { 0 },
             hops: 0,
-        });
-        s.unstamped += 1;
-        self.clients[c].inflight += 1;
-        self.inflight_total += 1;
-        self.issued += timed as u64;
+        };
+        self.queue(si, c, p);
+        self.issued += timed as u64; // `after_issue` of a closed-loop run without a trace
         Some(Issue::Queued(si))
     }
 
@@ -1308,7 +1313,8 @@ fn take_hits(s: &mut Sock, rec: &mut Recorder, max_bulk: usize, now: u64) -> usi
 }
 
 /// Whether the timed load is plain RESP GETs in closed loop, each `GET prefix<number>` to
-/// the one server: one op, no trace, no cluster or replicas (`Worker::issue_get`).
+/// the one server: one op, no trace, no cluster or replicas (`Worker::issue_get`, and
+/// `take_hits` for their replies).
 fn plain_gets(plan: &Plan) -> bool {
     plan.protocol.is_resp()
         && matches!(plan.ops.as_slice(), [op] if op.kind == Kind::Get)
