@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,8 +43,11 @@ class LocalPort:
     """The port a spawned server (found by its pid) listens on, for :func:`_wait_for_ops`."""
 
     def __init__(self, pid: int) -> None:
-        listing = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(pid)], capture_output=True, text=True).stdout
-        self.port = int(listing.rsplit(":", 1)[1].split()[0])  # redis-server shows "… 127.0.0.1:PORT"
+        args = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(pid)], capture_output=True, text=True).stdout
+        # "redis-server --port N …" as spawn:redis starts it, "redis-server 127.0.0.1:N" once it runs
+        found = re.search(r"--port (\d+)", args) or re.search(r":(\d+)\b", args)
+        assert found, f"no port in {args!r}"
+        self.port = int(found[1])
 
 
 def _results(path: Path) -> dict:
@@ -248,7 +252,8 @@ def _spawned_redis(proc: subprocess.Popen) -> tuple[int, str]:
         listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
         for line in listing.splitlines():
             pid, ppid, args = line.split(None, 2)
-            if int(ppid) == proc.pid and "redis-server" in args and "--version" not in args:
+            # setpriv starts it (a parent-death signal): only once setpriv has become redis-server is it ours
+            if int(ppid) == proc.pid and Path(args.split()[0]).name == "redis-server" and "--version" not in args:
                 with contextlib.suppress(FileNotFoundError):
                     server_dir = os.readlink(f"/proc/{pid}/cwd")
                     assert "cachemark-redis-" in server_dir
