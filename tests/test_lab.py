@@ -93,3 +93,53 @@ def test_memcached_memory_option() -> None:
             data += sock.recv(65536)
         assert b"STAT maxbytes 33554432" in data
         assert b"STAT udpport 0" in data
+
+
+def _taken_port_then_free(monkeypatch, sock: socket.socket) -> None:
+    """free_port() hands out ``sock``'s port once — as if another process took it in the moment
+    between the pick and the server's bind — then free ports again."""
+    from cachemark.lab import base
+
+    picks = iter([sock.getsockname()[1]])
+    real = base.free_port
+    monkeypatch.setattr(base, "free_port", lambda: next(picks, None) or real())
+
+
+@pytest.mark.parametrize("kind", ["redis", "memcached"])
+@pytest.mark.parametrize("listening", [True, False])
+def test_a_port_taken_before_the_server_binds_it_is_given_up_for_another(monkeypatch, kind, listening) -> None:
+    """Listening: something answers on the port at once, but it is not our server (a run against it
+    would measure somebody else's). Bound only: the server fails to bind and exits. Either way the
+    server starts again on another port, and the one answering there is ours."""
+    from cachemark.lab import listeners
+
+    server = make(kind)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        if listening:
+            other.listen(8)
+        _taken_port_then_free(monkeypatch, other)
+        with server:
+            assert server.port != other.getsockname()[1]
+            assert listeners.listens(server.pid(), server.port) is True
+            assert answers(kind, server)
+        assert listeners.listens(os.getpid(), other.getsockname()[1]) is listening
+
+
+def test_listeners_tell_whose_port_it_is() -> None:
+    from cachemark.lab import listeners
+
+    with socket.socket() as mine, socket.socket(socket.AF_INET6) as mine6:
+        mine.bind(("127.0.0.1", 0))
+        port = mine.getsockname()[1]
+        assert listeners.listens(os.getpid(), port) is False  # bound, not listening
+        assert listeners.taken(port)  # but no server could bind it
+        mine.listen(1)
+        assert listeners.listens(os.getpid(), port) is True
+        assert listeners.listens(1, port) is False
+        mine6.bind(("::1", 0))
+        mine6.listen(1)
+        assert listeners.listens(os.getpid(), mine6.getsockname()[1]) is True
+    assert listeners.listens(os.getpid(), port) is False
+    assert not listeners.taken(port)
+    assert listeners.listens(2**22 + 12345, port) is False  # no such process

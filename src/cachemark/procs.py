@@ -4,6 +4,7 @@ temp directory), and the ones we start, which must not outlive us."""
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import signal
 import subprocess
@@ -29,7 +30,28 @@ def dying_with_us(argv: list[str], sig: int, waited_for: bool = False) -> list[s
     setpriv = _setpriv()
     if setpriv is None or not (waited_for or threading.current_thread() is threading.main_thread()):
         return argv
-    return [setpriv, f"--pdeathsig={signal.Signals(sig).name}", "--", *argv]
+    pdeathsig = f"--pdeathsig={signal.Signals(sig).name}"
+    still_ours = ["/bin/sh", "-c", _STILL_OURS, "sh", str(os.getpid())]
+    if os.path.basename(argv[0]) == "setpriv":
+        # argv changes user (a server run as nobody): that clears a signal set before it, so it sets ours
+        options, command = _split_at_command(argv[1:])
+        return [argv[0], *options, pdeathsig, "--", *still_ours, *command]
+    return [setpriv, pdeathsig, "--", *still_ours, *argv]
+
+
+# We may die after the fork and before setpriv set the signal: then nobody sends it. Once it is
+# set, a parent that is no longer us (the process was handed to init) says so; it must not run.
+_STILL_OURS = 'test "$PPID" = "$1" || exit 125; shift; exec "$@"'
+
+
+def _split_at_command(args: list[str]) -> tuple[list[str], list[str]]:
+    """setpriv's options (``--name=value``) and the command after them."""
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return args[:i], args[i + 1:]
+        if not arg.startswith("-"):
+            return args[:i], args[i:]
+    return args, []
 
 
 @functools.cache

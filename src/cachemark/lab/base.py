@@ -20,8 +20,10 @@ from typing import Any
 from .. import procs, scratch
 from ..errors import BackendMissing, BackendUnavailable, SpecError
 from ..textfile import one_line
+from . import listeners
 
 _LIVE: set[LocalServer] = set()
+_PORT_ATTEMPTS = 3  # a free port taken before the server binds it: rare, and twice in a row rarer still
 
 
 def free_port() -> int:
@@ -44,17 +46,28 @@ def find_binary(*names: str, extra_dirs: tuple[str, ...] = ()) -> str:
     raise BackendMissing(f"{names[0]} is not installed (looked for {', '.join(names)} on PATH)")
 
 
+class PortTaken(BackendUnavailable):
+    """Another process took the free port picked for a server before the server could bind it."""
+
+
 def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    """Wait until something accepts TCP connections on host:port."""
+    """Wait until something accepts TCP connections on host:port — ``proc`` itself, when given
+    (:class:`PortTaken` if another process listens there, or ``proc`` exited while one did)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
+            if listeners.taken(port):
+                raise PortTaken(f"port {port} was taken by another process before the server could listen on it")
             raise BackendUnavailable(f"server exited with code {proc.returncode} before listening on {port}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
-                return
+                pass
         except OSError:
             time.sleep(0.02)
+            continue
+        if proc is not None and listeners.listens(proc.pid, port) is False:
+            raise PortTaken(f"port {port} is held by another process, not the server started on it")
+        return
     raise BackendUnavailable(f"server did not listen on {host}:{port} within {timeout:.0f}s")
 
 
@@ -137,18 +150,22 @@ class LocalServer(ABC):
     def start(self) -> LocalServer:
         if self.proc is not None:
             raise RuntimeError(f"{self.kind} server already started on port {self.port}")
-        self.tmpdir = scratch.make(f"cachemark-{self.kind}-")
-        self.port = free_port()
-        try:
-            self.prepare()
-            self._launch()
-        except BaseException as exc:
-            log = self.log_tail()
-            self.stop()
-            if isinstance(exc, BackendUnavailable) and log:
-                raise BackendUnavailable(f"{self.kind}: {exc}; last log line: {log}") from None
-            raise
-        return self
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            self.tmpdir = scratch.make(f"cachemark-{self.kind}-")
+            self.port = free_port()
+            try:
+                self.prepare()
+                self._launch()
+                return self
+            except BaseException as exc:
+                log = self.log_tail()
+                self.stop()
+                if isinstance(exc, PortTaken) and attempt < _PORT_ATTEMPTS:
+                    continue  # all over again (a fresh directory: prepare() may have written the port)
+                if isinstance(exc, BackendUnavailable) and log:
+                    raise BackendUnavailable(f"{self.kind}: {exc}; last log line: {log}") from None
+                raise
+        raise AssertionError("unreachable")
 
     def kill(self) -> None:
         """End the server outright (SIGKILL), as a crash would; its port and directory stay
