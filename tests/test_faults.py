@@ -252,7 +252,7 @@ def _spawned_redis(proc: subprocess.Popen) -> tuple[int, str]:
         listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
         for line in listing.splitlines():
             pid, ppid, args = line.split(None, 2)
-            # setpriv starts it (a parent-death signal): only once setpriv has become redis-server is it ours
+            # setpriv and a shell start it (procs.dying_with_us): only once they became redis-server is it ours
             if int(ppid) == proc.pid and Path(args.split()[0]).name == "redis-server" and "--version" not in args:
                 with contextlib.suppress(FileNotFoundError):
                     server_dir = os.readlink(f"/proc/{pid}/cwd")
