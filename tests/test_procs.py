@@ -30,8 +30,8 @@ time.sleep(60)
 def _running(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie waiting for init to reap it does not)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+        return procs.stat_fields(pid)[0] != b"Z"
+    except OSError:
         return False
 
 
