@@ -312,6 +312,25 @@ def test_the_generator_as_the_bottleneck(doc):
     assert not any("load generator" in w for w in warnings_of(doc))
 
 
+def test_client_and_server_saturating_their_shared_host(doc):
+    """A server on this host (loopback here) shares its cores with the client: together near all of
+    them, the host is the limit, though neither alone is; a server elsewhere shares nothing."""
+    clean = redis_only(doc)
+    phase = first(clean, "redis")["phases"][0]
+    phase["client_cpu_s"] = 0.6 * phase["wall_s"] * 2  # 60 % of the client's 2 cores: no generator warning
+    phase["server"]["cpu_pct_mean"] = 66.0  # and 0.66 of a core for redis-server: 1.86 of the host's 2
+    assert any(w.startswith("redis [value_size=100]: client and server share this host and together used 93% of "
+                            "its 2 cores") for w in warnings_of(clean))
+    phase["server"]["cpu_pct_mean"] = 40.0  # 1.6 of 2
+    assert not any("share this host" in w for w in warnings_of(clean))
+    phase["server"]["cpu_pct_mean"] = 66.0
+    for run in clean["runs"]:
+        run["target"] = "redis://cache.internal:6379/0"
+    assert not any("share this host" in w for w in warnings_of(clean))
+    first(clean, "redis")["server"] = {"kind": "redis", "spawned": True}
+    assert any("share this host" in w for w in warnings_of(clean))
+
+
 def test_few_samples(doc):
     assert not any("sample" in w for w in warnings_of(doc))  # the fewest is 42 deletes
     first(doc, "redis")["phases"][0]["ops"]["delete"]["count"] = 12

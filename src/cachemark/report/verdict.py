@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..backends.base import PSEUDO_OPS
 from ..measure.outage import longest, outage_text
@@ -421,6 +422,30 @@ def _in_process(run: dict[str, Any]) -> bool:
         scheme is not None and scheme.embedded is not None)
 
 
+def _host_share(run: dict[str, Any], phase: dict[str, Any], cpus: Any) -> float | None:
+    """The share of this host's cores that the client and a server on the same host used together
+    in ``phase`` (the server's own CPU counters), or None where that is not known or not one host's."""
+    if not isinstance(cpus, int) or cpus <= 0 or run.get("cluster") or _in_process(run):
+        return None  # agents on other hosts; or no server apart from the client
+    wall, client = phase.get("wall_s") or 0.0, phase.get("client_cpu_s")
+    server_pct = (phase.get("server") or {}).get("cpu_pct_mean")
+    if not client or not isinstance(server_pct, int | float) or wall < MIN_WALL_S or not _server_here(run):
+        return None
+    return (client / wall + server_pct / 100) / cpus
+
+
+def _server_here(run: dict[str, Any]) -> bool:
+    """The run's server is on this host: spawned by cachemark, or reached over loopback or a Unix socket."""
+    if (run.get("server") or {}).get("spawned"):
+        return True
+    try:
+        url = urlsplit(str(run.get("target") or ""))
+        host = url.hostname or ""
+    except ValueError:
+        return False
+    return url.scheme.endswith("+unix") or host == "localhost" or host == "::1" or host.startswith("127.")
+
+
 def _errors(run: dict[str, Any]) -> tuple[int, int, dict[str, int]]:
     total = errors = 0
     kinds: dict[str, int] = {}
@@ -520,6 +545,11 @@ def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
                     and cpu >= CPU_SATURATED * wall * cores):
                 generator.append(f"{where}: the load generator used {cpu / wall / cores:.0%} of its "
                                  f"{cores} core{'s' if cores != 1 else ''}: it, not the backend, may be the limit")
+            elif done >= FEW_SAMPLES and (share := _host_share(run, phase, cpus)) is not None \
+                    and share >= CPU_SATURATED:
+                generator.append(f"{where}: client and server share this host and together used {share:.0%} of "
+                                 f"its {cpus} cores: the host, not the backend, may be the limit (the server on a "
+                                 "host of its own would do more)")
             _hit_ratio_warning(run, phase, spec, document, where, hits)
             for op_name, op in ops.items():
                 count = op.get("count") or 0
