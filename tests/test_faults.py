@@ -245,40 +245,43 @@ def test_a_run_killed_outright_takes_its_workers_with_it(tmp_path, spawn, client
     assert not left, f"left in /dev/shm: {sorted(left)}"
 
 
-def _spawned_redis(proc: subprocess.Popen) -> tuple[int, str]:
-    """The pid and directory of the redis-server the run ``proc`` spawned."""
-    deadline = time.monotonic() + 30
+def _spawned_server(proc: subprocess.Popen, program: str = "redis-server") -> tuple[int, str]:
+    """The pid and directory of the server (redis-server unless said) the run ``proc`` spawned."""
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
         for line in listing.splitlines():
             pid, ppid, args = line.split(None, 2)
-            # setpriv and a shell start it (procs.dying_with_us): only once they became redis-server is it ours
-            if int(ppid) == proc.pid and Path(args.split()[0]).name == "redis-server" and "--version" not in args:
+            # setpriv and a shell start it (procs.dying_with_us): only once they became the server is it ours
+            if int(ppid) == proc.pid and Path(args.split()[0]).name == program and "--version" not in args:
                 with contextlib.suppress(FileNotFoundError):
-                    server_dir = os.readlink(f"/proc/{pid}/cwd")
-                    assert "cachemark-redis-" in server_dir
-                    return int(pid), server_dir
+                    cwd = Path(os.readlink(f"/proc/{pid}/cwd"))  # postgres works in <its dir>/data
+                    server_dir = next(d for d in [cwd, *cwd.parents] if d.name.startswith("cachemark-"))
+                    return int(pid), str(server_dir)
         time.sleep(0.1)
-    raise AssertionError("no spawned redis-server was seen")
+    raise AssertionError(f"no spawned {program} was seen")
 
 
+@pytest.mark.parametrize(("kind", "program"), [("redis", "redis-server"), ("postgresql", "postgres")])
 @pytest.mark.serial
-def test_a_server_spawned_by_a_run_killed_outright_stops_too(tmp_path) -> None:
-    """``kill -9`` of cachemark: the redis-server it spawned gets the SIGTERM cachemark can no longer
-    send (a parent-death signal), instead of running on, unowned, on the user's machine; the
-    directory it leaves is removed by the next cachemark process that makes one."""
+def test_a_server_spawned_by_a_run_killed_outright_stops_too(tmp_path, kind, program) -> None:
+    """``kill -9`` of cachemark: the server it spawned gets the SIGTERM cachemark can no longer
+    send (a parent-death signal), instead of running on, unowned, on the user's machine — also
+    postgres, which runs as nobody when we are root (a change of user clears a signal set before
+    it); the directory it leaves is removed by the next cachemark process that makes one."""
     from cachemark import scratch
 
-    proc = _start(["run", "-t", "spawn:redis", "--duration", "30s", "--warmup", "0", "--no-calibrate",
+    proc = _start(["run", "-t", f"spawn:{kind}", "--duration", "30s", "--warmup", "0", "--no-calibrate",
                    "--workers", "1", "-o", "out.json"], tmp_path)
     try:
-        server_pid, server_dir = _spawned_redis(proc)
+        server_pid, server_dir = _spawned_server(proc, program)
+        assert f"cachemark-{kind}-" in server_dir
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20
         while _running(server_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _running(server_pid), "the spawned redis-server still runs"
+        assert not _running(server_pid), f"the spawned {program} still runs"
         assert server_dir in scratch.sweep() and not Path(server_dir).exists()
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -299,7 +302,7 @@ def _running(pid: int) -> bool:
 def test_sigterm_and_sighup_stop_spawned_servers_and_save_partial_results(tmp_path, sig) -> None:
     proc = _start(["run", "-t", "spawn:redis", "--duration", "30s", "--warmup", "0", "--no-calibrate",
                    "--workers", "2", "-o", "out.json"], tmp_path)
-    server_pid, server_dir = _spawned_redis(proc)
+    server_pid, server_dir = _spawned_server(proc)
     _wait_for_ops(LocalPort(server_pid), minimum=15_000)  # prefill (10,000 SETs) done, the timed phase on
     time.sleep(0.5)
     os.killpg(proc.pid, sig)  # the whole group, as a closed terminal or a CI cancel does
