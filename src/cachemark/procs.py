@@ -31,7 +31,7 @@ def dying_with_us(argv: list[str], sig: int, waited_for: bool = False) -> list[s
     if setpriv is None or not (waited_for or threading.current_thread() is threading.main_thread()):
         return argv
     pdeathsig = f"--pdeathsig={signal.Signals(sig).name}"
-    still_ours = ["/bin/sh", "-c", _STILL_OURS, "sh", str(os.getpid())]
+    still_ours = ["/bin/sh", "-c", _STILL_OURS, "sh", str(os.getpid())] if os.access("/bin/sh", os.X_OK) else []
     if os.path.basename(argv[0]) == "setpriv":
         # argv changes user (a server run as nobody): that clears a signal set before it, so it sets ours
         options, command = _split_at_command(argv[1:])
