@@ -78,6 +78,15 @@ def test_a_pool_of_one_caps_the_origin_for_all_workers_and_every_report_shows_it
     assert not [name for name in os.listdir("/dev/shm") if "cm-pool-" in name]  # the queue and its semaphores
 
 
+def _wait_until_queued(pool, waiters: int) -> None:
+    """Until ``waiters`` processes wait in ``pool``'s shared queue (its head and tail): a fixed sleep
+    was a guess a busy host could outlast."""
+    deadline = time.monotonic() + 20
+    while pool.state[2] - pool.state[1] < waiters:
+        assert time.monotonic() < deadline, "the other worker never queued"
+        time.sleep(0.005)
+
+
 def _hold_once(key: str, hold_s: float, got) -> None:
     from cachemark.workload.origin import SharedPool
 
@@ -104,7 +113,7 @@ def test_a_released_slot_goes_to_the_waiter_not_back_to_the_releaser():
     other = ctx.Process(target=_hold_once, args=(key, 0.2, got), daemon=True)
     other.start()
     try:
-        time.sleep(0.3)  # the other worker is queued by now
+        _wait_until_queued(mine, 1)
         assert not got.is_set()
         mine.release()
         t0 = time.monotonic()
@@ -134,7 +143,7 @@ def test_a_worker_killed_while_waiting_loses_no_slot_and_leaves_no_name():
     other = ctx.Process(target=_hold_once, args=(key, 0, ctx.Event()), daemon=True)
     other.start()
     try:
-        time.sleep(0.3)  # queued by now
+        _wait_until_queued(mine, 1)
         os.kill(other.pid, signal.SIGKILL)
         other.join(10)
         mine.release()  # to nobody: the only waiter is dead

@@ -15,7 +15,6 @@ import time
 import pytest
 
 from cachemark.engine import Histogram, run_load
-from cachemark.lab.base import free_port
 from engine_helpers import need_io, start_redis, stop
 
 pytestmark = pytest.mark.timeout(120)
@@ -72,8 +71,8 @@ class FakeServer:
     def __init__(self, handshake: tuple[bytes, bytes], reply):
         self.handshake = handshake
         self.reply = reply
-        self.port = free_port()
-        self.sock = socket.create_server(("127.0.0.1", self.port))
+        self.sock = socket.create_server(("127.0.0.1", 0))  # the OS picks the port: nobody can take it first
+        self.port = self.sock.getsockname()[1]
         self.sock.settimeout(0.2)
         self.stopped = False
         self.conns: list[socket.socket] = []
