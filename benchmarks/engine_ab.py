@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 
-from cachemark.lab.base import free_port, wait_for_port
+from cachemark.lab import server_class
 
 
 def one_run(port: int, protocol: str, c: int, p: int, d: int, seconds: float, extra: dict) -> dict:
@@ -80,28 +80,18 @@ def main() -> int:
     ap.add_argument("--config-a", type=json.loads, default={}, help="engine config keys for A's runs (JSON)")
     ap.add_argument("--config-b", type=json.loads, default={}, help="engine config keys for B's runs (JSON)")
     args = ap.parse_args()
-    port = free_port()
     tls: dict = {}
     if args.tls:
         from cachemark.engine import target_config
-        from cachemark.lab import server_class
 
         server = server_class("redis")(tls=1).start()
-        port, protocol = server.port, "resp2"
         tls = {"tls": target_config(server.url() + "&client=engine")["tls"]}
         args.config_a, args.config_b = tls | args.config_a, tls | args.config_b
-    elif args.memcached:
-        argv = ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "1024"]
-        server = subprocess.Popen(argv + (["-u", "root"] if os.geteuid() == 0 else []))
-        protocol = "memcache_text"
-    else:
-        server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                   "--appendonly", "no"], stdout=subprocess.DEVNULL)
-        protocol = "resp2"
+    else:  # the lab's servers: a port somebody took first is given up for another
+        server = (server_class("memcached")(memory_mb=1024) if args.memcached else server_class("redis")()).start()
+    port, protocol = server.port, "memcache_text" if args.memcached else "resp2"
     ratios: dict[str, list[float]] = {"cpu_us": [], "user_ns": [], "sys_ns": [], "ops_s": []}
     try:
-        if not tls:
-            wait_for_port("127.0.0.1", port, 10, server)
         for i in range(args.pairs):
             order = ("a", "b") if i % 2 == 0 else ("b", "a")
             got = {side: run_build(getattr(args, side), args, port, protocol, getattr(args, f"config_{side}"))
@@ -112,11 +102,7 @@ def main() -> int:
             print(f"pair {i + 1}: A {a['ops_s']:>9,.0f} ops/s {a['cpu_us']:.3f} µs/op (user {a['user_ns']:.0f} ns)   "
                   f"B {b['ops_s']:>9,.0f} ops/s {b['cpu_us']:.3f} µs/op (user {b['user_ns']:.0f} ns)", flush=True)
     finally:
-        if tls:
-            server.stop()
-        else:
-            server.terminate()
-            server.wait()
+        server.stop()
     print(f"\nB/A, medians of {args.pairs} paired ratios (c={args.connections}, P={args.pipeline}, "
           f"d={args.value_size}, {args.seconds:g} s runs, {protocol}{' over TLS' if tls else ''}):")
     for k, label in (("cpu_us", "client CPU per op"), ("user_ns", "user time per op"),

@@ -33,7 +33,7 @@ import tempfile
 
 import redis
 
-from cachemark.lab.base import free_port, wait_for_port
+from cachemark.lab import server_class
 
 LOAD_THREAD = "cachemark_load::engine::worker::"  # in a load thread's profile only
 
@@ -118,36 +118,22 @@ def main() -> int:
     if not shutil.which("valgrind"):
         print("engine_instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
-    cluster = None
     if args.cluster:
         from cachemark.engine import target_config
-        from cachemark.lab import server_class
 
-        cluster = server_class("redis-cluster")(nodes="3").start()
-        conn = target_config(cluster.url())
-        servers = [f"127.0.0.1:{p.port}" for p in cluster.primaries]
-        args.connections = -(-args.connections // len(cluster.primaries))  # a client holds one socket per node
-    else:
-        port = free_port()
-        if args.memcached:
-            argv = ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0"]
-            server = subprocess.Popen(argv + (["-u", "root"] if os.geteuid() == 0 else []))
-            conn = {"protocol": "memcache_text", "servers": [f"127.0.0.1:{port}"]}
-        else:
-            server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                       "--appendonly", "no"], stdout=subprocess.DEVNULL)
-            conn = {"protocol": "resp2", "servers": [f"127.0.0.1:{port}"]}
-        wait_for_port("127.0.0.1", port, 10, server)
-        servers = conn["servers"]
+        server = server_class("redis-cluster")(nodes="3").start()
+        conn = target_config(server.url())
+        servers = [f"127.0.0.1:{p.port}" for p in server.primaries]
+        args.connections = -(-args.connections // len(server.primaries))  # a client holds one socket per node
+    else:  # the lab's servers: a port somebody took first is given up for another
+        server = server_class("memcached" if args.memcached else "redis")().start()
+        servers = [f"127.0.0.1:{server.port}"]
+        conn = {"protocol": "memcache_text" if args.memcached else "resp2", "servers": servers}
     try:
         counted = [(tree, *count(tree, conn, servers, args)) for tree in args.trees]
     finally:
-        if cluster:
-            cluster.stop()
-        else:
-            server.terminate()
-            server.wait()
-    what = "a 3-node cluster" if cluster else conn["protocol"]
+        server.stop()
+    what = "a 3-node cluster" if args.cluster else conn["protocol"]
     print(f"Instructions of the engine's load thread per request served ({what}, c={args.connections}, "
           f"P={args.pipeline}, 100 B values):")
     first = counted[0][1]

@@ -45,7 +45,6 @@ import time
 
 from cachemark.engine import run_load, target_config
 from cachemark.lab import server_class
-from cachemark.lab.base import free_port, wait_for_port
 
 CASES = [(50, 1, 100), (50, 16, 100), (50, 1, 10_000), (10, 1, 100_000)]
 REACH_CASES = [(50, 1, 100), (50, 16, 100)]  # the TLS and cluster rows
@@ -54,12 +53,6 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def key_count(d: int) -> int:
     return 100 if d >= 100_000 else 1000
-
-
-def start(argv: list[str], port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port("127.0.0.1", port, 10, proc)
-    return proc
 
 
 def run_child(argv: list[str], sample: bool = False) -> tuple[str, float, float, list[tuple[float, float]], float]:
@@ -206,9 +199,8 @@ def main() -> int:
         if not shutil.which("redis-benchmark"):
             print("redis-benchmark not installed (Debian: redis-tools); skipping Redis", file=sys.stderr)
         else:
-            port = free_port()
-            srv = start(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", tmp], port)
-            try:
+            with server_class("redis")() as srv:  # the lab's: a port somebody took first is given up for another
+                port = srv.port
                 for c, p, d in CASES:
                     k = key_count(d)
                     subprocess.run(
@@ -234,19 +226,14 @@ def main() -> int:
                         peer.append(resp_peer(exe, port, c, p, d, args.seconds))
                     rows.append(make_row("redis", "resp-benchmark", c, p, p, d, eng, peer))
                     print_row(rows[-1], flush=True)
-            finally:
-                srv.terminate()
-                srv.wait()
     if args.only in (None, "reach") and shutil.which("redis-benchmark"):
         rows += reach_rows(args)
     if args.only in (None, "memcached"):
         if not shutil.which("memcaslap"):
             print("memcaslap not installed (Debian: libmemcached-tools); skipping memcached", file=sys.stderr)
         else:
-            port = free_port()
-            argv = ["memcached", "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "2048"]
-            srv = start(argv + (["-u", "root"] if os.geteuid() == 0 else []), port)
-            try:
+            with server_class("memcached")(memory_mb=2048) as srv:
+                port = srv.port
                 for c, p, d in CASES:
                     cfg = os.path.join(tmp, f"memcaslap-{d}.cfg")
                     with open(cfg, "w") as f:
@@ -258,9 +245,6 @@ def main() -> int:
                         peer.append(memcaslap_peer(port, c, d, args.seconds, cfg))
                     rows.append(make_row("memcached", "memcaslap", c, p, 1, d, eng, peer))
                     print_row(rows[-1], flush=True)
-            finally:
-                srv.terminate()
-                srv.wait()
     print()
     print(
         f"Config: {args.seconds:g} s per run, best of {args.repeat}, "

@@ -17,7 +17,7 @@ import statistics
 import subprocess
 
 import vs_peers as vp
-from cachemark.lab.base import free_port
+from cachemark.lab import server_class
 
 
 def main() -> int:
@@ -29,10 +29,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=2.0)
     args = ap.parse_args()
     c, p, d = args.connections, args.pipeline, args.value_size
-    port = free_port()
-    server = vp.start(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                       "--appendonly", "no"], port)
-    try:
+    with server_class("redis")() as server:
+        port = server.port
         k = vp.key_count(d)
         subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set", "-r", str(k), "-n", str(20 * k),
                         "-d", str(d), "-c", "10", "-P", "8", "-q"], check=True, capture_output=True)
@@ -51,9 +49,6 @@ def main() -> int:
         print(f"\nmedians of {args.pairs} pairs: CPU per op {statistics.median(cpu):.3f} "
               f"(range {min(cpu):.3f}–{max(cpu):.3f}), throughput {statistics.median(throughput):.2f} "
               f"(range {min(throughput):.2f}–{max(throughput):.2f})")
-    finally:
-        server.terminate()
-        server.wait()
     return 0
 
 
