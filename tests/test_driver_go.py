@@ -179,7 +179,7 @@ def test_open_loop_follows_the_schedule_and_keeps_both_latencies(client, request
     assert phase["mode"] == "open" and 150 <= get["count"] <= 201 and get["hits"] == get["count"]
     assert get["summary"]["p50_us"] >= get["summary_uncorrected"]["p50_us"] > 0  # from the intended start
     assert sum(s["ops"] for s in phase["timeseries"]) == get["count"]
-    assert 0.9 < phase["wall_s"] < 1.2
+    assert 0.9 < phase["wall_s"] < 2  # the schedule's 1 s and the last reply (wide: a busy CI host)
 
 
 def test_cli_get_through_gomemcache(tmp_path):

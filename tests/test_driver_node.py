@@ -237,7 +237,7 @@ def test_null_client_stops_on_sigint_and_exits_on_eof():
         time.sleep(0.5)
         d.proc.send_signal(signal.SIGINT)
         done, blob = d.recv(10)
-        assert done["interrupted"] and done["count"] > 1000 and 0.4 < done["wall_ns"] / 1e9 < 5
+        assert done["interrupted"] and done["count"] > 1000 and 0.1 < done["wall_ns"] / 1e9 < 5
         assert set(blob[:done["count"]]) == {2}  # the null client misses every read
         d.proc.stdin.close()  # EOF: the driver leaves quietly
         assert d.proc.wait(5) == 0
