@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from cachemark import procs
+
 TESTS = Path(__file__).parent
 
 
@@ -279,22 +281,14 @@ def test_a_server_spawned_by_a_run_killed_outright_stops_too(tmp_path, kind, pro
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 20
-        while _running(server_pid) and time.monotonic() < deadline:
+        while procs.running(server_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _running(server_pid), f"the spawned {program} still runs"
+        assert not procs.running(server_pid), f"the spawned {program} still runs"
         assert server_dir in scratch.sweep() and not Path(server_dir).exists()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for init to reap it does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

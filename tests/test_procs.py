@@ -27,14 +27,6 @@ time.sleep(60)
 """
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for init to reap it does not)."""
-    try:
-        return procs.stat_fields(pid)[0] != b"Z"
-    except OSError:
-        return False
-
-
 def _child_of_a_killed_parent(argv: list[str]) -> int:
     parent = subprocess.Popen([sys.executable, "-c", _PARENT, json.dumps(argv)], stdout=subprocess.PIPE, text=True)
     child = int(parent.stdout.readline())
@@ -45,14 +37,14 @@ def _child_of_a_killed_parent(argv: list[str]) -> int:
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 5
-    while _running(child) and time.monotonic() < deadline:
+    while procs.running(child) and time.monotonic() < deadline:
         time.sleep(0.02)
     return child
 
 
 def test_a_child_gets_its_signal_when_its_parent_is_killed_outright() -> None:
     child = _child_of_a_killed_parent(["sleep", "30"])
-    assert not _running(child), "the child outlived its parent"
+    assert not procs.running(child), "the child outlived its parent"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing user needs root")
@@ -60,7 +52,7 @@ def test_a_child_that_changes_user_gets_its_signal_too() -> None:
     """As spawn:postgresql runs as root: a server started as nobody through setpriv. A signal set
     before the change of user would be cleared by it (the child would outlive us)."""
     child = _child_of_a_killed_parent(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "30"])
-    assert not _running(child), "the child outlived its parent"
+    assert not procs.running(child), "the child outlived its parent"
 
 
 def test_a_child_whose_parent_is_not_the_one_that_made_it_does_not_run(tmp_path) -> None:

@@ -19,6 +19,14 @@ def stat_fields(pid: int) -> list[bytes]:
         return f.read().rsplit(b")", 1)[1].split()
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie waiting to be reaped does not."""
+    try:
+        return stat_fields(pid)[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
 def dying_with_us(argv: list[str], sig: int, waited_for: bool = False) -> list[str]:
     """``argv`` started so that it gets ``sig`` when we die, even by ``kill -9`` or the OOM
     killer (a spawned server, a driver running ops against the user's server): a parent-death
