@@ -191,7 +191,11 @@ class LocalServer(ABC):
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=self.env(),
-            start_new_session=True,  # Ctrl-C in the terminal goes to us, not straight to the server
+            # a process group of its own, so Ctrl-C in the terminal goes to us, not straight to the server;
+            # not a session of its own: Linux gives each session its own scheduler autogroup, which shares
+            # the CPU between the groups, not between the threads, and on a host that client and server
+            # share that halved a pipelined memcached load's throughput per client CPU (docs/engine.md)
+            process_group=0,
         )
         _LIVE.add(self)
         scratch.add_process(self.tmpdir, self.proc.pid)  # its directory is in use while it runs
