@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 RUN_PACKAGES  := redis-server memcached sasl2-bin libsasl2-modules libmemcached-dev ruby ruby-activesupport ruby-dalli ruby-redis \
                  php-cli php-redis php-memcached php-symfony-cache openjdk-17-jdk-headless maven
-TEST_PACKAGES := $(RUN_PACKAGES) redis-tools libmemcached-tools postgresql mariadb-server chromium
+TEST_PACKAGES := $(RUN_PACKAGES) redis-tools libmemcached-tools postgresql mariadb-server chromium valgrind
 ENGINE_SOURCES := $(shell find engine -name '*.rs' -o -name 'Cargo.toml' -o -name 'Cargo.lock' | grep -v target)
 DRIVER_SOURCES := $(shell find drivers -name build.sh -o -name '*.go' -o -name go.mod -o -name go.sum -o -name pom.xml \
                     -o -name '*.java' -o -name package.json -o -name package-lock.json | grep -v -e node_modules -e target)

@@ -1,0 +1,46 @@
+"""The engine's instructions per request, per protocol, within their checked-in budgets.
+
+`benchmarks/engine_instructions.py --check` runs each case of `benchmarks/engine_instructions.toml`
+(RESP GET and SET, TLS, a Redis Cluster, memcached text, meta and binary) under valgrind's callgrind
+and compares its count with the budget: an instruction count needs no quiet machine (run to run it
+moves under 1 %, even beside busy loops), so a slower build fails here, not in a benchmark run by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "benchmarks", "engine_instructions.py")
+SRC = os.path.join(ROOT, "src")
+
+pytestmark = pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+
+
+def check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, SCRIPT, SRC, "--check", "--jobs", "1", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_every_protocol_within_its_instruction_budget() -> None:
+    done = check()
+    assert done.returncode == 0, done.stdout + done.stderr
+    for case in ("resp_get", "resp_set", "resp_tls", "resp_cluster", "memcache_text", "memcache_meta",
+                 "memcache_binary"):
+        assert f"  {case} " in done.stdout
+
+
+def test_a_count_over_its_budget_fails_the_check(tmp_path) -> None:
+    """The same build against a budget a fifth lower than its count: as a build 25 % slower would be."""
+    with open(os.path.join(ROOT, "benchmarks", "engine_instructions.toml")) as f:
+        text = f.read()
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text(text.replace("budget = 1605", "budget = 1280"))  # memcache_text's
+    done = check("--budgets", str(budgets), "--case", "memcache_text")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "memcache_text: " in done.stderr and "over its budget of 1,280" in done.stderr
