@@ -852,6 +852,7 @@ impl Worker<'_> {
 
     /// Encodes the request for `self.keys` into socket `si`'s write buffer, or behind its
     /// held requests (`hold`); returns the payload bytes it carries.
+    #[inline(always)]
     fn encode_request(
         &mut self,
         si: usize,

@@ -37,6 +37,7 @@ pub static PREFILL_SET: OpPlan = OpPlan {
 
 /// Formats key `i` into `out`: `prefix + i` (padded to its length from `lengths`, if any),
 /// or `prefix + "n:" + i` for the counters `incr` works on.
+#[inline(always)]
 pub fn key_bytes(out: &mut Vec<u8>, prefix: &[u8], lengths: &[u16], kind: Kind, i: u64) {
     out.clear();
     if kind == Kind::Incr {
@@ -50,7 +51,7 @@ pub fn key_bytes(out: &mut Vec<u8>, prefix: &[u8], lengths: &[u16], kind: Kind, 
 
 /// Encodes one request into `out`; returns the payload bytes (keys + values) it carries.
 /// `kb` and `tmp` are scratch buffers (`kb` holds the first key afterwards).
-#[inline]
+#[inline(always)]
 pub fn encode(
     protocol: Protocol,
     out: &mut OutBuf,
@@ -77,7 +78,7 @@ pub fn encode_counter(protocol: Protocol, out: &mut Vec<u8>, key: &[u8]) {
 }
 
 /// Parses the first reply in `buf` to a request of `kind`.
-#[inline]
+#[inline(always)]
 pub fn parse(protocol: Protocol, buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
     match protocol {
         Protocol::Resp2 | Protocol::Resp3 => resp::parse(buf, kind, lim),
