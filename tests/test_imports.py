@@ -13,7 +13,7 @@ ROOT = Path(__file__).parent.parent / "src" / "cachemark"
 # Lower layers never import higher ones (a room may import rooms of its own layer or below,
 # as long as no cycle forms).
 LAYERS = [
-    {"errors", "textfile", "interrupts", "procs", "scratch", "_engine", "wire", "memcache_binary"},
+    {"errors", "textfile", "interrupts", "procs", "scratch", "_engine", "wire", "memcache_binary", "outfile"},
     {"schemes", "target", "proctitle", "crash", "sweep", "needs"},
     {"workload"},
     {"spec", "backends", "engine", "measure"},

@@ -13,6 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from cachemark import outfile
 from cachemark.cli.report_commands import compare as compare_cmd
 from cachemark.cli.report_commands import report as report_cmd
 from cachemark.cli.report_commands import thresholds as thresholds_cmd
@@ -76,12 +77,12 @@ def test_json_export_drops_histograms_only(report_doc):
     assert "histograms" in report_doc["runs"][0]["phases"][0]["ops"]["get"]  # the input is untouched
 
 
-def test_write_text_atomic_leaves_no_temp_files(tmp_path):
-    path = export.write_text_atomic(tmp_path / "sub" / "r.md", "hello\n")
+def test_write_text_leaves_no_temp_files(tmp_path):
+    path = outfile.write_text(tmp_path / "sub" / "r.md", "hello\n")
     assert path.read_text() == "hello\n" and [p.name for p in path.parent.iterdir()] == ["r.md"]
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="cannot write"):
-        export.write_text_atomic(tmp_path / "file" / "y.md", "x")  # a file where a directory should be
+        outfile.write_text(tmp_path / "file" / "y.md", "x")  # a file where a directory should be
 
 
 def test_html_has_every_section_and_chart(report_doc):

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from cachemark.errors import UserError
-from cachemark.report.export import write_text_atomic
+from cachemark.outfile import write_text
 from cachemark.results import SCHEMA, load, write_atomic
 
 pytest_plugins = ["report_fixtures"]
@@ -175,7 +175,7 @@ def test_writing_to_a_bad_path_is_one_line_and_leaves_nothing(tmp_path):
     with pytest.raises(UserError, match="not a valid file name"):
         write_atomic(tmp_path / "a\x00b.json", _seed())
     with pytest.raises(UserError, match="not a valid file name"):
-        write_text_atomic(tmp_path / "a\x00b.html", "x")
+        write_text(tmp_path / "a\x00b.html", "x")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -205,6 +205,6 @@ def test_a_full_disk_is_one_line_and_leaves_no_temp_file(full_disk):
         write_atomic(full_disk / "results.json", big)
     assert str(caught.value) == f"cannot write results to {full_disk / 'results.json'}: No space left on device"
     with pytest.raises(UserError, match="No space left on device"):
-        write_text_atomic(full_disk / "report.html", "x" * 200_000)
+        write_text(full_disk / "report.html", "x" * 200_000)
     assert sorted(p.name for p in full_disk.iterdir()) == ["results.json"]  # no .tmp left behind
     assert earlier.read_bytes() == before  # the earlier result is intact

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .. import __version__
+from .. import __version__, outfile
 from ..errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
 from .capture_command import capture as capture_command
 from .decide_commands import advise as advise_command
@@ -248,6 +248,9 @@ def run(
     elif any(v is not None for v in (trace_format, speed, amplify, trace_limit)):
         raise SpecError("--trace-format, --speed, --amplify and --trace-limit go with --trace FILE")
     results_path, report_path, report_format = output_paths(out)
+    for path in (results_path, report_path):
+        if path is not None and not outfile.is_stdout(path):
+            outfile.check(path)  # a directory, device, FIFO, socket or symlink: refused before the run
     experiment = experiment_from(data, where, target, flags, label, sweep, repeat, network)
     if experiment.stampede is not None:  # a hot key expiring under load, per strategy (docs/decide.md)
         from .stampede_command import run_stampedes
@@ -274,10 +277,9 @@ def run(
     if html:
         reports.append((path.with_suffix(".html"), "html"))
     for where_to, fmt in reports:
-        from ..report.export import write_text_atomic
         from ..report.formats import render as render_format
 
-        write_text_atomic(where_to, render_format(document, fmt))
+        outfile.write_text(where_to, render_format(document, fmt), "the report")
         console.print(f"report: {where_to}", markup=False, highlight=False)
     failed = [run for run in document["runs"] if run["status"] == "failed"]
     if failed:

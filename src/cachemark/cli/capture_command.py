@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .. import outfile
 from ..errors import UserError
 from .terminal import make_console
 
@@ -87,6 +88,8 @@ def capture(
     if threads < 1:
         raise UserError("--threads must be at least 1")
     host, port, protocol = upstream_of(upstream, protocol)
+    if not outfile.is_stdout(output):
+        outfile.check(output, "the trace")  # before anything listens
     _check_reachable(host, port)
     recorder = TraceCapture((host, port), protocol, output, raw_keys=raw_keys, listen=listen, threads=threads)
     console.print(f"capturing {protocol} traffic to {host}:{port}: point the application at {recorder.address} "

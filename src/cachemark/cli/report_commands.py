@@ -2,8 +2,8 @@
 
 Owns the typer-annotated functions that cli.py registers (``app.command("report")(report)``
 and so on): they load and check the input, call the report modules, and write outputs
-atomically (JSON through :func:`cachemark.results.write_atomic`, text through
-:func:`cachemark.report.export.write_text_atomic`). Bad input ends as a one-line
+through :mod:`cachemark.outfile` (atomically; never over a directory, device, FIFO, socket or
+symlink). Bad input ends as a one-line
 :class:`~cachemark.errors.UserError`. ``-o -`` writes to standard output.
 """
 
@@ -34,9 +34,9 @@ def _emit(text: str, out: Path | None) -> None:
     if out is None or str(out) == "-":
         sys.stdout.write(text)
         return
-    from ..report.export import write_text_atomic
+    from .. import outfile
 
-    write_text_atomic(out, text)
+    outfile.write_text(out, text)
     _console().print(f"wrote {out}", markup=False, highlight=False)
 
 

@@ -1,10 +1,10 @@
-"""Exports of a results document: Markdown, CSV and JSON, and writing text files atomically.
+"""Exports of a results document: Markdown, CSV and JSON (written through :mod:`cachemark.outfile`).
 
 Owns :func:`to_markdown` (tables ready for a README or a blog post: the summary per
 backend × op like reference 003, the server figures when sampled, and — given a baseline
 label — a "% of baseline" table like reference 004), :func:`to_csv` (one row per
-run × phase × op with every summary and server figure), :func:`to_json` (the document
-without histograms) and :func:`write_text_atomic`.
+run × phase × op with every summary and server figure) and :func:`to_json` (the document
+without histograms).
 """
 
 from __future__ import annotations
@@ -12,13 +12,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from ..textfile import one_line
 from .blocks import headline_blocks, verdict_blocks
 from .blocks import to_markdown as to_block_markdown
 from .data import (
@@ -37,28 +32,6 @@ from .data import (
     run_name,
 )
 from .table import fmt_latency, fmt_rate
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to a temp file beside ``path`` and rename it into place."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise UserError(f"cannot write {one_line(path)}: {exc.strerror or exc}") from None
-    except ValueError:  # a NUL byte in the path
-        raise UserError(f"cannot write {one_line(path)}: not a valid file name") from None
-    return path
 
 
 def _cell(text: Any) -> str:

@@ -10,15 +10,13 @@ no figure), bound the nesting and check every field against :mod:`.schema`.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from .. import outfile
 from ..errors import UserError
 from ..textfile import check_tree, one_line, read_text
 from .schema import SCHEMA, validate
@@ -40,28 +38,8 @@ def default_path(directory: str | Path = "results") -> Path:
 
 
 def write_atomic(path: str | Path, document: dict[str, Any]) -> Path:
-    """Write ``document`` as JSON to ``path`` all at once, or leave ``path`` (and its directory) as it was."""
-    path = Path(path)
-    text = json.dumps(document, indent=1, default=str) + "\n"
-    tmp: str | None = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise UserError(f"cannot write results to {one_line(path)}: {exc.strerror or exc}") from None
-    except ValueError:  # a NUL byte in the path
-        raise UserError(f"cannot write results to {one_line(path)}: not a valid file name") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-    return path
+    """Write ``document`` as JSON to ``path`` all at once, or leave ``path`` as it was (``outfile``)."""
+    return outfile.write_text(path, json.dumps(document, indent=1, default=str) + "\n", "results")
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")

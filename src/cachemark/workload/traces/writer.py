@@ -3,21 +3,20 @@
 Owns :class:`TraceWriter`: one request per line, ``t_us,op,key_hash,key_size,value_size,ttl_s,client``
 and, only when asked (``raw_keys=True``), a percent-encoded ``key`` column. Keys are hashed by
 default (:func:`~.record.key_hash`), so a trace captured from production carries no key names. A
-name ending in ``.zst`` is written zstd-compressed. The file appears under its name only when
-the writer is closed without an error (written beside it, then renamed), so a capture that
-crashes never leaves half a trace that looks whole.
+name ending in ``.zst`` is written zstd-compressed; ``-`` is standard output. The file appears under
+its name only when the writer is closed without an error (:class:`~cachemark.outfile.AtomicFile`),
+so a capture that crashes never leaves half a trace that looks whole.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote_from_bytes
 
 import numpy as np
 
-from ...errors import UserError
+from ...outfile import AtomicFile
 from ...textfile import one_line
 from .formats import COLUMNS, MAGIC
 from .record import OP_CODE, OPS, key_hashes
@@ -33,11 +32,8 @@ class TraceWriter:
         self.path = Path(path)
         self.raw_keys = raw_keys
         compress = self.path.name.endswith((".zst", ".zstd")) if compress is None else compress
-        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            self._file = open(self._tmp, "wb")  # noqa: SIM115 (closed in close())
-        except OSError as exc:
-            raise UserError(f"{one_line(self.path)}: cannot write: {exc.strerror or exc}") from None
+        self._atomic = AtomicFile(path, "the trace", parents=False)  # refuses a directory, device, FIFO, …
+        self._file = self._atomic.file
         self._out = self._file
         if compress:
             import zstandard
@@ -106,12 +102,10 @@ class TraceWriter:
                 self._flush()
             if self._out is not self._file:
                 self._out.close()
-            self._file.close()
             if ok:
-                os.replace(self._tmp, self.path)
+                self._atomic.commit()
         finally:
-            if self._tmp.exists():
-                self._tmp.unlink()
+            self._atomic.discard()
 
     def __enter__(self) -> TraceWriter:
         return self
