@@ -269,3 +269,17 @@ def test_a_results_file_saved_with_a_password_is_reported_without_it(tmp_path, c
     assert shown.returncode == 0, shown.stderr
     written = _everything_written(tmp_path, shown, cachemark).replace(json.dumps(document), "")
     assert SECRET not in written
+
+
+def test_a_stampede_never_prints_its_password(tmp_path, redis_server_auth, cachemark) -> None:
+    """Its title and progress name the target redacted, right password or wrong (a wrong one is one line)."""
+    port = redis_server_auth.port
+    ok = cachemark("stampede", "-t", f"redis://:s3cret@127.0.0.1:{port}/0", "--strategy", "none", "--duration",
+                   "0.5s", "--rate", "50", cwd=tmp_path, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert f"127.0.0.1:{port}" in ok.stdout and "s3cret" not in _everything_written(tmp_path, ok, cachemark)
+    wrong = cachemark("stampede", "-t", f"redis://:wrong{SECRET}@127.0.0.1:{port}/0", "--duration", "0.5s",
+                      cwd=tmp_path, timeout=120)
+    assert wrong.returncode == 2 and "authentication failed" in wrong.stderr, wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1
+    assert SECRET not in _everything_written(tmp_path, wrong, cachemark)

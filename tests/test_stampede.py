@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cachemark.run.stampede import _group_calls, run_stampede
@@ -66,6 +68,25 @@ def test_the_stampede_command_refuses_bad_input_in_one_line(tmp_path, cachemark)
         result = cachemark("stampede", "-t", "redis://127.0.0.1:1", *args, cwd=tmp_path)
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_server_down_or_speaking_another_protocol_is_one_line(tmp_path, cachemark, spawn) -> None:
+    memcached = spawn("memcached")
+    for url, message in ((f"redis://127.0.0.1:{memcached.port}", "redis at 127.0.0.1"),  # not RESP
+                         ("redis://127.0.0.1:1", "cannot connect"), ("memcached://127.0.0.1:1", "memcached at")):
+        result = cachemark("stampede", "-t", url, "--strategy", "none", "--duration", "0.5s", cwd=tmp_path)
+        assert result.returncode == 2 and message in result.stderr, (url, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "crash" not in result.stderr
+
+
+def test_a_rate_the_clients_cannot_keep_ends_on_time_and_says_so(tmp_path, cachemark, redis_url) -> None:
+    """Reads still due at the end are counted, not sent late: 512 clients asked for 100,000 reads/s."""
+    started = time.monotonic()
+    result = cachemark("stampede", "-t", redis_url, "--strategy", "none", "--clients", "512", "--rate", "100000",
+                       "--duration", "1s", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 15  # it took 20 s when the backlog was sent after the deadline
+    assert "the clients fell behind the rate" in result.stdout and "reads due were never sent" in result.stdout
 
 
 def test_a_stampede_experiment_runs_through_cachemark_run(tmp_path, cachemark) -> None:

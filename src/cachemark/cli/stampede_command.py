@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
+from ..target import Target, parse_target
 from .terminal import make_console
 
 
@@ -73,19 +74,33 @@ def run_stampedes(targets: list[str], data: dict, markdown: bool = False) -> Non
     from ..report.stampede_report import stampede_block
     from ..run.provide import provide
     from ..run.stampede import run_stampede
-    from ..target import parse_target
 
     p = stampede_params(data)
     console = make_console()
     for url in targets:
-        with provide(parse_target(url)) as (reachable, _servers):
+        target = parse_target(url)
+        shown = target.redacted  # a password never printed
+        with provide(target) as (reachable, _servers):
+            _preflight(reachable)
             results = []
             for name in p["strategies"]:
-                with console.status(f"{url}: {name} for {p['duration_s']:g} s"):
+                with console.status(f"{shown}: {name} for {p['duration_s']:g} s"):
                     results.append(run_stampede(reachable.url, name, p["rate"], p["delta_s"], p["ttl_s"],
                                                 p["duration_s"], p["clients"], p["beta"], p["seed"]))
-        block = stampede_block(url, results, p["rate"], p["delta_s"], p["ttl_s"], p["clients"])
+        block = stampede_block(shown, results, p["rate"], p["delta_s"], p["ttl_s"], p["clients"])
         if markdown:
             console.print(to_markdown(block), markup=False, highlight=False)
         else:
             to_rich(block, console)
+
+
+def _preflight(target: Target) -> None:
+    """The server reached, the credentials taken and the protocol spoken — as `run` checks them, through
+    the scheme's own backend: a server that is down, a wrong password or another protocol is one line."""
+    from ..backends import create_backend
+    from ..run.stampede import supported
+
+    supported(target)  # redis:// or memcached:// (one line otherwise), before any connection
+    backend = create_backend(target, "cm:stampede:")
+    backend.open()
+    backend.close()

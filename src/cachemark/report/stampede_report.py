@@ -20,6 +20,11 @@ def stampede_block(target: str, results: list[StampedeResult], rate: float, delt
         rows.append([r.strategy, f"{r.mean_calls_per_expiry:.2f}", str(max(calls) if calls else 0), str(r.expiries),
                      f"{r.reads:,}", fmt_latency(hist.percentile(50) / 1000), fmt_latency(hist.percentile(99) / 1000),
                      fmt_latency(hist.max / 1000), f"{r.stale_reads:,}", f"{r.errors:,}"])
+    for r in results:
+        if r.missed and r.missed >= 0.01 * r.scheduled:
+            lines.append(f"warning: {r.strategy}: the clients fell behind the rate: {r.missed:,} of {r.scheduled:,} "
+                         f"reads due were never sent ({r.missed / r.scheduled:.0%}): fewer clients or a lower rate "
+                         "gives a figure of the rate asked for")
     best = min(results, key=lambda r: (r.mean_calls_per_expiry, r.latency.percentile(99)))
     notes = [f"Fewest origin calls per expiry, then the lowest p99: {best.strategy}.",
              "origin calls per expiry: calls grouped into the expiry they answer (a gap of over half a TTL "

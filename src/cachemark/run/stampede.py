@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..measure.histogram import Histogram
+from ..target import Target, parse_target
 from ..wire import LineReader
 
 STRATEGIES = ("none", "lock", "xfetch", "swr", "meta")
@@ -60,6 +61,8 @@ class StampedeResult:
     errors: int
     stale_reads: int = 0
     notes: list[str] = field(default_factory=list)
+    missed: int = 0  # reads that fell due but were never sent: the clients could not keep up with the rate
+    scheduled: int = 0
 
     @property
     def mean_calls_per_expiry(self) -> float:
@@ -168,15 +171,18 @@ class _Memcached:
         self.sock.close()
 
 
-def _connect(url: str) -> Any:
-    from ..target import parse_target
+def supported(target: Target) -> None:
+    """One line unless stampedes are measured on ``target``'s scheme."""
+    if target.scheme not in ("redis", "valkey", "memcached"):
+        raise UserError(f"{target.redacted}: stampedes are measured on redis:// or memcached:// targets")
 
+
+def _connect(url: str) -> Any:
     target = parse_target(url)
-    if target.scheme in ("redis", "valkey"):
-        return lambda: _Redis(target.host, target.port(6379), target.password)
+    supported(target)
     if target.scheme == "memcached":
         return lambda: _Memcached(target.host, target.port(11211))
-    raise UserError(f"{target.redacted}: stampedes are measured on redis:// or memcached:// targets")
+    return lambda: _Redis(target.host, target.port(6379), target.password)
 
 
 class _Client:
@@ -307,6 +313,7 @@ def run_stampede(url: str, strategy: str, rate: float, recompute_s: float, ttl_s
     latencies: list[int] = []
     errors = [0]
     stale = [0]
+    unsent = [0]
     guard = threading.Lock()
     start = time.monotonic() + 0.2
     deadline = start + duration_s
@@ -316,13 +323,15 @@ def run_stampede(url: str, strategy: str, rate: float, recompute_s: float, ttl_s
         client = _Client(connect, strategy, origin, ttl_s, beta, random.Random(seed * 1000 + index + 500),
                          lock_ttl_s=max(1.0, 10 * recompute_s))
         mine: list[int] = []
-        failed = 0
+        failed = missed = 0
         due = start + rng.expovariate(rate / clients)
         try:
             while due < deadline:
                 pause = due - time.monotonic()
                 if pause > 0:
                     time.sleep(pause)
+                elif time.monotonic() >= deadline:  # behind the schedule at its end: the rest is never sent
+                    break
                 t0 = time.perf_counter_ns()
                 try:
                     client.read()
@@ -330,12 +339,16 @@ def run_stampede(url: str, strategy: str, rate: float, recompute_s: float, ttl_s
                 except Exception:  # noqa: BLE001 — a failed read is counted, the client goes on
                     failed += 1
                 due += rng.expovariate(rate / clients)
+            while due < deadline:
+                missed += 1
+                due += rng.expovariate(rate / clients)
         finally:
             client.conn.close()
             with guard:
                 latencies.extend(mine)
                 errors[0] += failed
                 stale[0] += client.stale
+                unsent[0] += missed
 
     threads = [threading.Thread(target=client_loop, args=(i,), daemon=True) for i in range(clients)]
     for thread in threads:
@@ -351,5 +364,6 @@ def run_stampede(url: str, strategy: str, rate: float, recompute_s: float, ttl_s
         cleanup.close()
     calls = [t for t in origin.calls if t < deadline]
     groups = _group_calls(calls, ttl_s)
-    return StampedeResult(strategy, url, duration_s, len(latencies), len(calls), len(groups), groups,
-                          Histogram.of(latencies), errors[0], stale[0])
+    return StampedeResult(strategy, parse_target(url).redacted, duration_s, len(latencies), len(calls), len(groups),
+                          groups, Histogram.of(latencies), errors[0], stale[0], missed=unsent[0],
+                          scheduled=len(latencies) + errors[0] + unsent[0])
