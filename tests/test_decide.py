@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -73,11 +74,37 @@ def test_a_target_that_dropped_writes_fails_first() -> None:
 
 @pytest.mark.parametrize(("needs", "message"), [
     ({"p99": 1}, "unknown need 'p99'"), ({"p99_ms": 1}, "table of op budgets"),
-    ({"app_servers": 0}, "must be a number > 0"), ({"persistent": "yes"}, "true or false"),
+    ({"app_servers": 0}, "whole number from 1"), ({"persistent": "yes"}, "true or false"),
+    ({"app_servers": math.inf}, "whole number from 1"), ({"app_servers": 2.5}, "whole number from 1"),
+    ({"ops_per_s": math.inf}, "finite number > 0"), ({"data_gb": math.nan}, "finite number > 0"),
+    ([{"p99_ms": {"get": 1.0}}], "not an array of tables"),
 ])
 def test_bad_needs_are_one_line(needs, message) -> None:
     with pytest.raises(UserError, match=message):
         parse_needs(needs, "needs.toml")
+
+
+def test_bad_numbers_and_price_tables_through_the_cli_are_one_line(tmp_path, cachemark) -> None:
+    results = str(Path(__file__).parent / "data" / "results-closed-server.json")
+    (tmp_path / "aot.toml").write_text("[[needs]]\np99_ms = { get = 1.0 }\n")
+    (tmp_path / "inf.toml").write_text("[needs]\napp_servers = 1e400\n")
+    (tmp_path / "p-str.toml").write_text('[offerings.x]\nkind = "instance"\nhourly = "1.5"\n')
+    (tmp_path / "p-hours.toml").write_text('hours_per_month = "lots"\n')
+    (tmp_path / "p-table.toml").write_text("offerings = 3\n")
+    cases = [
+        (("advise", results, "--needs", "aot.toml"), "not an array of tables"),
+        (("advise", results, "--needs", "inf.toml"), "app_servers must be a whole number"),
+        (("cost", results, "--price", "redis=cache.t4g.micro", "--load", "inf"), "--load inf: must be a finite"),
+        (("cost", results, "--price", "redis=cache.t4g.micro", "--load", "1e400"), "must be a finite"),
+        (("cost", results, "--price", "redis=cache.t4g.micro", "--data-gb", "inf"), "--data-gb inf"),
+        (("cost", results, "--price", "redis=x", "--prices", "p-str.toml"), "hourly must be a finite number"),
+        (("cost", results, "--price", "redis=x", "--prices", "p-hours.toml"), "hours_per_month must be"),
+        (("cost", results, "--price", "redis=x", "--prices", "p-table.toml"), "offerings is a table"),
+    ]
+    for argv, message in cases:
+        result = cachemark(*argv, cwd=tmp_path)
+        assert result.returncode == 2 and message in result.stderr, (argv, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "crash" not in result.stderr
 
 
 def test_advise_and_cost_through_the_cli_on_real_runs(tmp_path, cachemark) -> None:

@@ -122,3 +122,17 @@ def test_capture_refuses_a_directory_before_it_listens(tmp_path: Path) -> None:
     # the upstream is never reached: the output is checked first
     _refused(_cli("capture", "-u", "redis://127.0.0.1:1", "-o", str(tmp_path), "--duration", "1s",
                   cwd=tmp_path), "a directory")
+
+
+def test_every_command_that_reads_a_file_refuses_a_fifo_or_a_device_at_once(tmp_path: Path) -> None:
+    """Opening a FIFO waits for a writer (forever: `trace stats FIFO` hung), and a device may never end."""
+    fifo = tmp_path / "in"
+    os.mkfifo(fifo)
+    for argv, what in ((("trace", "stats", str(fifo)), "the trace file"),
+                       (("run", "-t", "memory://", "--trace", str(fifo), "--duration", "1s"), "the trace file"),
+                       (("run", str(fifo)), "the experiment file"), (("show", str(fifo)), "the results file"),
+                       (("trace", "stats", "/dev/zero"), "the trace file")):
+        done = _cli(*argv, cwd=tmp_path)
+        assert done.returncode == 2, (argv, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and f"; {what} must be a regular file" in done.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

@@ -98,3 +98,17 @@ def test_the_fingerprint_records_every_schemes_client_library() -> None:
             assert s.package.split("[")[0] in packages, s.name
     versions = package_versions()
     assert {"redis", "pymemcache", "boto3", "django"} <= set(versions)  # installed by the test extras
+
+
+@pytest.mark.parametrize("host", ["a" * 100_000, "a" * 64 + ".example", "a..b", "." * 300])
+def test_a_host_no_resolver_takes_is_one_line_when_the_url_is_parsed(host: str) -> None:
+    """Python's idna codec raised from inside the client library (a crash, exit 70) on every command."""
+    for url in (f"redis://{host}:6379/0", f"memcached://127.0.0.1:11211,{host}:11212"):
+        with pytest.raises(SpecError, match="is not a host name") as caught:
+            parse_target(url)
+        assert len(str(caught.value)) < 400
+
+
+def test_host_names_resolvers_take_still_parse() -> None:
+    for host in ("localhost", "cache-1.internal.example.com.", "b\u00fccher.example", "a" * 63 + ".b"):
+        assert parse_target(f"redis://{host}:6379/0").host == host

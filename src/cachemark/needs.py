@@ -6,6 +6,7 @@ Parsed here, low in the layers, so an experiment file is checked when it is read
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,15 +27,24 @@ class Needs:
     prices: dict[str, str] = field(default_factory=dict)  # label -> offering in the price table
 
 
-def parse_needs(data: dict[str, Any], where: str) -> Needs:
+def parse_needs(data: Any, where: str) -> Needs:
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: needs are one table ([needs], or keys at the top level), "
+                        f"not {type(data).__name__ if not isinstance(data, list) else 'an array of tables'}")
     unknown = sorted(set(data) - set(NEED_KEYS))
     if unknown:
         raise UserError(f"{where}: unknown need {unknown[0]!r}; needs are {', '.join(NEED_KEYS)}")
 
     def number(key: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise UserError(f"{where}: {key} must be a number > 0, not {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise UserError(f"{where}: {key} must be a finite number > 0, not {value!r}")
         return float(value)
+
+    def count(key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 1_000_000 \
+                or value != int(value):
+            raise UserError(f"{where}: {key} must be a whole number from 1 to 1,000,000, not {value!r}")
+        return int(value)
 
     p99 = data.get("p99_ms", {})
     if not isinstance(p99, dict) or not p99:
@@ -52,7 +62,7 @@ def parse_needs(data: dict[str, Any], where: str) -> Needs:
     return Needs(
         p99_ms=budgets,
         ops_per_s=number("ops_per_s", data["ops_per_s"]) if "ops_per_s" in data else None,
-        app_servers=int(number("app_servers", data["app_servers"])) if "app_servers" in data else None,
+        app_servers=count("app_servers", data["app_servers"]) if "app_servers" in data else None,
         persistent=data.get("persistent"), tags=data.get("tags"),
         data_gb=number("data_gb", data["data_gb"]) if "data_gb" in data else None,
         monthly_budget=number("monthly_budget", data["monthly_budget"]) if "monthly_budget" in data else None,

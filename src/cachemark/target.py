@@ -187,6 +187,7 @@ def _split_host_port(part: str, url: str) -> tuple[str, int | None]:
         port = port.lstrip(":")
     else:
         host, _, port = part.partition(":")
+        _check_host_name(host, url)
     if not port:
         return host, None
     # The text after ':' is not echoed: in "redis://:pa/ss@h" it is a piece of a password.
@@ -194,6 +195,18 @@ def _split_host_port(part: str, url: str) -> tuple[str, int | None]:
         raise SpecError(f"target {shown(url)!r}: the port must be a number from 0 to 65535 "
                         "(a password goes before an '@', %-encoded: redis://:PASSWORD@host:port)")
     return host, int(port)
+
+
+def _check_host_name(host: str, url: str) -> None:
+    """One line for a host no resolver takes (over 253 characters, a label empty or over 63), here
+    rather than as a crash in the client library that encodes it (Python's idna codec)."""
+    if not host:
+        return
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise SpecError(f"target {shown(url)!r}: host {one_line(repr(host), 40)} is not a host name "
+                        "(at most 253 characters, in dot-separated labels of 1 to 63)") from None
 
 
 def _authority_end(rest: str) -> int:

@@ -11,9 +11,11 @@ out of the reports.
 
 from __future__ import annotations
 
+import os
+import stat
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import UserError
 
@@ -36,6 +38,35 @@ def _escape(char: str) -> str:
     return char.encode("unicode_escape", errors="backslashreplace").decode("ascii")
 
 
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+
+def open_input(path: str | Path, what: str, error: type[UserError] = UserError) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file (a symlink to one is); anything else, or any
+    problem opening it, is ``error`` with one line. A FIFO is opened without waiting for a writer and
+    refused, as is a device: either could block a read forever or never end."""
+    name = one_line(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{name}: no such {what}") from None
+    except IsADirectoryError:
+        raise error(f"{name}: is a directory, not a {what}") from None
+    except OSError as exc:
+        raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL byte in the path: no file can have that name
+        raise error(f"{name}: not a valid file name (it holds a NUL byte)") from None
+    mode = os.fstat(fd).st_mode
+    for test, kind in _NOT_REGULAR:
+        if test(mode):
+            os.close(fd)
+            raise error(f"{name}: is {kind}; the {what} must be a regular file (a FIFO or a device could "
+                        "block the read or never end)")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def read_text(path: str | Path, what: str, error: type[UserError] = UserError,
               max_bytes: int | None = None) -> str:
     """The file's text; any problem reading it is ``error`` with one line naming ``path``.
@@ -45,16 +76,10 @@ def read_text(path: str | Path, what: str, error: type[UserError] = UserError,
     """
     name = one_line(path)
     try:
-        with open(path, "rb") as f:
+        with open_input(path, what, error) as f:
             data = f.read() if max_bytes is None else f.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise error(f"{name}: no such {what}") from None
-    except IsADirectoryError:
-        raise error(f"{name}: is a directory, not a {what}") from None
     except OSError as exc:
         raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
-    except ValueError:  # a NUL byte in the path: no file can have that name
-        raise error(f"{name}: not a valid file name (it holds a NUL byte)") from None
     if max_bytes is not None and len(data) > max_bytes:
         raise error(f"{name}: larger than {max_bytes:,} bytes: too large for a {what}")
     try:

@@ -63,18 +63,28 @@ def load_prices(path: Path | None = None) -> PriceTable:
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{where}: not a price table ({exc})") from None
     offerings = {}
-    for name, row in (data.get("offerings") or {}).items():
+    table = data.get("offerings") or {}
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: offerings is a table of [offerings.NAME] rows")
+    hours = data.get("hours_per_month", 730)
+    if not _finite(hours) or hours <= 0:
+        raise UserError(f"{where}: hours_per_month must be a finite number > 0, not {hours!r}")
+    for name, row in table.items():
         if not isinstance(row, dict) or row.get("kind") not in ("instance", "requests"):
             raise UserError(f"{where}: offering {name!r} needs kind = \"instance\" or \"requests\"")
         fields = {k: row[k] for k in ("hourly", "memory_gb", "read_per_million", "write_per_million", "gb_month",
                                       "min_gb") if k in row}
         for key, value in fields.items():
-            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-                raise UserError(f"{where}: offering {name!r}: {key} must be a number ≥ 0")
+            if not _finite(value) or value < 0:
+                raise UserError(f"{where}: offering {name!r}: {key} must be a finite number ≥ 0, not {value!r}")
         if row["kind"] == "instance" and not fields.get("hourly"):
             raise UserError(f"{where}: offering {name!r}: an instance needs hourly > 0")
         offerings[name] = Offering(name, row["kind"], str(row.get("source", "")), **fields)
-    return PriceTable(str(data.get("currency", "USD")), float(data.get("hours_per_month", 730)), offerings, where)
+    return PriceTable(str(data.get("currency", "USD")), float(hours), offerings, where)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass

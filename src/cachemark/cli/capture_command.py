@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from .. import outfile
-from ..errors import UserError
+from ..errors import EXIT_INTERRUPTED, UserError
 from .terminal import make_console
 
 if TYPE_CHECKING:
@@ -94,17 +94,19 @@ def capture(
     recorder = TraceCapture((host, port), protocol, output, raw_keys=raw_keys, listen=listen, threads=threads)
     console.print(f"capturing {protocol} traffic to {host}:{port}: point the application at {recorder.address} "
                   f"(Ctrl-C stops; writing {output})", markup=False, highlight=False)
-    ok = True
+    ok, interrupted = True, False
     try:
         _wait(recorder, seconds, console)
-    except KeyboardInterrupt:
-        pass  # the normal way to stop: the trace is still written
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: the trace so far is still written
+        interrupted = True
     except BaseException:
         ok = False
         raise
     finally:
         summary = recorder.stop(ok=ok)
     _print_summary(summary, console)
+    if interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)  # as every command stopped by a signal exits
 
 
 def _wait(recorder: TraceCapture, seconds: float | None, console: Console) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -62,8 +63,8 @@ def cost(
     from ..results import load as load_results
 
     for value, name in ((load, "--load"), (data_gb, "--data-gb")):
-        if value is not None and not value > 0:
-            raise UserError(f"{name} {value:g}: must be > 0")
+        if value is not None and not 0 < value < math.inf:
+            raise UserError(f"{name} {value:g}: must be a finite number > 0")
     table = load_prices(prices)
     document = load_results(results)
     runs = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ...errors import UserError
-from ...textfile import one_line
+from ...textfile import one_line, open_input
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 NL = b"\n"
@@ -24,17 +24,7 @@ CHUNK = 1 << 22  # 4 MiB of decompressed bytes per read: large enough to amortis
 
 
 def _open_raw(path: str | Path) -> BinaryIO:
-    name = one_line(path)
-    try:
-        return open(path, "rb")  # noqa: SIM115 (the caller owns and closes it)
-    except FileNotFoundError:
-        raise UserError(f"{name}: no such trace file") from None
-    except IsADirectoryError:
-        raise UserError(f"{name}: is a directory, not a trace file") from None
-    except OSError as exc:
-        raise UserError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    except ValueError:
-        raise UserError(f"{name}: not a valid file name (it holds a NUL byte)") from None
+    return open_input(path, "trace file")  # a FIFO or a device is refused, not waited on
 
 
 class _Guarded(io.RawIOBase):
