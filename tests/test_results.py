@@ -208,3 +208,53 @@ def test_a_full_disk_is_one_line_and_leaves_no_temp_file(full_disk):
         write_text(full_disk / "report.html", "x" * 200_000)
     assert sorted(p.name for p in full_disk.iterdir()) == ["results.json"]  # no .tmp left behind
     assert earlier.read_bytes() == before  # the earlier result is intact
+
+
+_PEAK = """
+import resource, sys
+from cachemark.results import load
+from cachemark.errors import UserError
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    load(sys.argv[1])
+    print("loaded")
+except UserError as exc:
+    print(exc)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+def _load_peak(path: Path) -> tuple[str, int]:
+    """What loading ``path`` said, and how much its peak memory grew (bytes), in a process of its own."""
+    done = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    said, grew = done.stdout.strip().rsplit("\n", 1)
+    return said, int(grew)
+
+
+def test_a_large_results_file_loads_in_memory_proportional_to_it(tmp_path) -> None:
+    sample = json.loads((DATA / "results-closed-server.json").read_text())
+    big = dict(sample, runs=sample["runs"] * 1600)  # ~20 MB
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(big, indent=1))
+    said, grew = _load_peak(path)
+    assert said == "loaded" and grew < 10 * path.stat().st_size, (said, grew, path.stat().st_size)
+
+
+def test_a_file_of_a_million_errors_is_refused_at_the_first(tmp_path) -> None:
+    """pydantic collected every error: 600,000 empty runs (1.8 MB) took 1.2 GB and 10 s to refuse."""
+    sample = json.loads((DATA / "results-closed-server.json").read_text())
+    path = tmp_path / "empty-runs.json"
+    path.write_text(json.dumps(dict(sample, runs=[{}] * 600_000)))
+    said, grew = _load_peak(path)
+    assert said.endswith("empty-runs.json: runs[0].label: missing"), said
+    assert grew < 60 * path.stat().st_size  # the parsed JSON's 600,000 dicts: ~50 MB; it was 1.2 GB
+
+
+def test_a_results_file_past_the_largest_cachemark_writes_is_refused_unread(tmp_path) -> None:
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as f:
+        f.truncate(200_000_000)  # sparse: nothing to read, and nothing is
+    said, grew = _load_peak(path)
+    assert said == f"{path}: larger than 100,000,000 bytes: too large for a results file"
+    assert grew < 20_000_000

@@ -77,6 +77,8 @@ def read_text(path: str | Path, what: str, error: type[UserError] = UserError,
     name = one_line(path)
     try:
         with open_input(path, what, error) as f:
+            if max_bytes is not None and os.fstat(f.fileno()).st_size > max_bytes:
+                raise error(f"{name}: larger than {max_bytes:,} bytes: too large for a {what}")
             data = f.read() if max_bytes is None else f.read(max_bytes + 1)
     except OSError as exc:
         raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
