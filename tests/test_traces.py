@@ -630,3 +630,23 @@ def test_vectorised_cachelib_parser_agrees_with_the_line_parser() -> None:
     got, got_keys = parse_cachelib_block(b"\n".join(lines) + b"\n", 2, fast_problems, True, index, 8)
     assert len(expected) > 1000 and np.array_equal(got, expected) and got_keys == expected_keys
     assert fast_problems.malformed == slow_problems.malformed
+
+
+def test_a_small_zstd_file_that_inflates_hugely_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """Feeds follow the ratio: a 90 KB file inflating to 500 MB was decoded in one call (all of it at once)."""
+    block = b"1,get,12345,10,100,0,0\n" * 50_000
+    path = tmp_path / "dense.cmtrace.zst"
+    with open(path, "wb") as f, zstandard.ZstdCompressor(level=3).stream_writer(f) as w:
+        w.write(b"#cachemark-trace/1\nt_us,op,key_hash,key_size,value_size,ttl_s,client\n")
+        for _ in range(500_000_000 // len(block)):
+            w.write(block)
+    assert path.stat().st_size < 200_000
+    probe = ("import resource, sys\nfrom cachemark.workload.traces import open_trace, trace_stats\n"
+             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+             "stats = trace_stats(open_trace(sys.argv[1]))\n"
+             "print(stats.requests, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)\n")
+    done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    requests, grew = (int(x) for x in done.stdout.split())
+    assert requests == 500_000_000 // len(block) * 50_000
+    assert grew < 150_000_000, grew  # it was the whole 500 MB and 1.1 GB of records
