@@ -104,7 +104,8 @@ def main() -> int:
     finally:
         server.stop()
     print(f"\nB/A, medians of {args.pairs} paired ratios (c={args.connections}, P={args.pipeline}, "
-          f"d={args.value_size}, {args.seconds:g} s runs, {protocol}{' over TLS' if tls else ''}):")
+          f"d={args.value_size}, {args.seconds:g} s runs, {args.config_b.get('protocol', protocol)}"
+          f"{' over TLS' if tls else ''}):")
     for k, label in (("cpu_us", "client CPU per op"), ("user_ns", "user time per op"),
                      ("sys_ns", "system time per op"), ("ops_s", "throughput")):
         print(f"  {label:<20} {statistics.median(ratios[k]):.3f}  (range {min(ratios[k]):.3f}–{max(ratios[k]):.3f})")
