@@ -36,11 +36,16 @@ def is_stdout(path: str | Path) -> bool:
     return str(path) == STDOUT
 
 
+def _cannot(path: str | Path, what: str) -> str:
+    """The start of every line this module refuses with: ``cannot write results to r.json``."""
+    return f"cannot write {what + ' to ' if what else ''}{one_line(path)}"
+
+
 def check(path: str | Path, what: str = "") -> Path:
     """``path`` as a :class:`Path` if cachemark may write it; else one-line :class:`UserError`.
     Called before the work whose output it is, so a bad ``-o`` costs nothing."""
     path = Path(path)
-    label = f"cannot write {what + ' to ' if what else ''}{one_line(path)}"
+    label = _cannot(path, what)
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -84,8 +89,7 @@ class AtomicFile:
 
     def _error(self, exc: Exception) -> UserError:
         reason = "not a valid file name" if isinstance(exc, ValueError) else getattr(exc, "strerror", None) or exc
-        what = f"{self.what} to " if self.what else ""
-        return UserError(f"cannot write {what}{one_line(self.path)}: {reason}")
+        return UserError(f"{_cannot(self.path, self.what)}: {reason}")
 
     def commit(self) -> Path:
         """Puts the bytes in place (flushed to disk first)."""
