@@ -329,6 +329,25 @@ def test_memcached_ops(mc_ports, protocol, io):
     assert ops["get"]["bytes_in"] == 100 * ops["get"]["count"]
 
 
+@pytest.mark.parametrize("protocol", ["memcache_text", "memcache_meta", "memcache_binary"])
+def test_one_servers_short_way_draws_what_the_general_path_draws(mc_ports, protocol):
+    # One server: each op is issued by the short way (`issue_drawn`); a pool of two: by the
+    # general path. Same seed, one thread, a fixed count: the same ops, keys and value sizes
+    # are drawn in the same order, so each op's count and each set's bytes are the same.
+    mix = [{"op": "get", "weight": 5}, {"op": "set", "weight": 3}, {"op": "touch", "weight": 1}]
+    results = []
+    for servers in ([mc_ports[0]], mc_ports):
+        cfg = base(protocol, [f"127.0.0.1:{p}" for p in servers], mix=mix, threads=1, ops=4000, duration_s=30,
+                   seed=7, ttl_s=600, values={"sizes": [[100, 3], [700, 1], [2000, 1]]})
+        results.append(run_load(cfg)["ops"])
+    one, pool = results
+    for name in ("get", "set", "touch"):
+        assert one[name]["count"] == pool[name]["count"], name
+        assert one[name]["errors"] == pool[name]["errors"] == {}, name
+    assert one["set"]["bytes_out"] == pool["set"]["bytes_out"]
+    assert one["get"]["hits"] == one["get"]["count"] and pool["get"]["hits"] == pool["get"]["count"]
+
+
 def test_memcached_delete_then_miss(mc_ports):
     cfg = base(
         "memcache_text",

@@ -110,6 +110,9 @@ struct Worker<'a> {
     /// The run is plain RESP GETs (`plain_gets`): `issue` takes the short way, `issue_get`,
     /// which writes them from these heads, and `input` reads their hits by `take_hits`.
     plain_gets: Option<resp::GetHeads>,
+    /// The run draws its ops for one server, and sends each at once (`one_server`):
+    /// `issue` takes the short way, `issue_drawn`.
+    one_server: bool,
     /// Redis Sentinel: where this thread's reconnects go (None: the plan's servers).
     primary: Option<Primary>,
 }
@@ -649,8 +652,15 @@ impl Worker<'_> {
 
     /// Queues one request for client `c`, or counts it failed when its connection is down.
     fn issue(&mut self, c: usize, now: u64) -> Issue {
-        if self.plain_gets.is_some() && self.phase == Phase::Run {
-            if let Some(done) = self.issue_get(c, now) {
+        if self.phase == Phase::Run {
+            let short = if self.plain_gets.is_some() {
+                self.issue_get(c, now)
+            } else if self.one_server {
+                self.issue_drawn(c, now)
+            } else {
+                None
+            };
+            if let Some(done) = short {
                 return done;
             }
         }
@@ -689,49 +699,13 @@ impl Worker<'_> {
                 (step.op, op.kind, intended, size)
             }
             Phase::Run => {
-                let op_idx = if plan.ops.len() == 1 {
-                    0 // a mix of one op: nothing to draw
-                } else {
-                    let x = self.rng.next_f64();
-                    plan.cumulative
-                        .partition_point(|&c| c <= x)
-                        .min(plan.ops.len() - 1)
-                };
-                let op = &plan.ops[op_idx];
+                let (op_idx, kind, size) = self.draw(c);
                 let intended = if plan.open {
                     self.clients[c].next_intended
                 } else {
                     now
                 };
-                self.keys.clear();
-                let first = self.clients[c].picker.pick(&plan.dist, &mut self.rng);
-                self.keys.push(first);
-                if let Kind::MGet(n) = op.kind {
-                    let server = self.server_of(Kind::Get, first);
-                    for _ in 1..n {
-                        // All keys of one multi-get live on one server of the pool: draw
-                        // until one does; a key that never does is left out (rare: the
-                        // multi-get is then that much shorter, and judged as such).
-                        for _ in 0..64 {
-                            let k = self.clients[c].picker.pick(&plan.dist, &mut self.rng);
-                            if plan.servers.len() == 1 || self.server_of(Kind::Get, k) == server {
-                                self.keys.push(k);
-                                break;
-                            }
-                        }
-                    }
-                }
-                let kind = if let Kind::MGet(_) = op.kind {
-                    Kind::MGet(self.keys.len() as u32)
-                } else {
-                    op.kind
-                };
-                let size = if op.writes_value {
-                    plan.sizes.sample(&mut self.rng)
-                } else {
-                    0
-                };
-                (op_idx as u16, kind, intended, size)
+                (op_idx, kind, intended, size)
             }
         };
         let owner = self.server_of(kind, self.keys[0]);
@@ -847,6 +821,93 @@ impl Worker<'_> {
         };
         self.queue(si, c, p);
         self.issued += timed as u64; // `after_issue` of a closed-loop run without a trace
+        Some(Issue::Queued(si))
+    }
+
+    /// Draws the next op of a run that draws its ops (no replay): the op, its keys (in
+    /// `self.keys`), its value size. Both ways of `issue` draw here, so they draw alike.
+    #[inline(always)]
+    fn draw(&mut self, c: usize) -> (u16, Kind, usize) {
+        let plan = self.plan;
+        let op_idx = if plan.ops.len() == 1 {
+            0 // a mix of one op: nothing to draw
+        } else {
+            // `cumulative` is sorted: the ops it is past, counted in order (a mix has a
+            // few ops: cheaper than `partition_point`'s halving, and the same answer)
+            let x = self.rng.next_f64();
+            let past = plan.cumulative.iter().take_while(|&&c| c <= x).count();
+            past.min(plan.ops.len() - 1)
+        };
+        let op = &plan.ops[op_idx];
+        self.keys.clear();
+        let first = self.clients[c].picker.pick(&plan.dist, &mut self.rng);
+        self.keys.push(first);
+        if let Kind::MGet(n) = op.kind {
+            let server = self.server_of(Kind::Get, first);
+            for _ in 1..n {
+                // All keys of one multi-get live on one server of the pool: draw
+                // until one does; a key that never does is left out (rare: the
+                // multi-get is then that much shorter, and judged as such).
+                for _ in 0..64 {
+                    let k = self.clients[c].picker.pick(&plan.dist, &mut self.rng);
+                    if plan.servers.len() == 1 || self.server_of(Kind::Get, k) == server {
+                        self.keys.push(k);
+                        break;
+                    }
+                }
+            }
+        }
+        let kind = if let Kind::MGet(_) = op.kind {
+            Kind::MGet(self.keys.len() as u32)
+        } else {
+            op.kind
+        };
+        let size = if op.writes_value {
+            plan.sizes.sample(&mut self.rng)
+        } else {
+            0
+        };
+        (op_idx as u16, kind, size)
+    }
+
+    /// `issue` in a run of drawn ops against one server (`one_server`) on a connected
+    /// socket (`None` when it is down: the general path reconnects): the same draws and
+    /// the same record, without the general path's choices of server, replica and batch.
+    #[inline]
+    fn issue_drawn(&mut self, c: usize, now: u64) -> Option<Issue> {
+        let plan = self.plan;
+        let si = self.sock_of(c, 0);
+        if self.socks[si].fd < 0 {
+            return None;
+        }
+        let (op_idx, kind, size) = self.draw(c);
+        let intended = if plan.open {
+            self.clients[c].next_intended
+        } else {
+            now
+        };
+        let timed = intended >= self.measure_start;
+        let verify = matches!(kind, Kind::Get | Kind::Gets) && self.verify.next(&mut self.rng);
+        let bytes = self.encode_request(si, op_idx, false, size, false);
+        let p = Pending {
+            op: op_idx,
+            kind,
+            timed,
+            intended,
+            sent: now,
+            bytes_out: bytes as u32,
+            key: self.keys[0],
+            size: size as u32,
+            flags: if verify { P_VERIFY } else { 0 },
+            hops: 0,
+        };
+        self.queue(si, c, p);
+        // `after_issue` of a run without a trace
+        self.issued += timed as u64;
+        if plan.open {
+            let cl = &mut self.clients[c];
+            cl.next_intended += cl.arrivals.gap();
+        }
         Some(Issue::Queued(si))
     }
 
@@ -1327,6 +1388,12 @@ fn plain_gets(plan: &Plan) -> bool {
         && plan.servers.len() == 1
 }
 
+/// Ops drawn (no replay) for one server (no cluster, no replicas, no pool), sent as
+/// they are issued (no corks): `issue_drawn`'s case.
+fn one_server(plan: &Plan) -> bool {
+    plan.replay.is_none() && !plan.cluster && !plan.read_from_replicas && plan.servers.len() == 1
+}
+
 /// A load thread's whole life: prefill, wait for the run to start, warm-up and the timed
 /// phase, then what it measured.
 pub(super) fn run(
@@ -1373,6 +1440,7 @@ pub(super) fn run(
         plain_gets: plain_gets(plan)
             .then(|| resp::GetHeads::new(&plan.prefix))
             .flatten(),
+        one_server: one_server(plan),
         primary: plan.sentinel.as_ref().map(|_| Primary {
             addr: plan.servers[0].clone(),
             name: plan.server_names[0].clone(),
