@@ -30,6 +30,7 @@ class UnsupportedOp(UserError):
 # Exit codes of the ``cachemark`` command (docs/architecture.md lists them for users).
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1  # the experiment ran, but a run failed (server died, errors, dropped writes)
+EXIT_REGRESSION = 1  # compare --fail-on: a figure moved beyond its rule and the noise
 EXIT_USAGE = 2  # bad input or environment: one line on stderr (UserError)
 EXIT_CRASH = 70  # a bug of ours (sysexits EX_SOFTWARE): one line, the traceback saved to a file
 EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP: partial results saved, servers stopped

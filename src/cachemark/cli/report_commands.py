@@ -9,9 +9,10 @@ symlink). Bad input ends as a one-line
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -80,39 +81,65 @@ def compare(
     new: Annotated[list[Path], typer.Argument(help="One or more newer results files.")],
     format: Annotated[str, typer.Option("--format", "-f", help="table | markdown | json")] = "table",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write markdown/json here.")] = None,
+    fail_on: Annotated[str | None, typer.Option(
+        "--fail-on", help="CI gate: comma-separated rules on the figures as printed (ops/s, p50, p90, p99, "
+        "p99.9, max), e.g. 'p99>10%,ops/s<-5%'. Exit 1, one line per regression, when a figure moves beyond "
+        "its rule and the noise (the spread across repeats; 5% assumed when neither side has repeats); "
+        "else exit 0.")] = None,
 ) -> None:
-    """Compare results per backend label and op: ratios of ops/s and percentiles, better or worse.
+    """Compare results per backend label and op: ratios of ops/s and percentiles, better, worse or same.
 
-    Runs carrying "repeat" fields give a noise estimate; smaller differences are marked ~noise.
-    Example: cachemark compare results/before.json results/after.json
+    A difference no larger than the noise reads "same (within noise)", never better or worse.
+    The noise is the spread across repeats (cachemark run --repeat 3), or 5% when neither side has repeats.
+    --fail-on makes it a CI gate: exit 1 and one line per regression beyond its rule and the noise, else 0.
+    Example: cachemark compare results/before.json results/after.json --fail-on 'p99>10%,ops/s<-5%'
     """
+    from ..errors import EXIT_REGRESSION
     from ..report import compare as cmp
-    from ..results import load, write_atomic
+    from ..results import load
 
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown format {format!r}; choose one of table, markdown, json")
+    rules = cmp.parse_rules(fail_on) if fail_on is not None else None  # a typo costs no work
     base_doc = load(base)
     new_docs = [load(path) for path in new]
     rows = cmp.compare(base_doc, new_docs)
     if not rows:
         raise UserError(f"nothing to compare: no label and op appears in both {one_line(base)} and the new results")
-    warnings = cmp.workload_warnings(base_doc, new_docs, names=[p.name for p in new])
+    names = [p.name for p in new]
+    warnings = cmp.workload_warnings(base_doc, new_docs, names=names)
+    verdict = cmp.gate(rows, rules, names) if rules else None
+    missing = cmp.unmatched(base_doc, new_docs)
     if format == "table":
         console = make_console()
-        cmp.render_table(rows, console, names=[p.name for p in new], warnings=warnings)
-        missing = cmp.unmatched(base_doc, new_docs)
+        cmp.render_table(rows, console, names=names, warnings=warnings)
         if missing:
             console.print("not compared (on one side only): " + ", ".join(missing), markup=False, highlight=False)
-        return
+    else:
+        _compare_output(format, out, cmp.to_json(str(base), [str(p) for p in new], rows, warnings, missing, verdict))
+        console = _console()  # stdout (or the file) holds the document: the gate speaks on stderr
+    for line in cmp.gate_lines(verdict) if verdict else []:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line each, for grep
+    if verdict and not verdict["passed"]:
+        raise typer.Exit(EXIT_REGRESSION)  # after the output is written: the job keeps its evidence
+
+
+def _compare_output(format: str, out: Path | None, document: dict[str, Any]) -> None:
+    """compare's Markdown or JSON, to stdout or a file; the JSON is one document either way."""
+    from ..report import compare as cmp
+    from ..results import write_atomic
+
     to_file = out is not None and str(out) != "-"
-    if to_file or format == "json":  # a file, or JSON rows with no place for them: the user sees them here
-        for warning in warnings:
+    if to_file or format == "json":  # a file, or JSON with no place for them: the user sees them here
+        for warning in document["warnings"]:
             _console().print(warning, markup=False, highlight=False)
-    if format == "json" and to_file:
-        write_atomic(out, {"base": str(base), "new": [str(p) for p in new], "rows": rows, "warnings": warnings})
+    if format == "markdown":
+        _emit(cmp.to_markdown(document["rows"], document["warnings"], document["gate"]), out)
+    elif to_file:
+        write_atomic(out, document)
         _console().print(f"wrote {out}", markup=False, highlight=False)
-        return
-    _emit(cmp.to_json(rows) if format == "json" else cmp.to_markdown(rows, warnings), out)
+    else:
+        sys.stdout.write(json.dumps(document, indent=1) + "\n")
 
 
 def thresholds(

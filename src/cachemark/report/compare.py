@@ -1,10 +1,13 @@
 """Comparing results: a base document against one or more new ones, per backend label and op.
 
-Owns :func:`compare` and its renderings. Runs are matched on (label, sweep point, phase,
-op). Runs with the same label and a ``"repeat": i`` field are repeats of one measurement:
-their figures are averaged, and the spread across them — (max − min) / mean, per figure —
-is the run-to-run noise. A difference smaller than the noise of either side is flagged
-``within_noise``: it may be real, but these runs cannot tell.
+Owns :func:`compare` and its renderings, and the CI gate (:func:`parse_rules`,
+:func:`gate`). Runs are matched on (label, sweep point, phase, op). Runs with the same
+label and a ``"repeat": i`` field are repeats of one measurement: their figures are
+averaged, and the spread across them — (max − min) / mean, per figure — is the run-to-run
+noise. Without repeats on either side the noise cannot be measured and
+:data:`DEFAULT_NOISE` (5 %) stands in. A difference no larger than the noise is "same
+(within noise)", never better or worse: it may be real, but these runs cannot tell. The
+gate fails a figure only beyond both its rule's threshold and that noise.
 
 Two files measured under different workloads (value size, workers, mix, network, sweep,
 ...) can still be matched, but then the ratios mix two experiments:
@@ -14,17 +17,28 @@ rendering carries the warning (:func:`workload_warnings`).
 
 from __future__ import annotations
 
-import json
+import re
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
+from ..errors import UserError
+from ..textfile import one_line
 from .data import op_rows
-from .table import FOLD_NAMES, fmt_latency, fmt_rate, print_fitted
+from .table import FOLD_NAMES, fit_columns, fmt_latency, fmt_rate, print_fitted
 
 METRICS = ("ops_per_s", "p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 HIGHER_IS_BETTER = {"ops_per_s"}
+# each figure as the tables print it, which is how --fail-on names it
+PRINTED = {"ops_per_s": "ops/s", "p50_us": "p50", "p90_us": "p90", "p99_us": "p99", "p999_us": "p99.9",
+           "max_us": "max"}
+# The run-to-run spread assumed when neither side has repeats to measure it: back-to-back
+# runs of one short workload on one machine differ by a few percent in ops/s and the middle
+# percentiles, so a smaller difference is not evidence of a change (tails vary more: repeat).
+# The same 5 % under which the verdict calls two backends measured once a tie (verdict.py).
+DEFAULT_NOISE = 0.05
 
 Key = tuple[str, str, str, str]  # label, sweep point, phase, op
 
@@ -48,19 +62,36 @@ def _aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _direction(metric: str, ratio: float) -> str:
-    if ratio == 1.0:
+def _direction(metric: str, ratio: float, within_noise: bool) -> str:
+    """A difference the noise can explain is "same": calling it better or worse would be a guess."""
+    if within_noise or ratio == 1.0:
         return "same"
     better = ratio > 1.0 if metric in HIGHER_IS_BETTER else ratio < 1.0
     return "better" if better else "worse"
+
+
+def _figure(b: dict[str, Any], n: dict[str, Any], metric: str) -> dict[str, Any]:
+    """One figure of a row: both values, their ratio, the noise it is judged by, and the reading."""
+    bv, nv = b[metric], n[metric]
+    ratio = nv / bv if bv and nv is not None else None
+    measured = [x for x in (b[f"{metric}_noise"], n[f"{metric}_noise"]) if x is not None]
+    noise = max(measured) if measured else DEFAULT_NOISE
+    within = abs(ratio - 1.0) <= noise if ratio is not None else None
+    return {
+        f"base_{metric}": bv, f"new_{metric}": nv, f"{metric}_ratio": ratio,
+        f"{metric}_direction": _direction(metric, ratio, bool(within)) if ratio is not None else None,
+        f"{metric}_noise": noise, f"{metric}_noise_measured": bool(measured), f"{metric}_within_noise": within,
+    }
 
 
 def compare(base_doc: dict[str, Any], new_docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per new document × (label, sweep point, phase, op) present in both.
 
     Each row has, per figure: ``base_<m>``, ``new_<m>``, ``<m>_ratio`` (new ÷ base),
-    ``<m>_direction`` (better | worse | same), ``<m>_noise`` (the larger relative spread
-    of the two sides' repeats, or None without repeats) and ``<m>_within_noise``.
+    ``<m>_noise`` (the larger relative spread of the two sides' repeats, or
+    :data:`DEFAULT_NOISE` when neither has repeats: ``<m>_noise_measured`` says which),
+    ``<m>_within_noise`` (|ratio − 1| ≤ noise) and ``<m>_direction`` (better | worse, or
+    same when within the noise).
     """
     base = {key: _aggregate(rows) for key, rows in _groups(base_doc).items()}
     out: list[dict[str, Any]] = []
@@ -73,17 +104,7 @@ def compare(base_doc: dict[str, Any], new_docs: list[dict[str, Any]]) -> list[di
             row: dict[str, Any] = {"new": index, "label": label, "sweep": sweep, "phase": phase, "op": op,
                                    "base_repeats": b["repeats"], "new_repeats": n["repeats"]}
             for metric in METRICS:
-                bv, nv = b[metric], n[metric]
-                ratio = nv / bv if bv and nv is not None else None
-                noises = [x for x in (b[f"{metric}_noise"], n[f"{metric}_noise"]) if x is not None]
-                noise = max(noises) if noises else None
-                row.update({
-                    f"base_{metric}": bv, f"new_{metric}": nv, f"{metric}_ratio": ratio,
-                    f"{metric}_direction": _direction(metric, ratio) if ratio is not None else None,
-                    f"{metric}_noise": noise,
-                    f"{metric}_within_noise": (abs(ratio - 1.0) <= noise) if ratio is not None
-                    and noise is not None else None,
-                })
+                row.update(_figure(b, n, metric))
             out.append(row)
     return out
 
@@ -97,18 +118,52 @@ def unmatched(base_doc: dict[str, Any], new_docs: list[dict[str, Any]]) -> list[
     return sorted(f"{k[0]} {k[3]}" + (f" [{k[1]}]" if k[1] else "") for k in base ^ seen)
 
 
-def _verdict(row: dict[str, Any], metric: str) -> str:
+SAME = "same (within noise)"
+
+
+def _ratio_text(ratio: float) -> str:
+    """Two decimals, or three when two would print a measured difference as "1.00×"."""
+    text = f"{ratio:.2f}×"
+    return f"{ratio:.3f}×" if text == "1.00×" and ratio != 1.0 else text
+
+
+def _verdict(row: dict[str, Any], metric: str, same: str = SAME) -> str:
+    """The ratio stays visible; the word says whether it is more than the noise."""
     ratio = row[f"{metric}_ratio"]
     if ratio is None:
         return "-"
-    text = f"{ratio:.2f}×"
-    if row[f"{metric}_within_noise"]:
-        return f"{text} ~noise"
     direction = row[f"{metric}_direction"]
-    return f"{text} {direction}" if direction != "same" else text
+    return f"{_ratio_text(ratio)} {same if direction == 'same' else direction}"
+
+
+def noise_note(rows: list[dict[str, Any]]) -> str | None:
+    """The line under a table saying what "same (within noise)" rested on: repeats, or the default."""
+    same = [row[f"{m}_noise_measured"] for row in rows for m in METRICS if row[f"{m}_direction"] == "same"]
+    if not same:
+        return None
+    grounds = []
+    if any(same):
+        grounds.append("the spread across repeats")
+    if not all(same):
+        grounds.append(f"{DEFAULT_NOISE:.0%}, assumed where neither side has repeats "
+                       "(cachemark run --repeat 3 measures it)")
+    return (f"{SAME}: the difference is no larger than the noise, " + ", or ".join(grounds)
+            + " — neither better nor worse.")
 
 
 COMPARE_COLUMNS = ("new", "backend", "op", "base ops/s", "new ops/s", "ops/s", "p50", "p99", "p99.9")
+COMPARE_DROP_ORDER = ("p99.9", "base ops/s", "new ops/s", FOLD_NAMES, "p50", "p99")
+
+
+def _table_cells(rows: list[dict[str, Any]], names: list[str] | None, same: str) -> list[list[str]]:
+    cells = []
+    for row in rows:
+        backend = row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
+        op = row["op"] if row["phase"] == "main" else f"{row['phase']}:{row['op']}"
+        cells.append([names[row["new"]] if names else str(row["new"]), backend, op,
+                      fmt_rate(row["base_ops_per_s"] or 0.0), fmt_rate(row["new_ops_per_s"] or 0.0),
+                      *[_verdict(row, m, same) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")]])
+    return cells
 
 
 def render_table(rows: list[dict[str, Any]], console: Console | None = None,
@@ -116,24 +171,25 @@ def render_table(rows: list[dict[str, Any]], console: Console | None = None,
     console = console or Console()
     for warning in warnings or []:
         console.print(warning, markup=False, highlight=False)
-    cells = []
-    for row in rows:
-        backend = row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
-        op = row["op"] if row["phase"] == "main" else f"{row['phase']}:{row['op']}"
-        cells.append([names[row["new"]] if names else str(row["new"]), backend, op,
-                      fmt_rate(row["base_ops_per_s"] or 0.0), fmt_rate(row["new_ops_per_s"] or 0.0),
-                      *[_verdict(row, m) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")]])
     columns: tuple[str, ...] = COMPARE_COLUMNS
-    if len({row["new"] for row in rows}) == 1:  # one new file: its name in every row says nothing
-        columns, cells = columns[1:], [row[1:] for row in cells]
+    one_file = len({row["new"] for row in rows}) == 1  # one new file: its name in every row says nothing
+    if one_file:
+        columns = columns[1:]
+    cells = []
+    for same in (SAME, "same"):  # "(within noise)" in every cell, unless it would push figures out
+        cells = [row[1:] if one_file else row for row in _table_cells(rows, names, same)]
+        fit = fit_columns(console, columns, cells, columns.index("op") + 1, COMPARE_DROP_ORDER)
+        if fit is not None and not fit[1]:
+            break  # the note under the table spells out "same" either way
     print_fitted(console, columns, cells, names=columns.index("op") + 1, title="cachemark compare (new ÷ base)",
-                 drop_order=("p99.9", "base ops/s", "new ops/s", FOLD_NAMES, "p50", "p99"),
-                 more="all columns: cachemark compare -f json")
-    if any(r["base_repeats"] > 1 or r["new_repeats"] > 1 for r in rows):
-        console.print("~noise: the difference is within the spread across repeats of the same run.")
+                 drop_order=COMPARE_DROP_ORDER, more="all columns: cachemark compare -f json")
+    note = noise_note(rows)
+    if note:
+        console.print(note, markup=False, highlight=False)
 
 
-def to_markdown(rows: list[dict[str, Any]], warnings: list[str] | None = None) -> str:
+def to_markdown(rows: list[dict[str, Any]], warnings: list[str] | None = None,
+                verdict: dict[str, Any] | None = None) -> str:
     lines = [f"> **{w.partition(': ')[0]}:** {w.partition(': ')[2]}" for w in warnings or []]
     if lines:
         lines.append("")
@@ -145,11 +201,136 @@ def to_markdown(rows: list[dict[str, Any]], warnings: list[str] | None = None) -
                      f"{fmt_rate(row['base_ops_per_s'] or 0.0)} | {fmt_rate(row['new_ops_per_s'] or 0.0)} | "
                      f"{_verdict(row, 'ops_per_s')} | {fmt_latency(row['base_p99_us'])} | "
                      f"{fmt_latency(row['new_p99_us'])} | {_verdict(row, 'p99_us')} |")
+    note = noise_note(rows)
+    if note:
+        lines += ["", f"*{note}*"]
+    if verdict is not None:
+        lines += ["", *gate_markdown(verdict)]
     return "\n".join(lines) + "\n"
 
 
-def to_json(rows: list[dict[str, Any]]) -> str:
-    return json.dumps(rows, indent=1) + "\n"
+def to_json(base: str, new: list[str], rows: list[dict[str, Any]], warnings: list[str],
+            missing: list[str], verdict: dict[str, Any] | None) -> dict[str, Any]:
+    """One document whether it goes to stdout or to a file: the rows, the warnings, and the
+    gate's verdict (None without --fail-on), so a machine needs no second source."""
+    return {"base": base, "new": new, "rows": rows, "warnings": warnings, "not_compared": missing,
+            "gate": verdict}
+
+
+# --- the CI gate: --fail-on 'p99>10%,ops/s<-5%' -----------------------------------------------
+
+RULE_EXAMPLE = "'p99>10%,ops/s<-5%'"
+_RULE = re.compile(r"\s*(?P<name>[^<>]*?)\s*(?P<op>[<>])\s*(?P<pct>[+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*%\s*")
+_BY_NAME = {name: metric for metric, name in PRINTED.items()}
+NOISE_GROUNDS = f"the spread across repeats; {DEFAULT_NOISE:.0%} assumed where neither side has repeats"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ``--fail-on`` rule: a figure as the tables print it and the signed change, in %,
+    beyond which it counts as a regression (``p99>10%``: +10; ``ops/s<-5%``: −5)."""
+
+    name: str
+    metric: str
+    threshold_pct: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.name}{'<' if self.metric in HIGHER_IS_BETTER else '>'}{self.threshold_pct:g}%"
+
+    def exceeded(self, change_pct: float) -> bool:
+        if self.metric in HIGHER_IS_BETTER:
+            return change_pct < self.threshold_pct
+        return change_pct > self.threshold_pct
+
+
+def _rule(part: str) -> Rule:
+    """One rule, or one line saying what is wrong with it and how to write it."""
+    shown = f"'{one_line(part.strip())}'"
+    match = _RULE.fullmatch(part)
+    if match is None:
+        raise UserError(f"--fail-on: cannot read {shown}: write FIGURE>N% for a latency, ops/s<-N% for "
+                        f"throughput, comma-separated, e.g. {RULE_EXAMPLE}")
+    name, pct = match["name"].lower(), float(match["pct"]) + 0.0  # + 0.0: "-0%" reads as 0
+    metric = _BY_NAME.get(name)
+    if metric is None:
+        raise UserError(f"--fail-on {shown}: unknown figure '{one_line(match['name'])}'; "
+                        f"choose one of {', '.join(PRINTED.values())}")
+    # a rule names a regression: one pointing the other way (or that can never fire) is a typo
+    if metric in HIGHER_IS_BETTER and (match["op"] != "<" or pct > 0):
+        raise UserError(f"--fail-on {shown}: ops/s regresses when it falls; write ops/s<-{abs(pct):g}%")
+    if metric in HIGHER_IS_BETTER and pct <= -100:
+        raise UserError(f"--fail-on {shown}: ops/s cannot fall by 100% or more, so the rule could never fail")
+    if metric not in HIGHER_IS_BETTER and (match["op"] != ">" or pct < 0):
+        raise UserError(f"--fail-on {shown}: a latency regresses when it rises; write {name}>{abs(pct):g}%")
+    return Rule(name, metric, pct)
+
+
+def parse_rules(text: str) -> list[Rule]:
+    """``p99>10%,ops/s<-5%`` as rules, before any file is read: a typo costs no work."""
+    parts = text.split(",")
+    if any(not part.strip() for part in parts):
+        raise UserError(f"--fail-on '{one_line(text)}': an empty rule; write rules like {RULE_EXAMPLE}")
+    return [_rule(part) for part in parts]
+
+
+def _failure(row: dict[str, Any], rule: Rule, change_pct: float, file: str, show_file: bool) -> dict[str, Any]:
+    """A regression as JSON, with the one line a person reads (``line``)."""
+    metric = rule.metric
+    base, new, noise = row[f"base_{metric}"], row[f"new_{metric}"], row[f"{metric}_noise"]
+    measured = row[f"{metric}_noise_measured"]
+    fmt = fmt_rate if metric in HIGHER_IS_BETTER else fmt_latency
+    where = (f"{file}: " if show_file else "") + row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
+    line = (f"regression: {where} {row['phase']}:{row['op']} {rule.name} {fmt(base)} → {fmt(new)} "
+            f"({change_pct:+,.1f}%), beyond {rule.text} and the noise {noise:.1%} "
+            + ("(the spread across repeats)" if measured else "(assumed: no repeats)"))
+    return {"file": file, "label": row["label"], "sweep": row["sweep"], "phase": row["phase"], "op": row["op"],
+            "figure": rule.name, "rule": rule.text, "threshold_pct": rule.threshold_pct, "base": base,
+            "new": new, "change_pct": change_pct, "noise_pct": noise * 100, "noise_measured": measured,
+            "line": line}
+
+
+def gate(rows: list[dict[str, Any]], rules: list[Rule], names: list[str]) -> dict[str, Any]:
+    """The verdict of ``--fail-on``: each figure a rule names that moved beyond both the
+    rule's threshold and the noise. Beyond the threshold alone is not enough: a change
+    the noise can explain would fail jobs at random."""
+    failures, checked = [], 0
+    for row in rows:
+        for rule in rules:
+            ratio = row[f"{rule.metric}_ratio"]
+            if ratio is None:
+                continue
+            checked += 1
+            change = (ratio - 1.0) * 100
+            if rule.exceeded(change) and not row[f"{rule.metric}_within_noise"]:
+                failures.append(_failure(row, rule, change, names[row["new"]], len(names) > 1))
+    return {"rules": [rule.text for rule in rules], "default_noise_pct": DEFAULT_NOISE * 100,
+            "checked": checked, "passed": not failures, "failures": failures}
+
+
+def _gate_summary(verdict: dict[str, Any]) -> str:
+    rules = ",".join(verdict["rules"])
+    count = len(verdict["failures"])
+    if count:
+        return (f"{count} regression{'s' if count != 1 else ''} beyond --fail-on '{rules}' and the noise "
+                f"({NOISE_GROUNDS})")
+    return (f"no figure regressed beyond --fail-on '{rules}' and the noise ({NOISE_GROUNDS}); "
+            f"{verdict['checked']} checked")
+
+
+def gate_lines(verdict: dict[str, Any]) -> list[str]:
+    """One line per regression, then the verdict with the exit code it brings: what a CI log shows."""
+    last = ("exit 1: " if verdict["failures"] else "passed: ") + _gate_summary(verdict)
+    return [failure["line"] for failure in verdict["failures"]] + [last]
+
+
+def gate_markdown(verdict: dict[str, Any]) -> list[str]:
+    """The verdict as Markdown, for a pull-request comment."""
+    head = "**Gate failed:**" if verdict["failures"] else "**Gate passed:**"
+    lines = [f"{head} {_gate_summary(verdict)}"]
+    if verdict["failures"]:
+        lines += ["", *(f"- {failure['line']}" for failure in verdict["failures"])]
+    return lines
 
 
 # --- did the two files measure the same experiment? -------------------------------------------
