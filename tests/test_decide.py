@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,8 @@ from cachemark.analysis.advise import advise
 from cachemark.analysis.cost import cost_of, load_prices
 from cachemark.errors import UserError
 from cachemark.needs import parse_needs
+from cachemark.report.advice_report import advice_block
+from cachemark.results import write_atomic
 
 
 def _run(label: str, scheme: str, p99_us: float, ops_per_s: float = 10_000, shared: bool = True,
@@ -145,3 +148,83 @@ def test_an_experiment_with_needs_ends_with_the_advice(tmp_path, cachemark) -> N
     bad.write_text('targets = ["memory://"]\n[needs]\nshared = true\n')
     refused = cachemark("run", "bad.toml", "--no-calibrate", cwd=tmp_path)
     assert refused.returncode == 2 and "unknown need 'shared'" in refused.stderr
+
+
+# --- the run's own warnings beside the figures (report/verdict.py QUALIFY_FIGURES) -------------------------------
+
+DATA = Path(__file__).parent / "data"
+NEEDS = {"p99_ms": {"get": 1000.0, "delete": 1000.0}, "ops_per_s": 100, "app_servers": 2}
+
+
+def real_doc() -> dict:
+    """Checked-in real runs: three repeats of memory:// (per-process: a warning, not about figures) and redis
+    over loopback at three value sizes (no warning)."""
+    return json.loads((DATA / "report-doc.json").read_text())
+
+
+def checks_of(document: dict, label: str = "redis") -> dict[str, Any]:
+    advice = next(a for a in advise(document, parse_needs(NEEDS, "test")) if a.label == label)
+    return {c.need: c for c in advice.checks} | {"warnings": advice.warnings}
+
+
+def saturate(document: dict) -> dict:
+    """The first redis run's client and server together at 93 % of the host's 2 cores."""
+    phase = next(r for r in document["runs"] if r["label"] == "redis")["phases"][0]
+    phase["client_cpu_s"] = 0.6 * phase["wall_s"] * 2
+    phase["server"]["cpu_pct_mean"] = 66.0
+    return document
+
+
+def test_figures_without_warnings_that_change_them_pass_plainly() -> None:
+    for label in ("redis", "memory"):
+        checks = checks_of(real_doc(), label)
+        assert checks["warnings"] == [], label  # memory's per-process line is about what it is, not its figures
+        assert all(not c.caveats and "warnings" not in c.why for n, c in checks.items() if n != "warnings")
+
+
+def test_a_pass_on_a_saturated_host_says_it_passes_only_on_those_figures() -> None:
+    checks = checks_of(saturate(real_doc()))
+    (line,) = checks["warnings"]
+    assert line.startswith("redis [value_size=100]: client and server share this host and together used 93% of its")
+    for need in ("get p99 ≤ 1000 ms", "serves 100 ops/s"):
+        assert checks[need].result == "pass" and checks[need].caveats == ("host saturated",)
+        assert checks[need].why.endswith("; passes only on figures with warnings: host saturated (below)")
+    assert not checks["shared across 2 app servers"].caveats  # what the backend is, not a figure
+    block = advice_block(advise(saturate(real_doc()), parse_needs(NEEDS, "test")))
+    assert "redis meets them only on figures with warnings (below)." in block.lines
+    assert block.notes[-2:] == ["Warnings that change how these figures read (from the run's own report):",
+                                f"- {line}"]
+
+
+def test_too_few_samples_of_one_op_bear_on_its_budget_only_and_a_fail_names_its_warnings() -> None:
+    document = real_doc()
+    delete = next(r for r in document["runs"] if r["label"] == "redis")["phases"][0]["ops"]["delete"]
+    delete["count"], delete["summary"]["p99_us"] = 12, 2_000_000.0
+    checks = checks_of(document)
+    assert checks["delete p99 ≤ 1000 ms"].result == "fail"
+    assert checks["delete p99 ≤ 1000 ms"].why.endswith("; figures with warnings: too few samples (below)")
+    assert not checks["get p99 ≤ 1000 ms"].caveats and not checks["serves 100 ops/s"].caveats
+    assert checks["warnings"] == ["redis [value_size=100] delete: 12 samples: no trustworthy p99"]
+
+
+def test_an_emulator_bears_on_every_figure() -> None:
+    document = real_doc()
+    for run in document["runs"]:
+        if run["label"] == "redis":
+            run["backend"]["info"]["emulator"] = "fakeredis"
+    checks = checks_of(document)
+    assert checks["get p99 ≤ 1000 ms"].caveats == ("an emulator",) == checks["serves 100 ops/s"].caveats
+
+
+def test_cost_names_the_warnings_of_the_throughput_it_prices(tmp_path, cachemark) -> None:
+    write_atomic(tmp_path / "clean.json", real_doc())
+    write_atomic(tmp_path / "saturated.json", saturate(real_doc()))
+    clean = cachemark("cost", "clean.json", "--price", "redis=cache.t4g.micro", "--markdown", cwd=tmp_path)
+    assert clean.returncode == 0, clean.stderr
+    assert "warnings" not in clean.stdout
+    warned = cachemark("cost", "saturated.json", "--price", "redis=cache.t4g.micro", "--markdown", cwd=tmp_path)
+    assert warned.returncode == 0, warned.stderr
+    row = next(line for line in warned.stdout.splitlines() if line.startswith("| redis |"))
+    assert "| figures with warnings |" in warned.stdout and row.endswith("| host saturated |")
+    assert any(line.startswith("- redis [value_size=100]: client and server share this host")
+               for line in warned.stdout.splitlines())

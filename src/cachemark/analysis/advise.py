@@ -9,23 +9,31 @@ worst does not, the verdict is ``fail`` with both figures shown ("inside the noi
 
 Targets are ranked: those failing nothing first (by the measured p99 of the first budgeted
 op, lowest first), then by how many needs they fail.
+
+A pass or FAIL decided by measured figures (a latency budget, a throughput, a month's cost at
+the measured throughput) carries beside it the run's own warnings that change how those figures
+read (report/verdict.py ``QUALIFY_FIGURES``: a saturated generator or host, a hiccup, an
+emulator, too few samples of that op), and a pass on such figures says it passes only on them.
 """
 
 from __future__ import annotations
 
 import statistics
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
 from ..needs import Needs, parse_needs
+from ..report.verdict import QUALIFY_FIGURES, Finding, findings
 from ..schemes import find_scheme
 from ..textfile import read_text
 from .cost import PriceTable, cost_of
 
 PASS, FAIL, CHECK = "pass", "fail", "check"
+
+
 def load_needs(path: Path) -> Needs:
     text = read_text(path, "needs file")
     try:
@@ -40,6 +48,9 @@ class Check:
     need: str
     result: str  # pass | fail | check
     why: str
+    measured: bool = False  # decided by measured figures (not by what the backend is)
+    op: str | None = None  # the op whose figures decided it; None: the whole run's
+    caveats: tuple[str, ...] = ()  # the warnings that change how those figures read, by short name
 
 
 @dataclass
@@ -47,6 +58,7 @@ class Advice:
     label: str
     checks: list[Check]
     p99_key: float | None  # the first budgeted op's p99 (µs), for ranking
+    warnings: list[str] = field(default_factory=list)  # the lines behind the checks' caveats
 
     @property
     def failed(self) -> int:
@@ -80,10 +92,11 @@ def _latency_check(op: str, budget_ms: float, runs: list[dict[str, Any]]) -> tup
     budget_us = budget_ms * 1000
     shown = _ms(median) + (f" (worst of {len(values)} repeats {_ms(worst)})" if len(values) > 1 else "")
     if worst <= budget_us:
-        return Check(need, PASS, shown), median
+        return Check(need, PASS, shown, measured=True, op=op), median
     if median <= budget_us:
-        return Check(need, FAIL, f"{shown}: inside the budget at the median, not in every repeat"), median
-    return Check(need, FAIL, shown), median
+        why = f"{shown}: inside the budget at the median, not in every repeat"
+        return Check(need, FAIL, why, measured=True, op=op), median
+    return Check(need, FAIL, shown, measured=True, op=op), median
 
 
 def _shared_check(app_servers: int, run: dict[str, Any]) -> Check:
@@ -113,7 +126,35 @@ def _tags_check(run: dict[str, Any]) -> Check:
     return Check("invalidates by tag", CHECK, "not measured here: add ?tags=native or ?tags=versioned to the URL")
 
 
+def reading_warnings(document: dict[str, Any]) -> list[Finding]:
+    """The results' own warnings (the verdict's) that change how a measured figure reads."""
+    runs = [r for r in document.get("runs") or [] if isinstance(r, dict) and r.get("label") is not None]
+    return [f for f in findings(document, runs) if f.kind in QUALIFY_FIGURES]
+
+
+def bearing_on(found: list[Finding], label: str, op: str | None = None) -> list[Finding]:
+    """The warnings of ``found`` about ``label``'s figures: its runs' as a whole, and ``op``'s own."""
+    return [f for f in found if label in f.labels and (not f.ops or op in f.ops)]
+
+
+def caveats(found: list[Finding]) -> tuple[str, ...]:
+    """The short names of ``found``'s kinds, once each, in their order."""
+    return tuple(dict.fromkeys(QUALIFY_FIGURES[f.kind] for f in found))
+
+
+def _qualify(check: Check, label: str, found: list[Finding]) -> list[Finding]:
+    """Name beside a measured pass or FAIL the warnings that change how its figures read (a pass on
+    them passes only on them, and says so); the warnings named."""
+    bearing = bearing_on(found, label, check.op) if check.measured and check.result != CHECK else []
+    if bearing:
+        check.caveats = caveats(bearing)
+        lead = "passes only on figures with warnings" if check.result == PASS else "figures with warnings"
+        check.why += f"; {lead}: {', '.join(check.caveats)} (below)"
+    return bearing
+
+
 def advise(document: dict[str, Any], needs: Needs, prices: PriceTable | None = None) -> list[Advice]:
+    found = reading_warnings(document)
     by_label: dict[str, list[dict[str, Any]]] = {}
     for run in document.get("runs", []):
         if run.get("status") in ("ok", "interrupted"):
@@ -137,7 +178,7 @@ def advise(document: dict[str, Any], needs: Needs, prices: PriceTable | None = N
             checks.append(Check(f"serves {needs.ops_per_s:,.0f} ops/s", result,
                                 f"served {served:,.0f} ops/s in this run" +
                                 ("" if result == PASS else " (at this run's concurrency; a bigger client may "
-                                 "show more)")))
+                                 "show more)"), measured=True))
         if needs.app_servers is not None:
             checks.append(_shared_check(needs.app_servers, runs[0]))
         if needs.persistent:
@@ -146,7 +187,8 @@ def advise(document: dict[str, Any], needs: Needs, prices: PriceTable | None = N
             checks.append(_tags_check(runs[0]))
         if needs.monthly_budget is not None:
             checks.append(_budget_check(label, runs[0], needs, prices))
-        advice.append(Advice(label, checks, key_p99))
+        named = [f for check in checks for f in _qualify(check, label, found)]
+        advice.append(Advice(label, checks, key_p99, list(dict.fromkeys(f.text for f in named))))
     return sorted(advice, key=lambda a: (a.failed, a.p99_key if a.p99_key is not None else float("inf"), a.label))
 
 
@@ -160,4 +202,6 @@ def _budget_check(label: str, run: dict[str, Any], needs: Needs, prices: PriceTa
         return Check(need, CHECK, "state ops_per_s or data_gb to price a month")
     result = PASS if cost.monthly <= (needs.monthly_budget or 0) else FAIL
     nodes = f"{cost.nodes} × " if cost.nodes else ""
-    return Check(need, result, f"{nodes}{name}: {cost.monthly:,.0f} {prices.currency} a month")
+    # a node count comes from the measured throughput; a price per request does not
+    return Check(need, result, f"{nodes}{name}: {cost.monthly:,.0f} {prices.currency} a month",
+                 measured=cost.offering.kind == "instance")

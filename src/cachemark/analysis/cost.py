@@ -97,6 +97,8 @@ class Cost:
     monthly: float | None = None  # at the stated load and data size
     nodes: int | None = None
     notes: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()  # the run's warnings that change how its throughput reads, by short name
+    warnings: tuple[str, ...] = ()  # ... and their lines (analysis/advise.py ``bearing_on``)
 
 
 def run_throughput(run: dict[str, Any]) -> tuple[float, float]:

@@ -16,8 +16,8 @@ def _show(blocks: list, markdown: bool) -> None:
     from ..report.blocks import to_markdown, to_rich
 
     console = make_console()
-    if markdown:
-        console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False)
+    if markdown:  # whole lines: a table row or a list item folded at the console's width is broken Markdown
+        console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False, soft_wrap=True)
         return
     for block in blocks:
         to_rich(block, console)
@@ -58,6 +58,7 @@ def cost(
 
     Example: cachemark cost results/cachemark-*.json --price redis=cache.m7g.large --load 50000 --data-gb 10
     """
+    from ..analysis.advise import bearing_on, caveats, reading_warnings
     from ..analysis.cost import cost_of, load_prices
     from ..report.advice_report import cost_block
     from ..results import load as load_results
@@ -79,4 +80,8 @@ def cost(
         if label not in runs:
             raise UserError(f"--price {item!r}: no measured run labelled {label!r}; labels: {', '.join(runs)}")
         costs.append(cost_of(runs[label], table.offering(offering), table, load, data_gb))
+    found = reading_warnings(document)
+    for priced in costs:  # the throughput is the whole run's: its warnings about one op do not bear on it
+        bearing = bearing_on(found, priced.label)
+        priced.caveats, priced.warnings = caveats(bearing), tuple(f.text for f in bearing)
     _show([cost_block(costs, table, load, data_gb)], markdown)

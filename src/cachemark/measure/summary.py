@@ -87,7 +87,8 @@ def summary_from_result(op: dict[str, Any], wall_s: float, corrected: bool = Tru
 
 
 def merge_timeseries(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Merge per-worker per-second entries by second: ops and errors add, histograms merge."""
+    """Merge per-worker per-second entries by second: ops and errors add, histograms merge. Each
+    second keeps its slowest op (``max_us``): where in the phase a stall happened (report/verdict.py)."""
     seconds: dict[int, dict[str, Any]] = {}
     for series in parts:
         for entry in series:
@@ -100,5 +101,5 @@ def merge_timeseries(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         entry = seconds[t]
         hist = entry.pop("_h")
         p50, p99 = hist.percentiles((50.0, 99.0))
-        out.append({**entry, "p50_us": p50 / 1000, "p99_us": p99 / 1000})
+        out.append({**entry, "p50_us": p50 / 1000, "p99_us": p99 / 1000, "max_us": hist.max / 1000})
     return out

@@ -23,25 +23,43 @@ def advice_block(advice: list[Advice]) -> Block:
     if passing:
         lines = [f"Meets every stated need: {', '.join(passing)}" +
                  (f"; {passing[0]} first, by the measured p99." if len(passing) > 1 else ".")]
+        qualified = [a.label for a in advice if a.failed == 0 and any(c.caveats for c in a.checks)]
+        if qualified:
+            lines.append(f"{', '.join(qualified)} {'meets' if len(qualified) == 1 else 'meet'} them only on "
+                         "figures with warnings (below).")
     else:
         lines = ["No target meets every stated need; they are ranked by how many they fail."]
     notes = ["pass / FAIL from the measured figures (a latency budget passes only when every repeat is "
              "inside it); check: the results cannot tell, see why."]
+    notes += _warning_notes([line for item in advice for line in item.warnings])
     return Block("Which cache, for these needs", lines, ["#", "target", "need", "", "measured"], rows, notes,
                  left=5, kind="verdict")
 
 
+def _warning_notes(lines: list[str]) -> list[str]:
+    """The run's own warnings behind the figures shown, as its report words them (once each)."""
+    if not lines:
+        return []
+    return ["", "Warnings that change how these figures read (from the run's own report):",
+            *(f"- {line}" for line in dict.fromkeys(lines))]
+
+
 def cost_block(costs: list[Cost], prices: PriceTable, load: float | None, data_gb: float | None) -> Block:
     monthly = load is not None or data_gb is not None
+    warned = any(cost.caveats for cost in costs)
     columns = ["target", "offering", "ops/s measured", f"per million ops ({prices.currency})"]
     if monthly:
         columns.append("a month")
+    if warned:
+        columns.append("figures with warnings")
     rows = []
     for cost in costs:
         row = [cost.label, cost.offering.name, f"{cost.ops_per_s:,.0f}", f"{cost.per_million:.4g}"]
         if monthly:
             nodes = f"{cost.nodes} × " if cost.nodes else ""
             row.append("-" if cost.monthly is None else f"{nodes}{cost.monthly:,.2f}")
+        if warned:
+            row.append(", ".join(cost.caveats) or "-")
         rows.append(row)
     stated = []
     if load is not None:
@@ -52,6 +70,7 @@ def cost_block(costs: list[Cost], prices: PriceTable, load: float | None, data_g
     notes = [f"{o.name}: {o.source}" for o in {c.offering.name: c.offering for c in costs}.values()]
     notes += sorted({n for c in costs for n in c.notes})
     notes.append(f"prices from {prices.where}: edit a copy (--prices FILE) for your provider, region and discounts.")
+    notes += _warning_notes([line for cost in costs for line in cost.warnings])
     return Block("What it costs", lines, columns, rows, notes, left=2)
 
 

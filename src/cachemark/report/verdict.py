@@ -8,7 +8,9 @@ sweep point and one network profile at a time. With repeats the factor is the me
 the ratios paired by repeat and its ± is half a 95 % interval (Student's t on the log
 ratios), and a difference whose interval includes 1× is called a tie; without repeats a
 difference under 5 % is a tie. The warnings are the facts that change how the figures
-read, the most serious (a target that drops writes) first.
+read, the most serious (a target that drops writes) first; each is a :class:`Finding` of a
+kind, so ``advise`` and ``cost`` can show beside a pass or FAIL the ones that change how its
+figures read (:data:`QUALIFY_FIGURES`) without matching on their text.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,6 +42,19 @@ LOAD_FALL = 1.05  # p50 at the lower load more than this × the higher load's: "
 ENGINE_CLIENT = "cachemark-engine"
 RANKED_STATUSES = ("ok", "interrupted")
 OUTAGE_SHOWN_S = 1.0  # writes failing this long (or any outage of a target that fails over) gets a line
+# a hiccup: a stall inside a phase (the host, the server or the network stopped for a while)
+HICCUP_OVERRUN = 0.10  # a phase longer than its planned duration by more than this share
+HICCUP_MAX_OVER_P99 = 100  # an op's slowest at this many × its p99: one stall, not the tail
+HICCUP_MAX_S = 1.0  # an op this slow is a stall whatever its p99 (when also HICCUP_MAX_OVER_P50 × its p50)
+HICCUP_MAX_OVER_P50 = 10  # ... so a backend whose every op is slow is not called one
+HICCUP_MIN_S = 0.1  # a slowest op or an overrun shorter than this is a busy host's scheduling, not a stall
+HICCUP_MIN_SAMPLES = 1000  # fewer ops: max over p99 is the luck of a few samples
+HICCUP_DIP = 0.5  # a full second under this share of the phase's median throughput
+HICCUP_MIN_SECONDS = 3  # full seconds needed for a median to judge a dip against
+HICCUP_MIN_RATE = 100  # a median under this many ops/s: per-second counts too coarse for a dip
+OPEN_LOOP_GAPS = 3  # an open-loop phase may end this many of a worker's mean gaps late (a Poisson gap's p95)
+SECOND_SLACK_S = 0.05  # a second ending this little past the phase's end is a full one (workers start apart)
+
 
 # Student's t, two-sided 95 %, by degrees of freedom (beyond the table: the normal's 1.96).
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
@@ -382,6 +398,31 @@ def client_costs(runs: list[dict[str, Any]]) -> list[str]:
 # --- the warnings ---------------------------------------------------------------------------------------------
 
 
+class Kind:
+    """The kinds of warning (:attr:`Finding.kind`), in the order :func:`findings` gives them."""
+
+    DROPPED, FAILED, ERRORS, OUTAGE, HICCUP, BUDGET = "dropped", "failed", "errors", "outage", "hiccup", "budget"
+    EVICTIONS, HIT_RATIO, EMULATOR, PER_PROCESS = "evictions", "hit-ratio", "emulator", "per-process"
+    LOCAL_STORE, GENERATOR, HOST, OPEN_LOOP = "local-store", "generator", "host", "open-loop"
+    LOAD_FALLS, FEW_SAMPLES = "load-falls", "few-samples"
+
+
+# The kinds that change how a measured figure reads — a saturated generator or host, a stall, an emulator,
+# too few samples — by the short name `advise` and `cost` show beside a pass or FAIL resting on such figures.
+QUALIFY_FIGURES = {Kind.GENERATOR: "generator saturated", Kind.HOST: "host saturated", Kind.HICCUP: "a hiccup",
+                   Kind.EMULATOR: "an emulator", Kind.FEW_SAMPLES: "too few samples"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One warning line: its kind, the run labels it is about, and the ops it is about (none: the whole run)."""
+
+    kind: str
+    text: str
+    labels: tuple[str, ...]
+    ops: tuple[str, ...] = ()
+
+
 def _phase_label(run: dict[str, Any], phase: dict[str, Any]) -> str:
     name = run_name(run)
     return f"{name} ({phase.get('name') or 'main'})" if len(run.get("phases") or []) > 1 else name
@@ -402,7 +443,8 @@ def _swept(value: Any) -> Any:
 
 def _workload_phase(document: dict[str, Any], run: dict[str, Any], name: str) -> dict[str, Any]:
     """The experiment's settings for a run's phase: the run's sweep point over the phase's own
-    fields over the workload's (an op budget only where the phase has no duration of its own)."""
+    fields over the workload's (an op budget only where the phase has no duration of its own, and
+    no duration where it has only an op budget, as ``Workload.effective_phases`` runs it)."""
     wl = dict(_dict(_dict(document.get("experiment")).get("workload")))
     wl.update({k: _swept(v) for k, v in (run.get("sweep") or {}).items()})
     for phase in wl.get("phases") or []:
@@ -410,6 +452,8 @@ def _workload_phase(document: dict[str, Any], run: dict[str, Any], name: str) ->
             merged = {**wl, **{k: v for k, v in phase.items() if v is not None}}
             if phase.get("duration") and phase.get("ops") is None:
                 merged["ops"] = None
+            if phase.get("ops") is not None and not phase.get("duration"):
+                merged["duration"] = None
             return merged
     return wl
 
@@ -475,29 +519,45 @@ def _expected_hit_ratio(mix: dict[str, Any]) -> float | None:
 
 def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
     """One line each, naming the run; the most serious first."""
-    dropped, broken, errors, outages, evictions, hits, budget, generator, samples = ([] for _ in range(9))
+    return [f.text for f in findings(document, runs)]
+
+
+def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Finding]:
+    """The warnings with their kinds, labels and ops; the most serious first."""
+    dropped: list[Finding] = []
+    broken: list[Finding] = []
+    errors: list[Finding] = []
+    outages: list[Finding] = []
+    hiccups: list[Finding] = []
+    evictions: list[Finding] = []
+    hits: list[Finding] = []
+    budget: list[Finding] = []
+    generator: list[Finding] = []
+    samples: list[Finding] = []
     cpus = (document.get("environment") or {}).get("cpus")
     # facts about a backend, not a run: one line each, naming every label it applies to
     emulated: dict[str, str] = {}
     private: dict[str, None] = {}
     local: dict[str, str] = {}
     open_python: dict[str, None] = {}
-    few: dict[tuple[str, str, str], list[int]] = {}  # (label [sweep point], phase, op) → counts over runs
+    few: dict[tuple[str, str, str, str], list[int]] = {}  # (label, label [sweep point], phase, op) → counts
     for run in runs:
         name, label = run_name(run), run["label"]
+        about = (label,)
         if run.get("dropped_writes"):
             what = str(run["dropped_writes"]).strip().rstrip(".")
-            dropped.append(f"{name} drops writes: {what}; its timings are not a cache's: left out of the ranking")
+            dropped.append(Finding(Kind.DROPPED, f"{name} drops writes: {what}; its timings are not a cache's: "
+                                   "left out of the ranking", about))
         status = run.get("status", "ok")
         if status in ("failed", "skipped"):
             reason = f": {run['reason']}" if run.get("reason") else ""
-            broken.append(f"{name} {status}{reason}")
+            broken.append(Finding(Kind.FAILED, f"{name} {status}{reason}", about))
         n_errors, total, kinds = _errors(run)
         if n_errors:
             what = ", ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
             plural = "s" if n_errors != 1 else ""
-            errors.append(f"{name}: {n_errors:,} error{plural} in {total:,} ops ({what}); "
-                          "latencies cover the successes")
+            errors.append(Finding(Kind.ERRORS, f"{name}: {n_errors:,} error{plural} in {total:,} ops ({what}); "
+                                  "latencies cover the successes", about))
         backend = run.get("backend") or {}
         info = backend.get("info") or {}
         server = run.get("server") or {}
@@ -520,71 +580,83 @@ def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
             evicted = (phase.get("server") or {}).get("evictions")
             if isinstance(evicted, int | float) and evicted > 0:
                 keys = "key" if evicted == 1 else "keys"
-                evictions.append(f"{where}: the server evicted {_num(evicted)} {keys}: hit ratios reflect its memory "
-                                 "limit, not the key space")
+                evictions.append(Finding(Kind.EVICTIONS, f"{where}: the server evicted {_num(evicted)} {keys}: hit "
+                                         "ratios reflect its memory limit, not the key space", about))
             outage = longest(phase.get("write_outages"))
             # a Sentinel's primary, or a cluster node's keys, moving to a promoted replica
             fails_over = scheme is not None and (scheme.failover_grace is not None or scheme.cluster)
             if outage is not None and (fails_over or outage["duration_s"] >= OUTAGE_SHOWN_S):
                 others = len(phase["write_outages"]) - 1
-                outages.append(f"{where}: {'failover: ' if fails_over else ''}{outage_text(outage, others)}")
+                outages.append(Finding(Kind.OUTAGE, f"{where}: {'failover: ' if fails_over else ''}"
+                                       f"{outage_text(outage, others)}", about))
+            hiccup = _hiccup(phase, spec)
+            if hiccup:
+                hiccups.append(Finding(Kind.HICCUP, f"{where}: a hiccup: {hiccup}: a stall (of the host, the server "
+                                       "or the network), not the backend's steady pace; its throughput and tail "
+                                       "include it: run it again", about))
             if phase.get("stopped_on_errors"):
-                budget.append(f"{where}: stopped early by the on-error policy: {phase['stopped_on_errors']}")
+                budget.append(Finding(Kind.BUDGET, f"{where}: stopped early by the on-error policy: "
+                                      f"{phase['stopped_on_errors']}", about))
             elif phase.get("interrupted"):
-                budget.append(f"{where}: interrupted: the figures cover only part of the planned run")
+                budget.append(Finding(Kind.BUDGET, f"{where}: interrupted: the figures cover only part of the "
+                                      "planned run", about))
             elif isinstance(spec.get("ops"), int) and done < spec["ops"]:
-                budget.append(f"{where}: {done:,} of the {spec['ops']:,} ops planned were done")
+                budget.append(Finding(Kind.BUDGET, f"{where}: {done:,} of the {spec['ops']:,} ops planned were done",
+                                      about))
             missed = phase.get("missed") or 0
             if missed > 0:
-                generator.append(f"{where}: {missed:,} open-loop ops fell due but were never sent: the generator "
-                                 "could not keep the rate")
+                generator.append(Finding(Kind.GENERATOR, f"{where}: {missed:,} open-loop ops fell due but were "
+                                         "never sent: the generator could not keep the rate", about))
             workers = phase.get("workers") or 1
             cores = min(workers, cpus) if isinstance(cpus, int) and cpus > 0 else workers
             wall, cpu = phase.get("wall_s") or 0.0, phase.get("client_cpu_s")
             if (cpu and wall >= MIN_WALL_S and not _in_process(run) and done >= FEW_SAMPLES
                     and cpu >= CPU_SATURATED * wall * cores):
-                generator.append(f"{where}: the load generator used {cpu / wall / cores:.0%} of its "
-                                 f"{cores} core{'s' if cores != 1 else ''}: it, not the backend, may be the limit")
+                generator.append(Finding(Kind.GENERATOR, f"{where}: the load generator used "
+                                         f"{cpu / wall / cores:.0%} of its {cores} core{'s' if cores != 1 else ''}: "
+                                         "it, not the backend, may be the limit", about))
             elif done >= FEW_SAMPLES and (share := _host_share(run, phase, cpus)) is not None \
                     and share >= CPU_SATURATED:
-                generator.append(f"{where}: client and server share this host and together used {share:.0%} of "
-                                 f"its {cpus} cores: the host, not the backend, may be the limit (the server on a "
-                                 "host of its own would do more)")
+                generator.append(Finding(Kind.HOST, f"{where}: client and server share this host and together used "
+                                         f"{share:.0%} of its {cpus} cores: the host, not the backend, may be the "
+                                         "limit (the server on a host of its own would do more)", about))
             _hit_ratio_warning(run, phase, spec, document, where, hits)
             for op_name, op in ops.items():
                 count = op.get("count") or 0
                 if 0 < count < FEW_SAMPLES:
                     named = f"{label} [{sweep_key(run)}]" if run.get("sweep") else label
-                    few.setdefault((named, phase.get("name") or "main", op_name), []).append(count)
+                    few.setdefault((label, named, phase.get("name") or "main", op_name), []).append(count)
             if (phase.get("mode") == "open" and info.get("client") != ENGINE_CLIENT and not phase.get("engine")
                     and not _in_process(run)):
                 open_python[label] = None
-    many_phases = len({k[1] for k in few}) > 1
-    for (named, phase, op_name), counts in few.items():
+    many_phases = len({k[2] for k in few}) > 1
+    for (label, named, phase, op_name), counts in few.items():
         where = f"{named} {phase}:{op_name}" if many_phases else f"{named} {op_name}"
         low = min(counts)
         runs_text = "" if len(counts) == 1 else (f" in each of {len(counts)} runs" if max(counts) == low
                                                   else f" (fewest of {len(counts)} runs)")
         what = "no percentile at all" if low == 1 else "no trustworthy p99"
-        samples.append(f"{where}: {low} sample{'s' if low != 1 else ''}{runs_text}: {what}")
+        samples.append(Finding(Kind.FEW_SAMPLES, f"{where}: {low} sample{'s' if low != 1 else ''}{runs_text}: {what}",
+                               (label,), (op_name,)))
     facts = []
     if emulated:
-        facts.append(f"{_names(f'{k}{v}' for k, v in emulated.items())} ran against an emulator: its latency is "
-                     "not the real service's")
+        facts.append(Finding(Kind.EMULATOR, f"{_names(f'{k}{v}' for k, v in emulated.items())} ran against an "
+                             "emulator: its latency is not the real service's", tuple(emulated)))
     if private:
         what = _plural(private, "a per-process cache", "per-process caches")
-        facts.append(f"{_names(private)}: {what}: each worker (and each app server process) has its own "
-                     "copy, shared with nobody, so the figures are not a shared cache's")
+        facts.append(Finding(Kind.PER_PROCESS, f"{_names(private)}: {what}: each worker (and each app server process) "
+                             "has its own copy, shared with nobody, so the figures are not a shared cache's",
+                             tuple(private)))
     if local:
         what = _plural(local, "a local store", "local stores")
-        facts.append(f"{_names(f'{k} ({v})' for k, v in local.items())}: {what} on this host's "
-                     "disk: shared by its processes only, not between app servers")
+        facts.append(Finding(Kind.LOCAL_STORE, f"{_names(f'{k} ({v})' for k, v in local.items())}: {what} on this "
+                             "host's disk: shared by its processes only, not between app servers", tuple(local)))
     tails = []
     if open_python:
-        tails.append(f"{_names(open_python)}: open loop through Python workers that block on each reply: the "
-                     "corrected tail is overstated against an open system (docs/validation.md); `?client=engine` "
-                     "is the open-loop reference")
-    return [*dropped, *broken, *errors, *outages, *budget, *evictions, *hits, *facts, *generator, *tails,
+        tails.append(Finding(Kind.OPEN_LOOP, f"{_names(open_python)}: open loop through Python workers that block on "
+                             "each reply: the corrected tail is overstated against an open system "
+                             "(docs/validation.md); `?client=engine` is the open-loop reference", tuple(open_python)))
+    return [*dropped, *broken, *errors, *outages, *hiccups, *budget, *evictions, *hits, *facts, *generator, *tails,
             *_load_falls(runs), *samples]
 
 
@@ -597,7 +669,7 @@ def _plural(labels: dict[str, Any], one: str, many: str) -> str:
 
 
 def _hit_ratio_warning(run: dict[str, Any], phase: dict[str, Any], spec: dict[str, Any], document: dict[str, Any],
-                       where: str, out: list[str]) -> None:
+                       where: str, out: list[Finding]) -> None:
     """A get hit ratio well under what a prefilled key space without TTL or evictions predicts."""
     get = (phase.get("ops") or {}).get("get")
     if not get or not spec.get("prefill") or spec.get("ttl") or run.get("dropped_writes"):
@@ -616,11 +688,118 @@ def _hit_ratio_warning(run: dict[str, Any], phase: dict[str, Any], spec: dict[st
         return
     observed = hits / (hits + misses)
     if observed < expected - HIT_RATIO_SLACK:
-        out.append(f"{where}: get hit ratio {observed:.0%} where a prefilled key space without TTL or evictions "
-                   f"predicts ≥ {expected:.0%} (from the mix's sets and deletes): keys are lost somewhere")
+        out.append(Finding(Kind.HIT_RATIO, f"{where}: get hit ratio {observed:.0%} where a prefilled key space "
+                           f"without TTL or evictions predicts ≥ {expected:.0%} (from the mix's sets and deletes): "
+                           "keys are lost somewhere", (run["label"],)))
 
 
-def _load_falls(runs: list[dict[str, Any]]) -> list[str]:
+def _hiccup(phase: dict[str, Any], spec: dict[str, Any]) -> str:
+    """What shows a stall inside ``phase`` — one op far slower than its tail, a second far under the
+    phase's median throughput, a phase that overran its planned duration — or "" where nothing does.
+    A phase cut short is left out: its budget line says so, and its figures cover part of a run."""
+    if phase.get("interrupted") or phase.get("stopped_on_errors"):
+        return ""
+    signs = (_slowest_op(phase, spec), _dip(phase, spec), _overrun(phase, spec))
+    return "; ".join(sign for sign in signs if sign)
+
+
+def _seconds(t: float) -> str:
+    """Second ``t`` of a phase as the span it covers: ``2–3 s``."""
+    return f"{_num(t)}–{_num(t + 1)} s"
+
+
+def _slowest_op(phase: dict[str, Any], spec: dict[str, Any]) -> str:
+    """The slowest op, when it stands far out of its own tail (≥ HICCUP_MAX_OVER_P99 × its p99 over
+    enough samples) or took over HICCUP_MAX_S where its p50 is far less; with the second it started in,
+    where the per-second series kept each second's slowest (without a warm-up, a slowest op in the
+    first second is the cold start's: not a stall)."""
+    wall = phase.get("wall_s") or 0.0
+    worst: tuple[float, str, float | None] | None = None
+    for op_name, op in (phase.get("ops") or {}).items():
+        if op_name in PSEUDO_OPS:  # the origin is the workload's stand-in, not the backend
+            continue
+        summary = op_summary(op, wall)
+        top, p50, p99 = summary.get("max_us"), summary.get("p50_us"), summary.get("p99_us")
+        if not top or top < HICCUP_MIN_S * 1e6 or (worst is not None and top <= worst[0]):
+            continue
+        outlier = (op.get("count") or 0) >= HICCUP_MIN_SAMPLES and p99 and top >= HICCUP_MAX_OVER_P99 * p99
+        if outlier or (top >= HICCUP_MAX_S * 1e6 and p50 and top >= HICCUP_MAX_OVER_P50 * p50):
+            worst = (top, op_name, p99)
+    if worst is None:
+        return ""
+    top, op_name, p99 = worst
+    tail = f" ({fmt_factor(top / p99)}× its p99 of {fmt_latency(p99)})" if p99 else ""
+    timed = [e for e in phase.get("timeseries") or [] if isinstance(e.get("max_us"), int | float)]
+    second = max(timed, key=lambda e: e["max_us"], default=None)
+    if second is None or second["max_us"] < 0.9 * top:  # not this op's second (or not recorded)
+        return f"the slowest {op_name} took {fmt_latency(top)}{tail}"
+    if second["t"] == 0 and not _warmed(spec):
+        return ""
+    return f"the slowest {op_name} took {fmt_latency(top)}{tail}, at {_seconds(second['t'])}"
+
+
+def _warmed(spec: dict[str, Any]) -> bool:
+    return bool(spec.get("warmup") or spec.get("warmup_ops"))
+
+
+def _dip(phase: dict[str, Any], spec: dict[str, Any]) -> str:
+    """The full second furthest under half the phase's median throughput, between seconds at the
+    median or above (a cold start's climb and a slow decline are trends, not a stall)."""
+    trace = _dict(spec.get("trace"))
+    if trace and trace.get("speed", 1) != 0:
+        return ""  # replayed at the recorded times: the dips are the trace's own
+    series = _throughput(phase, spec)
+    if len(series) < HICCUP_MIN_SECONDS:
+        return ""
+    median = statistics.median(v for _, v in series)
+    if median < HICCUP_MIN_RATE:
+        return ""
+    values = [v for _, v in series]
+    dips = [(v, t) for i, (t, v) in enumerate(series) if v < HICCUP_DIP * median
+            and max(values[:i], default=0.0) >= median and max(values[i + 1:], default=0.0) >= median]
+    if not dips:
+        return ""
+    low, t = min(dips)
+    more = f", and under half in {len(dips) - 1} other second{'s' if len(dips) > 2 else ''}" if len(dips) > 1 else ""
+    return (f"throughput fell to {low / median:.0%} of the phase's median at {_seconds(t)} "
+            f"({low:,.0f} vs {median:,.0f} ops/s){more}")
+
+
+def _throughput(phase: dict[str, Any], spec: dict[str, Any]) -> list[tuple[int, float]]:
+    """(second, ops/s) over the phase's full seconds: the client's count per second (a second missing
+    between them had none: every worker was stuck in one op), else the server's rate per interval
+    without the first and last (the engine's connecting and draining). Without a warm-up the first
+    second is the cold start's, and a last, partial second is not judged."""
+    entries = [e for e in phase.get("timeseries") or [] if isinstance(e, dict)]
+    if any(not isinstance(e.get("t"), int | float) or e["t"] != int(e["t"]) for e in entries):
+        return []
+    if any(isinstance(e.get("ops"), int) for e in entries):
+        counts = {int(e["t"]): e["ops"] for e in entries if isinstance(e.get("ops"), int)}
+        first = 0 if _warmed(spec) else 1
+        last = math.floor((phase.get("wall_s") or 0.0) + SECOND_SLACK_S) - 1
+        return [(t, float(counts.get(t, 0))) for t in range(first, last + 1)]
+    rates = [(int(e["t"]), float(e["server_ops_per_s"])) for e in entries
+             if isinstance(e.get("server_ops_per_s"), int | float)]
+    return sorted(rates)[1:-1]
+
+
+def _overrun(phase: dict[str, Any], spec: dict[str, Any]) -> str:
+    """A phase that ran more than HICCUP_OVERRUN (and HICCUP_MIN_S) past its planned duration:
+    something held it up at the end (an op budget has no planned duration to overrun). In open loop
+    a worker waits for its next op's due time before it sees the deadline: up to a few of its gaps
+    past it are the schedule's."""
+    planned, wall = spec.get("duration"), phase.get("wall_s") or 0.0
+    if isinstance(planned, bool) or not isinstance(planned, int | float) or planned <= 0:
+        return ""
+    rate, workers = phase.get("rate"), phase.get("workers") or 1
+    schedule = OPEN_LOOP_GAPS * workers / rate if phase.get("mode") == "open" and rate else 0.0
+    over = wall - planned
+    if over <= HICCUP_OVERRUN * planned + schedule or over < HICCUP_MIN_S:
+        return ""
+    return f"the phase ran {wall:.2f} s of a planned {_num(planned)} s (+{over / planned:.0%})"
+
+
+def _load_falls(runs: list[dict[str, Any]]) -> list[Finding]:
     """Latency that falls as a swept load parameter rises: an idle core's wake-up, not speed."""
     series: dict[tuple, dict[float, list[float]]] = {}
     for run in runs:
@@ -651,8 +830,9 @@ def _load_falls(runs: list[dict[str, Any]]) -> list[str]:
             p_low, p_high = statistics.median(points[low]), statistics.median(points[high])
             if p_low > LOAD_FALL * p_high:
                 context = "".join(f" [{x}]" for x in (profile, ",".join(f"{k}={v}" for k, v in rest)) if x)
-                out.append(f"{label}{context} {op_name}: p50 falls as {param} rises ({_num(low)} → {_num(high)}: "
-                           f"{fmt_latency(p_low)} → {fmt_latency(p_high)}): an artefact (an idle core waking up, or a "
-                           "throttled generator), not speed; compare at a load that keeps it busy")
+                out.append(Finding(Kind.LOAD_FALLS, f"{label}{context} {op_name}: p50 falls as {param} rises "
+                                   f"({_num(low)} → {_num(high)}: {fmt_latency(p_low)} → {fmt_latency(p_high)}): an "
+                                   "artefact (an idle core waking up, or a throttled generator), not speed; compare "
+                                   "at a load that keeps it busy", (label,), (op_name,)))
                 break
     return out

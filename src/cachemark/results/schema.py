@@ -100,6 +100,7 @@ class TimeseriesEntry(_Record):
     errors: Count | None = None
     p50_us: Figure | None = None
     p99_us: Figure | None = None
+    max_us: Figure | None = None  # the second's slowest successful op (files before it lack it)
     server_ops_per_s: Figure | None = None
     server_cpu_pct: Figure | None = None
     server_rss_bytes: Figure | None = None
