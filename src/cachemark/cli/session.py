@@ -27,6 +27,7 @@ from ..results import default_path, new_document, write_atomic
 from ..results.names import run_name
 from ..run.runner import run_target
 from ..spec import Experiment
+from .eta import Clock
 
 LINE_EVERY_S = 5.0  # piped output: at most one progress line per run this often
 OVERHEAD_SAMPLES = 2000  # round trips each way for the proxy's own overhead: well under a second
@@ -121,6 +122,9 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
     if experiment.network and any(spec.network is not None and spec.network.proxied for spec in specs):
         document["environment"]["proxy_overhead"] = proxy_overhead(console)
     path = Path(out) if out else default_path()
+    clock = Clock(specs)
+    if (opening := clock.opening()) is not None:
+        console.print(opening, markup=False, highlight=False)
     interrupted = False
     bar: Progress | None = None  # rich's bar draws nothing where the console is not interactive
     if console.is_interactive:
@@ -130,6 +134,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
         for spec in specs:
             shown = BarProgress(bar, describe(spec, experiment.repeat)) if bar is not None \
                 else LineProgress(console, describe(spec, experiment.repeat))
+            started = time.monotonic()
             try:
                 from ..run.distributed import run_or_distribute  # run_target, or the --cluster's agents
 
@@ -149,6 +154,8 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
             if outcome.status == "interrupted":
                 interrupted = True
                 break
+            if (left := clock.finished(time.monotonic() - started)) is not None:
+                console.print(left, markup=False, highlight=False)
     if experiment.sweep:
         document["saturation"] = saturation_summary(document["runs"])
         write_atomic(path, document)
