@@ -17,7 +17,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from .errors import BackendUnavailable, SpecError
+from .errors import BackendUnavailable, SpecError, UserError
 from .schemes import scheme, sentinel_parts, unix_socket
 from .target import Target, parse_target
 
@@ -37,7 +37,8 @@ def run_load(config: dict[str, Any]) -> dict[str, Any]:
 
     Raises :class:`SpecError` for an invalid config and :class:`BackendUnavailable`
     when a server cannot be reached, refuses the credentials, or speaks another
-    protocol. Ctrl-C ends the run early; the result then has ``"interrupted": True``.
+    protocol, and :class:`UserError` when the host refuses a load thread (its thread or
+    memory limit). Ctrl-C ends the run early; the result then has ``"interrupted": True``.
     With ``on_error: "stop"`` (the default) a run whose ops all failed for ``error_grace_s``
     stops too, and says why in ``"stopped_on_errors"``.
     """
@@ -51,6 +52,8 @@ def run_load(config: dict[str, Any]) -> dict[str, Any]:
         raise SpecError(str(exc)) from None
     except ConnectionError as exc:
         raise BackendUnavailable(str(exc)) from None
+    except OSError as exc:  # the host refused a load thread: fewer threads is the user's remedy
+        raise UserError(str(exc)) from None
     return json.loads(out)
 
 

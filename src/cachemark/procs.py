@@ -73,3 +73,70 @@ def _setpriv() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return path if "--pdeathsig" in usage else None
+
+
+def tasks_left() -> int | None:
+    """How many more processes and threads this host lets us start — its pids cgroups' room
+    (``pids.max`` − ``pids.current``, ours and each above it) and, for a user other than root,
+    ``RLIMIT_NPROC``'s — or None where neither limits us. A run checks it before it forks its
+    workers: past the limit, a fork fails inside multiprocessing's fork server, which dies."""
+    rooms = [room for room in (_cgroup_room(), _nproc_room()) if room is not None]
+    return min(rooms) if rooms else None
+
+
+def _cgroup_room() -> int | None:
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "pids":
+            mounts = ["/sys/fs/cgroup/pids"]  # v1
+        elif controllers == "":
+            mounts = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]  # v2
+        else:
+            continue
+        for mount in mounts:
+            at = path.rstrip("/")
+            while True:  # a limit anywhere up the tree holds us too
+                room = _room(os.path.join(mount + at, "pids.max"), os.path.join(mount + at, "pids.current"))
+                if room is not None:
+                    rooms.append(room)
+                if not at:
+                    break
+                at = at.rsplit("/", 1)[0]
+    return min(rooms) if rooms else None
+
+
+def _room(limit_file: str, current_file: str) -> int | None:
+    try:
+        with open(limit_file, encoding="ascii") as f:
+            limit = f.read().strip()
+        with open(current_file, encoding="ascii") as f:
+            current = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else int(limit) - current
+
+
+def _nproc_room() -> int | None:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if os.geteuid() == 0 or soft == resource.RLIM_INFINITY:
+        return None  # root is not held to it
+    uid, used = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status", encoding="utf-8") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid:
+                used += int(fields["Threads"])
+        except (OSError, KeyError, ValueError):
+            continue
+    return soft - used

@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::engine::{self, RunError};
 use crate::hist::{self, Hist};
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyConnectionError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,7 @@ fn run_load(py: Python<'_>, config_json: &str) -> PyResult<String> {
         Ok(v) => Ok(v.to_string()),
         Err(RunError::Spec(m)) => Err(PyValueError::new_err(m)),
         Err(RunError::Unavailable(m)) => Err(PyConnectionError::new_err(m)),
+        Err(RunError::Host(m)) => Err(PyOSError::new_err(m)),
     }
 }
 

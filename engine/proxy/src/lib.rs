@@ -8,11 +8,13 @@
 //! own tokio runtime, with timerfd-based timers for sub-millisecond delays.
 //!
 //! Modules: [`config`] (the JSON schema and the release-time arithmetic), [`timer`]
-//! (microsecond timers), [`capture`] (the tap and the trace recorder), [`proxy`] (listener, pumps, faults, stats) and [`python`]
+//! (microsecond timers), [`capture`] (the tap and the trace recorder), [`proxy`] (listener, pumps, faults, stats), [`runtime`]
+//! (its tokio runtime: a refused thread is an error) and [`python`]
 //! (the `cachemark._engine.Proxy` class).
 pub mod capture;
 pub mod config;
 pub mod proxy;
+pub mod runtime;
 pub mod sock;
 pub mod timer;
 

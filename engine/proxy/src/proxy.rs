@@ -435,15 +435,11 @@ impl Proxy {
                 format!("upstream {upstream:?} resolves to no address"),
             )
         })?;
-        let std_listener = StdListener::bind(listen)?;
+        let rt = crate::runtime::build(threads)?;
+        let std_listener = StdListener::bind(listen)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
         std_listener.set_nonblocking(true)?;
         let local = std_listener.local_addr()?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads.max(1))
-            .thread_name("cachemark-proxy")
-            .enable_io()
-            .enable_time()
-            .build()?;
         let (cfg_tx, cfg_rx) = watch::channel(Arc::new(cfg));
         let shared = Arc::new(Shared {
             stats: Stats::new(),

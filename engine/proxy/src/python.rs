@@ -69,11 +69,7 @@ impl PyProxy {
         let tap = capture.as_ref().map(|c| c.tap.clone());
         let proxy = py
             .allow_threads(|| Proxy::start_with_tap(listen, upstream, cfg, threads, tap))
-            .map_err(|e| {
-                PyOSError::new_err(format!(
-                    "proxy: cannot listen on {listen} for {upstream}: {e}"
-                ))
-            })?;
+            .map_err(|e| PyOSError::new_err(format!("proxy for {upstream}: {e}")))?;
         let local = proxy.local_addr();
         Ok(PyProxy {
             inner: Mutex::new(Some(proxy)),

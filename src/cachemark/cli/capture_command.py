@@ -69,7 +69,7 @@ def capture(
     = None,
     protocol: Annotated[str | None, typer.Option(help="resp or memcached (default: from the URL's scheme).")]
     = None,
-    threads: Annotated[int, typer.Option(help="Proxy threads (2 for heavy traffic).")] = 1,
+    threads: Annotated[int, typer.Option(help="Proxy threads, 1 to 64 (2 for heavy traffic).")] = 1,
 ) -> None:
     """Record an application's cache traffic to a trace: point the application at --listen.
 
@@ -85,8 +85,6 @@ def capture(
     if protocol is not None and protocol not in CAPTURE_PROTOCOLS:
         raise UserError(f"--protocol {protocol!r}: use one of {', '.join(CAPTURE_PROTOCOLS)}")
     seconds = parse_duration(duration, "--duration") if duration is not None else None
-    if threads < 1:
-        raise UserError("--threads must be at least 1")
     host, port, protocol = upstream_of(upstream, protocol)
     if not outfile.is_stdout(output):
         outfile.check(output, "the trace")  # before anything listens

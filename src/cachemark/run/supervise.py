@@ -23,6 +23,7 @@ from typing import Any
 
 from ..backends.base import PSEUDO_OPS
 from ..errors import Crash, UserError
+from ..procs import tasks_left
 from ..spec import Workload
 from .error_policy import ErrorWatch
 from .forkserver import context
@@ -77,8 +78,9 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
 
     ``monitor`` is told each phase's start and end (run/monitor.py's interface); the shared
     board has ``board_slots`` slots, indexed by each task's (global) worker number."""
-    ctx = context()
     n = len(tasks)
+    _check_room(n)
+    ctx = context()
     results: Any = ctx.Queue()
     barrier = ctx.Barrier(n + 1)
     board = Board(ctx.RawArray("q", board_slots), ctx.RawArray("q", board_slots), ctx.RawArray("b", 1))
@@ -93,7 +95,11 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
         # us) would find the queue and barrier gone when it unpickles them.
         with interrupts_deferred():
             for p in procs.values():
-                p.start()
+                try:
+                    p.start()
+                except (OSError, EOFError) as exc:  # the fork server could not fork (and died): a host limit
+                    raise UserError(f"the host refused worker process {p.name} of {n} ({exc}): ask for fewer "
+                                    "workers") from None
         clock.start()
         while len(finished) < n:
             try:
@@ -147,6 +153,23 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
                 p.kill()
                 p.join()
     return got
+
+
+# A worker process holds two tasks (its main thread and the run watch); the parent adds a few
+# threads of its own (the phase clock, the server's sampler) to what the fork server holds.
+TASKS_PER_WORKER = 2
+PARENT_TASKS = 8
+
+
+def _check_room(workers: int) -> None:
+    """One line, before any fork, where the host's process limit will not let the workers
+    start: a fork refused inside multiprocessing's fork server kills it, and the run with it."""
+    left = tasks_left()
+    need = workers * TASKS_PER_WORKER + PARENT_TASKS
+    if left is not None and need > left:
+        most = max((left - PARENT_TASKS) // TASKS_PER_WORKER, 0)
+        raise UserError(f"{workers} workers need about {need} processes and threads, and this host allows "
+                        f"{left} more (a pids cgroup or RLIMIT_NPROC): ask for at most {most} workers")
 
 
 @contextlib.contextmanager

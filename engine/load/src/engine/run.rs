@@ -24,6 +24,8 @@ pub enum RunError {
     Spec(String),
     /// A server cannot be reached, refuses our credentials, or speaks another protocol.
     Unavailable(String),
+    /// The host refused what the run needs of it: a load thread (its thread or memory limit).
+    Host(String),
 }
 
 /// State shared between the orchestrating thread and the load threads.
@@ -175,18 +177,32 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
     let mut cpu0 = (0.0, 0.0);
     let mut measure_start = 0u64;
     let recs: Vec<Recorder> = std::thread::scope(|scope| {
-        let handles: Vec<_> = groups
-            .into_iter()
-            .enumerate()
-            .map(|(ti, group)| {
-                let shared = &shared;
-                let share = group.len() as u64;
-                std::thread::Builder::new()
-                    .name(format!("cachemark-load-{ti}"))
-                    .spawn_scoped(scope, move || worker::run(plan, shared, ti, group, share))
-                    .expect("spawn load thread")
-            })
-            .collect();
+        let mut handles = Vec::with_capacity(t);
+        for (ti, group) in groups.into_iter().enumerate() {
+            let shared = &shared;
+            let share = group.len() as u64;
+            let spawned = std::thread::Builder::new()
+                .name(format!("cachemark-load-{ti}"))
+                .spawn_scoped(scope, move || worker::run(plan, shared, ti, group, share));
+            match spawned {
+                Ok(handle) => handles.push(handle),
+                Err(e) => {
+                    // The threads started so far end at once: stopped before a run that starts now.
+                    shared.stop.store(true, Ordering::Release);
+                    shared
+                        .run_start
+                        .store(shared.now().max(1), Ordering::Release);
+                    for handle in handles {
+                        let _ = handle.join();
+                    }
+                    return Err(RunError::Host(format!(
+                        "the host refused load thread {} of {t}: {e} (its thread or memory limit): ask for \
+                         fewer threads",
+                        ti + 1
+                    )));
+                }
+            }
+        }
         // Wait for prefill everywhere, then start all threads on one clock.
         while shared.ready.load(Ordering::Acquire) < t {
             control.check(" during prefill");
@@ -211,11 +227,11 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
             control.check("");
             std::thread::sleep(Duration::from_millis(10));
         }
-        handles
+        Ok(handles
             .into_iter()
             .map(|h| h.join().expect("load thread panicked"))
-            .collect()
-    });
+            .collect())
+    })?;
     let cpu1 = cpu_seconds();
     let (cpu_user, cpu_system) = (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1);
     let mut total = Recorder::new(plan.ops.len());

@@ -27,8 +27,8 @@ pub(super) fn resolve(plan: &Plan) -> Result<Plan, RunError> {
     for seed in 0..plan.servers.len() {
         match ask_seed(plan, seed, timeout) {
             Ok(p) => return Ok(p),
-            Err(RunError::Spec(m)) => return Err(RunError::Spec(m)),
             Err(RunError::Unavailable(m)) => why.push(m),
+            Err(other) => return Err(other),
         }
     }
     Err(RunError::Unavailable(format!(
