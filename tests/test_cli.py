@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,8 +22,12 @@ def test_run_prints_the_table_and_saves_results(tmp_path, cachemark):
     assert document["schema"] == "cachemark.results/1"
     assert [r["status"] for r in document["runs"]] == ["ok", "ok"]
     assert document["experiment"]["workload"]["duration"] == 1.0
+    # an ad-hoc run is named after its targets, not "default" (the default comparison's name)
+    assert "cachemark: memory vs sqlite" in result.stdout and "cachemark: default" not in result.stdout
+    assert document["experiment"]["name"] == "memory vs sqlite"
     html = (tmp_path / "out.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "sqlite" in html and "<svg" in html
+    assert "<title>cachemark: memory vs sqlite</title>" in html
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -33,9 +38,18 @@ def test_run_prints_the_table_and_saves_results(tmp_path, cachemark):
     (["run", "bad.toml", "--no-calibrate"], "malformed TOML"),
     (["run", "no-such-preset", "--no-calibrate"], "neither an experiment file nor a preset"),
     (["show", "bad.toml"], "not a results file"),
+    # typer's own usage errors: a box of five lines, now the same one line as every other error
+    (["run", "--duratoin", "1s"], "cachemark: error: no such option --duratoin (did you mean --duration?)"),
+    (["rnu", "-t", "memory://"], "cachemark: error: no such command rnu (did you mean run?)"),
+    (["trace", "statz", "t.csv"], "cachemark: error: no such command statz (did you mean stats?)"),
+    (["run", "--workers", "many"], "invalid value for '--workers'"),
+    (["report"], "missing argument 'results'; see cachemark report --help"),
+    # an experiment file without targets would run the six default ones
+    (["run", "no-targets.toml", "--no-calibrate"], "no-targets.toml: no targets: add e.g. targets"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message, cachemark):
     (tmp_path / "bad.toml").write_text("[workload\nkeys = ")
+    (tmp_path / "no-targets.toml").write_text("[workload]\nkeys = 100\n")
     result = cachemark(*args, cwd=tmp_path)
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
@@ -151,6 +165,59 @@ def test_positional_targets_count_as_dash_t(tmp_path, cachemark):
     assert [r["target"] for r in runs] == ["memory://", "null://"]
     two = cachemark("run", "a.toml", "b.toml", cwd=tmp_path)
     assert two.returncode == 2 and "one experiment file or preset at a time" in two.stderr
+
+
+README_EXPERIMENT = """name = "set-then-get"
+
+[workload]
+keys = 1000
+value_size = 150
+workers = 1
+warmup = 0
+prefill = false
+
+[[workload.phases]]
+name = "set"
+mix = { set = 1 }
+ops = 1000
+key_dist = "sequential"
+
+[[workload.phases]]
+name = "get"
+mix = { get = 1 }
+ops = 1000
+key_dist = "sequential"
+"""
+
+
+def test_the_readme_experiment_reads_as_written(tmp_path, cachemark):
+    """The README's experiment.toml (its targets given with -t): its phases' sequential keys in the
+    workload sentence, not the default zipf; its ops named set and get, not set:set and get:get."""
+    (tmp_path / "experiment.toml").write_text(README_EXPERIMENT)
+    result = cachemark("run", "experiment.toml", "-t", "memory://", "-t", "null://", "--no-calibrate",
+                       "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "cachemark: set-then-get" in text  # its own name
+    assert ("Workload: 1,000 keys, values 150 B, phases set (set 100 %, sequential keys, 1,000 ops), "
+            "get (get 100 %, sequential keys, 1,000 ops)") in text
+    assert "zipf" not in text and "set:set" not in text and "get:get" not in text
+    assert re.search(r"│ memory\s+│ set\s+│\s+1,000 │", result.stdout), result.stdout
+
+
+def test_the_starting_line_cuts_and_escapes_a_label(tmp_path, cachemark):
+    """A label (or a URL parameter in one) is the user's text: 100 KB of it, or an escape sequence,
+    is printed cut and escaped, as in an error line."""
+    label = "\x1b[2J" + "x" * 100_000
+    result = cachemark("run", "-t", "memory://", "--label", label, "--duration", "0.2s", "--warmup", "0",
+                       "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("\\x1b[2Jxxx") and first.endswith("xxx: starting") and "…" in first
+    assert len(first) < 200
+    title = next(line for line in result.stdout.splitlines() if line.startswith("cachemark: "))
+    assert len(title.rstrip()) < 200
+    assert "\x1b" not in result.stdout
 
 
 def test_every_target_skipped_is_not_a_success(tmp_path):

@@ -331,7 +331,7 @@ def test_ctrl_c_stops_agents_and_saves_what_ran(tmp_path: Path) -> None:
         try:
             output, _ = proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:
-            # Seen once in CI (session 8): the first Ctrl-C lost, likely in a Dask finalizer whose
+            # Seen once in CI: the first Ctrl-C lost, likely in a Dask finalizer whose
             # redelivery was itself swallowed (fixed: test_faults' destructor test). A user presses again.
             os.killpg(proc.pid, signal.SIGINT)
             output, _ = proc.communicate(timeout=45)

@@ -199,6 +199,29 @@ def test_a_bug_in_the_cli_is_a_crash(tmp_path, monkeypatch, capsys) -> None:
     Path(err.rsplit("traceback saved to ", 1)[1]).unlink()
 
 
+def test_a_saved_crash_report_is_the_whole_traceback_line_by_line(tmp_path, monkeypatch) -> None:
+    """The traceback as Python printed it: newlines intact (not one line of literal ``\\n``), nothing cut
+    from its middle however deep the stack (the frames there are where the bug is), secrets still hidden."""
+    import tempfile
+
+    from cachemark.crash import save_traceback
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    frames = "".join(f'  File "/app/module{i}.py", line {i}, in step{i}\n    step{i + 1}(url)\n' for i in range(100))
+    details = ("Traceback (most recent call last):\n" + frames
+               + "KeyError: 'redis://:hunter2secret@db.example:6379/0 \x1b[31m'\n")
+    assert len(details) > 5000
+    saved = save_traceback(details)
+    assert saved is not None and saved.parent == tmp_path
+    text = saved.read_text()
+    lines = text.splitlines()
+    assert len(lines) == len(details.splitlines()) == 202
+    assert lines[0] == "Traceback (most recent call last):" and "…" not in text
+    assert [line for line in lines if "in step" in line] == [line for line in details.splitlines() if "in step" in line]
+    assert lines[-1].startswith("KeyError: 'redis://") and "db.example" in lines[-1]
+    assert "hunter2secret" not in text and "\x1b" not in text and "\\x1b[31m" in lines[-1]  # escaped, as printed
+
+
 @pytest.mark.parametrize("client", [None, "ruby-activesupport"])
 @pytest.mark.serial
 def test_a_run_killed_outright_takes_its_workers_with_it(tmp_path, spawn, client) -> None:

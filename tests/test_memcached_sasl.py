@@ -154,7 +154,7 @@ def test_cli_pylibmc_and_engine_agree_with_the_server(sasl_server, cachemark, tm
         assert phase["server"]["source"] == "memcached" and not phase["server"]["errors"]
     # the same workload, drawn by each path's own generator (numpy's, the engine's): the mix's
     # share of GETs on both, within 4 standard deviations (their counts matched to the op only
-    # by chance: a change of the engine's draws, session 16, made them 1,201 and 1,215)
+    # by chance: any change to the engine's draws can part them, e.g. to 1,201 and 1,215)
     sd = (OPS * 0.8 * 0.2) ** 0.5
     assert all(abs(gets - 0.8 * OPS) < 4 * sd for gets, _, _ in counts), counts
     pylibmc, engine = (run["phases"][-1]["server"]["server_commands"] for run in runs)

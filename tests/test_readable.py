@@ -194,6 +194,93 @@ def test_print_fitted_drops_in_the_given_order_and_reports_it():
     assert "1,234,567" in text and "3,456,789" in text and "2,345,678" not in text
 
 
+def test_narrower_than_any_table_indents_every_line_of_figures():
+    text = _render(json.loads(REPORT_DOC.read_text()), 30)
+    figures = [line for line in text.splitlines() if re.search(r"(?:^|\s)(?:count|ops/s|p50|max|errors)=", line)]
+    assert len(figures) > len(rows(json.loads(REPORT_DOC.read_text())))  # they wrap at 30 columns
+    assert all(line.startswith("  ") for line in figures), figures  # continuations too, not from column 0
+
+
+# --- the presets' headline figures at 80 columns ------------------------------------------------
+
+
+def _phases_of(run: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
+    """``run``'s one phase split into one phase per op: {phase name: op}."""
+    (phase,) = run["phases"]
+    return [{**phase, "name": name, "ops": {op: phase["ops"][op]}} for name, op in names.items()]
+
+
+def _preset_document(headline: str) -> dict[str, Any]:
+    """The checked-in results reshaped as the preset whose headline figure is ``headline`` runs:
+    its phases, its repeats, its labels (the longest: a network profile, an emulator, dropped writes)."""
+    report = json.loads(REPORT_DOC.read_text())
+    memory = [r for r in report["runs"] if r["label"] == "memory"]
+    runs: list[dict[str, Any]] = []
+    if headline == "timeit":  # django-s3-vs-memcached: set, then get, 3 repeats, 4 caches
+        for label in ("memcached (pymemcache)", "memcached (pylibmc)", "s3 (django-s3-cache layout)",
+                      "misconfigured (dummy cache)"):
+            for run in memory:
+                phases = _phases_of(run, {"set": "set", "get": "get"})
+                runs.append({**copy.deepcopy(run), "label": label, "phases": phases,
+                             "server": {"emulator": True} if label.startswith("s3") else None,
+                             "dropped_writes": "nothing read back" if label.startswith("misconfigured") else None})
+    elif headline == "tag-clean":  # magento-clean-by-tag: read / write / clean per backend
+        for label in ("file (scan)", "redis (tag sets)", "memcached+file", "memcached+redis"):
+            run = copy.deepcopy(memory[0])
+            ops = run["phases"][0]["ops"]
+            ops["clean"] = ops.pop("delete")
+            runs.append({**run, "label": label, "repeat": None})
+    elif headline == "percentiles":  # diskcache-django: one table per backend
+        runs = report["runs"]
+    elif headline == "baseline":  # rails-local-vs-remote: write, read, delete per network profile
+        network = json.loads((DATA / "results-network-phases.json").read_text())
+        for label in ("redis", "redis(ruby-activesupport)"):
+            for profile in ("same-host", "same-zone", "cross-zone", "cross-region"):
+                run = copy.deepcopy(network["runs"][0])
+                runs.append({**run, "label": label, "network": {**run["network"], "profile": profile}})
+    elif headline == "bandwidth":  # redis-bandwidth-sweep: a value-size sweep, sampled server
+        runs = [{**r, "label": "local-redis"} for r in report["runs"] if r["label"] == "redis"]
+    return {**report, "experiment": {**report["experiment"], "headline": headline}, "runs": runs}
+
+
+@pytest.mark.parametrize("headline", ["timeit", "tag-clean", "percentiles", "baseline", "bandwidth"])
+def test_every_presets_headline_stays_a_table_at_80_columns(headline):
+    """At 80 columns a headline table is a table: headers and text cells break between words, names fold,
+    no figure is cut; not one block of ``Comparison_to_Baseline=305%`` words per row."""
+    from cachemark.report.blocks import to_rich
+    from cachemark.report.headline import headline_blocks
+
+    blocks = headline_blocks(_preset_document(headline))
+    assert blocks and all(block.rows for block in blocks)
+    for block in blocks:
+        console = Console(file=io.StringIO(), width=80)
+        to_rich(block, console)
+        text = console.file.getvalue()
+        assert_fits(text, 80)
+        assert "─" * 20 in text  # the rule under a table's header
+        for column in block.columns[block.left:]:
+            assert f"{column.replace(' ', '_')}=" not in text, (column, text)
+        for row in block.rows:  # every figure whole, in its row's line
+            figures = [cell for cell in row[block.left:] if cell and " " not in cell]
+            assert any(all(re.search(rf"(?<!\S){re.escape(f)}(?!\S)", line) for f in figures)
+                       for line in text.splitlines()), (row, text)
+
+
+def test_presets_wrap_their_descriptions_under_themselves(tmp_path):
+    from cachemark.presets import preset_names
+
+    lines = cli("presets", columns=80, cwd=tmp_path).stdout.splitlines()
+    assert_fits("\n".join(lines), 80)
+    indent = None
+    for line in lines:
+        name = line.split(" ", 1)[0]
+        if name in preset_names():
+            indent = len(line) - len(line[len(name):].lstrip())
+        else:  # a description's next line starts where the description did
+            assert indent and line[:indent].strip() == "" and line[indent] != " ", line
+    assert len(lines) > len(preset_names())  # the descriptions do wrap at 80
+
+
 # --- progress in a pipe ----------------------------------------------------------------------
 
 
@@ -232,6 +319,22 @@ def test_line_progress_counts_towards_an_op_target():
     progress.update("write", 10, 1000, 0.5, None)
     progress.end("skipped", {"phases": []})
     assert console.file.getvalue().splitlines()[1:] == ["memory · write: 10 of 1,000 ops · 0.5 s", "memory: skipped"]
+
+
+def test_a_cluster_runs_label_is_printed_cut_escaped_and_never_as_markup():
+    from cachemark.run.distributed import DistributedOutcome, print_agents
+
+    label = "[/bold]\x1b[2J" + "y" * 5000  # rich read a title's "[/bold]" as markup: a MarkupError
+    outcome = DistributedOutcome(label=label, target="memory://", cluster={"agents": [], "hosts": ["h"]}, phases=[
+        {"name": "main", "agents": [], "workers": 2, "wall_s": 1.0, "client_cpu_s": 0.5,
+         "agents_missing": ["agent 1: never joined"]}])
+    console = Console(file=io.StringIO(), width=200)
+    print_agents(console, outcome)
+    text = console.file.getvalue()
+    assert "\x1b" not in text and "[/bold]\\x1b[2Jyyy" in text
+    assert all(len(line) <= 200 for line in text.splitlines())
+    missing = next(line for line in text.splitlines() if line.endswith("missing: agent 1: never joined"))
+    assert "…" in missing and len(missing) < 220
 
 
 # --- compare: are these the same experiment? ---------------------------------------------------

@@ -190,7 +190,8 @@ def test_a_handful_of_ops_marks_its_tail_and_a_single_op_has_no_percentile(tmp_p
     document = json.loads((Path(__file__).parent / "data" / "results-network-phases.json").read_text())
     text = to_markdown(document)
     assert FEW_SAMPLES_NOTE in text
-    one_op = [line for line in text.splitlines() if line.split(" | ")[1:2] in (["write:set"], ["delete:delete"])]
+    summary = [line for line in text.splitlines() if line.count(" | ") == 10]  # the op table's 11 columns
+    one_op = [line for line in summary if line.split(" | ")[1:2] in (["write:set"], ["delete"])]
     assert len(one_op) == 6 and all("| - | - | - | - |" in line for line in one_op)
 
 
@@ -204,3 +205,40 @@ def test_the_proxy_overhead_note_follows_the_proxied_runs():
     for run in document["runs"]:
         run["network"]["proxied"] = False
     assert proxy_overhead_note(document) is None  # nothing went through the proxy
+
+
+def test_a_phase_named_after_its_op_is_not_said_twice(report_doc):
+    """Reference 004's phases write (set), read (exists+get) and delete (delete): ``delete``, not ``delete:delete``,
+    in the terminal, the Markdown, the HTML, the preset's percentile table and the verdict."""
+    from cachemark.report import table
+    from cachemark.report.headline import percentile_table
+    from cachemark.report.verdict import verdict_blocks
+
+    document = json.loads((Path(__file__).parent / "data" / "results-network-phases.json").read_text())
+    assert {row[1] for row in table.rows(document)} == {"write:set", "read:exists+get", "delete"}
+    outputs = [export.to_markdown(document), render_html(document),
+               "\n".join(" | ".join(row) for row in percentile_table(document["runs"][0])[0]),
+               "\n".join(verdict_blocks(document)[0].notes)]
+    for text in outputs:
+        assert "delete:delete" not in text and "write:set" in text
+    assert re.search(r"^\| redis \[same-host\] \| delete \|", outputs[0], re.M)
+
+
+def test_a_few_ops_never_sent_are_a_note_in_words_not_a_warning(report_doc):
+    """One op of an open-loop schedule not sent: "1 op due was", its share to two digits (not "0 %"), and no
+    warning that changes the reading (under 1 % of the schedule is a busy moment at its edge)."""
+    import copy
+
+    from cachemark.report.verdict import verdict_blocks
+
+    document = copy.deepcopy(report_doc)
+    phase = document["runs"][3]["phases"][0]
+    phase["missed"] = 1
+    sent = sum(op["count"] for op in phase["ops"].values())
+    share = 100 / (1 + sent)
+    assert share < 1
+    (note,) = data.load_notes(document)
+    assert note == (f"redis [value_size=100]: main: the load fell behind its rate: 1 op due was never sent "
+                    f"({share:.2g}% of the schedule); the latencies cover the ops that were sent")
+    assert not any("never sent" in line for line in verdict_blocks(document)[0].notes)
+

@@ -218,6 +218,20 @@ def test_only_like_with_like_is_ranked(doc):
     assert set(rows) == {(f"{op} [value_size=100]", "redis") for op in ("get", "set", "delete")}
 
 
+def test_a_p99_factor_below_1_says_faster_in_words(doc):
+    """Slower at p50, faster at p99: the cell under "slower by" must not read ``0.50×``."""
+    two = two_backends(doc, [2.0], repeats=False)
+    other = next(r for r in two["runs"] if r["label"] == "other")
+    memory = next(r for r in two["runs"] if r["label"] == "memory")
+    for name, op in other["phases"][0]["ops"].items():
+        op["summary"]["p99_us"] = memory["phases"][0]["ops"][name]["summary"]["p99_us"] / 1.25
+    row = ranking(two)[("get", "other")]
+    assert row[3] == "2.00×" and row[4] == "1.25× faster"
+    assert "\"faster\" where the backend slower at p50 has the lower p99" in " ".join(verdict(two).notes)
+    slower = ranking(two_backends(doc, [2.0], repeats=False))[("get", "other")]
+    assert slower[4] == "2.00×"  # slower at p99 too: the plain factor
+
+
 def test_the_table_fits_80_columns(doc):
     console = Console(width=80, record=True, color_system=None)
     to_rich(verdict(two_backends(doc, [1.02, 0.98, 1.10])), console)
@@ -304,8 +318,15 @@ def test_the_generator_as_the_bottleneck(doc):
     assert any(w.startswith("redis [value_size=100]: the load generator used 95% of its 2 cores")
                for w in warnings_of(clean))
     phase["client_cpu_s"] = 0.0
-    phase["missed"] = 40
-    assert any("40 open-loop ops fell due but were never sent" in w for w in warnings_of(clean))
+    sent = sum(op["count"] for op in phase["ops"].values())
+    phase["missed"] = 40  # under 1 % of the schedule: the schedule's edge, listed under the table, not a warning
+    assert 40 / (40 + sent) < 0.01
+    assert not any("never sent" in w for w in warnings_of(clean))
+    phase["missed"] = sent // 4  # a fifth of the schedule
+    share = 100 * phase["missed"] / (phase["missed"] + sent)
+    assert share >= 10
+    assert any(f"{phase['missed']:,} open-loop ops ({share:.0f}% of the schedule) fell due but were never sent" in w
+               for w in warnings_of(clean))
     # an in-process cache does its work on the client's CPU: that is not the generator's limit
     memory = first(doc, "memory")["phases"][0]
     memory["client_cpu_s"] = memory["wall_s"]
@@ -402,6 +423,25 @@ def test_an_old_file_with_little_in_it_still_gets_a_verdict():
     assert block.rows == [["get", "a (10µs)", "b", "2.50×", "-"]]
     assert block.lines[0].startswith("Workload:")
     assert verdict_blocks({"schema": "cachemark.results/1", "runs": []}) == []
+
+
+def test_phases_with_their_own_key_distribution_say_so(doc):
+    """The README's experiment: both phases draw sequential keys; the workload's zipf default is nobody's."""
+    readme = copy.deepcopy(doc)
+    readme["experiment"]["workload"].update({"keys": 1000, "key_dist": "zipf:0.99", "phases": [
+        {"name": "set", "mix": {"set": 1}, "ops": 1000, "key_dist": "sequential"},
+        {"name": "get", "mix": {"get": 1}, "ops": 1000, "key_dist": "sequential"}]})
+    sentence = verdict(readme).lines[0]
+    assert "1,000 keys," in sentence and "zipf" not in sentence
+    assert ("phases set (set 100 %, sequential keys, 1,000 ops), get (get 100 %, sequential keys, 1,000 ops)"
+            in sentence)
+    readme["experiment"]["workload"]["phases"][1].pop("key_dist")  # the get phase draws the workload's
+    sentence = verdict(readme).lines[0]
+    assert "1,000 keys (zipf:0.99)" in sentence and "get (get 100 %, 1,000 ops)" in sentence
+    for phase in readme["experiment"]["workload"]["phases"]:  # `--ops 20` over a preset whose phases set none
+        phase.pop("ops")
+    readme["experiment"]["workload"].update({"ops": 20, "duration": None})
+    assert "set (set 100 %, sequential keys, 20 ops), get (get 100 %, 20 ops)" in verdict(readme).lines[0]
 
 
 def test_a_swept_workload_field_is_what_the_run_planned(doc):

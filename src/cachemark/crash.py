@@ -18,11 +18,13 @@ from .textfile import one_line
 
 
 def save_traceback(details: str) -> Path | None:
-    """Write ``details`` (secrets redacted) to a new file in the temp directory; None if we cannot."""
+    """Write ``details`` to a new file in the temp directory; None if we cannot. The whole traceback,
+    line by line as Python printed it (the frames in its middle are where a bug is), each line with
+    its secrets redacted and its control characters escaped."""
     try:
         fd, name = tempfile.mkstemp(prefix=f"cachemark-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(redact_text(details))
+            f.write(redact_text(details, limit=None, lines=True) + "\n")
         return Path(name)
     except OSError:
         return None

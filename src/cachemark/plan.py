@@ -17,6 +17,7 @@ from .schemes import check_params
 from .spec import Experiment, Phase, Workload, build_experiment
 from .sweep import sweep_points
 from .target import Target, parse_target, redact, with_params
+from .textfile import one_line
 
 TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the workload
 
@@ -133,6 +134,17 @@ def with_trace(experiment: Experiment, directory: str) -> Experiment:
 
 
 def describe(spec: RunSpec, repeats: int = 1) -> str:
-    """The run's name before it has results (progress line): the same as :func:`run_name`'s."""
-    return run_name({"label": spec.label, "network": {"profile": spec.network.name} if spec.network else None,
-                     "sweep": spec.sweep or None, "repeat": spec.repeat if repeats > 1 else None})
+    """The run's name before it has results (progress line): the same as :func:`run_name`'s, cut and
+    escaped as in an error line (a label is the user's text, a URL parameter may be 100 KB long)."""
+    return one_line(run_name({"label": spec.label, "network": {"profile": spec.network.name} if spec.network
+                              else None, "sweep": spec.sweep or None,
+                              "repeat": spec.repeat if repeats > 1 else None}))
+
+
+def named(experiment: Experiment, specs: list[RunSpec]) -> Experiment:
+    """An experiment without a name of its own named after its targets (``memory vs redis``): its
+    title would otherwise be ``default``, the default comparison's, which it is not."""
+    if "name" in experiment.model_fields_set or "targets" not in experiment.model_fields_set:
+        return experiment
+    labels = dict.fromkeys(spec.label for spec in specs)
+    return experiment.model_copy(update={"name": one_line(" vs ".join(labels))})

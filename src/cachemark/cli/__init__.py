@@ -6,7 +6,9 @@ Errors a user can cause end as one line on stderr and exit code 2; ``--debug`` (
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -16,6 +18,7 @@ import typer
 
 from .. import __version__, outfile
 from ..errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
+from ..textfile import one_line
 from .capture_command import capture as capture_command
 from .decide_commands import advise as advise_command
 from .decide_commands import cost as cost_command
@@ -70,6 +73,9 @@ def experiment_from(data: dict[str, Any], where: str, targets: list[str] | None,
     """The experiment ``cachemark run`` runs: a file or preset's data with the command line's flags over it."""
     from ..spec import build_experiment, merge_overrides
 
+    if data and "targets" not in data and not targets:  # a file or preset, not the default comparison
+        raise SpecError(f"{where}: no targets: add e.g. targets = [\"spawn:redis\"] to it or give -t URL "
+                        "(cachemark run with no file runs the default comparison)")
     flags = dict(flags)
     if flags.get("ops") is not None and flags.get("duration") is None:
         flags["duration"] = None  # --ops alone: the phase ends by count, not by the default duration
@@ -328,10 +334,17 @@ def targets() -> None:
 @app.command()
 def presets() -> None:
     """List the named experiments. Example: cachemark presets"""
+    from rich.table import Table
+    from rich.text import Text
+
     from ..presets import describe_presets
 
+    listing = Table.grid(padding=(0, 2))  # a description wraps under itself, not under the names
+    listing.add_column(style="bold", no_wrap=True)
+    listing.add_column()
     for name, description in describe_presets():
-        console.print(f"[bold]{name}[/bold]  {description}")
+        listing.add_row(Text(name), Text(description))
+    console.print(listing)
 
 
 app.command("report")(report_command)
@@ -343,6 +356,56 @@ app.command("cost")(cost_command)
 app.command("stampede")(stampede_command)
 app.command("capture")(capture_command)
 app.add_typer(trace_app, name="trace")
+
+
+# The click typer parses with (its own copy since typer 0.22, click itself before), by a class typer exports.
+CLICK_ERRORS = sys.modules[typer.BadParameter.__module__]
+NO_ARGS_IS_HELP = getattr(CLICK_ERRORS, "NoArgsIsHelpError", ())  # `cachemark trace`: its help, not an error line
+_NO_SUCH_COMMAND = re.compile(r"No such command (['\"])(.*?)\1")  # click's and typer's words for it
+
+
+def usage_text(exc: Any) -> str:
+    """A misspelled flag or command (or a missing or bad value) as the text of a one-line error,
+    with the closest match: typer would draw a box of five lines around it."""
+    if isinstance(exc, CLICK_ERRORS.NoSuchOption):
+        return f"no such option {one_line(exc.option_name, 60)}{_closest(exc.possibilities)}"
+    command = _unknown_command(exc)
+    if command is not None:
+        known = getattr(exc.ctx.command, "commands", {}) if exc.ctx is not None else {}
+        return f"no such command {one_line(command, 60)}{_closest(difflib.get_close_matches(command, list(known)))}"
+    text = exc.format_message().rstrip(".")  # "Missing argument 'results'", "Invalid value for '--workers': …"
+    where = exc.ctx.command_path if exc.ctx is not None else "cachemark"
+    return f"{text[:1].lower()}{text[1:]}; see {where} --help"
+
+
+def _unknown_command(exc: Any) -> str | None:
+    """The command name a usage error did not know: click's NoSuchCommand says it (from click 8.4); typer's
+    group, and older clicks, only in the message."""
+    if getattr(exc, "command_name", None):
+        return str(exc.command_name)
+    match = _NO_SUCH_COMMAND.match(exc.message)
+    return match[2] if match else None
+
+
+def _closest(matches: list[str] | None) -> str:
+    """`` (did you mean --duration?)``: the closest match only (difflib puts it first)."""
+    return f" (did you mean {matches[0]}?)" if matches else ""
+
+
+def _app() -> None:
+    """The command, with click's usage errors raised as the UserError they are, so that they end as
+    every other one does: one line, exit 2."""
+    try:
+        code = app(standalone_mode=False, prog_name="cachemark")
+    except NO_ARGS_IS_HELP as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except CLICK_ERRORS.UsageError as exc:
+        raise UserError(usage_text(exc)) from None
+    except typer.Abort:  # end of input at a prompt
+        print("cachemark: aborted", file=sys.stderr)
+        sys.exit(EXIT_RUN_FAILED)
+    sys.exit(code if isinstance(code, int) else 0)  # typer.Exit's code: returned, not raised, here
 
 
 def _interrupt_on(signum: int, frame: Any) -> None:
@@ -362,7 +425,7 @@ def main() -> None:
 
     sys.unraisablehook = redeliver_interrupts(sys.unraisablehook)
     try:
-        app()  # typer: usage errors exit 2, KeyboardInterrupt exits 130
+        _app()
     except UserError as exc:
         if _debug_requested():
             traceback.print_exc()

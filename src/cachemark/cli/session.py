@@ -21,12 +21,13 @@ from ..errors import Crash, UserError
 from ..measure.fingerprint import calibrate as run_calibration
 from ..measure.fingerprint import fingerprint
 from ..measure.saturation import saturation_summary
-from ..plan import describe, experiment_record, plan_runs
+from ..plan import describe, experiment_record, named, plan_runs
 from ..report.table import render
 from ..results import default_path, new_document, write_atomic
 from ..results.names import run_name
 from ..run.runner import run_target
 from ..spec import Experiment
+from ..textfile import one_line
 from .eta import Clock
 
 LINE_EVERY_S = 5.0  # piped output: at most one progress line per run this often
@@ -109,6 +110,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
                    console: Console | None = None) -> tuple[dict[str, Any], Path]:
     console = console or Console()
     specs = plan_runs(experiment)
+    experiment = named(experiment, specs)
     calibration = None
     if calibrate:
         with console.status("calibrating: timer resolution and loopback round trip"):
@@ -128,7 +130,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
     interrupted = False
     bar: Progress | None = None  # rich's bar draws nothing where the console is not interactive
     if console.is_interactive:
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
+        bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.fields[detail]}"),
                        TimeElapsedColumn(), console=console, transient=True)
     with bar or nullcontext():
         for spec in specs:
@@ -159,7 +161,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
     if experiment.sweep:
         document["saturation"] = saturation_summary(document["runs"])
         write_atomic(path, document)
-    render(document, console, title=f"cachemark: {experiment.name}")
+    render(document, console, title=f"cachemark: {one_line(experiment.name)}")
     for run in document["runs"]:
         for phase in run["phases"]:
             for sample in phase.get("error_samples", [])[:2]:

@@ -58,10 +58,11 @@ def to_rich(block: Block, console: Console) -> None:
     for line in block.lines:
         console.print(line, markup=False, highlight=False)
     if block.columns:
-        from .table import print_fitted  # table.py draws its own blocks with this module
+        from .table import FOLD_NAMES, WRAP_WORDS, print_fitted  # table.py draws its own blocks with this module
 
-        # names fold, figures stay whole; a console too narrow gets one line per row instead
-        print_fitted(console, block.columns, block.rows, names=block.left, drop_order=(),
+        # headers and figures break between words (never inside one: a number stays whole), then
+        # names inside words too; a console too narrow even for that gets one line per row instead
+        print_fitted(console, block.columns, block.rows, names=block.left, drop_order=(WRAP_WORDS, FOLD_NAMES),
                      box=None if block.kind == "verdict" else _box())
     for note in block.notes:
         console.print(note, markup=False, highlight=False)

@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from ..errors import UserError
+from ..results.names import op_label
 from ..textfile import one_line
 from .data import op_rows
 from .table import FOLD_NAMES, fit_columns, fmt_latency, fmt_rate, print_fitted
@@ -159,7 +160,7 @@ def _table_cells(rows: list[dict[str, Any]], names: list[str] | None, same: str)
     cells = []
     for row in rows:
         backend = row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
-        op = row["op"] if row["phase"] == "main" else f"{row['phase']}:{row['op']}"
+        op = op_label(row["phase"], row["op"], row["phase"] != "main")
         cells.append([names[row["new"]] if names else str(row["new"]), backend, op,
                       fmt_rate(row["base_ops_per_s"] or 0.0), fmt_rate(row["new_ops_per_s"] or 0.0),
                       *[_verdict(row, m, same) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")]])

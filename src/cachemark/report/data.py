@@ -123,13 +123,23 @@ def load_notes(document: dict[str, Any]) -> list[str]:
         for phase in run.get("phases", []):
             if cluster := phase.get("cluster"):
                 notes.append(f"{run_name(run)}: {phase.get('name', 'main')}: {cluster_note(cluster)}")
-            missed = phase.get("missed") or 0
+            missed, share = missed_ops(phase)
             if missed > 0:
-                sent = sum(op.get("count", 0) for name, op in phase.get("ops", {}).items() if name not in PSEUDO_OPS)
+                were = "op due was" if missed == 1 else "ops due were"
                 notes.append(f"{run_name(run)}: {phase.get('name', 'main')}: the load fell behind its rate: "
-                             f"{missed:,} ops due were never sent ({missed / max(missed + sent, 1):.0%} of the "
-                             "schedule); the latencies cover the ops that were sent")
+                             f"{missed:,} {were} never sent ({fmt_percent(share * 100)} of the schedule); the "
+                             "latencies cover the ops that were sent")
     return notes
+
+
+MISSED_WARNING = 0.01  # a share of the schedule never sent from which the verdict warns: below, a busy moment
+
+
+def missed_ops(phase: dict[str, Any]) -> tuple[int, float]:
+    """An open-loop phase's ops that fell due but were never sent, and their share of its schedule."""
+    missed = phase.get("missed") or 0
+    sent = sum(op.get("count") or 0 for name, op in (phase.get("ops") or {}).items() if name not in PSEUDO_OPS)
+    return missed, missed / max(missed + sent, 1)
 
 
 def proxy_overhead_note(document: dict[str, Any]) -> str | None:

@@ -14,6 +14,7 @@ import io
 import json
 from typing import Any
 
+from ..results.names import op_label
 from .blocks import headline_blocks, verdict_blocks
 from .blocks import to_markdown as to_block_markdown
 from .data import (
@@ -46,7 +47,7 @@ def _md_table(header: list[str], rows: list[list[Any]], right_from: int = 2) -> 
 
 
 def _op_name(row: dict[str, Any], many_phases: bool) -> str:
-    return f"{row['phase']}:{row['op']}" if many_phases else row["op"]
+    return op_label(row["phase"], row["op"], many_phases)
 
 
 def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:

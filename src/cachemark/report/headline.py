@@ -17,7 +17,7 @@ from typing import Any
 
 from ..measure.histogram import Histogram
 from ..measure.summary import latency_histogram
-from ..results.names import run_name
+from ..results.names import op_label, run_name
 from .blocks import Block
 from .data import op_summary, proxy_overhead_note
 from .table import fmt_latency, fmt_rate
@@ -276,7 +276,7 @@ def percentile_table(run: dict[str, Any]) -> tuple[list[list[str]], bool]:
             few = few or marked
             seconds = latency_total_s(op)
             total_count, total_s = total_count + count, total_s + seconds
-            action = f"{phase.get('name')}:{name}" if many else name
+            action = op_label(phase.get("name", "main"), name, many)
             rows.append([action, f"{count:,}", f"{op.get('misses', 0):,}", *cells, fmt_total(seconds)])
     rows.append(["Total", f"{total_count:,}", "", "", "", "", "", fmt_total(total_s)])
     return rows, few

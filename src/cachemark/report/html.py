@@ -22,6 +22,7 @@ from ..measure.histogram import Histogram
 from ..measure.saturation import find_saturation
 from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
+from ..results.names import op_label
 from ..sweep import LOAD_PARAMS
 from .blocks import headline_blocks, to_html, verdict_blocks
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
@@ -143,7 +144,7 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
     for r in rows:
         sep = ' class="sep"' if last is not None and r["run"] != last else ""
         last = r["run"]
-        op = f"{r['phase']}:{r['op']}" if many_phases else r["op"]
+        op = op_label(r["phase"], r["op"], many_phases)
         hit = r["hit_ratio"]
         cells = [
             _td(r["name"], left=True), _td(op, left=True), _td(f"{r['count']:,}", r["count"]),
@@ -265,7 +266,7 @@ def _bar_charts(rows: list[dict[str, Any]], colors: dict[int, str], ids: _Ids) -
     legend_entries = [(run, next(r["name"] for r in rows if r["run"] == run), colors[run]) for run in runs]
 
     def op_of(r: dict[str, Any]) -> str:
-        return f"{r['phase']}:{r['op']}" if many_phases else r["op"]
+        return op_label(r["phase"], r["op"], many_phases)
 
     ordered = sorted(rows, key=lambda r: (op_of(r), r["run"]))
     throughput_id = ids("throughput")

@@ -25,11 +25,11 @@ from urllib.parse import urlsplit
 
 from ..backends.base import PSEUDO_OPS
 from ..measure.outage import longest, outage_text
-from ..results.names import run_name, sweep_key
+from ..results.names import op_label, run_name, sweep_key
 from ..schemes import find_scheme
 from ..sweep import LOAD_PARAMS
 from .blocks import Block
-from .data import op_summary
+from .data import MISSED_WARNING, fmt_percent, missed_ops, op_summary
 from .table import fmt_latency
 
 TITLE = "What this means"
@@ -145,12 +145,20 @@ def _values(size: Any) -> str:
     return f"values {text} B" if text.replace("-", "").isdigit() else f"values {text}"
 
 
+def _own_key_dist(phase: dict[str, Any], wl: dict[str, Any]) -> str | None:
+    """The phase's key distribution where it is not the workload's (a phase may set its own)."""
+    own = phase.get("key_dist")
+    return str(own) if own and own != wl.get("key_dist") else None
+
+
 def _phase_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
-    parts = [fmt_mix(phase.get("mix") or wl.get("mix"))]
-    if phase.get("ops"):
-        parts.append(f"{_num(phase['ops'])} op{'s' if phase['ops'] != 1 else ''}")
-    elif phase.get("duration"):
-        parts.append(f"{_num(phase['duration'])} s")
+    """A phase's mix, its own key distribution and its budget (its own, else the workload's)."""
+    own, planned = _own_key_dist(phase, wl), _effective_phase(phase, wl)
+    parts = [fmt_mix(planned.get("mix")), f"{own} keys" if own else ""]
+    if planned.get("ops"):
+        parts.append(f"{_num(planned['ops'])} op{'s' if planned['ops'] != 1 else ''}")
+    elif planned.get("duration"):
+        parts.append(f"{_num(planned['duration'])} s")
     return ", ".join(p for p in parts if p)
 
 
@@ -197,14 +205,16 @@ def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> s
         timing = "as fast as possible" if speed == 0 else f"at {_num(speed)}× the recorded rate"
         copies = f", {_num(trace['amplify'])} copies of its key space" if (trace.get("amplify") or 1) > 1 else ""
         parts.append(f"replay of the trace {Path(str(trace['path'])).name} ({timing}{copies})")
+    phases = [p for p in wl.get("phases") or [] if isinstance(p, dict)]
     if wl.get("keys") is not None:
-        dist = f" ({wl['key_dist']})" if wl.get("key_dist") and not trace else ""
+        # the workload's distribution, unless every phase draws its keys its own way (said per phase)
+        inherited = not phases or any(_own_key_dist(p, wl) is None for p in phases)
+        dist = f" ({wl['key_dist']})" if wl.get("key_dist") and not trace and inherited else ""
         sized = f", padded to {wl['key_size']} B" if str(wl.get("key_size") or "").isdigit() else (
             f", key sizes {wl['key_size']}" if wl.get("key_size") else "")
         parts.append(f"{_num(wl['keys'])} key{'s' if wl['keys'] != 1 else ''}{dist}{sized}")
     if wl.get("value_size") is not None:
         parts.append(_values(wl["value_size"]))
-    phases = [p for p in wl.get("phases") or [] if isinstance(p, dict)]
     if phases:
         parts.append("phases " + ", ".join(
             f"{p.get('name') or 'main'} ({_phase_text(p, wl)})" if _phase_text(p, wl) else p.get("name") or "main"
@@ -264,7 +274,8 @@ class _Ranking:
 
     def footnote(self) -> str:
         parts = ["Factor: the slower backend's latency ÷ the fastest's, like with like (same phase, "
-                 "sweep point and network profile); at p99 only with ≥ 30 samples each."]
+                 "sweep point and network profile); at p99 only with ≥ 30 samples each, and \"faster\" where "
+                 "the backend slower at p50 has the lower p99."]
         if self.repeated:
             parts.append(f"± and intervals from {self.repeated} repeats: the median of the ratios paired by "
                          "repeat, ± half its 95 % interval (shown for a tie: a difference inside run-to-run "
@@ -320,7 +331,16 @@ def _compare(slow: list[tuple[Any, dict]], fast: list[tuple[Any, dict]], ranking
         slow99, fast99 = _median(f["p99"] for _, f in slow), _median(f["p99"] for _, f in fast)
         p99 = slow99 / fast99 if slow99 and fast99 else None
         cell = f"tie ({fmt_factor(factor)}×)" if factor < TIE_WITHOUT_REPEATS else f"{fmt_factor(factor)}×"
-    return cell, "-" if p99 is None else f"{fmt_factor(p99)}×"
+    return cell, p99_cell(p99)
+
+
+def p99_cell(factor: float | None) -> str:
+    """The p99 factor beside "slower by (p50)": under 1× the backend slower at p50 was the faster one
+    in the tail, which a bare ``0.56×`` under "slower by" hides; so it is said in words, as a factor
+    over 1 (``1.79× faster``)."""
+    if factor is None:
+        return "-"
+    return f"{fmt_factor(1 / factor)}× faster" if factor < 1 else f"{fmt_factor(factor)}×"
 
 
 def _ranking(runs: list[dict[str, Any]]) -> _Ranking:
@@ -333,7 +353,7 @@ def _ranking(runs: list[dict[str, Any]]) -> _Ranking:
                 continue
             order = sorted(labels, key=lambda label: _median(f["p50"] for _, f in labels[label]) or math.inf)
             best = order[0]
-            name = f"{phase}:{op_name}" if many_phases else op_name
+            name = op_label(phase, op_name, many_phases)
             name += f" [{profile}]" if profile else ""
             name += f" [{sweep}]" if sweep else ""
             fastest = f"{best} ({fmt_latency(_median(f['p50'] for _, f in labels[best]))})"
@@ -449,13 +469,19 @@ def _workload_phase(document: dict[str, Any], run: dict[str, Any], name: str) ->
     wl.update({k: _swept(v) for k, v in (run.get("sweep") or {}).items()})
     for phase in wl.get("phases") or []:
         if isinstance(phase, dict) and (phase.get("name") or "main") == name:
-            merged = {**wl, **{k: v for k, v in phase.items() if v is not None}}
-            if phase.get("duration") and phase.get("ops") is None:
-                merged["ops"] = None
-            if phase.get("ops") is not None and not phase.get("duration"):
-                merged["duration"] = None
-            return merged
+            return _effective_phase(phase, wl)
     return wl
+
+
+def _effective_phase(phase: dict[str, Any], wl: dict[str, Any]) -> dict[str, Any]:
+    """A phase's fields over the workload's, as ``Workload.effective_phases`` runs it: an op budget only
+    where the phase has no duration of its own, and no duration where it has only an op budget."""
+    merged = {**wl, **{k: v for k, v in phase.items() if v is not None}}
+    if phase.get("duration") and phase.get("ops") is None:
+        merged["ops"] = None
+    if phase.get("ops") is not None and not phase.get("duration"):
+        merged["duration"] = None
+    return merged
 
 
 def _in_process(run: dict[str, Any]) -> bool:
@@ -603,10 +629,11 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
             elif isinstance(spec.get("ops"), int) and done < spec["ops"]:
                 budget.append(Finding(Kind.BUDGET, f"{where}: {done:,} of the {spec['ops']:,} ops planned were done",
                                       about))
-            missed = phase.get("missed") or 0
-            if missed > 0:
-                generator.append(Finding(Kind.GENERATOR, f"{where}: {missed:,} open-loop ops fell due but were "
-                                         "never sent: the generator could not keep the rate", about))
+            missed, share = missed_ops(phase)
+            if share >= MISSED_WARNING:
+                generator.append(Finding(Kind.GENERATOR, f"{where}: {missed:,} open-loop ops "
+                                         f"({fmt_percent(share * 100)} of the schedule) fell due but were never "
+                                         "sent: the generator could not keep the rate", about))
             workers = phase.get("workers") or 1
             cores = min(workers, cpus) if isinstance(cpus, int) and cpus > 0 else workers
             wall, cpu = phase.get("wall_s") or 0.0, phase.get("client_cpu_s")
@@ -631,7 +658,7 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
                 open_python[label] = None
     many_phases = len({k[2] for k in few}) > 1
     for (label, named, phase, op_name), counts in few.items():
-        where = f"{named} {phase}:{op_name}" if many_phases else f"{named} {op_name}"
+        where = f"{named} {op_label(phase, op_name, many_phases)}"
         low = min(counts)
         runs_text = "" if len(counts) == 1 else (f" in each of {len(counts)} runs" if max(counts) == low
                                                   else f" (fewest of {len(counts)} runs)")

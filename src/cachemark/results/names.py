@@ -1,5 +1,6 @@
-"""How a run is named wherever it is shown: one function, for the terminal, the progress
-line, Markdown, HTML and CSV alike (they used to name the same run differently)."""
+"""How a run, and an op of a phase, are named wherever they are shown: one function each, for
+the terminal, the progress line, Markdown, HTML and CSV alike (they used to name the same run
+differently)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ def sweep_key(run: dict[str, Any]) -> str:
     """``value_size=1024`` (several swept fields joined by ``,``); empty when not a sweep."""
     sweep = run.get("sweep") or {}
     return ",".join(f"{k}={v}" for k, v in sorted(sweep.items()))
+
+
+def op_label(phase: str, op: str, many_phases: bool = True) -> str:
+    """An op as every table names it: ``write:set`` where phases need telling apart, but ``set``, not
+    ``set:set``, in a phase named after its op (a bare name is never ambiguous: others hold a colon)."""
+    return f"{phase}:{op}" if many_phases and phase != op else op
 
 
 def run_name(run: dict[str, Any]) -> str:

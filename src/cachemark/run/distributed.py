@@ -752,10 +752,12 @@ def schedule_lag_us(ops: dict[str, Any]) -> float | None:
 def print_agents(console: Any, outcome: DistributedOutcome) -> None:
     """After the run: per-agent throughput and CPU, a short table, and the clock flags."""
     from rich.table import Table
+    from rich.text import Text
 
     cluster = outcome.cluster
+    label = one_line(outcome.label)  # the user's text: cut and escaped, and never read as markup
     for phase in outcome.phases:
-        table = Table(title=f"{outcome.label} · {phase['name']}: agents", title_justify="left")
+        table = Table(title=Text(f"{label} · {phase['name']}: agents"), title_justify="left")
         for column in ("agent", "host", "workers", "ops", "ops/s", "CPU s", "cores", "start lag ms", "clock ms"):
             table.add_column(column, justify="left" if column in ("agent", "host") else "right")
         rows = list(phase.get("agents", []))
@@ -782,11 +784,11 @@ def print_agents(console: Any, outcome: DistributedOutcome) -> None:
         if measuring:
             figures = ", ".join(f"{name} p50 {op['summary']['p50_us']:,.0f}µs p99 {op['summary']['p99_us']:,.0f}µs"
                                 for name, op in measuring["ops"].items())
-            console.print(f"{outcome.label} · {phase['name']}: measuring agent {measuring['agent']} "
+            console.print(f"{label} · {phase['name']}: measuring agent {measuring['agent']} "
                           f"({measuring['rate']:g} ops/s, open loop, apart from the load): {figures}",
                           markup=False, highlight=False)
         if phase.get("agents_missing"):
-            console.print(f"{outcome.label} · {phase['name']}: missing: {'; '.join(phase['agents_missing'])}",
+            console.print(f"{label} · {phase['name']}: missing: {'; '.join(phase['agents_missing'])}",
                           markup=False, highlight=False)
     skewed = [c for c in cluster.get("agents", []) if c.get("clock_skew_flagged")]
     for c in skewed:
