@@ -34,8 +34,8 @@ def preset_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dic
 
     cwd = tmp_path_factory.mktemp("bw")
     result = run_cli("run", "redis-bandwidth-sweep", "--sweep", f"value_size={','.join(SIZES)}",
-                     "--duration", "2s", "--warmup", "0", "--keys", "1000", "--no-calibrate", "-o", "bw.json",
-                     cwd=cwd)
+                     "--network", "same-host", "--duration", "2s", "--warmup", "0", "--keys", "1000",
+                     "--no-calibrate", "-o", "bw.json", cwd=cwd)
     assert result.returncode == 0, result.stderr
     return cwd, result.stdout, json.loads((cwd / "bw.json").read_text())
 
@@ -122,6 +122,27 @@ def test_threshold_line_and_markdown_agree_with_the_thresholds_command(preset_ru
     assert both["targets"]["local-redis"]["max"] == pytest.approx(best_both * 1e6 / 8)
     bad = run_cli("thresholds", "bw.json", "--direction", "up", cwd=cwd)
     assert bad.returncode == 2 and "--direction" in bad.stderr
+
+
+def test_behind_the_reference_nodes_link_bandwidth_plateaus_and_cpu_falls(tmp_path, cachemark):
+    # The preset's second profile is a 750 Mbit/s link every connection shares (reference 001's
+    # cache.m4.xlarge plateaued at ~735 Mbps): there the 100 kB point sits at the cap, far under
+    # loopback's, with the server's CPU lower than at 1 kB — the author's regime, beside loopback's.
+    result = cachemark("run", "redis-bandwidth-sweep", "--sweep", f"value_size={','.join(SIZES)}",
+                       "--duration", "2s", "--warmup", "0", "--keys", "1000", "--no-calibrate", "-o", "bw.json",
+                       cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "bw.json").read_text())
+    points = {(run["network"]["profile"], run["sweep"]["value_size"]): run["phases"][0]["server"]
+              for run in document["runs"]}
+    assert sorted({network for network, _ in points}) == ["0ms,link=750mbit", "same-host"]
+    linked, loopback = points[("0ms,link=750mbit", "100000")], points[("same-host", "100000")]
+    assert 450 < linked["net_out_mbps_p90"] < 750 * 1.15  # at the link, bytes out only (the link is each way)
+    assert loopback["net_out_mbps_p90"] > 2 * linked["net_out_mbps_p90"]
+    assert linked["cpu_pct_p50"] < points[("0ms,link=750mbit", "1024")]["cpu_pct_p50"]
+    (block,) = bandwidth_headline(document)
+    assert block.columns[:3] == ["target", "network", "value size (B)"]
+    assert [row[1] for row in block.rows] == ["same-host", "same-host", "0ms,link=750mbit", "0ms,link=750mbit"]
 
 
 def test_html_has_cpu_and_bytes_out_charts_against_value_size(preset_run):

@@ -181,7 +181,8 @@ def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path,
                                   "--network", "same-host,same-zone")
     assert result.returncode == 0, result.stderr
     (block,) = headline_blocks(document)
-    assert block.columns[0] == "Configuration" and block.columns[-1] == "Comparison to Baseline"
+    assert block.columns == ["Configuration", "added RTT", "iterations", "block (s)", "Comparison to Baseline",
+                             "read block (s)", "read block % of baseline"]
     # the proxy's own overhead, measured in the run, beside the percentages it is part of
     overhead = document["environment"]["proxy_overhead"]["added_p50"]
     assert f"network proxy: adds {max(overhead, 0):.0f} µs p50" in " ".join(block.notes)
@@ -190,28 +191,36 @@ def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path,
     reads = [next(p for p in r["phases"] if p["name"] == "read") for r in runs]
     assert all(sum(op["count"] for op in p["ops"].values()) == 40 for p in reads)  # --ops scales the block
     assert all(len(r["phases"]) == 3 for r in runs)
-    base = reads[0]["wall_s"]  # redis on the same host
-    assert block.rows[0][-1] == "--"
-    for read, row in zip(reads[1:], block.rows[1:], strict=True):
-        assert float(row[2]) == pytest.approx(read["wall_s"], abs=1e-6)
-        assert float(row[-1].rstrip("%")) == pytest.approx(read["wall_s"] / base * 100, abs=0.51)
-    assert table_line(result.stdout, block.rows[-1][0], block.rows[-1][2])[-1] == block.rows[-1][-1]
+    # the block is the reference's whole block: write, the N iterations, delete (Benchmark.bm's real)
+    blocks = [sum(p["wall_s"] for p in r["phases"]) for r in runs]
+    base, base_read = blocks[0], reads[0]["wall_s"]  # redis on the same host
+    assert block.rows[0][4] == block.rows[0][6] == "--"
+    for run, whole, read, row in zip(runs[1:], blocks[1:], reads[1:], block.rows[1:], strict=True):
+        assert float(row[3]) == pytest.approx(whole, abs=1e-6)
+        assert float(row[4].rstrip("%")) == pytest.approx(whole / base * 100, abs=0.51)
+        assert float(row[5]) == pytest.approx(read["wall_s"], abs=1e-6)
+        assert float(row[6].rstrip("%")) == pytest.approx(read["wall_s"] / base_read * 100, abs=0.51)
+        assert row[1] == ("300µs" if run["network"]["profile"] == "same-zone" else "0 (loopback)")
+    assert table_line(result.stdout, block.rows[-1][0], block.rows[-1][3])[4] == block.rows[-1][4]
     # one baseline for every target, chosen by label@profile
     other = copy.deepcopy(document)
     other["experiment"]["baseline"] = "memcached@same-zone"
     rows = headline_blocks(other)[0].rows
-    (chosen,) = [i for i, r in enumerate(rows) if r[-1] == "--"]
+    (chosen,) = [i for i, r in enumerate(rows) if r[4] == "--"]
     assert rows[chosen][0] == "memcached [same-zone]"
-    assert float(rows[0][-1].rstrip("%")) == pytest.approx(base / reads[chosen]["wall_s"] * 100, abs=0.51)
+    assert float(rows[0][4].rstrip("%")) == pytest.approx(base / blocks[chosen] * 100, abs=0.51)
+    assert "its full scale: `cachemark run rails-local-vs-remote --ops 100000 --network same-host,same-zone," \
+        "cross-zone`" in " ".join(block.notes)  # the defaults are cut: the reference's own scale is one command
     # a 1-op block has no "% of baseline"
     single = copy.deepcopy(document)
     read = next(p for p in single["runs"][1]["phases"] if p["name"] == "read")
     next(iter(read["ops"].values()))["count"] = 1
-    assert headline_blocks(single)[0].rows[1][-1] == "-"
+    assert headline_blocks(single)[0].rows[1][4] == "-"
 
     markdown = cachemark("report", "out.json", "-f", "markdown", "-o", "-", cwd=tmp_path)
     assert markdown.returncode == 0, markdown.stderr
-    header = "| Configuration | iterations | read block (s) | write (s) | delete (s) | Comparison to Baseline |"
+    header = ("| Configuration | added RTT | iterations | block (s) | Comparison to Baseline | read block (s) "
+              "| read block % of baseline |")
     assert header in markdown.stdout
     assert "| " + " | ".join(block.rows[1]) + " |" in markdown.stdout
     html = cachemark("report", "out.json", "-f", "html", "-o", "r.html", cwd=tmp_path)
@@ -220,7 +229,7 @@ def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path,
     section = page[page.index('<section class="headline">'):]
     section = section[:section.index("</section>")]
     assert "<th class=\"r\">Comparison to Baseline</th>" in section
-    assert f'<td class="r">{block.rows[1][-1]}</td>' in section
+    assert f'<td class="r">{block.rows[1][4]}</td>' in section
 
 
 def test_no_headline_without_the_field_and_bandwidth_is_the_thresholds_module(monkeypatch):

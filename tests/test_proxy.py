@@ -119,6 +119,39 @@ def test_bandwidth_cap_1MBps_makes_1MB_value_take_at_least_0_9s(redis_port):
     assert up < 3 and down < 3  # a cap, not a stall
 
 
+def test_a_shared_link_caps_all_connections_together_where_a_flow_cap_does_not(redis_port):
+    # Four clients each read 250 KB at once: with a 16 Mbit/s (2 MB/s) link shared by all, the
+    # 1 MB together takes about 0.5 s; with the same cap per connection, each flow has its own
+    # 2 MB/s and the four finish in about a quarter of that.
+    import threading
+
+    value = b"l" * 250_000
+    setup = client(redis_port)
+    setup.set("cm:test:link", value)
+
+    def read_all(cfg: str) -> float:
+        with Proxy(f"127.0.0.1:{redis_port}", cfg, threads=2) as proxy:
+            clients = [client(proxy.port, timeout=10) for _ in range(4)]
+            for c in clients:
+                c.ping()
+            start = time.perf_counter()
+            threads = [threading.Thread(target=lambda c=c: c.get("cm:test:link")) for c in clients]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            took = time.perf_counter() - start
+            for c in clients:
+                c.close()
+        return took
+
+    shared = read_all(config(link_bps=16_000_000))
+    per_flow = read_all(config(bandwidth_bps=16_000_000))
+    setup.delete("cm:test:link")
+    assert 0.45 <= shared < 1.5, f"1 MB over a 2 MB/s link took {shared:.3f}s"
+    assert per_flow < shared / 2, f"four 2 MB/s flows took {per_flow:.3f}s, the shared link {shared:.3f}s"
+
+
 def test_connect_delay_holds_the_first_request(redis_port):
     with Proxy(f"127.0.0.1:{redis_port}", config(connect_delay_us=100_000)) as proxy:
         r = client(proxy.port)
@@ -369,6 +402,12 @@ def test_parse_several_profiles_with_options():
     assert cfg["delay_up_us"] == cfg["delay_down_us"] == 1000
     assert cfg["jitter"] == {"dist": "pareto", "us": 200}
     assert cfg["connect_delay_us"] == 2000
+
+
+def test_a_link_option_caps_the_profile_for_every_connection_together():
+    (p,) = parse_network("0ms,link=750mbit")
+    assert p.link_bps == 750_000_000 and p.bandwidth_bps == 0 and p.proxied
+    assert p.to_config()["link_bps"] == 750_000_000
 
 
 def test_options_on_a_named_profile():

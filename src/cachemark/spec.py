@@ -238,6 +238,15 @@ class Workload(_Model):
         return out
 
 
+class Reference(_Model):
+    """The write-up a preset reproduces, as far as the verdict reads it."""
+
+    name: str = Field(min_length=1)  # how the verdict names it: "reference 003"
+    # label → the client library the reference measured that backend through: the verdict flags a label
+    # measured through another (`{ memcached = "pylibmc" }`)
+    clients: dict[str, str] = Field(default_factory=dict)
+
+
 class Experiment(_Model):
     """Targets × workload, plus where the network is and where results go."""
 
@@ -253,6 +262,11 @@ class Experiment(_Model):
     headline: Literal["timeit", "bandwidth", "tag-clean", "percentiles", "baseline"] | None = None
     # the configuration every other one is shown against (a label, or "label@profile"); None: the first
     baseline: str | None = None
+    # the reference write-up a preset reproduces, and the clients it used (the verdict flags each substitution)
+    reference: Reference | None = None
+    # the flags that run the reference at its own scale, where a preset's defaults are cut to finish in
+    # minutes (`--ops 800000`): the headline names the command
+    full_scale: str | None = None
     # what the application needs (cachemark.analysis.advise): the report then says which target meets it
     needs: dict[str, Any] | None = None
     # a stampede experiment (`cachemark stampede`'s fields: strategy, rate, recompute, ttl, duration, …):

@@ -12,6 +12,8 @@
 //!   "bandwidth_bps": 100000000,    // bits per second, each direction (0 = unlimited)
 //!   "bandwidth_up_bps": 0,         // per-direction overrides of bandwidth_bps
 //!   "bandwidth_down_bps": 0,
+//!   "link_bps": 0,                 // bits per second, each direction, shared by every connection:
+//!                                  // a host's NIC (0 = unlimited)
 //!   "connect_delay_us": 0,         // before the proxy opens its upstream connection
 //!   "fault": {"kind": "reset", "after_ms": 0, "stall_ms": 0, "probability": 1.0},
 //!   "compensate": true,            // arm timers early by the measured wake-up lateness
@@ -120,6 +122,8 @@ struct RawConfig {
     #[serde(default)]
     bandwidth_down_bps: Option<u64>,
     #[serde(default)]
+    link_bps: u64,
+    #[serde(default)]
     connect_delay_us: f64,
     #[serde(default)]
     fault: Option<Fault>,
@@ -134,7 +138,10 @@ struct RawConfig {
 pub struct DirConfig {
     pub delay_ns: u64,
     pub jitter: Option<Jitter>,
+    /// Each connection's own cap (a flow's, as clouds limit single connections).
     pub bandwidth_bps: u64,
+    /// The cap every connection shares (a host's NIC): its bytes queue for one link.
+    pub link_bps: u64,
 }
 
 impl DirConfig {
@@ -142,26 +149,39 @@ impl DirConfig {
     pub fn is_passthrough(&self) -> bool {
         self.delay_ns == 0
             && self.bandwidth_bps == 0
+            && self.link_bps == 0
             && self.jitter.as_ref().is_none_or(|j| j.us <= 0.0)
     }
 
-    /// Nanoseconds the link needs to serialise `bytes` at the bandwidth cap.
+    /// Nanoseconds the connection's own cap needs to serialise `bytes`.
     pub fn tx_ns(&self, bytes: usize) -> u64 {
-        if self.bandwidth_bps == 0 {
-            0
-        } else {
-            ((bytes as u128 * 8 * 1_000_000_000) / self.bandwidth_bps as u128) as u64
-        }
+        serialise_ns(bytes, self.bandwidth_bps)
     }
 
-    /// Largest piece a big read is cut into under a bandwidth cap: about 1 ms of link time,
-    /// so a capped stream trickles out evenly instead of in 64 KB lumps.
+    /// Nanoseconds the shared link needs to serialise `bytes`.
+    pub fn link_tx_ns(&self, bytes: usize) -> u64 {
+        serialise_ns(bytes, self.link_bps)
+    }
+
+    /// Largest piece a big read is cut into under a cap: about 1 ms of the tighter cap's
+    /// time, so a capped stream trickles out evenly instead of in 64 KB lumps.
     pub fn piece_bytes(&self) -> usize {
-        if self.bandwidth_bps == 0 {
-            usize::MAX
-        } else {
-            ((self.bandwidth_bps / 8 / 1000) as usize).clamp(1448, 64 * 1024)
+        match [self.bandwidth_bps, self.link_bps]
+            .into_iter()
+            .filter(|&b| b > 0)
+            .min()
+        {
+            None => usize::MAX,
+            Some(bps) => ((bps / 8 / 1000) as usize).clamp(1448, 64 * 1024),
         }
+    }
+}
+
+fn serialise_ns(bytes: usize, bps: u64) -> u64 {
+    if bps == 0 {
+        0
+    } else {
+        ((bytes as u128 * 8 * 1_000_000_000) / bps as u128) as u64
     }
 }
 
@@ -253,6 +273,7 @@ impl Config {
                 delay_ns: us_to_ns(field, delay_us).map_err(|e| format!("proxy config: {e}"))?,
                 jitter: raw.jitter.clone().filter(|j| j.us > 0.0),
                 bandwidth_bps: bw.unwrap_or(raw.bandwidth_bps),
+                link_bps: raw.link_bps,
             })
         };
         Ok(Config {

@@ -98,9 +98,22 @@ struct Shared {
     cfg_rx: watch::Receiver<Arc<Config>>,
     /// Capturing: every segment read is also handed to the tap (never waited on).
     tap: Option<Arc<Tap>>,
+    /// With a shared link cap (`link_bps`): when each direction's link is next free, in
+    /// `now_ns` time; every connection's pieces queue for it in the order they arrive.
+    link_free: [AtomicU64; 2],
 }
 
 impl Shared {
+    /// Reserves the shared link of `dir` for `tx_ns` from `ready_ns` (or from when it is next
+    /// free); returns when the piece has left it.
+    fn take_link(&self, dir: Dir, ready_ns: u64, tx_ns: u64) -> u64 {
+        let link = &self.link_free[dir as usize];
+        let before = link
+            .fetch_update(Relaxed, Relaxed, |free| Some(free.max(ready_ns) + tx_ns))
+            .expect("the update always stores");
+        before.max(ready_ns) + tx_ns
+    }
+
     fn observe_wake(&self, sample_ns: u64) {
         if sample_ns > MAX_LATENESS_SAMPLE_NS {
             return;
@@ -254,6 +267,9 @@ async fn pump(
                     if d.bandwidth_bps > 0 {
                         link_free = link_free.max(arrival) + d.tx_ns(piece.len());
                         sent = link_free;
+                    }
+                    if d.link_bps > 0 {
+                        sent = shared.take_link(dir, sent, d.link_tx_ns(piece.len()));
                     }
                     let jitter = d.jitter.as_ref().map_or(0, |j| j.sample(&mut rng));
                     let target = (sent as i64 + d.delay_ns as i64 + jitter).max(arrival as i64) as u64;
@@ -446,6 +462,7 @@ impl Proxy {
             upstream: upstream_addr,
             cfg_rx,
             tap,
+            link_free: [AtomicU64::new(0), AtomicU64::new(0)],
         });
         let listener = {
             let _guard = rt.enter();

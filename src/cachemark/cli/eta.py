@@ -84,11 +84,13 @@ class Clock:
 
     def finished(self, seconds: float) -> str | None:
         """Records a finished run; the line to print (runs done and time left), or None when the
-        experiment is short or over."""
+        experiment looks short (under a minute, and under half of one gone) or is over."""
         self.done.append(seconds)
         left = self.left()
-        if len(self.done) >= len(self.specs) or left is None or sum(self.done) + left < SHOWN_FROM_S:
-            return None
+        spent = sum(self.done)
+        if len(self.done) >= len(self.specs) or left is None or (spent + left < SHOWN_FROM_S
+                                                                   and spent < SHOWN_FROM_S / 2):
+            return None  # short, or over; once half a minute is gone the clock is worth its line anyway
         return f"{len(self.done)} of {len(self.specs)} runs done · about {fmt_span(left)} left"
 
     def opening(self) -> str | None:

@@ -2,7 +2,7 @@
 
 The named profiles (``same-host``, ``lan``, ``same-zone``, ``cross-zone``, ``cross-region``;
 their numbers and sources are in ``docs/network.md``) and the custom form
-``LATENCY[,jitter=…,dist=…,bandwidth=…,connect=…,poll=…]``. The proxy that plays a profile
+``LATENCY[,jitter=…,dist=…,bandwidth=…,link=…,connect=…,poll=…]``. The proxy that plays a profile
 is ``lab/proxy.py``.
 
 A profile's latency is the **round trip** it adds (what ``ping`` would show), split
@@ -29,7 +29,8 @@ class NetworkProfile:
     ``rtt_us`` is the added round-trip time; ``jitter_us`` the spread added to each
     segment in each direction (standard deviation for ``normal``, half-width for
     ``uniform``, mean of the one-sided tail for ``pareto``); ``bandwidth_bps`` a cap in
-    bits per second per direction (0 = none); ``connect_delay_us`` the extra time before a
+    bits per second per connection and direction (0 = none); ``link_bps`` one every
+    connection shares per direction (a host's NIC: 0 = none); ``connect_delay_us`` the extra time before a
     new connection carries data (``None``: one round trip, like a TCP handshake).
     ``busy_poll_us`` (opt-in, 0 = off) makes the proxy keep polling for that long after
     each I/O instead of sleeping: more accurate small delays on an idle machine, at the
@@ -41,6 +42,7 @@ class NetworkProfile:
     jitter_us: float = 0.0
     jitter_dist: str = "normal"
     bandwidth_bps: int = 0
+    link_bps: int = 0
     connect_delay_us: float | None = None
     busy_poll_us: float = 0.0
     description: str = ""
@@ -61,6 +63,7 @@ class NetworkProfile:
             "delay_up_us": self.delay_up_us,
             "delay_down_us": self.delay_down_us,
             "bandwidth_bps": self.bandwidth_bps,
+            "link_bps": self.link_bps,
             "connect_delay_us": self.rtt_us if self.connect_delay_us is None else self.connect_delay_us,
         }
         if self.busy_poll_us > 0:
@@ -139,7 +142,7 @@ _RATE_UNITS = {
     "mb/s": 8e6,
     "gb/s": 8e9,
 }
-_OPTIONS = ("jitter", "dist", "bandwidth", "connect", "poll")
+_OPTIONS = ("jitter", "dist", "bandwidth", "link", "connect", "poll")
 MAX_POLL_US = 100_000.0  # the proxy refuses longer busy-poll windows
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-zµ/]*)\s*$", re.IGNORECASE)
 
@@ -147,7 +150,7 @@ _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-zµ/]*)
 def _allowed() -> str:
     return (
         f"named profiles {', '.join(PROFILES)}, or LATENCY[,jitter=…,dist={'|'.join(JITTER_DISTS)},"
-        "bandwidth=…,connect=…,poll=…] such as 2ms,jitter=0.2ms,bandwidth=100mbit or same-zone,poll=200us"
+        "bandwidth=…,link=…,connect=…,poll=…] such as 2ms,jitter=0.2ms,bandwidth=100mbit or same-zone,poll=200us"
     )
 
 
@@ -190,6 +193,8 @@ def _apply(profile: NetworkProfile, key: str, value: str) -> NetworkProfile:
         return replace(profile, jitter_dist=value)
     if key == "bandwidth":
         return replace(profile, bandwidth_bps=parse_bandwidth_bps(value))
+    if key == "link":
+        return replace(profile, link_bps=parse_bandwidth_bps(value))
     if key == "connect":
         return replace(profile, connect_delay_us=parse_duration_us(value, "connect delay"))
     if key == "poll":

@@ -85,6 +85,7 @@ def phase_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append({
                 "run": index, "label": run["label"], "name": run_name(run), "sweep": sweep_key(run),
                 "sweep_values": dict(run.get("sweep") or {}), "repeat": run.get("repeat"),
+                "network": (run.get("network") or {}).get("profile") or "",
                 "phase": phase.get("name", "main"), "wall_s": wall, "count": count,
                 "ops_per_s": count / wall if wall > 0 else 0.0,
                 "payload_mbps": payload * 8 / wall / 1e6 if wall > 0 else 0.0,

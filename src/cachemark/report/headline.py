@@ -41,7 +41,20 @@ def headline_blocks(document: dict[str, Any]) -> list[Block]:
     builder = BUILDERS.get(kind)
     if builder is None or not _measured(document):
         return []
-    return builder(document)
+    blocks = builder(document)
+    if blocks and (scale := scale_note(document)):
+        blocks[-1].notes.append(scale)
+    return blocks
+
+
+def scale_note(document: dict[str, Any]) -> str | None:
+    """The one command that runs the reference at its own scale, where the preset's defaults cut it."""
+    experiment = document.get("experiment") or {}
+    flags, name = experiment.get("full_scale"), experiment.get("name")
+    if not flags or not name:
+        return None
+    return (f"At its defaults this preset runs a shorter version of the reference; its full scale: "
+            f"`cachemark run {name} {flags}`.")
 
 
 # --- shared ---------------------------------------------------------------------------
@@ -340,34 +353,56 @@ def choose_baseline(runs: list[dict[str, Any]], wanted: str | None) -> tuple[dic
     return runs[0], f"baseline {wanted!r} is not among the measured configurations: the first stands in."
 
 
+def _block_time(run: dict[str, Any]) -> float | None:
+    """The whole block's time: write, the N iterations, delete — what ``Benchmark.bm`` reports as
+    real around the reference's block (None when a phase is missing)."""
+    phases = [_phase(run, name) for name in ("write", "read", "delete")]
+    if any(p is None or p.get("wall_s") is None for p in phases):
+        return None
+    return sum(p["wall_s"] for p in phases if p is not None)
+
+
+def _rtt(run: dict[str, Any]) -> str:
+    """The round trip the run's network profile added (the reference's local vs remote)."""
+    network = run.get("network") or {}
+    if not network:
+        return "-"  # run without --network
+    rtt = network.get("rtt_us") or 0
+    return fmt_latency(rtt) if network.get("proxied") and rtt else "0 (loopback)"
+
+
 def baseline_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+    """Per configuration: the profile's added round trip, the iterations, the whole block's time and
+    its % of the baseline's whole block (the reference's "Comparison to Baseline"), and the read
+    block alone beside it (the N iterations without the write and the delete around them)."""
     runs = _measured(document)
     base, problem = choose_baseline(runs, (document.get("experiment") or {}).get("baseline"))
     base_read = _phase(base, "read") if base else None
-    base_time = base_read.get("wall_s") if base_read and _count(base_read) > 1 else None
     n = _count(base_read)
-    columns = ["Configuration", "iterations", "read block (s)", "write (s)", "delete (s)", "Comparison to Baseline"]
+    comparable = base is not None and n > 1
+    base_block = _block_time(base) if comparable else None
+    base_read_time = base_read.get("wall_s") if comparable and base_read else None
+    columns = ["Configuration", "added RTT", "iterations", "block (s)", "Comparison to Baseline", "read block (s)",
+               "read block % of baseline"]
     rows, notes = [], [problem] if problem else []
     for run in runs:
-        read, write, delete = _phase(run, "read"), _phase(run, "write"), _phase(run, "delete")
+        read = _phase(run, "read")
         count = _count(read)
-        time = read.get("wall_s") if read else None
+        block, read_time = _block_time(run), read.get("wall_s") if read else None
         if run is base:
-            relative = "--"
-        elif count <= 1 or base_time is None:
-            relative = "-"  # one sample: no comparison
+            whole = alone = "--"
+        elif count <= 1 or base_block is None:
+            whole = alone = "-"  # one sample: no comparison
         else:
-            pct = percent_of(time, base_time)
-            relative = "-" if pct is None else f"{pct:.0f}%"
-            if count != n:
-                relative += FEW
-        rows.append([_config_name(run), f"{count:,}", _fixed(time), _fixed((write or {}).get("wall_s")),
-                     _fixed((delete or {}).get("wall_s")), relative])
+            mark = FEW if count != n else ""
+            whole, alone = (f"{pct:.0f}%{mark}" if (pct := percent_of(value, reference)) is not None else "-"
+                            for value, reference in ((block, base_block), (read_time, base_read_time)))
+        rows.append([_config_name(run), _rtt(run), f"{count:,}", _fixed(block), whole, _fixed(read_time), alone])
     if base is not None:
         notes.insert(0, f"baseline: {_config_name(base)}.")
-    if any(r[-1].endswith(FEW) for r in rows):
+    if any(r[4].endswith(FEW) for r in rows):
         notes.append(f"Marked {FEW}: this configuration ran a different number of iterations than the baseline.")
-    if base_time is None and base is not None:
+    if base_block is None and base is not None:
         notes.append("the baseline's read block has one op or none: no comparison is made.")
     return columns, rows, notes
 
@@ -376,9 +411,10 @@ def baseline_headline(document: dict[str, Any]) -> list[Block]:
     columns, rows, notes = baseline_rows(document)
     return [Block(
         title="Time of the block per configuration, and % of baseline (reference 004)",
-        lines=["The read block is the N iterations of exist? + fetch (the read phase's wall time, what "
-               "Benchmark.bm reports as real); the single write and delete around it are shown apart. "
-               "Every configuration is compared with the same baseline."],
+        lines=["The block is the reference's: write one value, N iterations of exist? + fetch, delete it; its "
+               "time is what Benchmark.bm reports as real, and Comparison to Baseline divides it by the baseline's "
+               "block, as the author did. The read block alone (the N iterations) is beside it; added RTT is the "
+               "round trip the configuration's network profile adds to every request."],
         columns=columns, rows=rows, notes=notes + _proxy_note(document) + _not_measured(document),
     )]
 

@@ -328,19 +328,21 @@ def _cell(value: float | None, fmt: str, low: bool) -> str:
 
 
 def bandwidth_points(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """One entry per (target label, phase, sweep point): the headline's figures, repeats averaged
-    (as reference 001 averaged its test passes), with the flags and warnings of the point."""
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    """One entry per (target label, network profile, phase, sweep point): the headline's figures,
+    repeats averaged (as reference 001 averaged its test passes), with the flags and warnings of
+    the point. Two profiles are two experiments (loopback, and a capped link): never averaged."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for row in phase_rows(document):
-        groups.setdefault((row["label"], row["phase"], row["sweep"]), []).append(row)
+        groups.setdefault((row["label"], row["network"], row["phase"], row["sweep"]), []).append(row)
     labels = list(dict.fromkeys(k[0] for k in groups))
-    phases = list(dict.fromkeys(k[1] for k in groups))
+    networks = list(dict.fromkeys(k[1] for k in groups))
+    phases = list(dict.fromkeys(k[2] for k in groups))
     points = []
-    for (label, phase, _), rows in groups.items():
+    for (label, network, phase, _), rows in groups.items():
         first = rows[0]
         ratios = [hit_ratio(document, r) for r in rows]
         point: dict[str, Any] = {
-            "label": label, "phase": phase, "sweep": first["sweep_values"], "runs": len(rows),
+            "label": label, "network": network, "phase": phase, "sweep": first["sweep_values"], "runs": len(rows),
             **{key: _mean([r[key] for r in rows]) for key in _HEADLINE_FIGURES},
             "evictions": sum(r["server_evictions"] or 0 for r in rows),
             "hit_ratio": _mean(list(ratios)),
@@ -354,7 +356,7 @@ def bandwidth_points(document: dict[str, Any]) -> list[dict[str, Any]]:
     def order(p: dict[str, Any]) -> tuple[Any, ...]:
         values = [p["sweep"][f] for f in sorted(p["sweep"])]
         numbers = tuple((_number(v) is None, _number(v) or 0.0, v) for v in values)
-        return labels.index(p["label"]), phases.index(p["phase"]), numbers
+        return labels.index(p["label"]), networks.index(p["network"]), phases.index(p["phase"]), numbers
 
     return sorted(points, key=order)
 
@@ -367,15 +369,18 @@ def bandwidth_headline(document: dict[str, Any]) -> list[Block]:
         return []
     fields = sorted({f for p in points for f in p["sweep"]})
     many_phases = len({p["phase"] for p in points}) > 1
+    many_networks = len({p["network"] for p in points}) > 1
     repeats = any(p["runs"] > 1 for p in points)
     sweep_heads = ["value size (B)" if f == "value_size" else f for f in fields]
-    columns = ["target", *(["phase"] if many_phases else []), *sweep_heads,
-               "Mbps out p90", "Mbps out p70", "CPU % p90", "CPU % p50", "ops/s", *(["runs"] if repeats else [])]
+    columns = ["target", *(["network"] if many_networks else []), *(["phase"] if many_phases else []),
+               *sweep_heads, "Mbps out p90", "Mbps out p70", "CPU % p90", "CPU % p50", "ops/s",
+               *(["runs"] if repeats else [])]
     rows = []
     for p in points:
         low = p["low_samples"]
         rows.append([
-            p["label"], *([p["phase"]] if many_phases else []), *(str(p["sweep"].get(f, "-")) for f in fields),
+            p["label"], *([p["network"]] if many_networks else []), *([p["phase"]] if many_phases else []),
+            *(str(p["sweep"].get(f, "-")) for f in fields),
             _cell(p["server_net_out_mbps_p90"], ",.1f", low), _cell(p["server_net_out_mbps_p70"], ",.1f", low),
             _cell(p["server_cpu_pct_p90"], ".1f", low), _cell(p["server_cpu_pct_p50"], ".1f", low),
             _cell(p["ops_per_s"], ",.0f", False), *([str(p["runs"])] if repeats else []),
@@ -408,4 +413,4 @@ def bandwidth_headline(document: dict[str, Any]) -> list[Block]:
                          "(cachemark thresholds writes them as a CloudFormation mapping).")
     notes += [f"warning: {w}" for p in points for w in p["warnings"]]
     return [Block(title=title, lines=lines, columns=columns, rows=rows, notes=notes,
-                  left=1 + int(many_phases) + len(fields))]
+                  left=1 + int(many_networks) + int(many_phases) + len(fields))]
