@@ -13,7 +13,7 @@ from cachemark.analysis.advise import advise
 from cachemark.analysis.cost import cost_of, load_prices
 from cachemark.errors import UserError
 from cachemark.needs import parse_needs
-from cachemark.report.advice_report import advice_block
+from cachemark.report.advice_report import advice_block, judged
 from cachemark.results import write_atomic
 
 
@@ -163,7 +163,7 @@ def real_doc() -> dict:
 
 
 def checks_of(document: dict, label: str = "redis") -> dict[str, Any]:
-    advice = next(a for a in advise(document, parse_needs(NEEDS, "test")) if a.label == label)
+    advice = next(a for a in judged(document, parse_needs(NEEDS, "test"), None) if a.label == label)
     return {c.need: c for c in advice.checks} | {"warnings": advice.warnings}
 
 
@@ -190,7 +190,7 @@ def test_a_pass_on_a_saturated_host_says_it_passes_only_on_those_figures() -> No
         assert checks[need].result == "pass" and checks[need].caveats == ("host saturated",)
         assert checks[need].why.endswith("; passes only on figures with warnings: host saturated (below)")
     assert not checks["shared across 2 app servers"].caveats  # what the backend is, not a figure
-    block = advice_block(advise(saturate(real_doc()), parse_needs(NEEDS, "test")))
+    block = advice_block(judged(saturate(real_doc()), parse_needs(NEEDS, "test"), None))
     assert "redis meets them only on figures with warnings (below)." in block.lines
     assert block.notes[-2:] == ["Warnings that change how these figures read (from the run's own report):",
                                 f"- {line}"]

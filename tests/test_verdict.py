@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -18,7 +19,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from cachemark.measure.histogram import Histogram
 from cachemark.report.blocks import to_rich
+from cachemark.report.headline import headline_blocks
+from cachemark.report.table import fmt_latency, fmt_rate
 from cachemark.report.verdict import fmt_factor, verdict_blocks
 from cachemark.results import load
 
@@ -108,10 +112,11 @@ def test_the_real_ranking_is_the_ratio_of_the_p50s(real_run):
                  "cachemark.memory", "no network emulated"):
         assert fact in sentence, (fact, sentence)
     rows = ranking(document)
-    assert {op for op, _ in rows} == {"get", "set", "delete"}
+    # per-process memory and shared redis are ranked apart: memory's group ends with redis, for scale
+    assert set(rows) == {(f"{op} · local", "redis (shared)") for op in ("get", "set", "delete")}
     for op in ("get", "set", "delete"):
         memory, redis = p50s(document, "memory", op)[None], p50s(document, "redis", op)[None]
-        row = rows[(op, "redis")]
+        row = rows[(f"{op} · local", "redis (shared)")]
         assert row[1].startswith("memory (")  # in-process memory is faster than a server round trip
         assert within_rounding(row[3], redis / memory), (row, redis / memory)
         runs = {r["label"]: r["phases"][0]["ops"][op] for r in document["runs"]}
@@ -137,7 +142,7 @@ def test_repeats_give_the_factor_its_noise(tmp_path):
         logs = [math.log(r) for r in ratios]
         half = T95_DF2 * statistics.stdev(logs) / math.sqrt(3)
         low, high = math.exp(statistics.fmean(logs) - half), math.exp(statistics.fmean(logs) + half)
-        cell = rows[(op, "redis")][3]
+        cell = rows[(f"{op} · local", "redis (shared)")][3]
         assert cell in result.stdout
         if low <= 1 <= high:
             assert cell.startswith("tie (")
@@ -215,7 +220,7 @@ def test_only_like_with_like_is_ranked(doc):
     for run in doc["runs"]:
         run["sweep"] = {"value_size": "100"} if run["label"] == "memory" else run["sweep"]
     rows = ranking(doc)
-    assert set(rows) == {(f"{op} [value_size=100]", "redis") for op in ("get", "set", "delete")}
+    assert set(rows) == {(f"{op} [value_size=100] · local", "redis (shared)") for op in ("get", "set", "delete")}
 
 
 def test_a_p99_factor_below_1_says_faster_in_words(doc):
@@ -475,3 +480,249 @@ def test_clients_of_the_same_server_are_compared_over_the_wire_floor(doc):
     line = next(x for x in verdict({**doc, "runs": without_engine}).lines if x.startswith("Client cost"))
     assert "over the fastest client, redis-py (59" in line and "+45.5" in line
     assert not [x for x in verdict({**doc, "runs": runs[:1]}).lines if x.startswith("Client cost")]
+
+
+# --- groups: shared backends against each other, local ones apart ----------------------------------------------
+
+
+def backend(doc: dict[str, Any], label: str, scheme: str, p50: float, p99: float | None = None,
+            mean: float | None = None) -> dict[str, Any]:
+    """memory's first run as ``label`` on ``scheme``, its p50, p99 and mean × the factors given (one run)."""
+    run = copy.deepcopy(first(doc, "memory"))
+    run.pop("repeat", None)
+    run["label"], run["target"] = label, f"{scheme}://"
+    run["backend"] = {"scheme": scheme, "capabilities": {"shared": scheme != "memory"}, "info": {"client": scheme}}
+    times = {"p50_us": p50, "p99_us": p50 if p99 is None else p99, "mean_us": p50 if mean is None else mean}
+    for op in run["phases"][0]["ops"].values():
+        op["summary"] = {k: v * times.get(k, p50) if k.endswith("_us") and v else v for k, v in op["summary"].items()}
+    return run
+
+
+def test_shared_backends_are_ranked_against_each_other_and_local_ones_apart(doc):
+    runs = [backend(doc, "memory", "memory", 1.0), backend(doc, "disk", "sqlite", 1.5),
+            backend(doc, "memcached", "memcached", 2.0), backend(doc, "redis", "redis", 3.0)]
+    block = verdict({**doc, "runs": runs})
+    p50 = first(doc, "memory")["phases"][0]["ops"]["get"]["summary"]["p50_us"]
+    assert block.rows[:3] == [
+        # "is redis or memcached faster here": one row, the two against each other
+        ["get · shared", f"memcached ({fmt_latency(2 * p50)})", "redis", "1.50×", "1.50×"],
+        # the per-process cache and the store on this host's disk apart, with the fastest shared one for scale
+        ["get · local", f"memory ({fmt_latency(p50)})", "disk", "1.50×", "1.50×"],
+        ["", "", "memcached (shared)", "2.00×", "2.00×"],
+    ]
+    assert block.rows[3][0] == "set · shared"
+    assert "Shared backends (a server every app server reaches) are ranked against each other" in " ".join(block.notes)
+    # the shared one faster than the local ones: said in words, not a factor under 1×
+    slow_local = [backend(doc, "disk", "sqlite", 4.0), backend(doc, "memcached", "memcached", 2.0)]
+    assert ranking({**doc, "runs": slow_local})[("get · local", "memcached (shared)")][3] == "2.00× faster"
+    # one kind only: no groups named
+    only_shared = ranking({**doc, "runs": runs[2:]})
+    assert set(only_shared) == {(op, "redis") for op in ("get", "set", "delete")}
+    assert "Shared backends" not in " ".join(verdict({**doc, "runs": runs[2:]}).notes)
+
+
+def test_a_store_nested_in_a_target_or_django_on_disk_is_local(doc):
+    """Django's file-based cache and a two-level cache with a file level keep entries on this host's disk."""
+    from cachemark.report.verdict import LOCAL, PER_PROCESS, SHARED, kept
+
+    def where(target: str, scheme: str, shared: bool = True, info: dict | None = None) -> tuple[str, str | None]:
+        return kept({"target": target, "backend": {"scheme": scheme, "capabilities": {"shared": shared},
+                                                   "info": info or {}}})
+
+    assert where("django://?BACKEND=filebased&LOCATION=file://&MAX_ENTRIES=1000", "django") == (LOCAL, "file")
+    assert where("django://?BACKEND=diskcache&LOCATION=diskcache://&SHARDS=8", "django") == (LOCAL, "diskcache")
+    assert where("django://?BACKEND=filebased&LOCATION=/var/tmp/c", "django", info={
+        "framework": "django", "backend": "django.core.cache.backends.filebased.FileBasedCache"}) == (LOCAL, "file")
+    assert where("twolevel://?fast=spawn:memcached&slow=file://", "twolevel") == (LOCAL, "file")
+    assert where("twolevel://?fast=spawn:memcached&slow=spawn:redis", "twolevel") == (SHARED, None)
+    assert where("django://?BACKEND=redis&LOCATION=spawn:redis", "django") == (SHARED, None)
+    assert where("django://?BACKEND=locmem", "django", shared=False) == (PER_PROCESS, None)
+    # and the warnings say so
+    run = backend(doc, "filebased", "django", 2.0)
+    run["target"] = "django://?BACKEND=filebased&LOCATION=file://"
+    assert "filebased (file): a local store on this host's disk" in " ".join(warnings_of({**doc, "runs": [run]}))
+
+
+def test_p50_and_p99_ranking_two_backends_differently_is_said(doc):
+    runs = [backend(doc, "memcached", "memcached", 2.0, p99=4.0), backend(doc, "redis", "redis", 3.0)]
+    notes = verdict({**doc, "runs": runs}).notes
+    # memcached's p50 is 2/3 of redis's, its p99 4/3 of it
+    assert "get: memcached is faster than redis at p50 (1.50×) but slower at p99 (1.33×)." in notes
+    agree = [backend(doc, "memcached", "memcached", 2.0, p99=2.5), backend(doc, "redis", "redis", 3.0)]
+    assert not any("but slower at p99" in n for n in verdict({**doc, "runs": agree}).notes)
+    # within 5 % at p99 is no disagreement either
+    tie = [backend(doc, "memcached", "memcached", 2.0, p99=3.1), backend(doc, "redis", "redis", 3.0)]
+    assert not any("but slower at p99" in n for n in verdict({**doc, "runs": tie}).notes)
+    # many pairs: a few sentences and a count of the rest. Five backends, p50 up and p99 down by a tenth each:
+    # neighbours differ by under 5 % at p99, the 6 pairs further apart disagree, at each of 3 ops
+    many = [backend(doc, f"b{i}", "redis", 1.0 + i / 10, p99=3.0 - i / 10) for i in range(5)]
+    split = [n for n in verdict({**doc, "runs": many}).notes if "but slower at p99" in n or "more pair" in n]
+    assert len(split) == 7 and split[-1] == "… and 12 more pairs that p50 and p99 rank differently."
+    assert split[0] == "get: b0 is faster than b2 at p50 (1.20×) but slower at p99 (1.07×)."
+
+
+# --- the preset's headline figure ranks ------------------------------------------------------------------------
+
+
+def test_a_headline_figure_ranks_and_a_different_p50_leader_is_said(doc):
+    """tag-clean: the harness's ops/s (clients ÷ mean latency) ranks; a backend fastest at p50 but with the
+    longer mean (its slow tail) is behind, and a sentence says why the two orders differ."""
+    tagged = {**doc, "experiment": {**doc["experiment"], "headline": "tag-clean"}}
+    runs = [backend(doc, "file", "redis", 1.0, mean=4.0), backend(doc, "redis", "redis", 2.0, mean=2.0)]
+    block = verdict({**tagged, "runs": runs})
+    assert block.columns == ["op", "fastest (harness ops/s)", "vs", "slower by (harness ops/s)", "at p50", "at p99"]
+    op = first(doc, "memory")["phases"][0]["ops"]["get"]
+    workers = first(doc, "memory")["phases"][0]["workers"]
+    harness = {"file": workers * 1e6 / (4 * op["summary"]["mean_us"]),
+               "redis": workers * 1e6 / (2 * op["summary"]["mean_us"])}
+    row = block.rows[0]
+    assert row[:3] == ["get", f"redis ({fmt_rate(harness['redis'])}/s)", "file"]
+    assert within_rounding(row[3], harness["redis"] / harness["file"]) and row[3] == "2.00×"
+    assert row[4] == "2.00× faster"  # file is ahead at p50
+    assert ("get: file is the fastest at p50 (2.00× ahead of redis), but redis leads by harness ops/s: the harness "
+            "divides by Σ latency, i.e. by the mean, which carries the slow tail the p50 leaves out.") in block.notes
+    assert "Ranked by the headline's figure" in " ".join(block.notes)
+    # without a headline figure: the p50 ranks, file first
+    assert verdict({**doc, "runs": runs}).rows[0][:3] == ["get", f"file ({fmt_latency(op['summary']['p50_us'])})",
+                                                          "redis"]
+
+
+def rate(text: str) -> float:
+    number, unit = re.match(r"^([0-9.,]+)(k|M)?\*?(?:/s)?$", text).groups()
+    return float(number.replace(",", "")) * {None: 1, "k": 1e3, "M": 1e6}[unit]
+
+
+def sigma_latency_s(op: dict[str, Any]) -> float:
+    total = Histogram()
+    for outcome in ("hit", "miss", "ok"):
+        if outcome in op.get("histograms", {}):
+            total.add(Histogram.decode(op["histograms"][outcome]))
+    return total.mean * total.total / 1e9
+
+
+def test_magento_verdict_and_headline_agree_at_every_op(tmp_path):
+    """Reference 002's figure is the harness's ops/s: the verdict ranks by it, so at every op the backend
+    it names fastest has the highest rate the headline prints, and each factor is the ratio of those rates."""
+    result = run_cli("run", "magento-clean-by-tag", "--ops", "2000", "--keys", "300", "--no-calibrate",
+                     "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "out.json").read_text())
+    (head,) = headline_blocks(document)
+    columns = {"get": "read ops/s (harness)", "set": "write ops/s (harness)", "clean": "clean ops/s (harness)"}
+    printed = {(row[0], op): row[head.columns.index(column)] for row in head.rows for op, column in columns.items()}
+    by_hand = {}
+    for run in document["runs"]:
+        (phase,) = run["phases"]
+        for op in columns:
+            by_hand[(run["label"], op)] = phase["ops"][op]["count"] / sigma_latency_s(phase["ops"][op]) \
+                * phase["workers"]
+    block = verdict(document)
+    assert block.columns[1] == "fastest (harness ops/s)"
+    seen: set[str] = set()
+    rows = ranking(document)
+    for (cell, other), row in rows.items():
+        op = cell.split(" · ")[0]
+        best = row[1].rsplit(" (", 1)[0]
+        rival = other.removesuffix(" (shared)")
+        seen.add(op)
+        # the fastest's figure is the headline's, as printed there
+        assert row[1].endswith(f"({printed[(best, op)].rstrip('*')}/s)"), (row, printed[(best, op)])
+        ratio = by_hand[(best, op)] / by_hand[(rival, op)]
+        if other.endswith(" (shared)") and ratio < 1:  # the fastest shared one ahead of the local ones
+            assert row[3].endswith("× faster") and within_rounding(row[3], 1 / ratio), (row, ratio)
+        else:
+            assert ratio >= 1 and within_rounding(row[3], ratio), (row, ratio)
+            assert rate(printed[(best, op)]) >= rate(printed[(rival, op)])  # the headline's order too
+    assert seen == {"get", "set", "clean"}
+    assert any(cell.endswith("· shared") for cell, _ in rows) and any(cell.endswith("· local") for cell, _ in rows)
+
+
+def test_django_s3_factor_is_the_same_in_the_headline_and_the_verdict(tmp_path):
+    """Reference 000's figure is timeit's seconds per 1000 ops: the S3 factor the headline prints (its
+    × fastest) is the one the verdict prints, both the ratio of the medians over the repeats."""
+    result = run_cli("run", "django-s3-vs-memcached", "--ops", "20", "--no-calibrate", "-o", "out.json",
+                     cwd=tmp_path)
+    assert result.returncode == 1, result.stderr  # the dummy cache drops writes, by design
+    document = json.loads((tmp_path / "out.json").read_text())
+    (head,) = headline_blocks(document)
+    block = verdict(document)
+    assert block.columns[1] == "fastest (s/1000 ops)"
+    rows = ranking(document)
+    for phase in ("set", "get"):
+        per_1000: dict[str, list[float]] = {}
+        for run in document["runs"]:
+            if run.get("dropped_writes"):
+                continue
+            (p,) = [p for p in run["phases"] if p["name"] == phase]
+            per_1000.setdefault(run["label"], []).append(p["wall_s"] / sum(o["count"] for o in p["ops"].values())
+                                                         * 1000)
+        medians = {label: statistics.median(values) for label, values in per_1000.items()}
+        best = min(medians, key=medians.__getitem__)
+        s3 = next(label for label in medians if label.startswith("s3"))
+        for label, median in medians.items():
+            if label == best:
+                continue
+            factor = median / medians[best]
+            (verdict_row,) = [row for (cell, other), row in rows.items() if cell == phase and other == label]
+            assert verdict_row[1].startswith(f"{best} (")
+            (head_row,) = [row for row in head.rows if row[0].startswith(label) and row[1] == phase]
+            assert within_rounding(verdict_row[3], factor), (verdict_row, factor)
+            assert within_rounding(head_row[-1], factor), (head_row, factor)
+            if label == s3:
+                assert factor > 5  # the S3 round trip: far from a tie
+                assert verdict_row[3] in result.stdout and head_row[-1] in result.stdout
+
+
+# --- the reference's clients -----------------------------------------------------------------------------------
+
+
+def django_run(doc: dict[str, Any], label: str, client: str, backend_class: str) -> dict[str, Any]:
+    run = backend(doc, label, "django", 2.0)
+    run["backend"]["info"] = {"framework": "django", "client": client,
+                              "backend": f"django.core.cache.backends.{backend_class}"}
+    return run
+
+
+def test_a_client_other_than_the_references_is_flagged(doc):
+    from cachemark.report.verdict import Kind, findings
+
+    reference = {"name": "reference 003", "clients": {"memcached": "pylibmc", "redis": "django-redis"}}
+    runs = [django_run(doc, "memcached", "pymemcache", "memcached.PyMemcacheCache"),
+            django_run(doc, "redis", "redis-py", "redis.RedisCache")]
+    document = {**doc, "experiment": {**doc["experiment"], "reference": reference}, "runs": runs}
+    found = [f for f in findings(document, runs) if f.kind == Kind.CLIENT]
+    assert [f.text for f in found] == [
+        "memcached: measured through pymemcache (Django's PyMemcacheCache) where reference 003 used pylibmc: the "
+        "client library's own cost is in every figure, so these are not the figures of the "
+        "reference's client",
+        "redis: measured through redis-py (Django's RedisCache) where reference 003 used django-redis: the client "
+        "library's own cost is in every figure, so these are not the figures of the "
+        "reference's client"]
+    assert all(f.text in warnings_of(document) for f in found)
+    # the reference's own clients: nothing to flag
+    runs[0]["backend"]["info"].update(client="pylibmc", backend="django.core.cache.backends.memcached.PyLibMCCache")
+    runs[1]["backend"]["info"].update(client="django-redis", backend="django_redis.cache.RedisCache")
+    assert not any("measured through" in w for w in warnings_of(document))
+    # no reference named: nothing to compare with
+    assert not any("measured through" in w for w in warnings_of({**doc, "runs": runs}))
+
+
+def test_the_reference_table_of_an_experiment_file_reaches_the_verdict(tmp_path):
+    (tmp_path / "exp.toml").write_text(
+        'targets = ["django://?BACKEND=pymemcache&LOCATION=spawn:memcached", "memory://"]\n'
+        'labels = ["memcached", "memory"]\n'
+        '[reference]\nname = "reference 003"\nclients = { memcached = "pylibmc", memory = "cachemark.memory" }\n'
+        '[workload]\nops = 300\nwarmup = 0\nkeys = 100\n')
+    result = run_cli("run", "exp.toml", "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert document["experiment"]["reference"] == {"name": "reference 003",
+                                                   "clients": {"memcached": "pylibmc", "memory": "cachemark.memory"}}
+    flagged = [w for w in warnings_of(document) if "measured through" in w]
+    assert flagged == ["memcached: measured through pymemcache (Django's PyMemcacheCache) where reference 003 used "
+                       "pylibmc: the client library's own cost is in every figure, so these are not the figures of the "
+                       "reference's client"]
+    assert " ".join(flagged[0].split()[:6]) in " ".join(result.stdout.split())
+    (tmp_path / "bad.toml").write_text('targets = ["memory://"]\n[reference]\nclients = { memory = "x" }\n')
+    bad = run_cli("run", "bad.toml", "--no-calibrate", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "reference.name" in bad.stderr

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..needs import Needs, parse_needs
-from ..report.verdict import QUALIFY_FIGURES, Finding, findings
+from ..results.findings import QUALIFY_FIGURES, Finding
 from ..schemes import find_scheme
 from ..textfile import read_text
 from .cost import PriceTable, cost_of
@@ -126,12 +126,6 @@ def _tags_check(run: dict[str, Any]) -> Check:
     return Check("invalidates by tag", CHECK, "not measured here: add ?tags=native or ?tags=versioned to the URL")
 
 
-def reading_warnings(document: dict[str, Any]) -> list[Finding]:
-    """The results' own warnings (the verdict's) that change how a measured figure reads."""
-    runs = [r for r in document.get("runs") or [] if isinstance(r, dict) and r.get("label") is not None]
-    return [f for f in findings(document, runs) if f.kind in QUALIFY_FIGURES]
-
-
 def bearing_on(found: list[Finding], label: str, op: str | None = None) -> list[Finding]:
     """The warnings of ``found`` about ``label``'s figures: its runs' as a whole, and ``op``'s own."""
     return [f for f in found if label in f.labels and (not f.ops or op in f.ops)]
@@ -153,8 +147,12 @@ def _qualify(check: Check, label: str, found: list[Finding]) -> list[Finding]:
     return bearing
 
 
-def advise(document: dict[str, Any], needs: Needs, prices: PriceTable | None = None) -> list[Advice]:
-    found = reading_warnings(document)
+def advise(document: dict[str, Any], needs: Needs, prices: PriceTable | None = None,
+           found: list[Finding] | None = None) -> list[Advice]:
+    """Per label, each need checked against its runs; ``found``: the results' own warnings that change
+    how a figure reads (the verdict's, ``report.verdict.reading_warnings``), named beside the checks
+    resting on them."""
+    found = found or []
     by_label: dict[str, list[dict[str, Any]]] = {}
     for run in document.get("runs", []):
         if run.get("status") in ("ok", "interrupted"):

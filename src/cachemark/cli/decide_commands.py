@@ -33,15 +33,14 @@ def advise(
 
     Example: cachemark advise results/cachemark-*.json --needs needs.toml
     """
-    from ..analysis.advise import advise as judge
     from ..analysis.advise import load_needs
     from ..analysis.cost import load_prices
-    from ..report.advice_report import advice_block
+    from ..report.advice_report import advice_block, judged
     from ..results import load
 
     document = load(results)
     stated = load_needs(needs)
-    _show([advice_block(judge(document, stated, load_prices(prices)))], markdown)
+    _show([advice_block(judged(document, stated, load_prices(prices)))], markdown)
 
 
 def cost(
@@ -58,9 +57,10 @@ def cost(
 
     Example: cachemark cost results/cachemark-*.json --price redis=cache.m7g.large --load 50000 --data-gb 10
     """
-    from ..analysis.advise import bearing_on, caveats, reading_warnings
+    from ..analysis.advise import bearing_on, caveats
     from ..analysis.cost import cost_of, load_prices
     from ..report.advice_report import cost_block
+    from ..report.verdict import reading_warnings
     from ..results import load as load_results
 
     for value, name in ((load, "--load"), (data_gb, "--data-gb")):

@@ -9,6 +9,7 @@ from ..analysis.cost import Cost, PriceTable, load_prices
 from ..errors import UserError
 from ..needs import Needs, parse_needs
 from .blocks import Block
+from .verdict import reading_warnings
 
 MARKS = {PASS: "pass", FAIL: "FAIL", "check": "check"}
 
@@ -74,6 +75,12 @@ def cost_block(costs: list[Cost], prices: PriceTable, load: float | None, data_g
     return Block("What it costs", lines, columns, rows, notes, left=2)
 
 
+def judged(document: dict[str, Any], needs: Needs, prices: PriceTable | None) -> list[Advice]:
+    """:func:`advise` with the results' own warnings that change how a figure reads named beside the
+    checks resting on them: the one way every command asks for advice."""
+    return advise(document, needs, prices, reading_warnings(document))
+
+
 def experiment_advice(document: dict[str, Any]) -> list[Block]:
     """The advice block of a run whose experiment states ``[needs]`` (none otherwise)."""
     data = (document.get("experiment") or {}).get("needs")
@@ -81,6 +88,6 @@ def experiment_advice(document: dict[str, Any]) -> list[Block]:
         return []
     try:
         needs: Needs = parse_needs(data, "the experiment's [needs]")
-        return [advice_block(advise(document, needs, load_prices()))]
+        return [advice_block(judged(document, needs, load_prices()))]
     except UserError as exc:  # a saved file from elsewhere: say why, don't fail the report
         return [Block("Which cache, for these needs", [f"not evaluated: {exc}"], kind="verdict")]

@@ -45,6 +45,17 @@ def fmt_latency(us: float | None) -> str:
     return f"{us / 1_000_000:.3g}s"
 
 
+def fmt_factor(x: float) -> str:
+    """A factor's digits, wherever one is printed (the verdict, a headline's "× fastest"): 2 decimals
+    under 10×, 1 under 100×, none above (``3.14``, ``31.4``, ``1,314``), so one factor reads the same
+    in both places."""
+    if x < 10:
+        return f"{x:.2f}"
+    if x < 100:
+        return f"{x:.1f}"
+    return f"{x:,.0f}"
+
+
 def fmt_rate(value: float) -> str:
     if value >= 1_000_000:
         return f"{value / 1_000_000:.2f}M"

@@ -4,33 +4,42 @@ Owns :func:`verdict_blocks`, the "What this means" card every report ends with (
 terminal, Markdown, HTML; :mod:`.blocks` draws it). It reads only the results document,
 so ``show`` and ``report`` of an old file give the same answer as the run did, and every
 field it reads is optional. The ranking compares like with like only: one phase, one
-sweep point and one network profile at a time. With repeats the factor is the median of
-the ratios paired by repeat and its ± is half a 95 % interval (Student's t on the log
-ratios), and a difference whose interval includes 1× is called a tie; without repeats a
-difference under 5 % is a tie. The warnings are the facts that change how the figures
-read, the most serious (a target that drops writes) first; each is a :class:`Finding` of a
-kind, so ``advise`` and ``cost`` can show beside a pass or FAIL the ones that change how its
-figures read (:data:`QUALIFY_FIGURES`) without matching on their text.
+sweep point and one network profile at a time; it ranks by the preset's headline figure where
+that figure ranks backends (:data:`HEADLINE_FIGURES`: the headline and the verdict name one
+winner and print one factor), else by p50; shared backends against each other, per-process
+caches and stores on this host's disk apart (:func:`kept`), with a sentence wherever p50 and
+p99 (or the headline figure and p50) order two backends differently. With repeats the factor
+is the median of the ratios paired by repeat (a headline figure's: the ratio of the medians)
+and its ± is half a 95 % interval (Student's t on the log ratios), and a difference whose
+interval includes 1× is called a tie; without repeats a difference under 5 % is a tie. The
+warnings are the facts that change how the figures read, the most serious (a target that
+drops writes) first; each is a :class:`Finding` of a kind, so ``advise`` and ``cost`` can show
+beside a pass or FAIL the ones that change how its figures read (:data:`QUALIFY_FIGURES`)
+without matching on their text.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..backends.base import PSEUDO_OPS
+from ..errors import SpecError
 from ..measure.outage import longest, outage_text
+from ..results.findings import QUALIFY_FIGURES, Finding, Kind
 from ..results.names import op_label, run_name, sweep_key
 from ..schemes import find_scheme
 from ..sweep import LOAD_PARAMS
+from ..target import parse_target
 from .blocks import Block
 from .data import MISSED_WARNING, fmt_percent, missed_ops, op_summary
-from .table import fmt_latency
+from .headline import harness_ops_per_s, seconds_per_1000
+from .table import fmt_factor, fmt_latency, fmt_rate
 
 TITLE = "What this means"
 TIE_WITHOUT_REPEATS = 1.05  # one run each: a smaller factor is called a tie
@@ -78,15 +87,6 @@ def paired_interval(ratios: list[float]) -> tuple[float, float, float]:
     return statistics.median(ratios), math.exp(centre - half), math.exp(centre + half)
 
 
-def fmt_factor(x: float) -> str:
-    """2 decimals under 10×, 1 under 100×, none above (``3.14``, ``31.4``, ``1,314``)."""
-    if x < 10:
-        return f"{x:.2f}"
-    if x < 100:
-        return f"{x:.1f}"
-    return f"{x:,.0f}"
-
-
 def _pm(x: float, spread: float) -> str:
     digits = 2 if x < 10 else 1 if x < 100 else 0
     return f"{fmt_factor(x)} ± {spread:,.{digits}f}×"
@@ -96,11 +96,11 @@ def verdict_blocks(document: dict[str, Any]) -> list[Block]:
     runs = [r for r in document.get("runs") or [] if isinstance(r, dict) and r.get("label") is not None]
     if not runs:
         return []
-    ranking = _ranking(runs)
+    ranking = _ranking(runs, ranking_figure(document))
     lines = [workload_sentence(document, runs), *client_costs(runs)]
     notes: list[str] = []
     if ranking.rows:
-        notes.append(ranking.footnote())
+        notes += [*ranking.sentences(), ranking.footnote()]
     else:
         lines.append("Nothing to rank: no op was measured on two backends under the same conditions.")
     found = warnings(document, runs)
@@ -263,39 +263,173 @@ def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> s
 
 # --- the ranking ----------------------------------------------------------------------------------------------
 
+SHARED, PER_PROCESS, LOCAL = "shared", "per-process", "local"
+MAX_SPLIT_LINES = 6  # sentences where p50 and p99 order two backends differently; more are counted
+# Django's own caches that keep their entries on this host's disk, by class (a LOCATION given as a plain
+# path names no scheme to find them by)
+_DJANGO_ON_DISK = {"FileBasedCache": "file", "DjangoCache": "diskcache"}
+_NESTED_DEPTH = 4
+
+
+def kept(run: dict[str, Any]) -> tuple[str, str | None]:
+    """Where a run's cache keeps its entries: ``per-process`` (each worker's own copy), ``local`` (on
+    this host's disk, with the store's scheme: a file/diskcache/sqlite target, or one nested in it —
+    Django's LOCATION, a two-level cache's level) or ``shared`` (a server every app server reaches)."""
+    backend = _dict(run.get("backend"))
+    if _dict(backend.get("capabilities")).get("shared") is False:
+        return PER_PROCESS, None
+    scheme = find_scheme(str(backend.get("scheme") or ""))
+    if scheme is not None and scheme.embedded is not None:
+        return LOCAL, scheme.name
+    store = _nested_store(str(run.get("target") or ""), scheme, 0)
+    if store is None:
+        info = _dict(backend.get("info"))
+        store = _DJANGO_ON_DISK.get(str(info.get("backend") or "").rsplit(".", 1)[-1]) \
+            if info.get("framework") == "django" else None
+    return (LOCAL, store) if store else (SHARED, None)
+
+
+def _nested_store(url: str, scheme: Any, depth: int) -> str | None:
+    """The scheme of a local store among the targets nested in ``url`` (its scheme's ``nested`` params)."""
+    if scheme is None or not scheme.nested or depth > _NESTED_DEPTH:
+        return None
+    try:
+        params = parse_target(url).params
+    except SpecError:
+        return None  # an old file's target the parser now refuses: no nested store to find
+    for name, value in params.items():
+        inner = find_scheme(value.split(":", 1)[0]) if name in scheme.nested and ":" in value else None
+        if inner is not None and inner.embedded is not None:
+            return inner.name
+        found = _nested_store(value, inner, depth + 1)
+        if found:
+            return found
+    return None
+
+
+def _show_rate(value: float) -> str:
+    return f"{fmt_rate(value) if value >= 100 else f'{value:.3g}'}/s"  # a few ops/s keep their digits
+
+
+def _harness(phase: dict[str, Any], op: dict[str, Any] | None) -> float | None:
+    """cache-benchmark's ops/s of one op, as the tag-clean headline computes it."""
+    count = (op or {}).get("count") or 0
+    mean = op_summary(op or {}, phase.get("wall_s") or 0.0).get("mean_us") if count else None
+    return harness_ops_per_s(count, mean, phase.get("workers") or 1)
+
+
+def _per_1000(phase: dict[str, Any], _op: dict[str, Any] | None) -> float | None:
+    """timeit's seconds per 1000 ops of a phase, as the timeit headline computes it."""
+    count = sum(op.get("count") or 0 for op in (phase.get("ops") or {}).values() if isinstance(op, dict))
+    return seconds_per_1000(phase.get("wall_s") or 0.0, count)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """What the ranking orders backends by: each op's p50, or the preset's headline figure."""
+
+    name: str  # as the column headers say it
+    show: Callable[[float], str]
+    measure: Callable[[dict[str, Any], dict[str, Any] | None], float | None] | None = None  # None: the p50
+    higher_is_better: bool = False
+    per_phase: bool = False  # one value per phase (timeit's loop of ops), not per op
+    what: str = ""  # what it is, for the footnote (a headline figure)
+    why: str = ""  # why it can order two backends otherwise than their p50s do
+
+    @property
+    def headline(self) -> bool:
+        return self.measure is not None
+
+
+P50 = Figure("p50", fmt_latency)
+# the headline figures the verdict ranks by (report/headline.py computes and prints them): the figure a
+# preset names is its question, and one question gets one ranking
+HEADLINE_FIGURES = {
+    "tag-clean": Figure(
+        "harness ops/s", _show_rate, _harness, higher_is_better=True,
+        what="cache-benchmark's ops/s per op (count ÷ Σ latency × clients, reference 002)",
+        why="the harness divides by Σ latency, i.e. by the mean, which carries the slow tail the p50 leaves out"),
+    "timeit": Figure(
+        "s/1000 ops", lambda v: f"{v:.4g} s", _per_1000, per_phase=True,
+        what="timeit's seconds per 1000 ops per phase (the phase's wall time ÷ its ops × 1000, reference 000)",
+        why="the wall time per op is the mean op and the client's own time between ops, the p50 the middle op "
+            "alone"),
+}
+
+
+def ranking_figure(document: dict[str, Any]) -> Figure:
+    """The figure the verdict ranks by: the preset's headline figure where it has one, else the p50."""
+    return HEADLINE_FIGURES.get(str(_dict(document.get("experiment")).get("headline")), P50)
+
 
 class _Ranking:
-    columns = ["op", "fastest (p50)", "vs", "slower by (p50)", "at p99"]
-
-    def __init__(self) -> None:
+    def __init__(self, figure: Figure) -> None:
+        self.figure = figure
         self.rows: list[list[str]] = []
         self.repeated = 0  # how many repeats the paired comparisons had (0: none)
         self.single = False  # some comparison rested on one run per side
+        self.grouped = False  # some op was measured on shared and on local backends: ranked apart
+        self.differ: list[str] = []  # the headline figure and the p50 name different fastest backends
+        self.split: list[str] = []  # p50 and p99 order two backends differently
+
+    @property
+    def columns(self) -> list[str]:
+        name = self.figure.name
+        if not self.figure.headline:
+            return ["op", "fastest (p50)", "vs", "slower by (p50)", "at p99"]
+        return ["op", f"fastest ({name})", "vs", f"slower by ({name})", "at p50", "at p99"]
+
+    def sentences(self) -> list[str]:
+        """Where two orders disagree: the headline figure against the p50, then p50 against p99."""
+        out = self.differ + self.split[:MAX_SPLIT_LINES]
+        more = len(self.split) - MAX_SPLIT_LINES
+        if more > 0:
+            out.append(f"… and {more} more pair{'s' if more != 1 else ''} that p50 and p99 rank differently.")
+        return out
 
     def footnote(self) -> str:
-        parts = ["Factor: the slower backend's latency ÷ the fastest's, like with like (same phase, "
-                 "sweep point and network profile); at p99 only with ≥ 30 samples each, and \"faster\" where "
-                 "the backend slower at p50 has the lower p99."]
+        figure = self.figure
+        if figure.headline:
+            parts = [f"Ranked by the headline's figure, {figure.what}: a factor is the ratio of the two backends' "
+                     "figures as the headline prints them (medians over repeats), so a factor the headline prints "
+                     "too is the same number; at p50 and at p99, their latencies' ratio. Like with like (same phase, "
+                     "sweep point and network profile); at p99 only with ≥ 30 samples each, and \"faster\" where "
+                     "the backend ranked behind has the lower latency."]
+        else:
+            parts = ["Factor: the slower backend's latency ÷ the fastest's, like with like (same phase, "
+                     "sweep point and network profile); at p99 only with ≥ 30 samples each, and \"faster\" where "
+                     "the backend slower at p50 has the lower p99."]
+        if self.grouped:
+            parts.append("Shared backends (a server every app server reaches) are ranked against each other, local "
+                         "ones (per-process caches, stores on this host's disk) apart; an op's local rows end with "
+                         "the fastest shared backend, for scale.")
         if self.repeated:
-            parts.append(f"± and intervals from {self.repeated} repeats: the median of the ratios paired by "
-                         "repeat, ± half its 95 % interval (shown for a tie: a difference inside run-to-run "
-                         "noise, an interval that includes 1×).")
+            centre = ("the factor (the ratio of the medians) ± half the 95 % interval of the ratios paired by repeat"
+                      if figure.headline else "the median of the ratios paired by repeat, ± half its 95 % interval")
+            parts.append(f"± and intervals from {self.repeated} repeats: {centre} (shown for a tie: a difference "
+                         "inside run-to-run noise, an interval that includes 1×).")
         if self.single:
             parts.append("One run each: run-to-run noise unknown, so differences under 5 % are called a "
                          "tie; `--repeat 3` measures the noise.")
         return " ".join(parts)
 
 
-def _entries(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, dict[str, list[tuple[Any, dict]]]]]:
-    """(phase, sweep point, profile) → op → label → [(repeat, figures)]."""
-    groups: dict[tuple[str, str, str], dict[str, dict[str, list[tuple[Any, dict]]]]] = {}
+_Entry = tuple[Any, dict[str, float | None]]  # (repeat, {"rank": the ranking figure, "p50", "p99"})
+_Groups = dict[tuple[str, str, str], dict[str, dict[str, list[_Entry]]]]
+
+
+def _entries(runs: list[dict[str, Any]], figure: Figure) -> _Groups:
+    """(phase, sweep point, profile) → op (the phase itself, for a figure per phase) → label → [(repeat, figures)]."""
+    groups: _Groups = {}
     for run in runs:
         if run.get("status", "ok") not in RANKED_STATUSES or run.get("dropped_writes"):
             continue
         profile = (run.get("network") or {}).get("profile") or ""
         for phase in run.get("phases") or []:
-            key = (phase.get("name") or "main", sweep_key(run), profile)
+            name = phase.get("name") or "main"
+            key = (name, sweep_key(run), profile)
             wall = phase.get("wall_s") or 0.0
+            measured: dict[str, dict[str, float | None]] = {}
             for op_name, op in (phase.get("ops") or {}).items():
                 summary = op_summary(op, wall)
                 count = op.get("count") or 0
@@ -303,8 +437,18 @@ def _entries(runs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str,
                 if count < 2 or not p50 or p50 <= 0 or op_name in PSEUDO_OPS:  # the origin is no backend's op
                     continue
                 figures = {"p50": p50, "p99": summary.get("p99_us") if count >= FEW_SAMPLES else None}
-                groups.setdefault(key, {}).setdefault(op_name, {}).setdefault(run["label"], []).append(
-                    (run.get("repeat"), figures))
+                figures["rank"] = p50 if figure.measure is None else (
+                    None if figure.per_phase else figure.measure(phase, op))
+                measured[op_name] = figures
+            if figure.per_phase and figure.measure is not None:
+                total = sum(op.get("count") or 0 for op in (phase.get("ops") or {}).values())
+                only = next(iter(measured.values())) if len(measured) == 1 else {}
+                measured = {name: {"rank": figure.measure(phase, None) if total >= 2 else None,
+                                   "p50": only.get("p50"), "p99": only.get("p99")}}
+            for row, figures in measured.items():
+                if figures["rank"] and figures["rank"] > 0:
+                    groups.setdefault(key, {}).setdefault(row, {}).setdefault(run["label"], []).append(
+                        (run.get("repeat"), figures))
     return groups
 
 
@@ -313,25 +457,70 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(got) if got else None
 
 
-def _compare(slow: list[tuple[Any, dict]], fast: list[tuple[Any, dict]], ranking: _Ranking) -> tuple[str, str]:
-    """The p50 cell and the p99 cell for ``slow`` against ``fast``."""
+def _level(entries: list[_Entry], what: str = "rank") -> float | None:
+    """A backend's figure: the median over its repeats."""
+    return _median(f[what] for _, f in entries)
+
+
+def _order(members: dict[str, list[_Entry]], figure: Figure) -> list[str]:
+    """Labels, the best by ``figure`` first."""
+    def cost(label: str) -> float:
+        level = _level(members[label])
+        if not level:
+            return math.inf
+        return 1 / level if figure.higher_is_better else level
+    return sorted(members, key=cost)
+
+
+def _ratio(slow: float | None, fast: float | None, higher_is_better: bool = False) -> float | None:
+    """How many times worse ``slow`` is than ``fast`` (a rate: fast ÷ slow; a time: slow ÷ fast)."""
+    if not slow or not fast:
+        return None
+    return fast / slow if higher_is_better else slow / fast
+
+
+def _compare(slow: list[_Entry], fast: list[_Entry], ranking: _Ranking) -> list[str]:
+    """The cells of ``slow`` against ``fast``: by the ranking figure, (at p50 beside a headline figure,) at p99."""
+    figure = ranking.figure
     fast_by = {rep: f for rep, f in fast if rep is not None}
     pairs = [(f, fast_by[rep]) for rep, f in slow if rep is not None and rep in fast_by]
+
+    def side(what: str) -> float | None:
+        """A latency factor: the median of the paired ratios with repeats, else the ratio of the medians."""
+        if len(pairs) >= 2:
+            return _median(_ratio(s[what], f[what]) for s, f in pairs)
+        return _ratio(_level(slow, what), _level(fast, what))
+
+    interval = None
     if len(pairs) >= 2:
         ranking.repeated = max(ranking.repeated, len(pairs))
-        factor, low, high = paired_interval([s["p50"] / f["p50"] for s, f in pairs])
-        p99 = _median(s["p99"] / f["p99"] for s, f in pairs if s["p99"] and f["p99"])
-        if low <= 1.0 <= high:
-            cell = f"tie ({fmt_factor(factor)}×, {fmt_factor(low)}–{fmt_factor(high)})"
-        else:
-            cell = _pm(factor, (high - low) / 2)
+        ratios = [_ratio(s["rank"], f["rank"], figure.higher_is_better) for s, f in pairs]
+        interval = paired_interval([r for r in ratios if r])
     else:
         ranking.single = True
-        factor = _median(f["p50"] for _, f in slow) / _median(f["p50"] for _, f in fast)  # type: ignore[operator]
-        slow99, fast99 = _median(f["p99"] for _, f in slow), _median(f["p99"] for _, f in fast)
-        p99 = slow99 / fast99 if slow99 and fast99 else None
-        cell = f"tie ({fmt_factor(factor)}×)" if factor < TIE_WITHOUT_REPEATS else f"{fmt_factor(factor)}×"
-    return cell, p99_cell(p99)
+    if figure.headline or interval is None:  # a headline figure's factor is the one its headline prints
+        factor = _ratio(_level(slow), _level(fast), figure.higher_is_better) or math.nan
+    else:
+        factor = interval[0]
+    cells = [_factor_cell(factor, interval)]
+    if figure.headline:
+        cells.append(p99_cell(side("p50")))
+    return [*cells, p99_cell(side("p99"))]
+
+
+def _factor_cell(factor: float, interval: tuple[float, float, float] | None) -> str:
+    """``3.00 ± 0.38×``, ``tie (1.02×, 0.89–1.19)``, ``1.20×``, ``tie (1.03×)``; a factor under 1× (a
+    local store's fastest against the fastest shared backend) is said as the other way round, ``2.00× faster``."""
+    if interval is not None:
+        _, low, high = interval
+        if low <= 1.0 <= high:
+            return f"tie ({fmt_factor(factor)}×, {fmt_factor(low)}–{fmt_factor(high)})"
+        if high < 1.0:
+            return _pm(1 / factor, (1 / low - 1 / high) / 2) + " faster"
+        return _pm(factor, (high - low) / 2)
+    if 1 / TIE_WITHOUT_REPEATS < factor < TIE_WITHOUT_REPEATS:
+        return f"tie ({fmt_factor(factor)}×)"
+    return f"{fmt_factor(factor)}×" if factor >= 1 else f"{fmt_factor(1 / factor)}× faster"
 
 
 def p99_cell(factor: float | None) -> str:
@@ -343,24 +532,62 @@ def p99_cell(factor: float | None) -> str:
     return f"{fmt_factor(1 / factor)}× faster" if factor < 1 else f"{fmt_factor(factor)}×"
 
 
-def _ranking(runs: list[dict[str, Any]]) -> _Ranking:
-    ranking = _Ranking()
-    groups = _entries(runs)
+def _ranking(runs: list[dict[str, Any]], figure: Figure) -> _Ranking:
+    """Per phase × sweep point × profile × op: the shared backends ranked against each other, and the
+    local ones (per-process, on this host's disk) apart, ending with the fastest shared one for scale."""
+    ranking = _Ranking(figure)
+    groups = _entries(runs, figure)
     many_phases = len({k[0] for k in groups}) > 1
-    for (phase, sweep, profile), ops in groups.items():
-        for op_name, labels in ops.items():
-            if len(labels) < 2:
-                continue
-            order = sorted(labels, key=lambda label: _median(f["p50"] for _, f in labels[label]) or math.inf)
-            best = order[0]
-            name = op_label(phase, op_name, many_phases)
+    where: dict[str, str] = {}
+    for run in runs:
+        where.setdefault(run["label"], kept(run)[0])
+    for (phase, sweep, profile), rows in groups.items():
+        for row, labels in rows.items():
+            name = phase if figure.per_phase else op_label(phase, row, many_phases)
             name += f" [{profile}]" if profile else ""
             name += f" [{sweep}]" if sweep else ""
-            fastest = f"{best} ({fmt_latency(_median(f['p50'] for _, f in labels[best]))})"
-            for i, other in enumerate(order[1:]):
-                cell, p99 = _compare(labels[other], labels[best], ranking)
-                ranking.rows.append([name if i == 0 else "", fastest if i == 0 else "", other, cell, p99])
+            shared = {label: e for label, e in labels.items() if where.get(label) == SHARED}
+            local = {label: e for label, e in labels.items() if where.get(label) != SHARED}
+            both = bool(shared) and bool(local)
+            ranking.grouped = ranking.grouped or both
+            top_shared = _order(shared, figure)[0] if shared else None
+            for members, group in ((shared, SHARED), (local, LOCAL)):
+                order = _order(members, figure)
+                rivals = [(other, members[other]) for other in order[1:]]
+                if group == LOCAL and top_shared is not None and order:
+                    rivals.append((f"{top_shared} (shared)", shared[top_shared]))
+                if not rivals:
+                    continue
+                best = order[0]
+                shown = f"{name} · {group}" if both else name
+                fastest = f"{best} ({figure.show(_level(members[best]) or math.nan)})"
+                for i, (other, entries) in enumerate(rivals):
+                    ranking.rows.append([shown if i == 0 else "", fastest if i == 0 else "", other,
+                                         *_compare(entries, members[best], ranking)])
+                _disagreements(ranking, shown, members, order)
     return ranking
+
+
+def _disagreements(ranking: _Ranking, name: str, members: dict[str, list[_Entry]], order: list[str]) -> None:
+    """The sentences where two figures order a group's backends differently: the headline figure and the
+    p50 naming different fastest backends, and p50 and p99 ranking a pair apart (each by ≥ 5 %)."""
+    figure = ranking.figure
+    p50 = {label: _level(members[label], "p50") for label in order}
+    p99 = {label: _level(members[label], "p99") for label in order}
+    by_p50 = sorted((label for label in order if p50[label]), key=lambda label: p50[label] or math.inf)
+    lead = order[0]
+    if figure.headline and by_p50 and by_p50[0] != lead and p50[lead]:
+        first = by_p50[0]
+        ahead = p50[lead] / p50[first]  # type: ignore[operator]
+        if ahead >= TIE_WITHOUT_REPEATS:
+            ranking.differ.append(f"{name}: {first} is the fastest at p50 ({fmt_factor(ahead)}× ahead of {lead}), "
+                                  f"but {lead} leads by {figure.name}: {figure.why}.")
+    for i, a in enumerate(by_p50):
+        for b in by_p50[i + 1:]:
+            at50, at99 = _ratio(p50[b], p50[a]), _ratio(p99[a], p99[b])
+            if at50 and at99 and at50 >= TIE_WITHOUT_REPEATS and at99 >= TIE_WITHOUT_REPEATS:
+                ranking.split.append(f"{name}: {a} is faster than {b} at p50 ({fmt_factor(at50)}×) but slower at "
+                                     f"p99 ({fmt_factor(at99)}×).")
 
 
 # --- clients of the same server -----------------------------------------------------------------------------
@@ -418,31 +645,6 @@ def client_costs(runs: list[dict[str, Any]]) -> list[str]:
 # --- the warnings ---------------------------------------------------------------------------------------------
 
 
-class Kind:
-    """The kinds of warning (:attr:`Finding.kind`), in the order :func:`findings` gives them."""
-
-    DROPPED, FAILED, ERRORS, OUTAGE, HICCUP, BUDGET = "dropped", "failed", "errors", "outage", "hiccup", "budget"
-    EVICTIONS, HIT_RATIO, EMULATOR, PER_PROCESS = "evictions", "hit-ratio", "emulator", "per-process"
-    LOCAL_STORE, GENERATOR, HOST, OPEN_LOOP = "local-store", "generator", "host", "open-loop"
-    LOAD_FALLS, FEW_SAMPLES = "load-falls", "few-samples"
-
-
-# The kinds that change how a measured figure reads — a saturated generator or host, a stall, an emulator,
-# too few samples — by the short name `advise` and `cost` show beside a pass or FAIL resting on such figures.
-QUALIFY_FIGURES = {Kind.GENERATOR: "generator saturated", Kind.HOST: "host saturated", Kind.HICCUP: "a hiccup",
-                   Kind.EMULATOR: "an emulator", Kind.FEW_SAMPLES: "too few samples"}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One warning line: its kind, the run labels it is about, and the ops it is about (none: the whole run)."""
-
-    kind: str
-    text: str
-    labels: tuple[str, ...]
-    ops: tuple[str, ...] = ()
-
-
 def _phase_label(run: dict[str, Any], phase: dict[str, Any]) -> str:
     name = run_name(run)
     return f"{name} ({phase.get('name') or 'main'})" if len(run.get("phases") or []) > 1 else name
@@ -486,10 +688,7 @@ def _effective_phase(phase: dict[str, Any], wl: dict[str, Any]) -> dict[str, Any
 
 def _in_process(run: dict[str, Any]) -> bool:
     """The cache runs inside the client's process (or on its disk): the client's CPU is the cache's."""
-    backend = run.get("backend") or {}
-    scheme = find_scheme(str(backend.get("scheme") or ""))
-    return (backend.get("capabilities") or {}).get("shared") is False or (
-        scheme is not None and scheme.embedded is not None)
+    return kept(run)[0] != SHARED
 
 
 def _host_share(run: dict[str, Any], phase: dict[str, Any], cpus: Any) -> float | None:
@@ -543,6 +742,13 @@ def _expected_hit_ratio(mix: dict[str, Any]) -> float | None:
     return adds / (adds + deletes) if adds else None
 
 
+def reading_warnings(document: dict[str, Any]) -> list[Finding]:
+    """The warnings that change how a measured figure reads (:data:`QUALIFY_FIGURES`): what ``advise``
+    and ``cost`` name beside a pass or FAIL."""
+    runs = [r for r in document.get("runs") or [] if isinstance(r, dict) and r.get("label") is not None]
+    return [f for f in findings(document, runs) if f.kind in QUALIFY_FIGURES]
+
+
 def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
     """One line each, naming the run; the most serious first."""
     return [f.text for f in findings(document, runs)]
@@ -592,12 +798,13 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
         if emulator:
             emulated[label] = f" ({emulator})" if isinstance(emulator, str) else emulated.get(label, "")
         scheme = find_scheme(str(backend.get("scheme") or ""))
+        where, store = kept(run)
         if scheme is not None and not scheme.stores:
             pass  # null:// keeps nothing by design: the harness's own cost, not a cache to share
-        elif (backend.get("capabilities") or {}).get("shared") is False:
+        elif where == PER_PROCESS:
             private[label] = None
-        elif scheme is not None and scheme.embedded is not None:
-            local[label] = scheme.name
+        elif where == LOCAL:
+            local[label] = str(store)
         for phase in run.get("phases") or []:
             where = _phase_label(run, phase)
             spec = _workload_phase(document, run, phase.get("name") or "main")
@@ -678,6 +885,7 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
         what = _plural(local, "a local store", "local stores")
         facts.append(Finding(Kind.LOCAL_STORE, f"{_names(f'{k} ({v})' for k, v in local.items())}: {what} on this "
                              "host's disk: shared by its processes only, not between app servers", tuple(local)))
+    facts += substitutions(document, runs)
     tails = []
     if open_python:
         tails.append(Finding(Kind.OPEN_LOOP, f"{_names(open_python)}: open loop through Python workers that block on "
@@ -685,6 +893,40 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
                              "(docs/validation.md); `?client=engine` is the open-loop reference", tuple(open_python)))
     return [*dropped, *broken, *errors, *outages, *hiccups, *budget, *evictions, *hits, *facts, *generator, *tails,
             *_load_falls(runs), *samples]
+
+
+def _client_of(info: dict[str, Any]) -> str:
+    """The client a run went through, as a reader of the reference knows it: the library, and the
+    framework's backend class in front of it (``redis-py (Django's RedisCache)``)."""
+    client = str(info.get("client") or "")
+    backend = str(info.get("backend") or "").rsplit(".", 1)[-1]
+    if info.get("framework") == "django" and backend:
+        return f"{client} (Django's {backend})"
+    return _client_name(info)
+
+
+def _same_client(ours: str, theirs: str) -> bool:
+    def norm(name: str) -> str:
+        return name.strip().lower().replace("_", "-")
+    return norm(ours) == norm(theirs)
+
+
+def substitutions(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Finding]:
+    """A line per label the experiment's ``reference.clients`` names, measured through another client
+    than the reference's (a preset reproducing a write-up with the clients it could run here)."""
+    reference = _dict(_dict(document.get("experiment")).get("reference"))
+    title = str(reference.get("name") or "the reference")
+    out = []
+    for label, theirs in _dict(reference.get("clients")).items():
+        infos = [_dict(_dict(r.get("backend")).get("info")) for r in runs if r["label"] == label
+                 and r.get("status", "ok") in RANKED_STATUSES]
+        ours = list(dict.fromkeys(_client_of(i) for i in infos if i.get("client")))
+        if not ours or all(_same_client(str(i.get("client")), str(theirs)) for i in infos if i.get("client")):
+            continue
+        out.append(Finding(Kind.CLIENT, f"{label}: measured through {' / '.join(ours)} where {title} used {theirs}: "
+                           "the client library's own cost is in every figure, so these are not the figures of the "
+                           "reference's client", (label,)))
+    return out
 
 
 def _names(labels: Iterable[str]) -> str:
