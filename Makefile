@@ -10,7 +10,7 @@ ENGINE_SOURCES := $(shell find engine -name '*.rs' -o -name 'Cargo.toml' -o -nam
 DRIVER_SOURCES := $(shell find drivers -name build.sh -o -name '*.go' -o -name go.mod -o -name go.sum -o -name pom.xml \
                     -o -name '*.java' -o -name package.json -o -name package-lock.json | grep -v -e node_modules -e target)
 
-.PHONY: run test setup setup-test bytecode engine-check packages-run packages-test drivers lint bench clean
+.PHONY: run test setup setup-test bytecode engine-check packages-run packages-test drivers lint bench dist clean
 
 run: packages-run setup bytecode
 	$(BIN)/cachemark run
@@ -67,6 +67,12 @@ $(VENV)/.stamp-test: $(VENV)/bin/python pyproject.toml $(ENGINE_SOURCES)
 	$(BIN)/pip install -q -e '.[test,all]'
 	touch $(VENV)/.stamp-install $@
 
+# A wheel (the engine inside: no Rust toolchain needed to install it; manylinux, as the toolchain's glibc
+# allows) and an sdist, in dist/: `pipx install dist/cachemark-*.whl`
+dist: $(VENV)/bin/python
+	$(BIN)/pip install -q 'maturin>=1.7,<2'
+	$(BIN)/maturin build --release --sdist --out dist
+
 lint: setup-test
 	$(BIN)/ruff check src tests benchmarks
 	cd engine && cargo fmt --all --check
@@ -81,4 +87,4 @@ bench: packages-test setup-test
 	$(BIN)/python benchmarks/vs_peers.py
 
 clean:
-	rm -rf $(VENV) engine/target drivers/.stamp-built drivers/node/node_modules drivers/java/target drivers/go/cachemark-driver
+	rm -rf $(VENV) dist engine/target drivers/.stamp-built drivers/node/node_modules drivers/java/target drivers/go/cachemark-driver
