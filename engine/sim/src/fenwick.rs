@@ -30,6 +30,30 @@ impl Fenwick {
         }
     }
 
+    /// Every weight back to zero.
+    pub fn clear(&mut self) {
+        self.tree.fill([0, 0]);
+    }
+
+    /// Replaces the contents with `leaves` at positions `0..leaves.len()` (zero beyond), in
+    /// O(n): renumbering a stack rebuilds its tree far more often than it grows.
+    pub fn rebuild(&mut self, leaves: impl Iterator<Item = [u64; 2]>) {
+        self.tree.fill([0, 0]);
+        for (i, leaf) in leaves.enumerate() {
+            self.tree[i + 1] = leaf;
+        }
+        let n = self.tree.len();
+        for j in 1..n {
+            let parent = j + (j & j.wrapping_neg());
+            if parent < n {
+                let [a, b] = self.tree[j];
+                let node = &mut self.tree[parent];
+                node[0] = node[0].wrapping_add(a);
+                node[1] = node[1].wrapping_add(b);
+            }
+        }
+    }
+
     /// The sums of positions `0..i` (exclusive).
     pub fn prefix(&self, i: usize) -> [u64; 2] {
         let mut j = i;
@@ -64,6 +88,12 @@ mod tests {
         for i in 0..=100 {
             let [count, _] = f.prefix(i);
             assert_eq!(count, plain[..i].iter().sum::<u64>());
+        }
+        let mut rebuilt = Fenwick::new(100);
+        rebuilt.add(3, [9, 9]); // overwritten by the rebuild
+        rebuilt.rebuild(plain.iter().map(|&v| [v, 2 * v]));
+        for i in 0..=100 {
+            assert_eq!(rebuilt.prefix(i)[0], plain[..i].iter().sum::<u64>());
         }
     }
 }

@@ -32,13 +32,26 @@ struct PyStackDistances {
 
 #[pymethods]
 impl PyStackDistances {
+    /// When sampling, `near`: the exact stack's size (0: plain SHARDS-adj, to compare with);
+    /// `level`: each denser sample's stack (see `lru::StackDistances`). Defaults: the engine's.
     #[new]
-    #[pyo3(signature = (rate = 1.0, seed = 0, warmup = 0))]
-    fn new(rate: f64, seed: u64, warmup: u64) -> PyResult<Self> {
+    #[pyo3(signature = (rate = 1.0, seed = 0, warmup = 0, near = None, level = None))]
+    fn new(
+        rate: f64,
+        seed: u64,
+        warmup: u64,
+        near: Option<usize>,
+        level: Option<usize>,
+    ) -> PyResult<Self> {
         if !(rate > 0.0 && rate <= 1.0) {
             return Err(PyValueError::new_err("rate must be in (0, 1]"));
         }
-        let mut inner = lru::StackDistances::with_seed(rate, seed);
+        let mut inner = lru::StackDistances::with_stacks(
+            rate,
+            seed,
+            near.unwrap_or(lru::NEAR),
+            level.unwrap_or(lru::LEVEL),
+        );
         inner.set_warmup(warmup);
         Ok(PyStackDistances { inner })
     }
@@ -57,12 +70,11 @@ impl PyStackDistances {
         let ids = ids_of(ids)?;
         let inner = &mut self.inner;
         py.allow_threads(move || match sizes {
-            Some(s) => {
-                for (id, size) in ids.zip(s.chunks_exact(4)) {
-                    inner.access(id, u32::from_le_bytes(size.try_into().unwrap()));
-                }
-            }
-            None => ids.for_each(|id| inner.access(id, 1)),
+            Some(s) => inner.access_all(
+                ids.zip(s.chunks_exact(4))
+                    .map(|(id, size)| (id, u32::from_le_bytes(size.try_into().unwrap()))),
+            ),
+            None => inner.access_all(ids.map(|id| (id, 1))),
         });
         Ok(())
     }
@@ -75,6 +87,27 @@ impl PyStackDistances {
         self.inner.miss_ratios_by_bytes(&sizes)
     }
 
+    /// The standard error of each miss ratio (0 where exact; inf for plain SHARDS).
+    fn std_errors_by_objects(&self, sizes: Vec<f64>) -> Vec<f64> {
+        self.inner.std_errors_by_objects(&sizes)
+    }
+
+    fn std_errors_by_bytes(&self, sizes: Vec<f64>) -> Vec<f64> {
+        self.inner.std_errors_by_bytes(&sizes)
+    }
+
+    /// Cache sizes (objects) up to which the curve is exact (inf: every size).
+    #[getter]
+    fn exact_up_to(&self) -> f64 {
+        self.inner.exact_up_to()
+    }
+
+    /// Whether `objects` and `cold` are counts, not estimates.
+    #[getter]
+    fn objects_exact(&self) -> bool {
+        self.inner.objects_exact()
+    }
+
     #[getter]
     fn requests(&self) -> u64 {
         self.inner.requests
@@ -85,9 +118,10 @@ impl PyStackDistances {
         self.inner.sampled
     }
 
+    /// First requests of an object (a miss at every size), estimated when sampled.
     #[getter]
-    fn cold(&self) -> u64 {
-        self.inner.cold
+    fn cold(&self) -> f64 {
+        self.inner.cold()
     }
 
     #[getter]
@@ -95,10 +129,10 @@ impl PyStackDistances {
         self.inner.rate()
     }
 
-    /// Distinct objects, estimated from the sample (exact when rate is 1).
+    /// Distinct objects, estimated from the sample unless `objects_exact`.
     #[getter]
     fn objects(&self) -> f64 {
-        self.inner.objects() as f64 / self.inner.rate()
+        self.inner.objects()
     }
 }
 

@@ -1,9 +1,11 @@
 """Miss-ratio curves: how the miss ratio falls as the cache grows, for a stream of keys.
 
 LRU curves come from one pass of stack distances in the native simulator (exact, or
-SHARDS-sampled for long traces: constant memory in the objects kept); other policies
-(FIFO, SIEVE) are simulated at each size. The stream is fed in chunks of numpy arrays —
-u64 object ids and u32 sizes — so a trace of any length goes through in bounded memory.
+SHARDS-sampled for long traces: exact up to the engine's exact stack of recent objects,
+estimated beyond with a standard error at each size, and "not resolved" where that error is
+too wide to answer within 0.01); other policies (FIFO, SIEVE) are simulated at each size.
+The stream is fed in chunks of numpy arrays — u64 object ids and u32 sizes — so a trace of
+any length goes through in bounded memory.
 A synthetic workload becomes such a stream by drawing from cachemark's own key chooser,
 the same one the workers use.
 """
@@ -23,6 +25,9 @@ Chunk = tuple[np.ndarray, np.ndarray | None]  # (object ids, sizes in bytes or N
 
 POLICIES = ("lru", "fifo", "sieve")
 
+# A sampled point is answered when three standard errors stay within 0.01 of hit ratio.
+RESOLVED_ERROR = 0.01 / 3
+
 
 @dataclass
 class Curve:
@@ -38,17 +43,39 @@ class Curve:
     notes: list[str] = field(default_factory=list)
     cold: float = 0.0  # first requests of an object (estimated when sampled): a miss at any size
     warmup: int = 0  # requests that filled the cache before any was counted
+    # sampled: the standard error of each miss ratio (0 where exact); empty: exact everywhere
+    errors: list[float] = field(default_factory=list)
+    objects_exact: bool = True  # False: ``objects`` (and ``cold``) are estimated from a sample
+    exact_up_to: float = math.inf  # sizes up to this are exact (a sampled curve's near stack)
 
-    def hit_ratio_at(self, size: float) -> float:
-        """Interpolated (linearly in log size) between the computed points."""
-        xs, ys = self.sizes, self.miss_ratios
+    def _at(self, values: list[float], size: float) -> float:
+        """``values`` (one per size) interpolated linearly in log size."""
+        xs = self.sizes
         if size <= xs[0]:
-            return 1.0 - ys[0]
-        for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:]), strict=False):
-            if x0 <= size <= x1:
+            return values[0]
+        for i in range(1, len(xs)):
+            if size <= xs[i]:
+                x0, x1 = xs[i - 1], xs[i]
                 f = 0.0 if x1 == x0 else (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
-                return 1.0 - (y0 + f * (y1 - y0))
-        return 1.0 - ys[-1]
+                return values[i - 1] + f * (values[i] - values[i - 1])
+        return values[-1]
+
+    def error_at(self, size: float) -> float:
+        """The standard error of the hit ratio at ``size`` (0 where exact)."""
+        if not self.errors or size <= self.exact_up_to:
+            return 0.0
+        return self._at(self.errors, size)
+
+    def resolved_at(self, size: float) -> bool:
+        """Whether the sample pins the hit ratio at ``size`` within 0.01 (three standard errors)."""
+        return self.error_at(size) <= RESOLVED_ERROR
+
+    def hit_ratio_at(self, size: float) -> float | None:
+        """Interpolated (linearly in log size) between the computed points; None where a
+        sampled curve does not resolve it (see ``resolved_at``)."""
+        if not self.resolved_at(size):
+            return None
+        return 1.0 - self._at(self.miss_ratios, size)
 
     def size_for(self, hit_ratio: float) -> float | None:
         """The smallest size reaching ``hit_ratio`` (interpolated), or None when no size does."""
@@ -63,6 +90,15 @@ class Curve:
                 return math.exp(math.log(x0) + f * (math.log(x) - math.log(x0)))
         return None
 
+    def size_resolved(self, size: float | None) -> bool:
+        """Whether an answer of ``size_for`` stands: the points around it are resolved (for
+        None, "no size reaches it": the largest size is)."""
+        if size is None:
+            return self.resolved_at(self.sizes[-1])
+        below = max((x for x in self.sizes if x <= size), default=self.sizes[0])
+        above = min((x for x in self.sizes if x >= size), default=self.sizes[-1])
+        return self.resolved_at(below) and self.resolved_at(above)
+
 
 def size_grid(largest: float, points: int = 48) -> list[float]:
     """Sizes from 1 to ``largest``, evenly spaced in log scale (cache sizing is a ratio question)."""
@@ -75,12 +111,18 @@ def _ids_bytes(ids: np.ndarray) -> bytes:
 
 
 def lru_curves(chunks: Iterable[Chunk], sample_rate: float = 1.0, seed: int = 0, points: int = 48,
-               warmup: int = 0) -> tuple[Curve, Curve | None]:
+               warmup: int = 0, objects: float | None = None, shares: Iterable[float] = (),
+               near: int | None = None, level: int | None = None) -> tuple[Curve, Curve | None]:
     """LRU miss ratio by objects, and by bytes when the chunks carry sizes; the first
-    ``warmup`` requests fill the cache uncounted (a synthetic stream: the steady state)."""
+    ``warmup`` requests fill the cache uncounted (a synthetic stream: the steady state).
+
+    ``objects``: the key space when it is known (a synthetic workload), else counted or
+    estimated from the stream; the curve also holds the points at these ``shares`` of it.
+    ``near``, ``level``: a sampled run's exact stack and its denser samples' stacks (None: the
+    engine's defaults; ``near=0``: plain SHARDS-adj, for comparison)."""
     if not 0 < sample_rate <= 1:
         raise UserError(f"sample rate {sample_rate!r}: must be in (0, 1]")
-    distances = StackDistances(sample_rate, seed, warmup)
+    distances = StackDistances(sample_rate, seed, warmup, near, level)
     total_bytes_seen, sized = 0, False
     for ids, sizes in chunks:
         if sizes is not None:
@@ -90,18 +132,35 @@ def lru_curves(chunks: Iterable[Chunk], sample_rate: float = 1.0, seed: int = 0,
             distances.feed(_ids_bytes(ids), sizes.tobytes())
         else:
             distances.feed(_ids_bytes(ids))
-    objects = distances.objects
-    notes = [f"SHARDS: {sample_rate:g} of the objects sampled"] if sample_rate < 1 else []
-    grid = size_grid(objects, points)
-    cold = distances.cold / distances.rate
-    by_objects = Curve("lru", "objects", grid, distances.miss_ratios_by_objects(grid), distances.requests,
-                       objects, distances.rate, notes, cold, warmup)
+    exact = objects is not None or distances.objects_exact
+    if objects is None:
+        objects = distances.objects
+    exact_up_to = distances.exact_up_to
+    notes = []
+    if sample_rate < 1 and exact_up_to == 0:
+        notes.append(f"plain SHARDS-adj at {sample_rate:g}: every size estimated, with no standard error.")
+    elif sample_rate < 1 and exact_up_to < math.inf:
+        notes.append(f"SHARDS at {sample_rate:g}: exact up to {exact_up_to:,.0f} objects (every request's "
+                     f"{exact_up_to:,.0f} most recent objects are kept); larger sizes estimated from samples of "
+                     "the objects, each with its standard error.")
+    elif sample_rate < 1:
+        notes.append(f"SHARDS at {sample_rate:g}: the stream's objects all fit the exact stack, so the curve is exact.")
+    grid = sorted(set(size_grid(objects, points)) | {max(1.0, float(round(objects * s))) for s in shares})
+    cold = distances.cold
+    sampled = sample_rate < 1
+
+    def curve(unit: str, sizes: list[float], miss: list[float], errors: list[float]) -> Curve:
+        return Curve("lru", unit, sizes, miss, distances.requests, objects, sample_rate, list(notes), cold,
+                     warmup, errors if sampled else [], exact, exact_up_to if unit == "objects" else 0.0)
+
+    by_objects = curve("objects", grid, distances.miss_ratios_by_objects(grid),
+                       distances.std_errors_by_objects(grid))
     by_bytes = None
     if sized and distances.requests:
         mean_size = total_bytes_seen / distances.requests
         byte_grid = size_grid(objects * mean_size * 2, points)
-        by_bytes = Curve("lru", "bytes", byte_grid, distances.miss_ratios_by_bytes(byte_grid), distances.requests,
-                         objects, distances.rate, notes, cold, warmup)
+        by_bytes = curve("bytes", byte_grid, distances.miss_ratios_by_bytes(byte_grid),
+                         distances.std_errors_by_bytes(byte_grid))
     return by_objects, by_bytes
 
 

@@ -23,9 +23,13 @@ DEFAULT_TARGETS = (0.8, 0.9, 0.95, 0.99)
 @dataclass
 class SizeAnswer:
     hit_ratio: float
-    objects: float | None  # None: no cache size reaches it (cold misses alone exceed 1 - hit ratio)
+    # None: no cache size reaches it (cold misses alone exceed 1 - hit ratio), or, when not
+    # ``resolved``, the sample cannot say which size does
+    objects: float | None
     share_of_objects: float | None
     bytes_by_server: dict[str, float] = field(default_factory=dict)
+    resolved: bool = True
+    estimated: bool = False  # the size comes from a sampled curve beyond its exact part
 
 
 def answers(curve: Curve, footprints: list[Footprint], targets: tuple[float, ...] = DEFAULT_TARGETS,
@@ -33,9 +37,13 @@ def answers(curve: Curve, footprints: list[Footprint], targets: tuple[float, ...
     out = []
     for target in targets:
         objects = curve.size_for(target)
+        if not curve.size_resolved(objects):
+            out.append(SizeAnswer(target, None, None, resolved=False))
+            continue
         share = objects / curve.objects if objects is not None and curve.objects else None
         by_server = {fp.server: objects * fp.bytes_per_item for fp in footprints} if objects is not None else {}
-        out.append(SizeAnswer(target, objects, share, by_server))
+        estimated = objects is not None and objects > curve.exact_up_to
+        out.append(SizeAnswer(target, objects, share, by_server, estimated=estimated))
     return out
 
 

@@ -87,6 +87,8 @@ def size(
     label: Annotated[str | None, typer.Option(help="With --latency-from: the run to use (default: the first).")]
     = None,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print Markdown instead of tables.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (a figure the sample "
+                                           "does not resolve is null, with its reason).")] = False,
 ) -> None:
     """How big must the cache be for a hit ratio: objects, Redis maxmemory and memcached -m.
 
@@ -98,9 +100,11 @@ def size(
     from ..analysis.sizing import answers, expected_latencies
     from ..errors import BackendMissing
     from ..report.blocks import to_markdown, to_rich
-    from ..report.size_report import CURVE_SHARES, answer_block, curve_block
+    from ..report.size_report import CURVE_SHARES, answer_block, curve_block, size_document
 
     console = make_console()
+    if markdown and json_out:
+        raise UserError("--markdown and --json: choose one")
     targets = _floats(hit_ratio, "--hit-ratio")
     policies = [p.strip().lower() for p in policy.split(",") if p.strip()]
     if not policies or any(p not in ("lru", "fifo", "sieve") for p in policies):
@@ -116,9 +120,10 @@ def size(
         # uncounted, so the curve is of a cache that runs on (what Che's approximation predicts)
         warmup = synthetic["requests"] // 2
     with console.status("computing the miss-ratio curve"):
-        lru, _ = lru_curves(stream(), sample_rate=sample_rate, warmup=warmup)
-        if synthetic is not None:
-            lru.objects = float(synthetic["keys"])  # the key space, not just the keys the draw touched
+        # a drawn stream's objects are its key space, not just the keys the draw touched
+        key_space = float(synthetic["keys"]) if synthetic is not None else None
+        lru, _ = lru_curves(stream(), sample_rate=sample_rate, warmup=warmup, objects=key_space,
+                            shares=CURVE_SHARES)
         curves = [lru]
         for name in policies:
             if name != "lru":
@@ -141,13 +146,20 @@ def size(
     latencies, latency_label = None, ""
     if latency_from is not None:
         latencies, latency_label = _latencies(latency_from, label, targets, expected_latencies)
-    blocks = [answer_block(curves[0], answers(curves[0], footprints, targets), footprints, description, latencies,
-                           latency_label),
+    sized = answers(curves[0], footprints, targets)
+    blocks = [answer_block(curves[0], sized, footprints, description, latencies, latency_label),
               curve_block(curves, che)]
     problems = getattr(reader[0], "problems", None) if reader is not None else None
     if problems is not None:
         blocks[0].notes += [f"trace {line}" for line in problems.lines()]
-    if markdown:
+    if json_out:
+        import json
+        import sys
+
+        document = size_document(curves, sized, footprints, description, latencies, che)
+        document["notes"] += [f"trace {line}" for line in problems.lines()] if problems is not None else []
+        sys.stdout.write(json.dumps(document, indent=1) + "\n")
+    elif markdown:
         console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False)
     else:
         for block in blocks:

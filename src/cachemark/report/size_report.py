@@ -1,14 +1,25 @@
-"""``cachemark size`` as answer blocks: how big, in objects and in each server's bytes, and the curve."""
+"""``cachemark size`` as answer blocks: how big, in objects and in each server's bytes, and the curve.
+
+A sampled curve (``--sample-rate``) is exact up to its near stack and estimated beyond: a figure
+that comes from the sample is marked "≈", and where the sample leaves a figure uncertain by
+more than 0.01 of hit ratio, the answer is "not resolved", never a number — in the terminal, the
+Markdown and the JSON alike (``size_document``: null with the reason).
+"""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from ..analysis.footprint import Footprint
-from ..analysis.mrc import Curve
+from ..analysis.mrc import RESOLVED_ERROR, Curve
 from ..analysis.sizing import ExpectedLatency, SizeAnswer
 from .blocks import Block
 from .table import fmt_latency
 
 CURVE_SHARES = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+NOT_RESOLVED = "not resolved"
+APPROX = "≈ "
 
 
 def fmt_bytes(value: float) -> str:
@@ -22,11 +33,23 @@ def fmt_count(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def _approx(text: str, estimated: bool) -> str:
+    return APPROX + text if estimated else text
+
+
+def not_resolved_reason(curve: Curve) -> str:
+    near = (f"beyond the {curve.exact_up_to:,.0f} objects counted exactly, "
+            if 0 < curve.exact_up_to < math.inf else "")
+    return (f"{near}the sample at rate {curve.sample_rate:g} leaves the hit ratio uncertain by more than 0.01 "
+            f"(three standard errors over {RESOLVED_ERROR:.4f}); a higher --sample-rate, or a longer trace, "
+            "resolves it")
+
+
 def answer_block(curve: Curve, answers: list[SizeAnswer], footprints: list[Footprint], source: str,
                  latencies: list[ExpectedLatency] | None = None, latency_label: str = "") -> Block:
     sampled = f", SHARDS-sampled at {curve.sample_rate:g}" if curve.sample_rate < 1 else ""
-    lines = [f"{source}: {curve.requests:,} requests over {curve.objects:,.0f} objects; "
-             f"{curve.policy.upper()} curve{sampled}."]
+    total = _approx(f"{curve.objects:,.0f}", not curve.objects_exact)
+    lines = [f"{source}: {curve.requests:,} requests over {total} objects; {curve.policy.upper()} curve{sampled}."]
     if footprints:
         lines.append("Bytes per item, measured on a spawned server with this size mix: " + "; ".join(
             f"{fp.server} {fp.version} {fp.bytes_per_item:,.0f} B ({fp.overhead_per_item:,.0f} B over the "
@@ -38,18 +61,28 @@ def answer_block(curve: Curve, answers: list[SizeAnswer], footprints: list[Footp
         columns += ["get mean", "get p99"]
     rows = []
     for i, answer in enumerate(answers):
-        if answer.objects is None:
+        if not answer.resolved:
+            row = [f"{answer.hit_ratio:.0%}", NOT_RESOLVED, "-", *["-"] * len(footprints)]
+        elif answer.objects is None:
             row = [f"{answer.hit_ratio:.0%}", "unreachable", "-", *["-"] * len(footprints)]
         else:
-            row = [f"{answer.hit_ratio:.0%}", fmt_count(answer.objects), f"{answer.share_of_objects:.1%}",
-                   *(fmt_bytes(answer.bytes_by_server[fp.server]) for fp in footprints)]
+            share = answer.share_of_objects or 0.0
+            row = [f"{answer.hit_ratio:.0%}", _approx(fmt_count(answer.objects), answer.estimated),
+                   _approx(f"{share:.1%}", answer.estimated or not curve.objects_exact),
+                   *(_approx(fmt_bytes(answer.bytes_by_server[fp.server]), answer.estimated) for fp in footprints)]
         if latencies:
             row += [fmt_latency(latencies[i].mean_us), fmt_latency(latencies[i].p99_us)]
         rows.append(row)
     notes = []
-    if any(a.objects is None for a in answers):
+    if any(a.resolved and a.objects is None for a in answers):
         notes.append("unreachable: first requests of each object miss at any size (cold misses: "
                      f"{curve.miss_ratios[-1]:.1%} of requests at the largest size).")
+    if any(not a.resolved for a in answers):
+        notes.append(f"{NOT_RESOLVED}: {not_resolved_reason(curve)}.")
+    if any(a.estimated for a in answers) or not curve.objects_exact:
+        notes.append(f"{APPROX.strip()} estimated from the sample"
+                     + (f" (sizes up to {curve.exact_up_to:,.0f} objects are exact)"
+                        if curve.exact_up_to < math.inf else "") + ".")
     if latencies:
         notes.append(f"get latency mixes {latency_label}'s measured hit and miss histograms in that proportion.")
     return Block("How big must the cache be", lines, columns, rows, notes, left=1)
@@ -62,16 +95,78 @@ def curve_block(curves: list[Curve], che: dict[float, float] | None = None) -> B
     if che:
         columns.append("Che (LRU)")
     rows = []
+    unresolved = False
     for share in CURVE_SHARES:
         size = max(1.0, base.objects * share)
-        row = [fmt_count(size), f"{share:.1%}", *(f"{c.hit_ratio_at(size):.3f}" for c in curves)]
+        cells = []
+        for c in curves:
+            hit = c.hit_ratio_at(size)
+            unresolved |= hit is None
+            cells.append(NOT_RESOLVED if hit is None else f"{hit:.3f}")
+        row = [fmt_count(size), _approx(f"{share:.1%}", not base.objects_exact), *cells]
         if che:
             row.append(f"{che.get(share, float('nan')):.3f}")
         rows.append(row)
     notes = ["Hit ratio by cache size in objects" + (
         f" after {base.warmup:,} requests filled the cache (steady state)." if base.warmup else
         " (cold misses included: the trace's first request of each object misses at every size).")]
+    notes += [note for note in base.notes]
+    if unresolved:
+        notes.append(f"{NOT_RESOLVED}: {not_resolved_reason(base)}.")
+    if not base.objects_exact:
+        notes.append(f"{APPROX.strip()} a share of the estimated number of objects.")
     if che:
         notes.append("Che's approximation: the steady-state LRU hit ratio for independent Zipf requests "
                      "(no cold misses), the analytic check on the simulated curve.")
     return Block("Miss-ratio curve", [], columns, rows, notes, left=2)
+
+
+def size_document(curves: list[Curve], answers: list[SizeAnswer], footprints: list[Footprint], source: str,
+                  latencies: list[ExpectedLatency] | None = None, che: dict[float, float] | None = None,
+                  ) -> dict[str, Any]:
+    """The same answers as JSON: a figure the sample does not resolve is null, with ``reason``;
+    a figure estimated from the sample says so (``estimated``)."""
+    base = curves[0]
+    reason = not_resolved_reason(base)
+    out_answers = []
+    for i, a in enumerate(answers):
+        item: dict[str, Any] = {"hit_ratio": a.hit_ratio, "objects": a.objects, "share_of_objects": a.share_of_objects,
+                                "estimated": a.estimated, "bytes": dict(a.bytes_by_server) or None}
+        if not a.resolved:
+            item["reason"] = NOT_RESOLVED + ": " + reason
+        elif a.objects is None:
+            item["reason"] = "unreachable: first requests of each object miss at any size"
+        if latencies:
+            item["get_mean_us"], item["get_p99_us"] = latencies[i].mean_us, latencies[i].p99_us
+        out_answers.append(item)
+    points = []
+    for share in CURVE_SHARES:
+        size = max(1.0, base.objects * share)
+        point: dict[str, Any] = {"size": size, "share_of_objects": share, "share_estimated": not base.objects_exact}
+        for c in curves:
+            hit = c.hit_ratio_at(size)
+            entry: dict[str, Any] = {"hit_ratio": hit}
+            if c.errors:
+                entry["std_error"] = c.error_at(size)
+                entry["estimated"] = size > c.exact_up_to
+            if hit is None:
+                entry["reason"] = NOT_RESOLVED + ": " + not_resolved_reason(c)
+            point[c.policy] = entry
+        if che:
+            point["che_lru"] = che.get(share)
+        points.append(point)
+    return {
+        "source": source,
+        "requests": base.requests,
+        "objects": base.objects,
+        "objects_estimated": not base.objects_exact,
+        "sample_rate": base.sample_rate,
+        "exact_up_to_objects": base.exact_up_to if base.exact_up_to < math.inf else None,
+        "warmup_requests": base.warmup,
+        "footprints": [{"server": fp.server, "version": fp.version, "bytes_per_item": fp.bytes_per_item,
+                        "overhead_per_item": fp.overhead_per_item, "payload_per_item": fp.payload_per_item}
+                       for fp in footprints],
+        "answers": out_answers,
+        "curve": points,
+        "notes": list(base.notes),
+    }
