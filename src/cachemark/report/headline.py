@@ -368,7 +368,7 @@ def _rtt(run: dict[str, Any]) -> str:
     if not network:
         return "-"  # run without --network
     rtt = network.get("rtt_us") or 0
-    return fmt_latency(rtt) if network.get("proxied") and rtt else "0 (loopback)"
+    return fmt_latency(rtt) if network.get("proxied") and rtt else "0"
 
 
 def baseline_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
@@ -382,8 +382,7 @@ def baseline_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]],
     comparable = base is not None and n > 1
     base_block = _block_time(base) if comparable else None
     base_read_time = base_read.get("wall_s") if comparable and base_read else None
-    columns = ["Configuration", "added RTT", "iterations", "block (s)", "Comparison to Baseline", "read block (s)",
-               "read block % of baseline"]
+    columns = ["Configuration", "added RTT", "iterations", "block (s)", "Comparison to Baseline", "read block %"]
     rows, notes = [], [problem] if problem else []
     for run in runs:
         read = _phase(run, "read")
@@ -397,7 +396,7 @@ def baseline_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]],
             mark = FEW if count != n else ""
             whole, alone = (f"{pct:.0f}%{mark}" if (pct := percent_of(value, reference)) is not None else "-"
                             for value, reference in ((block, base_block), (read_time, base_read_time)))
-        rows.append([_config_name(run), _rtt(run), f"{count:,}", _fixed(block), whole, _fixed(read_time), alone])
+        rows.append([_config_name(run), _rtt(run), f"{count:,}", _fixed(block), whole, alone])
     if base is not None:
         notes.insert(0, f"baseline: {_config_name(base)}.")
     if any(r[4].endswith(FEW) for r in rows):
@@ -413,8 +412,8 @@ def baseline_headline(document: dict[str, Any]) -> list[Block]:
         title="Time of the block per configuration, and % of baseline (reference 004)",
         lines=["The block is the reference's: write one value, N iterations of exist? + fetch, delete it; its "
                "time is what Benchmark.bm reports as real, and Comparison to Baseline divides it by the baseline's "
-               "block, as the author did. The read block alone (the N iterations) is beside it; added RTT is the "
-               "round trip the configuration's network profile adds to every request."],
+               "block, as the author did. Read block % is the N iterations alone against the baseline's; added RTT "
+               "is the round trip the configuration's network profile adds to every request (0: loopback)."],
         columns=columns, rows=rows, notes=notes + _proxy_note(document) + _not_measured(document),
     )]
 
