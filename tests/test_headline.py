@@ -241,3 +241,19 @@ def test_no_headline_without_the_field_and_bandwidth_is_the_thresholds_module(mo
     assert headline_blocks(document) == [sentinel]
     monkeypatch.delattr(thresholds, "bandwidth_headline")
     assert headline_blocks(document) == []  # before thresholds.py has it, nothing breaks
+
+
+def test_each_reference_preset_names_its_scale():
+    """A preset's headline says the one command for the reference's own scale, or that its defaults are it."""
+    from cachemark.presets import load_preset, preset_names
+    from cachemark.report.headline import scale_note
+
+    for name in preset_names():
+        preset = load_preset(name)
+        if preset.get("headline") is None:
+            continue  # not a reference's figure
+        note = scale_note({"experiment": {"name": name, "full_scale": preset.get("full_scale")}})
+        assert note is not None and f"`cachemark run {name}" in note, name
+    assert scale_note({"experiment": {"name": "x", "full_scale": ""}}).endswith("own scale (`cachemark run x`).")
+    assert "`cachemark run x --ops 9`" in scale_note({"experiment": {"name": "x", "full_scale": "--ops 9"}})
+    assert scale_note({"experiment": {"name": "x"}}) is None

@@ -265,7 +265,7 @@ class Experiment(_Model):
     # the reference write-up a preset reproduces, and the clients it used (the verdict flags each substitution)
     reference: Reference | None = None
     # the flags that run the reference at its own scale, where a preset's defaults are cut to finish in
-    # minutes (`--ops 800000`): the headline names the command
+    # minutes (`--ops 800000`): the headline names the command; "" says the defaults are that scale
     full_scale: str | None = None
     # what the application needs (cachemark.analysis.advise): the report then says which target meets it
     needs: dict[str, Any] | None = None

@@ -37,11 +37,12 @@ def headline_blocks(document: dict[str, Any]) -> list[Block]:
         from . import thresholds
 
         build: Callable[[dict[str, Any]], list[Block]] | None = getattr(thresholds, "bandwidth_headline", None)
-        return list(build(document)) if build is not None else []
-    builder = BUILDERS.get(kind)
-    if builder is None or not _measured(document):
-        return []
-    blocks = builder(document)
+        blocks = list(build(document)) if build is not None else []
+    else:
+        builder = BUILDERS.get(kind)
+        if builder is None or not _measured(document):
+            return []
+        blocks = builder(document)
     if blocks and (scale := scale_note(document)):
         blocks[-1].notes.append(scale)
     return blocks
@@ -51,8 +52,10 @@ def scale_note(document: dict[str, Any]) -> str | None:
     """The one command that runs the reference at its own scale, where the preset's defaults cut it."""
     experiment = document.get("experiment") or {}
     flags, name = experiment.get("full_scale"), experiment.get("name")
-    if not flags or not name:
+    if flags is None or not name:
         return None
+    if not flags.strip():  # declared empty: the defaults are the reference's own scale
+        return f"At its defaults this preset runs at the reference's own scale (`cachemark run {name}`)."
     return (f"At its defaults this preset runs a shorter version of the reference; its full scale: "
             f"`cachemark run {name} {flags}`.")
 
