@@ -7,6 +7,7 @@ against figures computed independently from the generated requests.
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -540,6 +541,18 @@ def test_vectorised_twitter_parser_agrees_with_the_line_parser() -> None:
     got, got_keys = parse_twitter_block(data, 1, fast_problems, True)
     assert len(expected) > 1000 and np.array_equal(got, expected) and got_keys == expected_keys
     assert fast_problems.malformed == slow_problems.malformed and fast_problems.skipped == slow_problems.skipped
+
+
+def test_key_hash_matches_the_vectors_the_rust_side_checks_too() -> None:
+    """One table of fixed vectors (tests/data/key_hash_vectors.json) for every language that hashes keys:
+    engine/trace's test reads the same file, so the capture proxy, the simulator and this writer agree."""
+    vectors = json.loads((Path(__file__).parent / "data" / "key_hash_vectors.json").read_text())
+    assert len(vectors) >= 8
+    keys = [bytes.fromhex(key) for key, _ in vectors]
+    assert [f"{key_hash(k):016x}" for k in keys] == [want for _, want in vectors]
+    from cachemark.workload.traces import key_hashes
+
+    assert [f"{h:016x}" for h in key_hashes(keys).tolist()] == [want for _, want in vectors]
 
 
 def test_key_hash_follows_its_documented_definition() -> None:

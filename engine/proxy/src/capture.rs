@@ -32,25 +32,7 @@ pub const OP_NAMES: [&str; 7] = [
     "get", "set", "delete", "exists", "get_many", "set_many", "incr",
 ];
 
-/// The trace format's key hash (docs/traces.md; `record.py` `hash_spans` is the same
-/// function vectorised, and tests check the two agree).
-pub fn key_hash(key: &[u8]) -> u64 {
-    const K1: u64 = 0x87C3_7B91_1142_53D5;
-    const K2: u64 = 0x4CF5_AD43_2745_937F;
-    const SEED: u64 = 0x2545_F491_4F6C_DD1D;
-    let mut h = (key.len() as u64).wrapping_mul(K1) ^ SEED;
-    for chunk in key.chunks(8) {
-        let mut word = [0u8; 8];
-        word[..chunk.len()].copy_from_slice(chunk);
-        let x = h ^ u64::from_le_bytes(word).wrapping_mul(K1);
-        h = x.rotate_left(31).wrapping_mul(K2);
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
-    h ^ (h >> 31)
-}
+pub use cachemark_trace::key_hash;
 
 /// One `t_us,op,key_hash,key_size,value_size,ttl_s,client[,key]` line, as `TraceWriter` writes it.
 fn trace_line(out: &mut Vec<u8>, r: &Rec, raw_key: bool) {
@@ -1156,9 +1138,6 @@ mod tests {
 
     #[test]
     fn key_hash_and_lines_match_the_python_writer() {
-        assert_eq!(key_hash(b"user:42"), 14033503754998766344);
-        assert_eq!(key_hash(b""), 10749833864783185041);
-        assert_eq!(key_hash(&[b'a'; 17]), 2335458778333778917);
         let r = Rec {
             t_us: 5,
             op: OP_SET,

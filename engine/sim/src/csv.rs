@@ -16,32 +16,9 @@ const SECOND: u64 = 1_000_000;
 const U32_LIMIT: u64 = 1 << 32;
 const MAX_OP_COUNT: u64 = 0xFFFF;
 
-const K1: u64 = 0x87C3_7B91_1142_53D5;
-const K2: u64 = 0x4CF5_AD43_2745_937F;
-const SEED: u64 = 0x2545_F491_4F6C_DD1D;
+pub use cachemark_trace::key_hash;
 
-/// The key hash of `record.hash_spans` (docs/traces.md): h = seed ^ len·K1; per little-endian
-/// 8-byte word w (the last one zero-padded) h = rotl(h ^ w·K1, 31)·K2; SplitMix64's finaliser.
-#[inline]
-pub fn key_hash(key: &[u8]) -> u64 {
-    let round = |h: u64, w: u64| (h ^ w.wrapping_mul(K1)).rotate_left(31).wrapping_mul(K2);
-    let mut h = (key.len() as u64).wrapping_mul(K1) ^ SEED;
-    let mut words = key.chunks_exact(8);
-    for w in &mut words {
-        h = round(h, u64::from_le_bytes(w.try_into().unwrap()));
-    }
-    if !words.remainder().is_empty() {
-        h = round(h, word(words.remainder()));
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
-    h ^ (h >> 31)
-}
-
-/// Up to 8 bytes as a little-endian word, zero-padded.
-#[inline]
+/// Up to 8 bytes as a little-endian word (a short one zero-padded): op names compared as numbers.
 fn word(bytes: &[u8]) -> u64 {
     match bytes.get(..8) {
         Some(w) => u64::from_le_bytes(w.try_into().unwrap()),
@@ -459,25 +436,6 @@ mod tests {
             (b"set".to_vec(), 1),
             (b"delete".to_vec(), 2),
         ])
-    }
-
-    #[test]
-    fn hash_matches_python() {
-        // computed with cachemark.workload.traces.key_hash
-        let all: Vec<u8> = (0..=255).collect();
-        let cases: [(&[u8], u64); 8] = [
-            (b"", 0x952f14f1e8ddc491),
-            (b"a", 0x503906cdcf9927a6),
-            (b"a\0", 0xa0da268791084e11),
-            (b"user:42", 0xc2c1054ffecfdb08),
-            (b"exactly8", 0xe2b70aa9cca7cf20),
-            (b"nine byte", 0xe7330efe75d51e4f),
-            (b"nz:u:eeW511W3dcH3de3d15ec", 0x98604a9eb17652be),
-            (&all, 0x4f6a6d8f5b8c959b),
-        ];
-        for (key, want) in cases {
-            assert_eq!(key_hash(key), want, "{key:?}");
-        }
     }
 
     #[test]
