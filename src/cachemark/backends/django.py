@@ -33,9 +33,8 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError, UserError
 from ..target import Target, parse_target, redact
@@ -72,12 +71,6 @@ class _CacheTableRouter:
     db_for_write = db_for_read
 
 
-def _query_params(target: Target) -> Target:
-    """Re-read the query with urlsplit, so ``django://?LOCATION=redis://h:1`` keeps its slashes."""
-    parts = urlsplit(target.url)
-    return replace(target, params=dict(parse_qsl(parts.query, keep_blank_values=True)))
-
-
 def django_url(config: Mapping[str, Any]) -> str:
     """A ``CACHES`` entry (``{"BACKEND": …, "LOCATION": …, "OPTIONS": {…}}``) as a target URL."""
     parts = []
@@ -106,7 +99,6 @@ class DjangoBackend(Backend):
     scheme = "django"
 
     def __init__(self, target: Target, namespace: str) -> None:
-        target = _query_params(target)
         super().__init__(target, namespace)
         params = target.params
         backend = params.get("BACKEND")
@@ -159,7 +151,7 @@ class DjangoBackend(Backend):
 
     @classmethod
     def capabilities(cls, target: Target) -> Capabilities:
-        path = _query_params(target).params.get("BACKEND", "")
+        path = target.params.get("BACKEND", "")
         path = SHORT_NAMES.get(path, path)
         return Capabilities(
             native=frozenset({"get", "set", "delete", "exists", "get_many", "set_many", "incr"}),

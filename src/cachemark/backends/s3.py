@@ -30,9 +30,7 @@ import random
 import time
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
 from ..target import Target
@@ -42,20 +40,10 @@ _EXPIRES = "cm-expires"  # object metadata key (sent as x-amz-meta-cm-expires)
 _DELETE_BATCH = 1000  # DeleteObjects takes at most 1000 keys
 
 
-def _reparse(target: Target) -> Target:
-    """Split bucket, prefix and query with urlsplit: ``s3://b?endpoint_url=http://h:1`` has a '/' in
-    its query, which must not be mistaken for the start of the prefix."""
-    parts = urlsplit(target.url)
-    bucket = parts.netloc.rsplit("@", 1)[-1]
-    return replace(target, hosts=((bucket, None),) if bucket else (), path=unquote(parts.path),
-                   params=dict(parse_qsl(parts.query, keep_blank_values=True)))
-
-
 class S3Backend(Backend):
     scheme = "s3"
 
     def __init__(self, target: Target, namespace: str) -> None:
-        target = _reparse(target)
         super().__init__(target, namespace)
         if not target.hosts or not target.hosts[0][0]:
             raise SpecError(f"{target.redacted}: no bucket (expected s3://bucket/prefix?endpoint_url=...)")

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import SpecError
 from ..target import Target, parse_target
@@ -36,13 +34,7 @@ _THIRTY_DAYS = 2592000.0
 _DEFAULT_SLOW_TAGS = {"redis": "native", "rediss": "native", "file": "scan"}
 
 
-def _query_params(target: Target) -> Target:
-    """Re-read the query with urlsplit, so ``twolevel://?fast=memcached://h:1`` keeps its slashes."""
-    return replace(target, params=dict(parse_qsl(urlsplit(target.url).query, keep_blank_values=True)))
-
-
 def _levels(target: Target) -> tuple[Target, Target, str]:
-    target = _query_params(target)
     fast_url, slow_url = target.param("fast"), target.param("slow")
     if not fast_url or not slow_url:
         raise SpecError(f"{target.redacted}: twolevel needs fast=<url> and slow=<url>")
@@ -65,7 +57,6 @@ class TwoLevelBackend(Backend):
         from . import create_backend
         from .tags import with_tags
 
-        target = _query_params(target)
         super().__init__(target, namespace)
         fast_t, slow_t, self.slow_mode = _levels(target)
         self.priority = target.int_param("priority", 8)
