@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..backends.base import PSEUDO_OPS
 from ..errors import SpecError
@@ -708,11 +707,14 @@ def _server_here(run: dict[str, Any]) -> bool:
     if (run.get("server") or {}).get("spawned"):
         return True
     try:
-        url = urlsplit(str(run.get("target") or ""))
-        host = url.hostname or ""
-    except ValueError:
-        return False
-    return url.scheme.endswith("+unix") or host == "localhost" or host == "::1" or host.startswith("127.")
+        target = parse_target(str(run.get("target") or ""))
+    except SpecError:
+        return False  # no target, or one an older file wrote that the parser now refuses
+    scheme = find_scheme(target.scheme)
+    if scheme is not None and scheme.unix:
+        return True
+    hosts = [host.lower() for host, _ in target.hosts]
+    return bool(hosts) and all(h == "localhost" or h == "::1" or h.startswith("127.") for h in hosts)
 
 
 def _errors(run: dict[str, Any]) -> tuple[int, int, dict[str, int]]:
