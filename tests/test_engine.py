@@ -336,9 +336,10 @@ def test_one_servers_short_way_draws_what_the_general_path_draws(mc_ports, proto
     # are drawn in the same order, so each op's count and each set's bytes are the same.
     mix = [{"op": "get", "weight": 5}, {"op": "set", "weight": 3}, {"op": "touch", "weight": 1}]
     results = []
-    for servers in ([mc_ports[0]], mc_ports):
+    for i, servers in enumerate(([mc_ports[0]], mc_ports)):
+        keys = {"count": 200, "prefix": f"cm:sw{i}:"}  # one length for both: a set's bytes carry its key
         cfg = base(protocol, [f"127.0.0.1:{p}" for p in servers], mix=mix, threads=1, ops=4000, duration_s=30,
-                   seed=7, ttl_s=600, values={"sizes": [[100, 3], [700, 1], [2000, 1]]})
+                   seed=7, ttl_s=600, keys=keys, values={"sizes": [[100, 3], [700, 1], [2000, 1]]})
         results.append(run_load(cfg)["ops"])
     one, pool = results
     for name in ("get", "set", "touch"):

@@ -5,7 +5,7 @@
 use crate::cluster::key_slot;
 use crate::keyspace::{make_filler, KeyDist, ValueSizes};
 use crate::proto::request::key_bytes;
-use crate::proto::{Kind, Limits};
+pub use crate::proto::{Kind, Limits, OpPlan, Protocol, Seg};
 use crate::replay::Replay;
 use crate::tls::{client_config, server_name, TlsConfig};
 use rustls::pki_types::ServerName;
@@ -13,22 +13,6 @@ use serde::Deserialize;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
-
-#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Protocol {
-    Resp2,
-    Resp3,
-    MemcacheText,
-    MemcacheMeta,
-    MemcacheBinary,
-}
-
-impl Protocol {
-    pub fn is_resp(self) -> bool {
-        matches!(self, Protocol::Resp2 | Protocol::Resp3)
-    }
-}
 
 /// How load threads do I/O: io_uring batches every socket's sends and receives into
 /// one system call per round; epoll is the portable fallback. `auto` picks io_uring
@@ -275,32 +259,6 @@ fn d_verify() -> f64 {
 }
 fn d_timeout() -> u64 {
     5000
-}
-
-/// One piece of a template argument.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Seg {
-    Lit(Vec<u8>),
-    Key,
-    Value,
-    Ttl,
-    Len,
-}
-
-/// One op of the mix, ready to encode.
-#[derive(Clone, Debug)]
-pub struct OpPlan {
-    /// The name results are reported under.
-    pub name: String,
-    pub kind: Kind,
-    /// Template arguments (RESP: one bulk each; memcached: words of one line, with a
-    /// lone `{value}` sent as the data block).
-    pub template: Vec<Vec<Seg>>,
-    /// Whether the op writes a value (so it draws a size).
-    pub writes_value: bool,
-    /// Whether a failure of it opens a write outage (`engine/outage.rs`): `set`, `incr`,
-    /// and templates that carry a value — the ops the Python workers count as writes.
-    pub write: bool,
 }
 
 /// Where a server listens: `host:port`, or `unix:/path/to.sock` (a Unix domain socket).

@@ -292,7 +292,12 @@ fn connect_with(
     let mut s = Stream::connect(addr, timeout, tls)
         .map_err(|e| format!("cannot connect to {name}: {e}"))?;
     s.set_timeouts(Some(timeout)).map_err(|e| e.to_string())?;
-    let mut hs = proto::handshake(plan);
+    let mut hs = proto::handshake(
+        plan.protocol,
+        plan.username.as_deref(),
+        plan.password.as_deref(),
+        plan.db,
+    );
     if replica {
         hs.request.extend_from_slice(b"*1\r\n$8\r\nREADONLY\r\n");
         hs.steps.push("READONLY (reads from a replica)");

@@ -41,15 +41,18 @@
 mod canary;
 mod conn;
 mod epoll;
+mod error;
 mod outage;
 mod record;
 mod run;
 mod sentinel;
+mod shared;
 mod stream;
 mod tlsbuf;
 mod topology;
 mod uring;
 mod worker;
 
+pub use error::RunError;
 pub use record::{OpStats, ERROR_KINDS};
-pub use run::{run, RunError};
+pub use run::run;

@@ -5,91 +5,18 @@
 
 use super::canary::{canaries, canary_count};
 use super::conn::connect;
+use super::error::RunError;
 use super::record::{Recorder, E_DROPPED};
+use super::shared::Shared;
 use super::stream::Stream;
 use super::{outage, sentinel, topology, worker};
 use crate::config::{IoBackend, Plan};
 use crate::keyspace::Rng;
 use crate::proto::Kind;
-use crate::watch::{ErrorWatch, Kinds};
+use crate::watch::ErrorWatch;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-/// Why a run could not happen.
-#[derive(Debug)]
-pub enum RunError {
-    /// The configuration is invalid.
-    Spec(String),
-    /// A server cannot be reached, refuses our credentials, or speaks another protocol.
-    Unavailable(String),
-    /// The host refused what the run needs of it: a load thread (its thread or memory limit).
-    Host(String),
-}
-
-/// State shared between the orchestrating thread and the load threads.
-pub(super) struct Shared {
-    epoch: Instant,
-    /// CLOCK_MONOTONIC (Python's `perf_counter_ns`) at `epoch`: results given on Python's
-    /// clock (write outages) are `now()` readings plus this.
-    mono_epoch: u64,
-    pub(super) stop: AtomicBool,
-    pub(super) ready: AtomicUsize,
-    /// Start of the run phase (warm-up first), ns since `epoch`; 0 until set.
-    pub(super) run_start: AtomicU64,
-    /// Ops completed by all threads (every phase), published every tick: the on-error watch.
-    ok: AtomicU64,
-    failed: [AtomicU64; 6],
-    last_error: Mutex<Option<String>>,
-    /// Redis Cluster: nodes learned during the run (one added and given slots).
-    pub(super) joined: topology::Joined,
-}
-
-impl Shared {
-    fn new() -> Self {
-        let epoch = Instant::now();
-        let mono_epoch = monotonic_ns().saturating_sub(epoch.elapsed().as_nanos() as u64);
-        Shared {
-            epoch,
-            mono_epoch,
-            stop: AtomicBool::new(false),
-            ready: AtomicUsize::new(0),
-            run_start: AtomicU64::new(0),
-            ok: AtomicU64::new(0),
-            failed: Default::default(),
-            last_error: Mutex::new(None),
-            joined: topology::Joined::default(),
-        }
-    }
-
-    #[inline]
-    pub(super) fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
-    }
-
-    pub(super) fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-
-    /// Adds a thread's counts since its last publication.
-    pub(super) fn publish(&self, rec: &mut Recorder) {
-        self.ok
-            .fetch_add(std::mem::take(&mut rec.tally_ok), Ordering::Relaxed);
-        for (total, n) in self.failed.iter().zip(&mut rec.tally_failed) {
-            total.fetch_add(std::mem::take(n), Ordering::Relaxed);
-        }
-        if let Some(m) = rec.last.take() {
-            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
-        }
-        rec.want_last = true;
-    }
-
-    fn totals(&self) -> (u64, Kinds) {
-        let failed = std::array::from_fn(|k| self.failed[k].load(Ordering::Relaxed));
-        (self.ok.load(Ordering::Relaxed), failed)
-    }
-}
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// The orchestrating thread's two reasons to stop the load threads early: `poll` (Ctrl-C)
 /// and the on-error policy.
@@ -320,15 +247,6 @@ fn cluster_json(plan: &Plan, total: &Recorder, joined: Vec<String>) -> Value {
     out
 }
 
-/// CLOCK_MONOTONIC now, in ns: the clock of Python's `time.perf_counter_ns()` (and of
-/// `Instant`, on Linux).
-fn monotonic_ns() -> u64 {
-    // SAFETY: clock_gettime fills the struct we pass.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// CPU seconds (user, system) of the whole process so far.
 fn cpu_seconds() -> (f64, f64) {
     // SAFETY: getrusage fills the struct we pass.
@@ -336,18 +254,4 @@ fn cpu_seconds() -> (f64, f64) {
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
     (t(ru.ru_utime), t(ru.ru_stime))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn run_clock_converts_to_clock_monotonic() {
-        let shared = Shared::new();
-        std::thread::sleep(Duration::from_millis(20));
-        let ours = shared.now() + shared.mono_epoch;
-        let theirs = monotonic_ns();
-        assert!(ours.abs_diff(theirs) < 1_000_000, "{ours} vs {theirs}");
-    }
 }

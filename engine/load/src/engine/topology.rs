@@ -7,7 +7,7 @@
 //! during the run is learned from the first redirect to it ([`Joined`]).
 
 use super::conn::{connect, read_some};
-use super::run::RunError;
+use super::error::RunError;
 use crate::cluster::{parse_slots, SlotRange, SLOTS, UNOWNED};
 use crate::config::{Plan, ServerAddr};
 use crate::proto::{self, Kind, Parse};

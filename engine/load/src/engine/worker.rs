@@ -11,8 +11,8 @@ use super::record::{
     complete, complete_hit, outage_scope, record_error, Recorder, E_CONNECTION, E_PROTOCOL,
     E_SERVER, E_TIMEOUT, INTERNAL,
 };
-use super::run::Shared;
 use super::sentinel;
+use super::shared::Shared;
 use super::stream::Stream;
 use super::topology::{self, JoinedNode, JOINED_MAX};
 use super::uring::Uring;

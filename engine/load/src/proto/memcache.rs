@@ -6,8 +6,8 @@
 //! `mn`, so its reply is the hits followed by `MN`.
 
 use super::request::{key_bytes, render, Handshake, Request};
+use super::Seg;
 use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply, ValueHead};
-use crate::config::Seg;
 use crate::keyspace::write_u64;
 use crate::outbuf::OutBuf;
 use std::ops::Range;

@@ -12,9 +12,11 @@
 
 pub mod memcache;
 pub mod memcache_binary;
+pub mod ops;
 pub mod request;
 pub mod resp;
 
+pub use ops::{OpPlan, Protocol, Seg};
 pub use request::{
     encode, encode_counter, handshake, key_bytes, parse, value_head, Handshake, Request,
 };

@@ -7,7 +7,7 @@
 //! request carries, which is what the results count as `bytes_out`.
 
 use super::{memcache, memcache_binary, resp, Kind, Limits, Parse, ValueHead};
-use crate::config::{OpPlan, Plan, Protocol, Seg};
+use super::{OpPlan, Protocol, Seg};
 use crate::keyspace::{write_key, write_u64, write_value};
 use crate::outbuf::OutBuf;
 
@@ -111,20 +111,21 @@ pub struct Handshake {
     pub steps: Vec<&'static str>,
 }
 
-/// The handshake `plan` asks for (credentials: RESP and memcached's binary SASL; database: RESP only).
-pub fn handshake(plan: &Plan) -> Handshake {
-    match plan.protocol {
-        Protocol::Resp2 | Protocol::Resp3 => resp::handshake(
-            plan.protocol == Protocol::Resp3,
-            plan.username.as_deref(),
-            plan.password.as_deref(),
-            plan.db,
-        ),
+/// The handshake a connection of `protocol` sends (credentials: RESP and memcached's binary SASL;
+/// database: RESP only).
+pub fn handshake(
+    protocol: Protocol,
+    username: Option<&str>,
+    password: Option<&str>,
+    db: u32,
+) -> Handshake {
+    match protocol {
+        Protocol::Resp2 | Protocol::Resp3 => {
+            resp::handshake(protocol == Protocol::Resp3, username, password, db)
+        }
         Protocol::MemcacheText => memcache::handshake_text(),
         Protocol::MemcacheMeta => memcache::handshake_meta(),
-        Protocol::MemcacheBinary => {
-            memcache_binary::handshake(plan.username.as_deref(), plan.password.as_deref())
-        }
+        Protocol::MemcacheBinary => memcache_binary::handshake(username, password),
     }
 }
 
@@ -400,7 +401,12 @@ mod tests {
 
     fn hs(json: &str) -> (String, Vec<&'static str>) {
         let plan = Config::from_json(json).unwrap().plan().unwrap();
-        let h = handshake(&plan);
+        let h = handshake(
+            plan.protocol,
+            plan.username.as_deref(),
+            plan.password.as_deref(),
+            plan.db,
+        );
         (text(&h.request), h.steps)
     }
 
