@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from ..errors import SpecError
 from ..schemes import network_schemes, scheme
@@ -46,9 +46,9 @@ def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -
         endpoint = target.param(row.proxy_param)
         if not endpoint:
             raise SpecError(f"{target.redacted}: a network profile needs {row.proxy_param} (a local server)")
-        parts = urlsplit(endpoint)
-        proxy = stack.enter_context(start_proxy(parts.hostname or "127.0.0.1", parts.port or 80, profile))
-        new_endpoint = f"{parts.scheme}://{proxy.host}:{proxy.port}{parts.path}"
+        server = parse_target(endpoint)
+        proxy = stack.enter_context(start_proxy(server.host, server.port(80), profile))
+        new_endpoint = f"{server.scheme}://{proxy.host}:{proxy.port}{quote(server.path)}"
         return with_params(target, {**target.params, row.proxy_param: new_endpoint}), [proxy]
     if row.cluster:
         raise SpecError(f"{target.redacted}: a network profile's proxy cannot stand in front of a Redis Cluster "

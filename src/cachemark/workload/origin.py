@@ -21,12 +21,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl
 
 import numpy as np
 
 from ..errors import SpecError, UserError
-from ..target import redact_text
+from ..target import parse_target, redact_text, with_params
 from ..textfile import one_line
 
 EXAMPLES = ("fixed:10ms, lognormal:10ms,0.5, hist:FILE (µs per line) or postgresql://HOST/DB?query=SELECT 1 "
@@ -113,20 +113,19 @@ def parse_origin(text: object) -> OriginSpec:
     text = text.strip()
     shown = one_line(text, 120)
     if text.split("://", 1)[0] in SQL_SCHEMES and "://" in text:
-        parts = urlsplit(text)
-        if parts.password is not None:
+        target = parse_target(text)
+        if target.password is not None:
             raise SpecError("origin: a password in the origin URL would be saved with the results; "
                             "give it in PGPASSWORD / ~/.pgpass (PostgreSQL) or MYSQL_PWD (MySQL) instead")
-        params = dict(parse_qsl(parts.query, keep_blank_values=True))
+        params = dict(target.params)
         pool = _pool(params, shown)
         query = params.pop("query", "").strip()
         if not query:
             raise SpecError(f"origin {shown!r}: a SQL origin needs ?query=…, e.g. ?query=SELECT pg_sleep(0.005)")
-        if parts.scheme == "mysql" and params:
+        if target.scheme == "mysql" and params:
             raise SpecError(f"origin {shown!r}: unknown parameter {next(iter(params))!r}; allowed: query, pool")
-        rest = "&".join(f"{k}={v}" for k, v in params.items())
-        url = parts._replace(query=rest).geturl()
-        kind = "mysql" if parts.scheme == "mysql" else "postgresql"
+        url = with_params(target, params).url
+        kind = "mysql" if target.scheme == "mysql" else "postgresql"
         return OriginSpec(kind, url=url, query=query, pool=pool, text=text)
     if text.startswith("spawn:"):
         kind, _, query = text[len("spawn:"):].partition("?")
@@ -171,10 +170,10 @@ def _connect(spec: OriginSpec):
 
     import pymysql
 
-    parts = urlsplit(spec.url)
-    return pymysql.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
-                           user=unquote(parts.username or "root"), password=os.environ.get("MYSQL_PWD", ""),
-                           database=unquote(parts.path.lstrip("/")) or None, autocommit=True, connect_timeout=10)
+    server = parse_target(spec.url)
+    return pymysql.connect(host=server.host, port=server.port(3306), user=server.username or "root",
+                           password=os.environ.get("MYSQL_PWD", ""), database=server.path.lstrip("/") or None,
+                           autocommit=True, connect_timeout=10)
 
 
 class PoolNames:
