@@ -258,3 +258,33 @@ def test_a_results_file_past_the_largest_cachemark_writes_is_refused_unread(tmp_
     said, grew = _load_peak(path)
     assert said == f"{path}: larger than 100,000,000 bytes: too large for a results file"
     assert grew < 20_000_000
+
+
+def test_a_document_cachemark_builds_wrong_is_a_crash_on_write_and_still_kept(tmp_path) -> None:
+    """Validated on write: a producer's slip is a bug of ours (exit 70) where it is made, and the
+    measurement is on disk all the same."""
+    from cachemark.errors import Crash
+
+    document = _seed()
+    document["runs"][0]["phases"][0]["ops"]["get"]["count"] = "5"
+    with pytest.raises(Crash, match=r"schema refuses: .*ops\.get\.count: expected an integer"):
+        write_atomic(tmp_path / "r.json", document)
+    assert json.loads((tmp_path / "r.json").read_text()) == document
+
+
+def test_the_probe_finding_and_a_sweeps_saturation_are_part_of_the_schema(tmp_path) -> None:
+    document = _seed()
+    document["runs"][0]["dropped_writes"] = "kept 0 of 3 writes read back"
+    document["saturation"] = [{"label": "redis", "param": "workers", "saturation": 4,
+                               "points": [{"value": 2, "ops_per_s": 1000.0, "p99_us": 90.0}]}]
+    assert load(write_atomic(tmp_path / "ok.json", document))["saturation"][0]["saturation"] == 4
+    for field, bad, message in (("dropped_writes", 3, "runs[0].dropped_writes: expected a string"),
+                                ("saturation", [{"label": "x", "param": "workers", "points": [{"ops_per_s": "fast",
+                                                                                            "p99_us": 1.0}]}],
+                                 "saturation[0].points[0].ops_per_s: expected a number")):
+        broken = _seed()
+        (broken["runs"][0] if field == "dropped_writes" else broken)[field] = bad
+        path = tmp_path / f"{field}.json"
+        path.write_text(json.dumps(broken))
+        with pytest.raises(UserError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            load(path)

@@ -216,6 +216,7 @@ class Run(_Record):
     sweep: Table[Any] | None = None
     repeat: Count | None = None
     phases: Many[Phase] = Field(default_factory=list)
+    dropped_writes: str | None = None  # the write-then-read probe's finding (run/write_probe.py)
 
 
 class RttFigures(_Record):
@@ -265,12 +266,28 @@ class ExperimentRecord(_Record):
     description: str | None = None
 
 
+class SaturationPoint(_Record):
+    value: Any = None  # the swept parameter's value (a number, or the text the sweep gave)
+    ops_per_s: Figure
+    p99_us: Figure
+
+
+class Saturation(_Record):
+    """One target's load sweep (measure/saturation.py): where throughput stopped rising as p99 climbed."""
+
+    label: str
+    param: str
+    saturation: Any = None  # the swept value before the flat-and-slower step; null: throughput kept rising
+    points: Many[SaturationPoint] = Field(default_factory=list)
+
+
 class ResultsDocument(_Record):
     schema_: str = Field(alias="schema")
     created: str | None = None
     environment: Environment = Field(default_factory=Environment)
     experiment: ExperimentRecord = Field(default_factory=ExperimentRecord)
     runs: Many[Run] = Field(default_factory=list)
+    saturation: Many[Saturation] | None = None  # a sweep of a load parameter with three or more points
 
 
 _EXPECTED = {

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import outfile
-from ..errors import UserError
+from ..errors import Crash, UserError
 from ..textfile import check_tree, one_line, read_text
 from .schema import SCHEMA, validate
 
@@ -38,8 +38,18 @@ def default_path(directory: str | Path = "results") -> Path:
 
 
 def write_atomic(path: str | Path, document: dict[str, Any]) -> Path:
-    """Write ``document`` as JSON to ``path`` all at once, or leave ``path`` as it was (``outfile``)."""
-    return outfile.write_text(path, json.dumps(document, indent=1, default=str) + "\n", "results")
+    """Write ``document`` as JSON to ``path`` all at once, or leave ``path`` as it was (``outfile``).
+
+    Validated on write as on load, so a producer's slip shows where it is made, not when a report
+    reads the file later. The file is written first either way: a slip must not lose a measurement."""
+    text = json.dumps(document, indent=1, default=str) + "\n"
+    written = outfile.write_text(path, text, "results")
+    try:
+        validate(json.loads(text, parse_constant=_no_figure), one_line(path))
+    except UserError as exc:
+        # a bug of ours, not the user's input: a crash (exit 70), the file kept for the report
+        raise Crash(f"cachemark wrote results its own schema refuses: {exc}") from None
+    return written
 
 
 # Read whole, then parsed: memory is a few times the file (a 22 MB file of 3,664 runs: 136 MB in all).
