@@ -10,6 +10,7 @@ a regular file in its place (``/dev/null`` turned into a file). ``-`` is standar
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import sys
@@ -147,3 +148,14 @@ def write_bytes(path: str | Path, data: bytes, what: str = "") -> Path:
 def write_text(path: str | Path, text: str, what: str = "") -> Path:
     """``text`` as UTF-8 to ``path`` all at once (or to stdout for ``-``)."""
     return write_bytes(path, text.encode("utf-8"), what)
+
+
+def json_text(data: object) -> str:
+    """How cachemark writes JSON: indented by one, a value JSON lacks (a Path, a date) as its text."""
+    return json.dumps(data, indent=1, default=str) + "\n"
+
+
+def write_json(path: str | Path, data: object, what: str = "") -> Path:
+    """``data`` as JSON to ``path`` all at once (compare's and thresholds' documents; results go
+    through :func:`cachemark.results.write_atomic`, which also checks them against their schema)."""
+    return write_text(path, json_text(data), what)

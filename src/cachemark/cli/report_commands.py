@@ -126,8 +126,8 @@ def compare(
 
 def _compare_output(format: str, out: Path | None, document: dict[str, Any]) -> None:
     """compare's Markdown or JSON, to stdout or a file; the JSON is one document either way."""
+    from ..outfile import write_json
     from ..report import compare as cmp
-    from ..results import write_atomic
 
     to_file = out is not None and str(out) != "-"
     if to_file or format == "json":  # a file, or JSON with no place for them: the user sees them here
@@ -136,7 +136,7 @@ def _compare_output(format: str, out: Path | None, document: dict[str, Any]) -> 
     if format == "markdown":
         _emit(cmp.to_markdown(document["rows"], document["warnings"], document["gate"]), out)
     elif to_file:
-        write_atomic(out, document)
+        write_json(out, document, "the comparison")
         _console().print(f"wrote {out}", markup=False, highlight=False)
     else:
         sys.stdout.write(json.dumps(document, indent=1) + "\n")
@@ -163,8 +163,9 @@ def thresholds(
     A maximum from a point that evicted keys or mostly missed gets a one-line warning in the output.
     Example: cachemark thresholds results/m4-xlarge.json --label cache.m4.xlarge -f cloudformation -o map.yaml
     """
+    from ..outfile import write_json
     from ..report import thresholds as th
-    from ..results import load, write_atomic
+    from ..results import load
 
     if format not in th.FORMATS:
         raise UserError(f"unknown format {format!r}; choose one of {', '.join(th.FORMATS)}")
@@ -180,7 +181,7 @@ def thresholds(
         for warning in result["warnings"]:
             _console().print(f"warning: {warning}", markup=False, highlight=False)
     if format == "json" and to_file:
-        write_atomic(out, result)
+        write_json(out, result, "thresholds")
         _console().print(f"wrote {out}", markup=False, highlight=False)
         return
     _emit(th.render(result, format, as_json=as_json), out)

@@ -42,7 +42,7 @@ def write_atomic(path: str | Path, document: dict[str, Any]) -> Path:
 
     Validated on write as on load, so a producer's slip shows where it is made, not when a report
     reads the file later. The file is written first either way: a slip must not lose a measurement."""
-    text = json.dumps(document, indent=1, default=str) + "\n"
+    text = outfile.json_text(document)
     written = outfile.write_text(path, text, "results")
     try:
         validate(json.loads(text, parse_constant=_no_figure), one_line(path))
