@@ -1,27 +1,52 @@
 """The import graph: rooms (top-level modules and packages) form layers, with no cycles and
-no import that climbs back up. Lazy imports inside functions count too; imports under
+no import that climbs back up; and no two modules anywhere, inside a room or across rooms,
+import each other round a circle. Lazy imports inside functions count too (a lazy import
+hides a circle from the interpreter, not from the reader); imports under
 ``if TYPE_CHECKING:`` (annotations only) do not."""
 
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).parent.parent / "src" / "cachemark"
 
 # Lower layers never import higher ones (a room may import rooms of its own layer or below,
-# as long as no cycle forms).
+# as long as no cycle forms). ``__init__`` is the package's own __init__.py: it only holds
+# ``__version__``, and every module below imports it anyway (it is their parent package).
 LAYERS = [
-    {"errors", "textfile", "interrupts", "procs", "scratch", "_engine", "wire", "memcache_binary", "outfile"},
+    {"__init__", "errors", "textfile", "interrupts", "procs", "scratch", "_engine", "wire", "memcache_binary",
+     "outfile"},
     {"schemes", "target", "proctitle", "crash", "sweep", "needs"},
     {"workload"},
     {"spec", "backends", "engine", "measure"},
     {"lab", "results"},
     {"plan", "run", "presets", "analysis"},
     {"report"},
-    {"cli", "entry", "__main__", "__init__"},
+    {"cli", "entry", "__main__"},
 ]
+
+
+# Circles found when this test first looked inside packages (issue 30), outside report/: each
+# waits for its own fix (assigned by the lead). The test fails on any other circle, and on one
+# of these once it is gone (delete its line then), so the list only shrinks.
+KNOWN_CYCLES = [
+    # create_backend imports .tags lazily; tags' capabilities imports backend_class from the package
+    {"cachemark.backends", "cachemark.backends.tags"},
+    # cli/__init__ imports size_command; its _synthetic imports experiment_from, resolve_source back
+    {"cachemark.cli", "cachemark.cli.size_command"},
+]
+
+
+class Edge(NamedTuple):
+    """One import of a cachemark module by another, with where it is written (for the message)."""
+
+    source: str
+    target: str
+    where: str
 
 
 def _room(module: str) -> str:
@@ -30,9 +55,14 @@ def _room(module: str) -> str:
 
 
 def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
-    name = ".".join(rel.parts)
+    rel = path.relative_to(ROOT.parent)
+    name = ".".join((*rel.parts[:-1], rel.name.split(".")[0]))  # _engine.abi3.so is cachemark._engine
     return name.removesuffix(".__init__")
+
+
+def _all_modules() -> dict[str, Path]:
+    paths = [*ROOT.rglob("*.py"), *ROOT.rglob("*.so")]
+    return {_module_name(path): path for path in paths if "__pycache__" not in path.parts}
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
@@ -43,28 +73,57 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return skip
 
 
-def room_graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = defaultdict(set)
-    for path in ROOT.rglob("*.py"):
-        name = _module_name(path)
+def _imported(node: ast.AST, package: str, known: set[str]) -> Iterator[str]:
+    """The modules one import statement loads: ``from . import thresholds`` names the submodule
+    ``thresholds``, ``from .. import __version__`` the package itself."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+        else:
+            base = node.module or ""
+        for alias in node.names:
+            yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+
+
+def module_edges() -> list[Edge]:
+    """Every import of a cachemark module by another, lazy ones included."""
+    modules = _all_modules()
+    known = set(modules)
+    edges = []
+    for name, path in sorted(modules.items()):
+        if path.suffix != ".py":
+            continue
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         tree = ast.parse(path.read_text())
         skip = _type_checking_nodes(tree)
+        lazy = {id(inner) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                for inner in ast.walk(node)}
         for node in ast.walk(tree):
             if id(node) in skip:
                 continue
-            targets = []
-            if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    targets.append(".".join(base + ([node.module] if node.module else [])))
-                elif node.module:
-                    targets.append(node.module)
-            elif isinstance(node, ast.Import):
-                targets += [alias.name for alias in node.names]
-            for target in targets:
-                if target.startswith("cachemark.") and _room(target) != _room(name):
-                    graph[_room(name)].add(_room(target))
+            for target in _imported(node, package, known):
+                if (target == "cachemark" or target.startswith("cachemark.")) and target != name:
+                    where = f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+                    edges.append(Edge(name, target, where + (" (in a function)" if id(node) in lazy else "")))
+    return edges
+
+
+def module_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for edge in module_edges():
+        graph[edge.source].add(edge.target)
+    return graph
+
+
+def room_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for source, targets in module_graph().items():
+        for target in targets:
+            if _room(source) != _room(target):
+                graph[_room(source)].add(_room(target))
     return graph
 
 
@@ -81,18 +140,101 @@ def test_no_room_imports_a_higher_layer() -> None:
 
 
 def test_no_cycles_between_rooms() -> None:
-    graph = room_graph()
-    state: dict[str, int] = {}
+    cycles = import_cycles(room_graph())
+    assert not cycles, "import cycle between rooms: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
 
-    def visit(room: str, path: list[str]) -> None:
-        state[room] = 1
-        for nxt in sorted(graph.get(room, ())):
-            if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join([*path, room, nxt]))
-            if nxt not in state:
-                visit(nxt, [*path, room])
-        state[room] = 2
 
-    for room in sorted(graph):
-        if room not in state:
-            visit(room, [])
+def test_no_cycles_between_modules() -> None:
+    """A circle inside one package is still a circle: neither module can be read, tested or
+    moved without the other (report/blocks.py and the modules that draw its blocks were one)."""
+    edges = module_edges()
+    graph: dict[str, set[str]] = defaultdict(set)
+    where: dict[tuple[str, str], str] = {}
+    for edge in edges:
+        graph[edge.source].add(edge.target)
+        where.setdefault((edge.source, edge.target), edge.where)
+    knots = {min(group): group for group in _strongly_connected(graph)}
+    cycles = [cycle for cycle in import_cycles(graph) if knots[cycle[0]] not in KNOWN_CYCLES]
+    gone = [known for known in KNOWN_CYCLES if known not in knots.values()]
+    assert not gone, f"no longer a cycle: delete from KNOWN_CYCLES: {gone}"
+    lines = []
+    for cycle in cycles:
+        lines.append("import cycle: " + " -> ".join(cycle))
+        lines += [f"    {a} -> {b}  ({where[a, b]})" for a, b in zip(cycle, cycle[1:])]
+        if len(knots[cycle[0]]) > len(cycle) - 1:
+            lines.append(f"    (one circle of a knot of {len(knots[cycle[0]])}: {', '.join(sorted(knots[cycle[0]]))})")
+    message = "\n".join(lines)
+    if cycles:
+        print(message)
+    assert not cycles, f"{len(cycles)} import cycle(s) among modules:\n{message}"
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One shortest cycle per strongly connected group of nodes (each group is a knot of
+    circles; breaking the one printed may leave another, which the next run prints)."""
+    cycles = []
+    for group in _strongly_connected(graph):
+        if len(group) < 2:
+            continue
+        start = min(group)
+        cycles.append(_shortest_cycle(graph, start, group))
+    return sorted(cycles)
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's algorithm: the groups of nodes that can each reach every other."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            groups.append(group)
+
+    for node in sorted(set(graph) | {t for ts in graph.values() for t in ts}):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def _shortest_cycle(graph: dict[str, set[str]], start: str, group: set[str]) -> list[str]:
+    """Breadth first from ``start`` back to itself, staying inside its group."""
+    came_from: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in group:
+                continue
+            if nxt == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return [*reversed(path), start]
+            if nxt not in came_from:
+                came_from[nxt] = node
+                queue.append(nxt)
+    raise AssertionError(f"{start} is in a cycle group but no cycle returns to it")
+
+
+def test_cycle_finder_sees_a_knot_and_leaves_a_chain() -> None:
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []

@@ -24,7 +24,9 @@ from rich.console import Console
 from cachemark.cli.session import LineProgress
 from cachemark.report import compare as cmp
 from cachemark.report.data import latency_cell
-from cachemark.report.table import COLUMNS, fmt_latency, fmt_rate, print_fitted, render, rows
+from cachemark.report.figures import fmt_latency, fmt_rate
+from cachemark.report.fitted_table import print_fitted
+from cachemark.report.table import COLUMNS, render, rows
 
 DATA = Path(__file__).parent / "data"
 REPORT_DOC = DATA / "report-doc.json"
@@ -326,7 +328,8 @@ def test_line_progress_counts_towards_an_op_target():
 
 
 def test_a_cluster_runs_label_is_printed_cut_escaped_and_never_as_markup():
-    from cachemark.run.distributed import DistributedOutcome, print_agents
+    from cachemark.cli.agents_table import print_agents
+    from cachemark.run.distributed import DistributedOutcome
 
     label = "[/bold]\x1b[2J" + "y" * 5000  # rich read a title's "[/bold]" as markup: a MarkupError
     outcome = DistributedOutcome(label=label, target="memory://", cluster={"agents": [], "hosts": ["h"]}, phases=[

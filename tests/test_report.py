@@ -179,7 +179,7 @@ def test_report_command_unknown_format(report_doc, tmp_path):
 def test_a_handful_of_ops_marks_its_tail_and_a_single_op_has_no_percentile(tmp_path) -> None:
     from cachemark.report.data import FEW_SAMPLES_NOTE, latency_cell
     from cachemark.report.export import to_markdown
-    from cachemark.report.table import fmt_latency
+    from cachemark.report.figures import fmt_latency
 
     assert latency_cell(1, "p50_us", 12.0, fmt_latency) == "-"
     assert latency_cell(1, "max_us", 12.0, fmt_latency) == "12µs"

@@ -21,9 +21,9 @@ from rich.console import Console
 
 from cachemark.measure.histogram import Histogram
 from cachemark.report.blocks import to_rich
+from cachemark.report.figures import fmt_factor, fmt_latency, fmt_rate
 from cachemark.report.headline import headline_blocks
-from cachemark.report.table import fmt_latency, fmt_rate
-from cachemark.report.verdict import fmt_factor, verdict_blocks
+from cachemark.report.verdict import verdict_blocks
 from cachemark.results import load
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -4,17 +4,21 @@ A :class:`Block` is what a reader should see first — a preset's headline figur
 (:mod:`.headline`) or the verdict of a run (:mod:`.verdict`) — as plain strings: a
 title, lines of prose, an optional table and notes under it. The figures are computed
 once, by those modules; this one only draws them, so the terminal, the Markdown and the
-HTML can never disagree about a number.
+HTML can never disagree about a number. It knows none of the modules that make blocks
+(:mod:`.answers` puts a report's blocks together): they all import it, it imports none
+of them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
 
+from rich.box import SIMPLE_HEAD
 from rich.console import Console
 from rich.markup import escape as rich_escape
+
+from .fitted_table import FOLD_NAMES, WRAP_WORDS, print_fitted
 
 
 @dataclass
@@ -35,44 +39,18 @@ class Block:
     kind: str = "headline"
 
 
-def headline_blocks(document: dict[str, Any]) -> list[Block]:
-    """The preset's own figure(s), when its experiment declares a headline view; and, for a run
-    driven from a cluster, its agents' share, throughput and CPU."""
-    from .agents import agent_blocks
-    from .headline import headline_blocks as build
-
-    return [*build(document), *agent_blocks(document)]
-
-
-def verdict_blocks(document: dict[str, Any]) -> list[Block]:
-    """What the run means: the workload, the ranking per op, the warnings that change the reading;
-    and, when the experiment states its needs, which target meets them."""
-    from .advice_report import experiment_advice
-    from .verdict import verdict_blocks as build
-
-    return [*build(document), *experiment_advice(document)]
-
-
 def to_rich(block: Block, console: Console) -> None:
     console.print(f"[bold]{rich_escape(block.title)}[/bold]")
     for line in block.lines:
         console.print(line, markup=False, highlight=False)
     if block.columns:
-        from .table import FOLD_NAMES, WRAP_WORDS, print_fitted  # table.py draws its own blocks with this module
-
         # headers and figures break between words (never inside one: a number stays whole), then
         # names inside words too; a console too narrow even for that gets one line per row instead
         print_fitted(console, block.columns, block.rows, names=block.left, drop_order=(WRAP_WORDS, FOLD_NAMES),
-                     box=None if block.kind == "verdict" else _box())
+                     box=None if block.kind == "verdict" else SIMPLE_HEAD)
     for note in block.notes:
         console.print(note, markup=False, highlight=False)
     console.print()
-
-
-def _box() -> Any:
-    from rich import box
-
-    return box.SIMPLE_HEAD
 
 
 def _md_cell(text: str) -> str:

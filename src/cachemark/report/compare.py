@@ -28,7 +28,8 @@ from ..errors import UserError
 from ..results.names import op_label
 from ..textfile import one_line
 from .data import op_rows
-from .table import FOLD_NAMES, fit_columns, fmt_latency, fmt_rate, print_fitted
+from .figures import fmt_latency, fmt_rate
+from .fitted_table import FOLD_NAMES, fit_columns, print_fitted
 
 METRICS = ("ops_per_s", "p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 HIGHER_IS_BETTER = {"ops_per_s"}

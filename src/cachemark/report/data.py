@@ -16,6 +16,7 @@ from ..errors import UserError
 from ..measure.summary import summary_from_result
 from ..results.names import run_name, sweep_key
 from ..textfile import one_line
+from .figures import fmt_percent
 
 SUMMARY_FIELDS = ("ops_per_s", "hit_ratio", "error_count", "p50_us", "p90_us", "p99_us", "p999_us",
                   "max_us", "mean_us", "ops_per_latency_s")
@@ -178,15 +179,6 @@ def cluster_note(cluster: dict[str, Any]) -> str:
         text += (" (slots moved during the run — resharding or a failover; each redirected op "
                  "includes its second round trip)")
     return text
-
-
-def fmt_percent(pct: float) -> str:
-    """A percentage with enough digits to tell 0.4 % from 0.04 % (memory vs a network hop)."""
-    if pct >= 10:
-        return f"{pct:.0f}%"
-    if pct >= 1:
-        return f"{pct:.1f}%"
-    return f"{pct:.2g}%"
 
 
 def pct_of(value: float | None, base: float | None) -> str:

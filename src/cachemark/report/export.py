@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from ..results.names import op_label
-from .blocks import headline_blocks, verdict_blocks
+from .answers import headline_blocks, verdict_blocks
 from .blocks import to_markdown as to_block_markdown
 from .data import (
     FEW_SAMPLES_NOTE,
@@ -32,7 +32,8 @@ from .data import (
     proxy_overhead_note,
     run_name,
 )
-from .table import fmt_latency, fmt_rate
+from .figures import fmt_latency, fmt_rate
+from .table import baseline_rows as network_baseline_rows
 
 
 def _cell(text: Any) -> str:
@@ -105,8 +106,6 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
                               "% of baseline"], table))
     profiles = {(run.get("network") or {}).get("profile") for run in document.get("runs", [])}
     if len(profiles) > 1:
-        from .table import baseline_rows as network_baseline_rows
-
         out += ["", "### Where the cache lives: % of baseline", "",
                 "Mean latency under each network profile, as a percentage of the first profile's "
                 "for the same target and op (reference 004's table).", ""]

@@ -20,7 +20,7 @@ from ..measure.summary import latency_histogram
 from ..results.names import op_label, run_name
 from .blocks import Block
 from .data import op_summary, proxy_overhead_note
-from .table import fmt_factor, fmt_latency, fmt_rate
+from .figures import fmt_factor, fmt_latency, fmt_rate
 
 FEW = "*"  # the mark on a figure from too few samples; each block's notes say what it means
 MIN_P99_SAMPLES = 30  # a p99 of fewer ops is one of the few largest values, not a percentile

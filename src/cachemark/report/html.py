@@ -24,7 +24,8 @@ from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
 from ..results.names import op_label
 from ..sweep import LOAD_PARAMS
-from .blocks import headline_blocks, to_html, verdict_blocks
+from .answers import headline_blocks, verdict_blocks
+from .blocks import to_html
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
 from .data import (
     FEW_SAMPLES_NOTE,
@@ -32,7 +33,6 @@ from .data import (
     LOW_SAMPLES_NOTE,
     baseline_for,
     baseline_rows,
-    fmt_percent,
     has_few_samples,
     latency_cell,
     load_notes,
@@ -42,7 +42,8 @@ from .data import (
     run_name,
     sweep_key,
 )
-from .table import fmt_latency, fmt_rate
+from .figures import fmt_latency, fmt_percent, fmt_rate
+from .table import baseline_rows as network_baseline_rows
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;
@@ -180,8 +181,6 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
 
 def _network_section(document: dict[str, Any]) -> str:
     """Reference 004's "% of baseline" per network profile, and the proxy's own overhead beside it."""
-    from .table import baseline_rows as network_baseline_rows
-
     out = []
     if len({(run.get("network") or {}).get("profile") for run in document.get("runs", [])}) > 1:
         head = ["backend", "network", "op", "mean", "p99", "vs baseline"]

@@ -15,7 +15,7 @@ from ..analysis.footprint import Footprint
 from ..analysis.mrc import RESOLVED_ERROR, Curve
 from ..analysis.sizing import ExpectedLatency, SizeAnswer
 from .blocks import Block
-from .table import fmt_latency
+from .figures import fmt_latency
 
 CURVE_SHARES = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 NOT_RESOLVED = "not resolved"

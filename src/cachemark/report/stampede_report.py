@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..run.stampede import StampedeResult
 from .blocks import Block
-from .table import fmt_latency
+from .figures import fmt_latency
 
 
 def stampede_block(target: str, results: list[StampedeResult], rate: float, delta_s: float, ttl_s: float,

@@ -36,9 +36,9 @@ from ..schemes import find_scheme
 from ..sweep import LOAD_PARAMS
 from ..target import parse_target
 from .blocks import Block
-from .data import MISSED_WARNING, fmt_percent, missed_ops, op_summary
+from .data import MISSED_WARNING, missed_ops, op_summary
+from .figures import fmt_factor, fmt_latency, fmt_percent, fmt_rate
 from .headline import harness_ops_per_s, seconds_per_1000
-from .table import fmt_factor, fmt_latency, fmt_rate
 
 TITLE = "What this means"
 TIE_WITHOUT_REPEATS = 1.05  # one run each: a smaller factor is called a tie
