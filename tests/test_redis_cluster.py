@@ -87,8 +87,7 @@ def test_python_cluster_client_counts_what_a_single_redis_counts_and_spreads_key
 
 def test_cluster_url_parameters_are_checked():
     from cachemark.backends.redis_cluster import RedisClusterBackend
-    from cachemark.schemes import check_params
-    from cachemark.target import parse_target
+    from cachemark.target import check_params, parse_target
 
     with pytest.raises(SpecError, match="unknown parameter 'hiredis'"):
         check_params(parse_target("redis+cluster://127.0.0.1:7000?hiredis=false"))
@@ -463,8 +462,7 @@ def test_engine_refuses_what_cluster_mode_cannot_route(cluster, redis_server):
     with pytest.raises(SpecError, match="redis\\+cluster://"):
         target_config("redis://127.0.0.1:7000,127.0.0.1:7001?client=engine")
     # the flag belongs to cluster URLs alone: on a single server's it is an unknown parameter
-    from cachemark.schemes import check_params
-    from cachemark.target import parse_target
+    from cachemark.target import check_params, parse_target
 
     with pytest.raises(SpecError, match="unknown parameter 'read_from_replicas'"):
         check_params(parse_target("redis://127.0.0.1:7000?client=engine&read_from_replicas=1"))

@@ -22,9 +22,9 @@ from cachemark.errors import BackendUnavailable, SpecError
 from cachemark.measure.outage import WriteOutages, merge_outages
 from cachemark.results.schema import validate
 from cachemark.run.runner import run_target
-from cachemark.schemes import check_params, sentinel_parts
+from cachemark.schemes import sentinel_parts
 from cachemark.spec import Workload
-from cachemark.target import parse_target
+from cachemark.target import check_params, parse_target
 from conftest import start_server
 
 pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)

@@ -12,8 +12,8 @@ from cachemark.backends.redis import RedisBackend
 from cachemark.engine import target_config
 from cachemark.errors import SpecError
 from cachemark.run.provide import provide
-from cachemark.schemes import check_params, lab_kinds, network_schemes, scheme
-from cachemark.target import parse_target
+from cachemark.schemes import lab_kinds, network_schemes, scheme
+from cachemark.target import check_params, parse_target
 
 
 def test_every_scheme_has_an_adapter_and_every_lab_kind_serves_a_known_scheme() -> None:

@@ -98,3 +98,22 @@ def test_a_stampede_experiment_runs_through_cachemark_run(tmp_path, cachemark) -
     (tmp_path / "bad.toml").write_text('targets = ["spawn:redis"]\n[stampede]\nstrategies = "lock"\n')
     bad = cachemark("run", "bad.toml", cwd=tmp_path)
     assert bad.returncode == 2 and "unknown field 'strategies'" in bad.stderr
+
+
+@pytest.mark.parametrize("spawned", ["spawn:redis?tls=1", "spawn:redis?unix=1", "spawn:memcached?unix=1"])
+def test_every_server_the_row_allows_runs_a_stampede(spawned) -> None:
+    """rediss://, redis+unix:// and memcached+unix:// (once refused or unreachable): the clients connect
+    through the target's endpoint, with its TLS options and its socket."""
+    from cachemark.run.provide import provide
+    from cachemark.target import parse_target
+
+    with provide(parse_target(spawned)) as (reachable, _servers):
+        result = run_stampede(reachable.url, "lock", 100.0, 0.01, 0.3, duration_s=1.0, clients=2)
+    assert result.errors == 0 and result.reads >= 50  # (memcached TTLs are whole seconds: maybe no expiry yet)
+
+
+def test_what_the_row_refuses_is_one_line_before_any_server_starts(tmp_path, cachemark) -> None:
+    for url in ("spawn:postgresql", "redis+cluster://127.0.0.1:1", "memcached://u:p@127.0.0.1:1"):
+        result = cachemark("stampede", "-t", url, "--duration", "0.5s", cwd=tmp_path)
+        assert result.returncode == 2 and "stamped" in result.stderr, (url, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1

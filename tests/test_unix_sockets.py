@@ -18,8 +18,7 @@ import redis
 
 from cachemark.engine import run_load, target_config
 from cachemark.errors import SpecError
-from cachemark.schemes import check_params
-from cachemark.target import parse_target
+from cachemark.target import check_params, parse_target
 from engine_helpers import need_io
 
 pytestmark = pytest.mark.timeout(300)

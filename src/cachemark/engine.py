@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .errors import BackendUnavailable, SpecError, UserError
-from .schemes import scheme, sentinel_parts, unix_socket
+from .schemes import scheme, sentinel_parts
 from .target import Target, parse_target
 
 try:
@@ -137,18 +137,14 @@ def target_config(target: str | Target) -> dict[str, Any]:
         cfg["protocol"] = {"2": "resp2", "3": "resp3"}.get(proto, proto)
         if cfg["protocol"] not in ("resp2", "resp3"):
             raise SpecError(f"{t.redacted}: protocol must be resp2 or resp3")
-        sentinel = row.failover_grace is not None
-        db = t.param("db", "") if row.unix else t.path.strip("/")
-        if sentinel:
-            db = str(sentinel_parts(t)[2])
+        if row.failover_grace is not None:
             cfg["sentinel"] = sentinel_config(t)
-            t = sentinel_primary(t)
-        if db:
-            if not db.isdigit():
-                raise SpecError(f"{t.redacted}: database {db!r} must be a number")
-            cfg["db"] = int(db)
-        cfg["username"] = t.username
-        cfg["password"] = t.password
+            t = sentinel_primary(t)  # a redis:// target of the primary, the Sentinels' database in its path
+        server = t.endpoint()
+        if server.db:
+            cfg["db"] = server.db_number()
+        cfg["username"] = server.username
+        cfg["password"] = server.password
         if row.cluster:
             cfg["cluster"] = True  # the hosts are seeds: the engine asks one for the slot map
             if cfg.pop("db", 0):
@@ -158,7 +154,8 @@ def target_config(target: str | Target) -> dict[str, Any]:
         elif len(t.hosts) > 1:
             raise SpecError(f"{t.redacted}: the engine takes one Redis server (a cluster's seeds: redis+cluster://)")
     elif family == "memcache":
-        sasl = t.username is not None or t.password is not None
+        server = t.endpoint()
+        sasl = server.username is not None or server.password is not None
         proto = (t.param("protocol") or ("binary" if sasl or t.bool_param("binary") else "text")).lower()
         cfg["protocol"] = {"text": "memcache_text", "meta": "memcache_meta", "binary": "memcache_binary"}.get(
             proto, proto)
@@ -168,21 +165,18 @@ def target_config(target: str | Target) -> dict[str, Any]:
             if cfg["protocol"] != "memcache_binary":
                 raise SpecError(f"{t.redacted}: protocol={proto} with a user and password; memcached's SASL "
                                 f"is binary-only (protocol=binary)")
-            if not (t.username and t.password):
+            if not (server.username and server.password):
                 raise SpecError(f"{t.redacted}: SASL needs both a user and a password "
                                 f"(memcached://USER:PASSWORD@host)")
-            cfg["username"] = t.username
-            cfg["password"] = t.password
+            cfg["username"] = server.username
+            cfg["password"] = server.password
     else:
         raise SpecError(f"{t.redacted}: the native engine speaks redis:// and memcached:// only")
-    default_port = row.default_port or (6379 if family == "resp" else None)
-    hosts = t.hosts or (("127.0.0.1", None),)
-    if row.unix:
-        cfg["servers"] = [f"unix:{unix_socket(t)}"]
-    else:
-        cfg["servers"] = [f"{h}:{p or default_port}" if ":" not in h else f"[{h}]:{p or default_port}"
-                          for h, p in hosts]
-    if row.tls or (family == "memcache" and t.bool_param("tls")):
+    if server.socket is not None:
+        cfg["servers"] = [f"unix:{server.socket}"]
+    else:  # every server, the row's default port where the URL gives none
+        cfg["servers"] = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in server.hosts]
+    if server.tls:
         cfg["tls"] = tls_config(t)
     for knob in ("threads", "connections", "pipeline"):
         value = t.int_param(knob)

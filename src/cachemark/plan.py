@@ -13,10 +13,10 @@ from typing import Any
 
 from .errors import UserError
 from .results.names import run_name
-from .schemes import check_params
+from .schemes import find_scheme
 from .spec import Experiment, Phase, Workload, build_experiment
 from .sweep import sweep_points
-from .target import Target, parse_target, redact, with_params
+from .target import Target, check_params, parse_target, redact, with_params
 from .textfile import one_line
 
 TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the workload
@@ -34,12 +34,14 @@ class RunSpec:
 
 def default_label(target: Target) -> str:
     """``redis``, ``redis(engine)``, ``memcached(pylibmc)``, ``twolevel(memcached+file)``: kind and client."""
-    if target.scheme == "twolevel" and target.param("fast") and target.param("slow"):
-        inner = [default_label(parse_target(target.param(side) or "")) for side in ("fast", "slow")]
-        return f"twolevel({'+'.join(inner)})"
-    if target.scheme == "django" and target.param("BACKEND"):
-        return f"django({target.param('BACKEND', '').rsplit('.', 1)[-1]})"
-    kind = target.path if target.scheme == "spawn" else target.scheme
+    row = find_scheme(target.scheme)
+    # the parameters the row names the run by: nested targets by their own labels, a class by its last part
+    parts = [target.param(name) or "" for name in row.label_from] if row is not None else []
+    if parts and all(parts):
+        inner = [default_label(parse_target(v)) if v.startswith("spawn:") or "://" in v else v.rsplit(".", 1)[-1]
+                 for v in parts]
+        return f"{target.scheme}({'+'.join(inner)})"
+    kind = target.path if row is not None and row.spawner else target.scheme
     details = [v for v in (target.param("client"), target.param("tags") and f"tags={target.param('tags')}") if v]
     return f"{kind}({', '.join(details)})" if details else kind
 

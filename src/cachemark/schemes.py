@@ -1,13 +1,17 @@
 """Every fact about a target URL scheme, in one row: what adapter runs it, what to install,
-its default port, how a network profile proxies it, where its server figures come from,
-whether the native engine speaks it, and which URL parameters it takes.
+its protocol family, its default port, how a network profile proxies it, where its server
+figures come from, whether the native engine speaks it, which URL parameters it takes, and
+which commands support it (tags, two-level tier, stampede, capture, cache-aside origin).
 
 Before this table the same facts lived in six (the backend registry, the lab's kinds, the
 network proxy's ports, the server sampler's sources, the engine's config, the spawn
 passthrough list) and they disagreed: ``rediss://host`` changed port when ``--network``
 was added, ``valkey://`` was accepted by the engine and refused by the registry,
 ``spawn:memcached?threads=`` never reached memcached. Adding a backend is now a row here,
-its adapter, and (if it has a server) a lab row.
+its adapter, and (if it has a server) a lab row; a server that speaks an existing protocol
+(``keydb://``: RESP) is one row built by its family's constructor (``_redis("keydb")``),
+and every command (run, stampede, capture, origin, server stats, the engine) asks the row,
+never the scheme's name.
 
 This module imports nothing of cachemark's but errors and text helpers, so every room
 may consult it.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import SpecError
 
@@ -59,6 +63,32 @@ class Scheme:
     drivers: frozenset[str] = frozenset()
     # a target that fails over (Sentinel): the on-error policy waits at least this long before stopping a run
     failover_grace: float | None = None
+    # the wire protocol its server speaks: resp | memcache | sql | s3; None for stores in this process or on disk
+    family: str | None = None
+    # the tag mode it keeps natively (``tags=`` default of a two-level slow tier): "native" (Redis sets and
+    # Lua, any single RESP server) or "scan" (the file backend's directory); None: only ``versioned``
+    tags: str | None = None
+    # its adapter applies ``tags=`` itself (twolevel: to its slow level) rather than being wrapped
+    own_tags: bool = False
+    # ``cachemark stampede`` runs on it: one RESP or memcached server, reached by a plain client of its family
+    stampede: bool = False
+    # the protocol ``cachemark capture`` records in front of it (lab/proxy.CAPTURE_PROTOCOLS), None: not capturable
+    capture: str | None = None
+    # a SQL server a cache-aside origin may query (``origin = "mysql://…?query=…"``): postgresql | mysql
+    origin: str | None = None
+    # the Django DATABASES ENGINE for it as a ``django://?DATABASE=`` (sqlite3, postgresql, mysql)
+    django_engine: str | None = None
+    # how a Django LOCATION names it: "hosts" (memcached's host:port list); else a path (embedded) or the URL
+    location: str = ""
+    # the parameters a run's default label is made of: twolevel(fast+slow), django(BACKEND's class)
+    label_from: tuple[str, ...] = ()
+    # ``spawn:<kind>``: not a store but a request for a lab server, whose URL has a scheme of its own
+    spawner: bool = False
+
+    @property
+    def network(self) -> bool:
+        """A server a network profile's TCP proxy can stand in front of (hosts and ports of its own)."""
+        return self.default_port is not None and not (self.unix or self.cluster or self.failover_grace is not None)
 
     def allowed(self) -> list[str]:
         names = set(self.params | COMMON_PARAMS)
@@ -111,22 +141,32 @@ _S3 = frozenset({"addressing", "aws_access_key_id", "aws_secret_access_key", "co
                  "retries"})
 
 
+# Facts every server of a protocol family shares: a RESP server keeps tags natively (sets and Lua) and runs
+# stampedes, a plain-text one can be captured; a cluster or Sentinel row takes back what it cannot do.
+_RESP: dict[str, Any] = {"family": "resp", "engine": "resp", "stats": "redis", "clients": ("hiredis",),
+                         "tags": "native", "stampede": True}
+_MEMCACHE: dict[str, Any] = {"family": "memcache", "engine": "memcache", "stats": "memcached",
+                             "clients": ("pylibmc",), "persistent": False, "stampede": True, "location": "hosts"}
+
+
 def _redis(name: str, tls: bool = False) -> Scheme:
+    """A RESP server on TCP (``redis://``, ``valkey://``, ``keydb://``: one row each, nothing else to add)."""
+    # a recorder cannot read TLS: capture refuses rediss:// with its own line (capture_command.upstream_of)
     return Scheme(name, "cachemark.backends.redis:RedisBackend", "redis", _REDIS_TLS if tls else _REDIS,
-                  default_port=6379, stats="redis", engine="resp", tls=tls, clients=("hiredis",))
+                  default_port=6379, tls=tls, capture="resp", drivers=drivers_of(name), **_RESP)
 
 
 def _redis_unix(name: str) -> Scheme:
     # redis-py's unix:// URLs name the database with ?db=, as the path is the socket's
-    return Scheme(name, "cachemark.backends.redis:RedisBackend", "redis", _REDIS | {"db"}, stats="redis",
-                  engine="resp", unix=True, clients=("hiredis",))
+    return Scheme(name, "cachemark.backends.redis:RedisBackend", "redis", _REDIS | {"db"}, unix=True, **_RESP)
 
 
 def _redis_sentinel(name: str) -> Scheme:
     # the hosts are Sentinels (26379 when a port is left out), the path names the service and the database;
-    # no default_port: a --network proxy in front of the Sentinels would not be in front of the primary they name
+    # not proxyable (``network``): a proxy in front of the Sentinels would not be in front of the primary they name
     return Scheme(name, "cachemark.backends.redis:RedisBackend", "redis", _REDIS | {"sentinel_password"},
-                  engine="resp", clients=("hiredis",), failover_grace=FAILOVER_GRACE)
+                  default_port=SENTINEL_PORT, failover_grace=FAILOVER_GRACE,
+                  **{**_RESP, "stats": None, "stampede": False})  # INFO of a Sentinel is not the primary's
 
 
 # Sentinel's defaults take 30 s (down-after-milliseconds) plus an election to fail over
@@ -135,21 +175,22 @@ SENTINEL_PORT = 26379
 
 
 def _redis_cluster(name: str, tls: bool = False) -> Scheme:
-    # no default_port: a network profile's proxy cannot stand in front of a cluster, whose nodes hand out
-    # their own addresses (CLUSTER SLOTS, MOVED); its figures are every primary's INFO added up
+    # not proxyable (``network``): a network profile's proxy cannot stand in front of a cluster, whose nodes
+    # hand out their own addresses (CLUSTER SLOTS, MOVED); its figures are every primary's INFO added up;
+    # no native tags or stampede: a tag's keys and a lock's key live on other nodes than the Lua script's
     return Scheme(name, "cachemark.backends.redis_cluster:RedisClusterBackend", "redis",
-                  ((_REDIS_TLS if tls else _REDIS) - {"hiredis"}) | {"read_from_replicas"}, stats="redis-cluster",
-                  engine="resp", tls=tls, cluster=True, clients=("hiredis",))
+                  ((_REDIS_TLS if tls else _REDIS) - {"hiredis"}) | {"read_from_replicas"}, default_port=6379,
+                  tls=tls, cluster=True, **{**_RESP, "stats": "redis-cluster", "tags": None, "stampede": False})
 
 
 def _postgres(name: str) -> Scheme:
     return Scheme(name, "cachemark.backends.sql:PostgresBackend", "psycopg[binary]", _SQL, default_port=5432,
-                  stats="postgres", persistent=True)
+                  stats="postgres", persistent=True, family="sql", origin="postgresql", django_engine="postgresql")
 
 
 def _mysql(name: str) -> Scheme:
     return Scheme(name, "cachemark.backends.sql:MysqlBackend", "pymysql", _SQL, default_port=3306, stats="mysql",
-                  persistent=True)
+                  persistent=True, family="sql", origin="mysql", django_engine="mysql")
 
 
 _SCHEMES = {s.name: s for s in (
@@ -158,27 +199,32 @@ _SCHEMES = {s.name: s for s in (
     Scheme("null", "cachemark.backends.null:NullBackend", params=frozenset({"hit", "size"}), stores=False,
            persistent=False),
     Scheme("file", "cachemark.backends.file:FileBackend", params=frozenset({"fanout"}), embedded="", persistent=True,
-           drivers=drivers_of("file")),
+           drivers=drivers_of("file"), tags="scan"),
     Scheme("diskcache", "cachemark.backends.diskcache:DiskCacheBackend", "diskcache",
            frozenset({"eviction_policy", "shards", "size_limit", "timeout"}), embedded="", persistent=True),
     Scheme("sqlite", "cachemark.backends.sqlite:SqliteBackend",
            params=frozenset({"cull_frequency", "max_entries", "synchronous", "timeout"}), embedded="cache.db",
-           persistent=True),
+           persistent=True, django_engine="sqlite3"),
     # redis-py's default port is 6379 for rediss:// too, so it is here: the proxy must agree with the client
-    _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True),
+    _redis("redis"), _redis("rediss", tls=True), _redis("valkey"), _redis("valkeys", tls=True), _redis("keydb"),
     _redis_unix("redis+unix"), _redis_unix("valkey+unix"), _redis_sentinel("redis+sentinel"),
     _redis_sentinel("valkey+sentinel"), _redis_cluster("redis+cluster"), _redis_cluster("valkey+cluster"),
     _redis_cluster("rediss+cluster", tls=True), _redis_cluster("valkeys+cluster", tls=True),
     Scheme("memcached", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED,
-           default_port=11211, stats="memcached", engine="memcache", clients=("pylibmc",), persistent=False),
+           default_port=11211, capture="memcached", drivers=drivers_of("memcached"), **_MEMCACHE),
     Scheme("memcached+unix", "cachemark.backends.memcached:MemcachedBackend", "pymemcache", _MEMCACHED - _TLS - {"tls"},
-           stats="memcached", engine="memcache", unix=True, clients=("pylibmc",), persistent=False),
+           unix=True, **_MEMCACHE),
     _postgres("postgresql"), _postgres("postgres"), _mysql("mysql"), _mysql("mariadb"),
-    Scheme("s3", "cachemark.backends.s3:S3Backend", "boto3", _S3, proxy_param="endpoint_url", persistent=True),
+    Scheme("s3", "cachemark.backends.s3:S3Backend", "boto3", _S3, proxy_param="endpoint_url", persistent=True,
+           family="s3"),
     Scheme("django", "cachemark.backends.django:DjangoBackend", "django", nested=("LOCATION", "DATABASE"),
-           open_params=r"[A-Z][A-Z0-9_]*|OPTIONS\..+", clients=("django-redis",)),
+           open_params=r"[A-Z][A-Z0-9_]*|OPTIONS\..+", clients=("django-redis",), label_from=("BACKEND",)),
     Scheme("twolevel", "cachemark.backends.twolevel:TwoLevelBackend",
-           params=frozenset({"fast", "slow", "priority"}), nested=("fast", "slow")),
+           params=frozenset({"fast", "slow", "priority"}), nested=("fast", "slow"), own_tags=True,
+           label_from=("fast", "slow")),
+    # not a store: ``spawn:<kind>`` asks the lab for a server (run/provide.py); its parameters are split by
+    # the lab row (split_spawn_params), so it has neither adapter nor parameters of its own
+    Scheme("spawn", "", spawner=True),
 )}
 
 _LAB = {k.name: k for k in (
@@ -199,7 +245,12 @@ _LAB = {k.name: k for k in (
 
 def schemes() -> list[str]:
     """Every scheme a target URL may have (``spawn`` included)."""
-    return sorted([*_SCHEMES, "spawn"])
+    return sorted(_SCHEMES)
+
+
+def store_schemes() -> list[str]:
+    """The schemes of stores (every one but ``spawn``): what ``cachemark targets`` lists."""
+    return sorted(name for name, row in _SCHEMES.items() if not row.spawner)
 
 
 def client_packages() -> list[str]:
@@ -236,7 +287,32 @@ def lab_kind(name: str) -> LabKind:
 
 def network_schemes() -> list[str]:
     """Schemes a network profile can put a proxy in front of."""
-    return sorted(n for n, s in _SCHEMES.items() if s.default_port is not None or s.proxy_param)
+    return sorted(n for n, s in _SCHEMES.items() if s.network or s.proxy_param)
+
+
+def capture_schemes() -> list[str]:
+    """Schemes ``cachemark capture`` records in front of (plain-text RESP and memcached servers)."""
+    return sorted(n for n, s in _SCHEMES.items() if s.capture and not s.tls)
+
+
+def stampede_schemes() -> list[str]:
+    """Schemes ``cachemark stampede`` measures on."""
+    return sorted(n for n, s in _SCHEMES.items() if s.stampede)
+
+
+def origin_schemes() -> list[str]:
+    """Schemes of SQL servers a cache-aside origin may query."""
+    return sorted(n for n, s in _SCHEMES.items() if s.origin)
+
+
+def origin_lab_kinds() -> list[str]:
+    """The lab kinds whose server a cache-aside origin may query (``spawn:postgresql?query=…``), in row order."""
+    return [name for name, kind in _LAB.items() if _SCHEMES[kind.serves].origin]
+
+
+def spawned_as(kind: str) -> Scheme:
+    """The row of the scheme a ``spawn:<kind>`` server's URL has (``spawn:mariadb`` → mysql)."""
+    return scheme(lab_kind(kind).serves)
 
 
 def split_spawn_params(target: Target) -> tuple[dict[str, str], dict[str, str]]:
@@ -267,29 +343,6 @@ def unix_socket(target: Target) -> str:
     return target.path
 
 
-def check_params(target: Target) -> None:
-    """Refuse a parameter the target's scheme does not take (nested targets too), naming the allowed ones."""
-    from .target import parse_target
-
-    if target.scheme == "spawn":
-        split_spawn_params(target)
-        return
-    row = scheme(target.scheme, target.redacted)
-    if row.unix:
-        unix_socket(target)
-    if row.failover_grace is not None:
-        sentinel_parts(target)
-    for name, value in target.params.items():
-        if name == "client" and row.engine is None and row.drivers and value not in row.drivers:
-            raise SpecError(f"{target.redacted}: client={value!r}; {row.name}:// takes client= only to name a "
-                            f"driver: {', '.join(sorted(row.drivers))}")
-        if not row.takes(name):
-            raise SpecError(f"{target.redacted}: unknown parameter {name!r} for {row.name}://; "
-                            f"it takes {', '.join(row.allowed())}")
-        if name in row.nested and (value.startswith("spawn:") or "://" in value):
-            check_params(parse_target(value))
-
-
 def sentinel_parts(target: Target) -> tuple[list[tuple[str, int]], str, int]:
     """A ``redis+sentinel://h1:26379,h2:26379/mymaster/0`` target's Sentinels, service name and database."""
     name, _, db = target.path.strip("/").partition("/")
@@ -300,4 +353,5 @@ def sentinel_parts(target: Target) -> tuple[list[tuple[str, int]], str, int]:
         database = int(db) if db else 0
     except ValueError:
         raise SpecError(f"{target.redacted}: database {db!r} (after the service name) must be a number") from None
-    return [(host or "127.0.0.1", port or SENTINEL_PORT) for host, port in target.hosts], name, database
+    port = scheme(target.scheme).default_port
+    return [(host or "127.0.0.1", given or port or SENTINEL_PORT) for host, given in target.hosts], name, database

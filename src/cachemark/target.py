@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlencode, urlsplit
 
 from .errors import SpecError
+from .schemes import scheme, sentinel_parts, split_spawn_params, unix_socket
 from .textfile import one_line
 
 # Query parameter (and JSON option) names whose values are secrets: password, passwd,
@@ -95,6 +96,36 @@ class Target:
     def param(self, name: str, default: str | None = None) -> str | None:
         return self.params.get(name, default)
 
+    def endpoint(self) -> Endpoint:
+        """Where the server is and how to log in to it, with the scheme's defaults filled in.
+
+        The one way a command reaches a server or names one: host and port (the row's default
+        port when the URL gives none), the database, TLS and its ``ssl_*`` options, the
+        credentials, and ``display`` (no credentials) for messages.
+        """
+        row = scheme(self.scheme, self.redacted)
+        port = row.default_port
+        hosts = tuple((host or "127.0.0.1", given if given is not None else port) for host, given in self.hosts)
+        socket = unix_socket(self) if row.unix else None
+        if row.failover_grace is not None:
+            sentinels, _, number = sentinel_parts(self)
+            hosts, db = tuple(sentinels), str(number)
+        elif row.unix:
+            hosts, db = (), self.param("db", "") or ""
+        elif row.embedded is not None:
+            hosts, db = (), ""
+        else:
+            hosts, db = hosts or (("127.0.0.1", port),), self.path.strip("/")
+        tls = row.tls or ("tls" in row.params and self.bool_param("tls"))
+        host, first_port = hosts[0] if hosts else ("", None)
+        if socket is not None:
+            display = f"unix:{socket}"
+        else:
+            display = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" if p is not None else h for h, p in hosts)
+        return Endpoint(scheme=self.scheme, host=host, port=first_port, hosts=hosts, socket=socket, db=db, tls=tls,
+                        tls_options={k: v for k, v in self.params.items() if k.startswith("ssl_")},
+                        username=self.username, password=self.password, display=display, redacted=self.redacted)
+
     def _bad_param(self, name: str, raw: str, expected: str) -> SpecError:
         value = MASK if _SECRET_NAME.search(name) else one_line(repr(raw), 60)
         return SpecError(f"{self.redacted}: parameter {one_line(name, 60)}={value} must be {expected}")
@@ -128,6 +159,54 @@ class Target:
         raise self._bad_param(name, raw, "true or false")
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """A server as a client needs it: address, database, TLS and credentials (from :meth:`Target.endpoint`).
+
+    Clients are built from these fields, never from a URL re-assembled by hand, so a default
+    port, a Unix socket or a TLS option means the same to every command.
+    """
+
+    scheme: str
+    host: str  # the first server's host ("" for a Unix socket or an embedded store)
+    port: int | None  # the first server's port, the row's default when the URL gives none
+    hosts: tuple[tuple[str, int | None], ...]  # every server (a pool, a cluster's seeds, the Sentinels)
+    socket: str | None  # a Unix socket's path (``redis+unix:///run/redis.sock``)
+    db: str  # Redis: the database number ("" for the default); SQL: the database name
+    tls: bool
+    tls_options: dict[str, str] = field(repr=False)  # the URL's ssl_* parameters (CA, client cert, verification)
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    display: str = ""  # "host:port" or "unix:/path": where, without credentials
+    redacted: str = ""  # the target's URL as messages show it
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.redacted!r})"
+
+    @property
+    def address(self) -> tuple[str, int] | str:
+        """What ``socket.create_connection`` (a tuple) or an ``AF_UNIX`` socket (a path) connects to."""
+        return self.socket if self.socket is not None else (self.host, self.port or 0)
+
+    def db_number(self) -> int:
+        """A Redis database number: 0 when none is given; one line when it is no number."""
+        if not self.db:
+            return 0
+        if not self.db.isdigit():
+            raise SpecError(f"{self.redacted}: database {self.db!r} must be a number")
+        return int(self.db)
+
+
+def split_query(text: str) -> tuple[str, dict[str, str]]:
+    """``head?a=1&b=`` → (``head``, {a: 1, b: ""}): a query string read as target URLs' are.
+
+    For strings that are no target but take parameters the same way (``--cluster local:4?agents=2``,
+    an origin's ``fixed:10ms?pool=4``), so every ``?…`` in cachemark decodes alike.
+    """
+    head, _, query = text.partition("?")
+    return head, dict(parse_qsl(query, keep_blank_values=True))
+
+
 def parse_target(url: str) -> Target:
     """Parse a target URL; ``spawn:redis`` style URLs keep their name in ``path``."""
     url = url.strip()
@@ -135,8 +214,8 @@ def parse_target(url: str) -> Target:
         raise SpecError("empty target URL")
     _redact(url, 0)  # remember its secrets before anything can echo them
     if url.startswith("spawn:"):
-        name, _, query = url[len("spawn:"):].partition("?")
-        return Target(url=url, scheme="spawn", path=name, params=dict(parse_qsl(query, keep_blank_values=True)))
+        name, params = split_query(url[len("spawn:"):])
+        return Target(url=url, scheme="spawn", path=name, params=params)
     if "://" not in url:
         raise SpecError(f"target {shown(url)!r} is not a URL (expected e.g. redis://127.0.0.1:6379 or spawn:redis)")
     try:  # backends hand the URL to urllib's urlsplit, which refuses unbalanced or non-IPv6 brackets
@@ -152,7 +231,7 @@ def parse_target(url: str) -> Target:
             f"target {shown(url)!r}: the password holds an unencoded '/', '?' or '#'; "
             "%-encode it (/ as %2F, ? as %3F, # as %23, @ as %40)"
         )
-    rest, _, query = rest.partition("?")  # first: query values may hold URLs themselves
+    rest, params = split_query(rest)  # first: query values may hold URLs themselves
     netloc, slash, tail = rest.partition("/")
     path = slash + tail
     username = password = None
@@ -171,7 +250,7 @@ def parse_target(url: str) -> Target:
         password=password,
         hosts=tuple(hosts),
         path=unquote(path),
-        params=dict(parse_qsl(query, keep_blank_values=True)),
+        params=params,
     )
 
 
@@ -457,3 +536,24 @@ def scrub(data: Any) -> Any:
     if isinstance(data, str):
         return redact_text(data, limit=None) if data and not data.startswith("HISTF") else data
     return data
+
+
+def check_params(target: Target) -> None:
+    """Refuse a parameter the target's scheme does not take (nested targets too), naming the allowed ones."""
+    row = scheme(target.scheme, target.redacted)
+    if row.spawner:
+        split_spawn_params(target)
+        return
+    if row.unix:
+        unix_socket(target)
+    if row.failover_grace is not None:
+        sentinel_parts(target)
+    for name, value in target.params.items():
+        if name == "client" and row.engine is None and row.drivers and value not in row.drivers:
+            raise SpecError(f"{target.redacted}: client={value!r}; {row.name}:// takes client= only to name a "
+                            f"driver: {', '.join(sorted(row.drivers))}")
+        if not row.takes(name):
+            raise SpecError(f"{target.redacted}: unknown parameter {name!r} for {row.name}://; "
+                            f"it takes {', '.join(row.allowed())}")
+        if name in row.nested and (value.startswith("spawn:") or "://" in value):
+            check_params(parse_target(value))

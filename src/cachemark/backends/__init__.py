@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import BackendMissing
-from ..schemes import scheme
-from ..schemes import schemes as all_schemes
+from ..errors import BackendMissing, SpecError
+from ..schemes import scheme, store_schemes
 from ..target import Target
 from .base import OPS, Backend, Capabilities
 
 
 def schemes() -> list[str]:
-    return [name for name in all_schemes() if name != "spawn"]
+    """The schemes of stores: ``spawn:`` is a request for a server, which has one of these."""
+    return store_schemes()
 
 
 def backend_class(target: Target) -> type[Backend]:
     """The adapter class for a target (its row in :mod:`cachemark.schemes`)."""
     row = scheme(target.scheme, target.redacted)
+    if row.spawner:  # provide() turns it into the started server's URL first
+        raise SpecError(f"{target.redacted}: a spawn: target has no backend until the lab has started its server")
     module_name, class_name = row.adapter.split(":")
     try:
         module = importlib.import_module(module_name)
@@ -34,7 +36,7 @@ def backend_class(target: Target) -> type[Backend]:
 def create_backend(target: Target, namespace: str) -> Backend:
     backend = backend_class(target)(target, namespace)
     mode = target.param("tags")
-    if mode and target.scheme != "twolevel":  # twolevel applies tags to its slow level itself
+    if mode and not scheme(target.scheme).own_tags:  # twolevel applies tags to its slow level itself
         from .tags import with_tags
 
         backend = with_tags(backend, mode)

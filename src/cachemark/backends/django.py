@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError, UserError
+from ..schemes import find_scheme
 from ..target import Target, parse_target, redact
 from .base import Backend, Capabilities, CleanupFailed, ForeignData
 from .file import PrivateDir, run_temp_dir
@@ -53,6 +54,8 @@ SHORT_NAMES = {
     "django_redis": "django_redis.cache.RedisCache",
     "diskcache": "diskcache.DjangoCache",
 }
+_MYSQL_ENGINE = "django.db.backends.mysql"  # speaks MySQLdb's API (PyMySQL can stand in)
+_DEFAULT_DATABASE = {"django.db.backends.postgresql": "postgres"}
 _STRINGS = ("LOCATION", "KEY_PREFIX", "KEY_FUNCTION")  # top-level CACHES keys kept as text
 _IN_OPTIONS = ("MAX_ENTRIES", "CULL_FREQUENCY")
 _NOT_PARAMS = ("BACKEND", "OPTIONS", "DATABASE", *_IN_OPTIONS)
@@ -376,12 +379,15 @@ class DjangoBackend(Backend):
 def _database_config(url: str) -> dict[str, Any]:
     """A Django DATABASES entry for a postgresql://, mysql:// or sqlite:/// URL."""
     t = parse_target(url)
-    if t.scheme == "sqlite":
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(t.path) or ":memory:"}
-    engines = {"postgresql": "postgresql", "postgres": "postgresql", "mysql": "mysql", "mariadb": "mysql"}
-    if t.scheme not in engines:
+    row = find_scheme(t.scheme)
+    engine = row.django_engine if row is not None else None
+    if row is None or engine is None:
         raise SpecError(f"DATABASE={t.redacted}: use a postgresql://, mysql:// or sqlite:/// URL")
-    if engines[t.scheme] == "mysql" and "MySQLdb" not in sys.modules:
+    engine = f"django.db.backends.{engine}"
+    if row.embedded is not None:  # a database in a file (sqlite:///path.db): no server to log in to
+        return {"ENGINE": engine, "NAME": unquote(t.path) or ":memory:"}
+    server = t.endpoint()
+    if engine == _MYSQL_ENGINE and "MySQLdb" not in sys.modules:
         try:
             import MySQLdb  # type: ignore[import-not-found]  # noqa: F401
         except ImportError:
@@ -392,12 +398,13 @@ def _database_config(url: str) -> dict[str, Any]:
             # Django's MySQL backend speaks MySQLdb's API; PyMySQL can stand in for it.
             pymysql.install_as_MySQLdb()
     return {
-        "ENGINE": f"django.db.backends.{engines[t.scheme]}",
-        "NAME": t.path.lstrip("/") or ("postgres" if engines[t.scheme] == "postgresql" else ""),
-        "USER": t.username or "",
-        "PASSWORD": t.password or "",
-        "HOST": t.host,
-        "PORT": str(t.port(5432 if engines[t.scheme] == "postgresql" else 3306)),
+        "ENGINE": engine,
+        # PostgreSQL always has a database to connect to; MySQL may be reached without one
+        "NAME": server.db or _DEFAULT_DATABASE.get(engine, ""),
+        "USER": server.username or "",
+        "PASSWORD": server.password or "",
+        "HOST": server.host,
+        "PORT": str(server.port),
     }
 
 

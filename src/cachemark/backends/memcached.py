@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
-from ..schemes import drivers_of, scheme, unix_socket
+from ..schemes import drivers_of
 from ..target import Target
 from .base import Backend, Capabilities, CleanupFailed
 
@@ -97,8 +97,9 @@ class MemcachedBackend(Backend):
 
     def __init__(self, target: Target, namespace: str) -> None:
         super().__init__(target, namespace)
+        self.server = target.endpoint()  # addresses (the row's default port), credentials, TLS
         # user:password in the URL: SASL PLAIN over the binary protocol, which only pylibmc speaks
-        self.sasl = target.username is not None or target.password is not None
+        self.sasl = self.server.username is not None or self.server.password is not None
         default = "pylibmc" if self.sasl else "pymemcache"
         self.client_name = target.param("client", default) or default
         # a driver in another stack runs the load (run/driver.py); a Python client checks and cleans up
@@ -111,14 +112,11 @@ class MemcachedBackend(Backend):
         if self.sasl and self.client_name == "pymemcache":
             raise SpecError(f"{target.redacted}: pymemcache does not speak SASL (user:password needs memcached's "
                             f"binary protocol); use client=pylibmc or client=engine")
-        if self.sasl and not (target.username and target.password):
+        if self.sasl and not (self.server.username and self.server.password):
             raise SpecError(f"{target.redacted}: SASL needs both a user and a password (memcached://USER:PASSWORD@host)")
-        row = scheme(target.scheme)
-        port = row.default_port or 11211
+        server = self.server
         # a server is (host, port), or a socket path: both clients take a string starting with "/" as one
-        self.servers: list[Any] = (
-            [unix_socket(target)] if row.unix
-            else [(host or "127.0.0.1", given or port) for host, given in target.hosts] or [("127.0.0.1", port)])
+        self.servers: list[Any] = [server.socket] if server.socket is not None else list(server.hosts)
         self.timeout = target.float_param("timeout", 5.0)
         self.connect_timeout = target.float_param("connect_timeout", 2.0)
         self.no_delay = target.bool_param("no_delay", True)
@@ -231,7 +229,7 @@ class MemcachedBackend(Backend):
         }
         if len(self.servers) > 1:
             behaviors["ketama"] = True
-        credentials = {"username": self.target.username, "password": self.target.password} if self.sasl else {}
+        credentials = {"username": self.server.username, "password": self.server.password} if self.sasl else {}
         client = pylibmc.Client([_name(server) for server in self.servers], binary=self.binary, behaviors=behaviors,
                                 **credentials)
         try:

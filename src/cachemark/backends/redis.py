@@ -27,7 +27,7 @@ from redis.retry import Retry
 from redis.utils import HIREDIS_AVAILABLE
 
 from ..errors import BackendMissing, BackendUnavailable, SpecError
-from ..schemes import drivers_of, scheme, sentinel_parts, unix_socket
+from ..schemes import drivers_of, scheme, sentinel_parts
 from ..target import Target
 from .base import Backend, Capabilities, cleanup_failed
 
@@ -59,34 +59,31 @@ class RedisBackend(Backend):
                 f"{target.redacted}: hiredis=true but hiredis is not installed (pip install hiredis)"
             )
         row = scheme(target.scheme)
-        self.socket_path = unix_socket(target) if row.unix else None
+        server = target.endpoint()
+        self.socket_path = server.socket
         # a Sentinel target: the Sentinels' addresses and the service they watch (the primary is theirs to name)
         self.sentinels: list[tuple[str, int]] = []
         self.service = ""
         if row.failover_grace is not None:
             self.sentinels, self.service, db = sentinel_parts(target)
         else:
-            path = target.param("db", "") if row.unix else target.path.strip("/")
-            try:
-                db = int(path) if path else 0
-            except ValueError:
-                raise SpecError(f"{target.redacted}: database {path!r} must be a number") from None
-        self.tls = row.tls
+            db = server.db_number()
+        self.tls = server.tls
         # Connection settings only; nothing connects until open().
         address: dict[str, Any] = {}
         if self.sentinels:  # no address: the Sentinels name one at each connect
             self.where = f"sentinel {self.service} via " + ",".join(f"{h}:{p}" for h, p in self.sentinels)
         elif self.socket_path:
             address = {"path": self.socket_path}
-            self.where = f"unix:{self.socket_path}"
+            self.where = server.display
         else:
-            address = {"host": target.host, "port": target.port(row.default_port or 6379)}
-            self.where = f"{target.host}:{address['port']}"
+            address = {"host": server.host, "port": server.port}
+            self.where = f"{server.host}:{server.port}"
         self._kwargs: dict[str, Any] = {
             **address,
             "db": db,
-            "username": target.username,
-            "password": target.password,
+            "username": server.username,
+            "password": server.password,
             "socket_timeout": target.float_param("socket_timeout", 5.0),
             "socket_connect_timeout": target.float_param("socket_connect_timeout", 2.0),
             "retry": Retry(NoBackoff(), 0),

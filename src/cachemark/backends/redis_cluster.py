@@ -28,8 +28,6 @@ from ..target import Target
 from .base import Capabilities, cleanup_failed
 from .redis import _GLOB_SPECIAL, _UNLINK_BATCH, RedisBackend, _one_line
 
-DEFAULT_PORT = 6379
-
 
 class RedisClusterBackend(RedisBackend):
     scheme = "redis+cluster"
@@ -41,7 +39,7 @@ class RedisClusterBackend(RedisBackend):
         super().__init__(target, namespace)
         if target.path.strip("/") not in ("", "0"):
             raise SpecError(f"{target.redacted}: a Redis Cluster has database 0 only")
-        self.seeds = [(host, port or DEFAULT_PORT) for host, port in (target.hosts or (("127.0.0.1", None),))]
+        self.seeds = list(target.endpoint().hosts)  # a seed without a port: the row's default
         self.where = "cluster " + ",".join(f"{h}:{p}" for h, p in self.seeds)
         self.read_from_replicas = target.bool_param("read_from_replicas")
         dropped = ("host", "port", "db", "parser_class", "connection_class")  # per node, RedisCluster's own

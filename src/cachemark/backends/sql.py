@@ -50,10 +50,9 @@ def _prefix_upper(prefix: str) -> str:
 class _SqlBackend(Backend):
     """Shared logic; subclasses supply the driver, the dialect's statements and DDL."""
 
-    default_port: int = 0
-
     def __init__(self, target: Target, namespace: str) -> None:
         super().__init__(target, namespace)
+        self.server = target.endpoint()  # host, port (the row's default), credentials
         self.table = target.param("table", "cachemark_cache") or "cachemark_cache"
         if not _IDENT.match(self.table):
             raise SpecError(f"{target.redacted}: table={self.table!r} is not a plain SQL identifier")
@@ -196,7 +195,7 @@ class _SqlBackend(Backend):
         try:
             return self._delete_namespace()
         except Exception as exc:  # noqa: BLE001 - a fresh connection failed too: say what is left
-            where = f"{self.scheme} at {self.target.host}:{self.target.port(self.default_port)}"
+            where = f"{self.scheme} at {self.server.display}"
             raise cleanup_failed(where, exc, f"the rows of namespace {self.namespace} in table {self.table}"
                                  ) from None
 
@@ -210,7 +209,6 @@ class _SqlBackend(Backend):
 
 class PostgresBackend(_SqlBackend):
     scheme = "postgresql"
-    default_port = 5432
 
     def default_database(self) -> str:
         return "postgres"
@@ -223,16 +221,16 @@ class PostgresBackend(_SqlBackend):
             raise BackendMissing(f"postgresql: psycopg is not installed ({exc}); {hint}") from None
         self._psycopg = psycopg
         kwargs: dict[str, Any] = {
-            "host": self.target.host,
-            "port": self.target.port(self.default_port),
+            "host": self.server.host,
+            "port": self.server.port,
             "dbname": self.database,
             "connect_timeout": max(1, round(self.connect_timeout)),
             "autocommit": True,
         }
-        if self.target.username:
-            kwargs["user"] = self.target.username
-        if self.target.password is not None:
-            kwargs["password"] = self.target.password
+        if self.server.username:
+            kwargs["user"] = self.server.username
+        if self.server.password is not None:
+            kwargs["password"] = self.server.password
         if self.target.param("sslmode"):
             kwargs["sslmode"] = self.target.param("sslmode")
         try:
@@ -296,7 +294,6 @@ class PostgresBackend(_SqlBackend):
 
 class MysqlBackend(_SqlBackend):
     scheme = "mysql"
-    default_port = 3306
 
     def open(self) -> None:
         client = self.target.param("client", "pymysql")
@@ -312,17 +309,17 @@ class MysqlBackend(_SqlBackend):
         self._driver = driver
         self._client = client
         kwargs: dict[str, Any] = {
-            "host": self.target.host,
-            "port": self.target.port(self.default_port),
-            "user": self.target.username or "root",
+            "host": self.server.host,
+            "port": self.server.port,
+            "user": self.server.username or "root",
             "connect_timeout": max(1, round(self.connect_timeout)),
             "autocommit": True,
             "charset": "utf8mb4",
         }
         if self.database:
             kwargs["database"] = self.database
-        if self.target.password is not None:
-            kwargs["password"] = self.target.password
+        if self.server.password is not None:
+            kwargs["password"] = self.server.password
         try:
             self.conn = driver.connect(**kwargs)
             self._ensure_table()

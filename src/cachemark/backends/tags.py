@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote, unquote
 
 from ..errors import BackendUnavailable, SpecError
+from ..schemes import scheme
 from ..target import Target
 from .base import Backend, Capabilities
 
@@ -49,6 +50,11 @@ def with_tags(backend: Backend, mode: str) -> Backend:
     if mode == "scan":
         return ScanTagBackend(backend)
     raise SpecError(f"{backend.target.redacted}: tags={mode!r}; use one of {', '.join(MODES)}")
+
+
+def _kept_natively(inner: Backend) -> str | None:
+    """The tag mode the inner backend's scheme keeps natively (its row's ``tags``): native or scan."""
+    return scheme(inner.target.scheme).tags
 
 
 def _check_tags(tags: Iterable[str]) -> list[str]:
@@ -153,7 +159,7 @@ class RedisTagBackend(_TagWrapper):
     _native = frozenset({"get", "set", "delete", "exists", "get_many", "set_many", "incr", "clean"})
 
     def __init__(self, inner: Backend) -> None:
-        if inner.scheme not in ("redis", "rediss"):
+        if _kept_natively(inner) != self.mode:
             raise SpecError(f"{inner.target.redacted}: tags=native needs a redis:// target (Redis sets)")
         super().__init__(inner)
         ns = inner.namespace
@@ -383,7 +389,7 @@ class ScanTagBackend(_TagWrapper):
     def __init__(self, inner: Backend) -> None:
         from .file import PrivateDir, local_path, run_temp_dir
 
-        if inner.scheme != "file":
+        if _kept_natively(inner) != self.mode:
             raise SpecError(f"{inner.target.redacted}: tags=scan is a file backend; use a file:// target")
         super().__init__(inner)
         path = local_path(inner.target)

@@ -11,8 +11,9 @@ the slow level (e.g. Redis with tag sets, or the scanning file backend) holds th
   delete those ids from the fast level (slow first, so a concurrent miss cannot refill fast
   from a slow entry that is about to go).
 
-The slow level's tags come from its URL (``…?tags=native|scan``), defaulting to ``native``
-for redis:// and ``scan`` for file://. ``versioned`` cannot list a tag's entries, which
+The slow level's tags come from its URL (``…?tags=native|scan``), defaulting to the mode its
+scheme's row keeps natively: ``native`` for every single RESP server (redis://, valkey://, …),
+``scan`` for file://. ``versioned`` cannot list a tag's entries, which
 TwoLevels needs, so it is refused. Nested URLs must be percent-encoded inside the query
 unless they have no query of their own. Not modelled: Zend's fast-level filling check
 (which skips the fast write when the fast backend reports itself nearly full) and
@@ -26,12 +27,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import SpecError
+from ..schemes import scheme, spawned_as
 from ..target import Target, parse_target
 from .base import Backend, Capabilities, CleanupFailed
 
 _HEADER = struct.Struct(">dB")  # lifetime in s (-1 = none), priority
 _THIRTY_DAYS = 2592000.0
-_DEFAULT_SLOW_TAGS = {"redis": "native", "rediss": "native", "file": "scan"}
 
 
 def _levels(target: Target) -> tuple[Target, Target, str]:
@@ -41,7 +42,9 @@ def _levels(target: Target) -> tuple[Target, Target, str]:
     fast, slow = parse_target(fast_url), parse_target(slow_url)
     if fast.param("tags"):
         raise SpecError(f"{target.redacted}: the fast level holds no tags; drop tags= from fast")
-    mode = slow.param("tags") or _DEFAULT_SLOW_TAGS.get(slow.scheme)
+    # by default the slow level keeps tags its own way (its row's ``tags``: Redis sets, the file scan)
+    row = scheme(slow.scheme, slow.redacted)
+    mode = slow.param("tags") or (spawned_as(slow.path) if row.spawner else row).tags
     if mode not in ("native", "scan"):
         raise SpecError(
             f"{target.redacted}: the slow level must list a tag's entries: use tags=native (redis) "

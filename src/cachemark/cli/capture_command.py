@@ -23,11 +23,9 @@ if TYPE_CHECKING:
 
     from ..lab.proxy import TraceCapture
 
-SCHEME_PROTOCOL = {"redis": "resp", "valkey": "resp", "memcached": "memcached", "memcache": "memcached"}
-
-
 def upstream_of(url: str, protocol: str | None) -> tuple[str, int, str]:
     """(host, port, protocol) from ``redis://host:port``, ``memcached://host:port`` or ``host:port``."""
+    from ..schemes import find_scheme
     from ..target import parse_target
 
     if "://" not in url:
@@ -39,15 +37,16 @@ def upstream_of(url: str, protocol: str | None) -> tuple[str, int, str]:
             raise UserError(f"--upstream {url!r}: say --protocol resp or --protocol memcached (or use a URL)")
         return host.strip("[]"), int(port), protocol
     target = parse_target(url)
-    if target.scheme in ("rediss", "valkeys") or target.bool_param("tls"):
+    row = find_scheme(target.scheme)
+    if (row is not None and row.capture and row.tls) or target.bool_param("tls"):
         raise UserError(f"--upstream {target.redacted}: TLS traffic cannot be read by the recorder; capture in "
                         "front of a plain-text port (TLS terminated before it)")
-    if target.scheme not in SCHEME_PROTOCOL:
+    if row is None or not row.capture:  # the row says which protocol the recorder reads in front of it
         raise UserError(f"--upstream {target.redacted}: capture speaks redis:// (RESP) and memcached:// only")
     if len(target.hosts) > 1:
         raise UserError(f"--upstream {target.redacted}: one server at a time (run one capture per server)")
-    default_port = 6379 if SCHEME_PROTOCOL[target.scheme] == "resp" else 11211
-    return target.host, target.port(default_port), protocol or SCHEME_PROTOCOL[target.scheme]
+    server = target.endpoint()
+    return server.host, server.port or 0, protocol or row.capture
 
 
 def _check_reachable(host: str, port: int) -> None:

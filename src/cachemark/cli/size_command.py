@@ -81,6 +81,11 @@ def size(
     measure: Annotated[
         bool, typer.Option("--measure/--no-measure", help="Measure bytes per item on spawned Redis and memcached.")
     ] = True,
+    target: Annotated[
+        list[str] | None, typer.Option("--target", "-t", help="With --measure: measure bytes per item on this "
+                                       "server instead (a URL or spawn:; any scheme whose server reports its "
+                                       "memory), e.g. -t valkey://10.0.0.5:6379.")
+    ] = None,
     latency_from: Annotated[
         Path | None, typer.Option(help="A results file: its get hit/miss latencies give the expected latency.")
     ] = None,
@@ -135,7 +140,12 @@ def size(
             popularity = zipf_popularity(synthetic["keys"], float(s or 0.99))
             che = {share: lru_hit_ratio(popularity, synthetic["keys"] * share) for share in CURVE_SHARES}
     footprints = []
-    if measure:
+    if measure and target:
+        sizes = _value_sample(stream())
+        for url in target:
+            with console.status(f"measuring bytes per item on {_shown(url)}"):
+                footprints.append(measured_on(url, sizes))
+    elif measure:
         sizes = _value_sample(stream())
         for measure_one in (redis_footprint, memcached_footprint):
             try:
@@ -164,6 +174,62 @@ def size(
     else:
         for block in blocks:
             to_rich(block, console)
+
+
+def _shown(url: str) -> str:
+    from ..target import shown
+
+    return shown(url)
+
+
+def measured_on(url: str, value_sizes: Any, items: int = 20_000, seed: int = 0) -> Any:
+    """Bytes per item on a target's server: a sample with the workload's value sizes written through
+    the scheme's own adapter, and the server's memory figure (its row's stats source) read before and
+    after. The sample lives under a namespace of its own and is removed afterwards."""
+    import uuid
+
+    import numpy as np
+
+    from ..analysis.footprint import Footprint
+    from ..backends import create_backend
+    from ..measure.server_stats import open_source
+    from ..run.provide import provide
+    from ..schemes import find_scheme
+    from ..target import parse_target, redact_text
+
+    given = parse_target(url)
+    with provide(given) as (reachable, _servers):
+        row = find_scheme(reachable.scheme)
+        if row is None or not row.stats:
+            raise UserError(f"{given.redacted}: bytes per item are read from the server's own memory figure, "
+                            f"which {reachable.scheme}:// does not report (use a RESP or memcached server)")
+        source, error = open_source(reachable)
+        if source is None:
+            raise UserError(f"{given.redacted}: cannot read the server's memory: {redact_text(error or '', 200)}")
+        namespace = f"cm:{uuid.uuid4().hex[:8]}:size:"
+        rng = np.random.default_rng(seed)
+        sizes = [int(s) for s in (rng.choice(value_sizes, size=items) if len(value_sizes) else [100] * items)]
+        keys = [f"{namespace}{i:08d}" for i in range(items)]
+        backend = create_backend(reachable, namespace)
+        try:
+            backend.open()
+            try:
+                before = source.read().get("used_memory_bytes")
+                if before is None:
+                    raise UserError(f"{given.redacted}: its server reports no memory figure to measure bytes "
+                                    "per item by")
+                for start in range(0, items, 1000):
+                    batch = zip(keys[start:start + 1000], sizes[start:start + 1000], strict=True)
+                    backend.set_many({key: b"v" * size for key, size in batch})
+                after = source.read()["used_memory_bytes"]
+                version = str(backend.info().get("server_version") or "?")
+            finally:
+                backend.clear_namespace(keys)  # only the sample's own keys
+        finally:
+            backend.close()
+            source.close()
+    payload = float(np.mean([len(k) + n for k, n in zip(keys, sizes, strict=True)]))
+    return Footprint(reachable.scheme, version, items, (after - before) / items, payload)
 
 
 def _value_sample(chunks: Any, limit: int = 200_000) -> Any:

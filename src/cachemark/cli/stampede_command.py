@@ -73,13 +73,14 @@ def run_stampedes(targets: list[str], data: dict, markdown: bool = False) -> Non
     from ..report.blocks import to_markdown, to_rich
     from ..report.stampede_report import stampede_block
     from ..run.provide import provide
-    from ..run.stampede import run_stampede
+    from ..run.stampede import run_stampede, supported
 
     p = stampede_params(data)
     console = make_console()
     for url in targets:
         target = parse_target(url)
         shown = target.redacted  # a password never printed
+        supported(target)  # its row says whether stampedes run on it: one line before a server is spawned
         with provide(target) as (reachable, _servers):
             _preflight(reachable)
             results = []

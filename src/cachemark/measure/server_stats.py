@@ -36,16 +36,17 @@ under load at one reading a second, but the bulk of ``cpu_us_per_op`` in a phase
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import ssl
 import threading
 import time
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from .. import memcache_binary
 from ..schemes import find_scheme
+from ..target import Endpoint, Target, parse_target
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # The sampler's own connection, reported so a reader can discount it.
@@ -128,20 +129,11 @@ class _RedisSource:
     """
 
     kind = "redis"
+    ops_are_commands = True  # every op is at least one command the server counts
     _REQUEST = b"*1\r\n$4\r\nINFO\r\n"
 
-    def __init__(self, url: str) -> None:
-        import redis
-
-        # only the connection options redis-py understands; cachemark's own (client=...) are dropped
-        parts = urlsplit(url)
-        row = find_scheme(parts.scheme)
-        # TLS settings stay (the sampler verifies the server as the run does)
-        tls = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.startswith("ssl_")])
-        # redis+unix://[:pw@]/path.sock is redis-py's unix:// (geturl() would drop its empty host)
-        plain = (f"unix://{parts.netloc}{parts.path}" if row is not None and row.unix
-                 else parts._replace(query=tls).geturl())
-        self.client = redis.Redis.from_url(plain, socket_timeout=5, socket_connect_timeout=5)
+    def __init__(self, server: Endpoint) -> None:
+        self.client = _redis_client(server)
         self.lock = threading.Lock()
         self.link = 0
         self.last_info: dict[str, str] = {}  # the last INFO's fields, for a cluster's redirect counts
@@ -212,6 +204,19 @@ class _RedisSource:
             self.client.close()
 
 
+def _redis_client(server: Endpoint) -> Any:
+    """A redis-py client for the endpoint: TCP, TLS (verified as the run verifies: the ssl_* options)
+    or a Unix socket, with its credentials and database."""
+    import redis
+
+    where: dict[str, Any] = {"unix_socket_path": server.socket} if server.socket else {
+        "host": server.host, "port": server.port}
+    if server.tls:
+        where.update(ssl=True, **server.tls_options)
+    return redis.Redis(**where, db=server.db_number(), username=server.username, password=server.password,
+                       socket_timeout=5, socket_connect_timeout=5)
+
+
 def _error_count(field: str) -> int:
     """``count=12,rejected_calls=0,…`` (an ``errorstat_*`` field) → 12; absent → 0."""
     for part in field.split(","):
@@ -229,23 +234,13 @@ class _RedisClusterSource:
 
     kind = "redis"
 
-    def __init__(self, url: str) -> None:
-        import redis
-
-        parts = urlsplit(url)
-        auth, _, hosts = parts.netloc.rpartition("@")
-        auth = auth + "@" if auth else ""
-        row = find_scheme(parts.scheme)
-        kind = "rediss" if row is not None and row.tls else "redis"  # every node over TLS, verified alike
-        tls = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.startswith("ssl_")])
-        query = f"?{tls}" if tls else ""
+    def __init__(self, server: Endpoint) -> None:
         self.lock = threading.Lock()
         self.nodes: list[_RedisSource] = []
         why: Exception | None = None
-        for seed in hosts.split(","):
+        for host, port in server.hosts:  # the seeds; every node over TLS (verified alike) when the row says so
             try:
-                with redis.Redis.from_url(f"{kind}://{auth}{seed}/0{query}", socket_timeout=5,
-                                          socket_connect_timeout=5) as r:
+                with _redis_client(_node(server, host, port)) as r:
                     slots = r.execute_command("CLUSTER", "SLOTS")
                 break
             except Exception as exc:  # noqa: BLE001 - the next seed may answer
@@ -254,8 +249,8 @@ class _RedisClusterSource:
             raise why or ValueError("no seed")
         primaries = dict.fromkeys(_address(entry[2]) for entry in slots)
         try:
-            for address in primaries:
-                self.nodes.append(_RedisSource(f"{kind}://{auth}{address}/0{query}"))
+            for host, port in primaries:
+                self.nodes.append(_RedisSource(_node(server, host, port)))
         except Exception:
             self.close()
             raise
@@ -276,10 +271,16 @@ class _RedisClusterSource:
             node.close()
 
 
-def _address(node: list[Any]) -> str:
-    """``host:port`` of a ``CLUSTER SLOTS`` node entry (``[host, port, id, …]``)."""
+def _address(node: list[Any]) -> tuple[str, int]:
+    """(host, port) of a ``CLUSTER SLOTS`` node entry (``[host, port, id, …]``)."""
     host = node[0].decode() if isinstance(node[0], bytes) else str(node[0])
-    return f"[{host}]:{node[1]}" if ":" in host else f"{host}:{node[1]}"
+    return host, int(node[1])
+
+
+def _node(server: Endpoint, host: str, port: int | None) -> Endpoint:
+    """One node of a cluster: the cluster's credentials and TLS, at the node's address, database 0."""
+    return dataclasses.replace(server, host=host, port=port, hosts=((host, port),), db="",
+                               display=f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
 
 
 def _redis_keys(info: dict[str, str]) -> int:
@@ -290,10 +291,10 @@ def _redis_keys(info: dict[str, str]) -> int:
     return total
 
 
-def _tls_context(params: dict[str, str]) -> ssl.SSLContext | None:
-    """memcached's ``?tls=1`` with redis-py's ``ssl_*`` names, verified as the run's client does."""
-    if params.get("tls", "").lower() not in ("1", "true", "yes", "on"):
-        return None
+def tls_context(server: Endpoint) -> ssl.SSLContext:
+    """A TLS context from the endpoint's ``ssl_*`` options (redis-py's names, memcached's ``?tls=1`` too),
+    verifying the server as the run's client does."""
+    params = server.tls_options
     context = ssl.create_default_context(cafile=params.get("ssl_ca_certs"))
     if params.get("ssl_cert_reqs", "").lower() == "none":
         context.check_hostname = False
@@ -309,21 +310,14 @@ class _MemcachedSource:
     which is binary-only: the sampler then authenticates and asks in binary (``memcache_binary``)."""
 
     kind = "memcached"
+    ops_are_commands = True
     _REQUEST = b"stats\r\n"
 
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        row = find_scheme(parts.scheme)
-        self.address: tuple[str, int] | str
-        if row is not None and row.unix:  # memcached+unix:///path.sock
-            self.address = unquote(parts.path)
-        else:
-            first = parts.netloc.rpartition("@")[2].split(",")[0]
-            host, _, port = first.rpartition(":") if ":" in first else (first, "", "11211")
-            self.address = (host or "127.0.0.1", int(port or 11211))
-        self.tls = _tls_context(dict(parse_qsl(parts.query)))
-        self.credentials = (unquote(parts.username or ""), unquote(parts.password or "")) if (
-            parts.username is not None or parts.password is not None) else None
+    def __init__(self, server: Endpoint) -> None:
+        self.address: tuple[str, int] | str = server.address  # the first server, or memcached+unix's socket
+        self.tls = tls_context(server) if server.tls else None
+        self.credentials = (server.username or "", server.password or "") if (
+            server.username is not None or server.password is not None) else None
         self.lock = threading.Lock()
         self.link = 0
         self.own_in = 0
@@ -425,13 +419,14 @@ class _PostgresSource:
               "tup_inserted + tup_updated + tup_deleted, blks_hit, blks_read, numbackends "
               "FROM pg_stat_database WHERE datname = current_database()")
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, server: Endpoint) -> None:
         import psycopg
 
-        parts = urlsplit(url)
         self.lock = threading.Lock()
-        self.conn = psycopg.connect(parts._replace(scheme="postgresql", query="").geturl(), autocommit=True,
-                                    connect_timeout=5)
+        # libpq's defaults (the user's name, its database) where the URL gives none, as the run's client
+        given = {"dbname": server.db or None, "user": server.username, "password": server.password}
+        self.conn = psycopg.connect(host=server.host, port=server.port, autocommit=True, connect_timeout=5,
+                                    **{k: v for k, v in given.items() if v is not None})
 
     def read(self) -> dict[str, Any]:
         with self.conn.cursor() as cur:
@@ -456,14 +451,12 @@ class _MysqlSource:
 
     kind = "mysql"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, server: Endpoint) -> None:
         import pymysql
 
-        parts = urlsplit(url)
         self.lock = threading.Lock()
-        self.conn = pymysql.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
-                                    user=parts.username or "root", password=parts.password or "",
-                                    connect_timeout=5, autocommit=True)
+        self.conn = pymysql.connect(host=server.host, port=server.port, user=server.username or "root",
+                                    password=server.password or "", connect_timeout=5, autocommit=True)
 
     def read(self) -> dict[str, Any]:
         with self.conn.cursor() as cur:
@@ -485,19 +478,23 @@ Source = _RedisSource | _RedisClusterSource | _MemcachedSource | _PostgresSource
 _SOURCES: dict[str, type[Source]] = {"redis": _RedisSource, "redis-cluster": _RedisClusterSource,
                                       "memcached": _MemcachedSource,
                                       "postgres": _PostgresSource, "mysql": _MysqlSource}
+# sources whose command counter sees every op, so fewer commands than ops means ops ran outside the readings
+_COUNTS_OPS = frozenset(source.kind for source in _SOURCES.values() if getattr(source, "ops_are_commands", False))
 
 
-def _open_source(url: str) -> Source | None:
-    """The stats source the scheme's row names (``schemes.Scheme.stats``); None: /proc of the pid only."""
-    row = find_scheme(urlsplit(url).scheme)
-    return _SOURCES[row.stats](url) if row is not None and row.stats else None
+def _open_source(target: str | Target) -> Source | None:
+    """The stats source the scheme's row names (``schemes.Scheme.stats``), connected to the target's
+    endpoint; None: /proc of the pid only."""
+    target = parse_target(target) if isinstance(target, str) else target
+    row = find_scheme(target.scheme)
+    return _SOURCES[row.stats](target.endpoint()) if row is not None and row.stats else None
 
 
-def open_source(url: str) -> tuple[Source | None, str | None]:
-    """The stats connection for ``url`` (None for servers without one) and, when it could
+def open_source(target: str | Target) -> tuple[Source | None, str | None]:
+    """The stats connection for a target (None for servers without one) and, when it could
     not be opened, why. Never raises: a sampler failure must never stop the run."""
     try:
-        return _open_source(url), None
+        return _open_source(target), None
     except Exception as exc:  # noqa: BLE001
         return None, f"connect: {type(exc).__name__}: {exc}"
 
@@ -509,7 +506,7 @@ class ServerSampler:
     caller opened and shares across phases (run/monitor.py); the sampler leaves it open.
     """
 
-    def __init__(self, target_url: str, pid: int | None = None, interval: float = 1.0,
+    def __init__(self, target_url: str | Target, pid: int | None = None, interval: float = 1.0,
                  source: Source | None = None, source_error: str | None = None) -> None:
         self.target_url = target_url
         self.pid = pid
@@ -792,7 +789,7 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
     if "commands" in first and "commands" in last:
         result["server_commands"] = delta("server_commands", first["commands"], last["commands"])
     seen = result.get("server_commands")
-    if kind in ("redis", "memcached") and ops and seen is not None and seen < ops:
+    if kind in _COUNTS_OPS and ops and seen is not None and seen < ops:
         # every op is at least one command, so at least this many ran outside the two readings
         # (an edge reading came late); with none seen, its figures would be 0 or noise
         result["ops_unseen"] = ops - seen

@@ -16,8 +16,8 @@ import signal
 from collections.abc import Iterable
 
 from ..errors import UserError
-from ..schemes import DRIVER_SCHEMES, check_params
-from ..target import Target, parse_target
+from ..schemes import DRIVER_SCHEMES
+from ..target import Target, check_params, parse_target
 
 
 def context() -> mp.context.BaseContext:

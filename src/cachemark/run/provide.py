@@ -34,14 +34,14 @@ def provide(target: Target) -> Iterator[tuple[Target, list[LocalServer]]]:
 
 
 def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalServer]) -> Target:
-    if target.scheme == "spawn":
+    row = scheme(target.scheme, target.redacted)
+    if row.spawner:
         options, for_client = split_spawn_params(target)
         server = server_class(target.path)(**options).start()
         stack.callback(server.stop)
         servers.append(server)
         inner = parse_target(server.url())
         return with_params(inner, {**inner.params, **for_client})
-    row = scheme(target.scheme, target.redacted)
     if row.embedded is not None and not target.path.strip("/"):
         tmpdir = scratch.make(f"cachemark-{target.scheme}-")
         stack.callback(shutil.rmtree, tmpdir, ignore_errors=True)
@@ -55,9 +55,10 @@ def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalSer
     params = dict(target.params)
     for key, value in nested.items():
         inner = _provide(stack, parse_target(value), servers)
-        if key == "LOCATION" and inner.scheme == "memcached":  # Django wants host:port lists
+        served = scheme(inner.scheme)
+        if key == "LOCATION" and served.location == "hosts":  # Django wants memcached as host:port lists
             params[key] = ",".join(f"{h}:{p}" for h, p in inner.hosts)
-        elif key == "LOCATION" and scheme(inner.scheme).embedded is not None:  # ... and directories as paths
+        elif key == "LOCATION" and served.embedded is not None:  # ... and directories as paths
             params[key] = inner.path
         else:
             params[key] = inner.url

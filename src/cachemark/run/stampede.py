@@ -38,7 +38,8 @@ from typing import Any
 
 from ..errors import UserError
 from ..measure.histogram import Histogram
-from ..target import Target, parse_target
+from ..schemes import find_scheme, scheme, spawned_as
+from ..target import Endpoint, Target, parse_target
 from ..wire import LineReader
 
 STRATEGIES = ("none", "lock", "xfetch", "swr", "meta")
@@ -95,10 +96,17 @@ def _unpack(blob: bytes) -> tuple[bytes, float, float]:
 
 
 class _Redis:
-    def __init__(self, host: str, port: int, password: str | None) -> None:
+    """Any single RESP server (the row's family), over TCP, TLS or a Unix socket, as its endpoint says."""
+
+    def __init__(self, server: Endpoint) -> None:
         import redis
 
-        self.client = redis.Redis(host=host, port=port, password=password, socket_timeout=5)
+        where: dict[str, Any] = {"unix_socket_path": server.socket} if server.socket else {
+            "host": server.host, "port": server.port}
+        if server.tls:  # verified as the run's client verifies (the URL's ssl_* options)
+            where.update(ssl=True, **server.tls_options)
+        self.client = redis.Redis(**where, db=server.db_number(), username=server.username,
+                                  password=server.password, socket_timeout=5)
 
     def get(self, key: str) -> bytes | None:
         return self.client.get(key)
@@ -119,9 +127,23 @@ class _Redis:
 class _Memcached:
     """Text protocol for get/set/add/delete, and the meta protocol's ``mg`` for strategy ``meta``."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.sock = socket.create_connection((host, port), timeout=5)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, server: Endpoint) -> None:
+        if server.socket is not None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(5)
+            try:
+                self.sock.connect(server.socket)
+            except OSError:
+                self.sock.close()
+                raise
+        else:
+            self.sock = socket.create_connection((server.host, server.port), timeout=5)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if server.tls:
+                from ..measure.server_stats import tls_context
+
+                context = tls_context(server)
+                self.sock = context.wrap_socket(self.sock, server_hostname=server.host)
         self.reader = LineReader(self.sock, "memcached closed the connection")
 
     def get(self, key: str) -> bytes | None:
@@ -172,17 +194,26 @@ class _Memcached:
 
 
 def supported(target: Target) -> None:
-    """One line unless stampedes are measured on ``target``'s scheme."""
-    if target.scheme not in ("redis", "valkey", "memcached"):
+    """One line unless stampedes are measured on ``target``'s scheme (its row's ``stampede``)."""
+    row = find_scheme(target.scheme)
+    if row is not None and row.spawner:
+        row = spawned_as(target.path)
+    if row is None or not row.stampede:
         raise UserError(f"{target.redacted}: stampedes are measured on redis:// or memcached:// targets")
+    if row.family == "memcache" and (target.username is not None or target.password is not None):
+        raise UserError(f"{target.redacted}: stampedes speak memcached's text and meta protocols, which SASL "
+                        "(user:password) does not allow; use a memcached without SASL")
+
+
+# the stampede client of each protocol family (the row's ``family``)
+_CLIENTS = {"resp": _Redis, "memcache": _Memcached}
 
 
 def _connect(url: str) -> Any:
     target = parse_target(url)
     supported(target)
-    if target.scheme == "memcached":
-        return lambda: _Memcached(target.host, target.port(11211))
-    return lambda: _Redis(target.host, target.port(6379), target.password)
+    client, server = _CLIENTS[scheme(target.scheme).family or ""], target.endpoint()
+    return lambda: client(server)
 
 
 class _Client:

@@ -21,19 +21,17 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl
+from typing import Any
 
 import numpy as np
 
 from ..errors import SpecError, UserError
-from ..target import parse_target, redact_text, with_params
+from ..schemes import find_scheme, lab_kind, origin_lab_kinds
+from ..target import parse_target, redact_text, split_query, with_params
 from ..textfile import one_line
 
 EXAMPLES = ("fixed:10ms, lognormal:10ms,0.5, hist:FILE (µs per line) or postgresql://HOST/DB?query=SELECT 1 "
             "(mysql:// too)")
-SQL_SCHEMES = ("postgresql", "postgres", "mysql")
-# spawn:<kind>?query=… — a private server the run starts (lab), then the origin is its URL (spawned_origin)
-SPAWNED = {"postgresql": "postgresql", "mysql": "mysql", "mariadb": "mysql"}
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 MAX_LATENCY_S = 60.0
 MAX_POOL = 4096
@@ -112,7 +110,8 @@ def parse_origin(text: object) -> OriginSpec:
         raise SpecError(f"origin {one_line(text, 80)!r}: expected {EXAMPLES}")
     text = text.strip()
     shown = one_line(text, 120)
-    if text.split("://", 1)[0] in SQL_SCHEMES and "://" in text:
+    row = find_scheme(text.split("://", 1)[0].lower()) if "://" in text else None
+    if row is not None and row.origin:  # a SQL server the row says an origin may query
         target = parse_target(text)
         if target.password is not None:
             raise SpecError("origin: a password in the origin URL would be saved with the results; "
@@ -122,23 +121,23 @@ def parse_origin(text: object) -> OriginSpec:
         query = params.pop("query", "").strip()
         if not query:
             raise SpecError(f"origin {shown!r}: a SQL origin needs ?query=…, e.g. ?query=SELECT pg_sleep(0.005)")
-        if target.scheme == "mysql" and params:
+        if not _CONNECT[row.origin].takes_params and params:  # pymysql takes no connection parameters here
             raise SpecError(f"origin {shown!r}: unknown parameter {next(iter(params))!r}; allowed: query, pool")
         url = with_params(target, params).url
-        kind = "mysql" if target.scheme == "mysql" else "postgresql"
-        return OriginSpec(kind, url=url, query=query, pool=pool, text=text)
+        return OriginSpec(row.origin, url=url, query=query, pool=pool, text=text)
     if text.startswith("spawn:"):
         kind, _, query = text[len("spawn:"):].partition("?")
-        if kind not in SPAWNED:
-            raise SpecError(f"origin {shown!r}: a spawned origin is one of {', '.join(f'spawn:{k}' for k in SPAWNED)}"
+        # spawn:<kind>?query=… — a private server the run starts (lab), then the origin is its URL (spawned_origin)
+        spawnable = origin_lab_kinds()
+        if kind not in spawnable:
+            raise SpecError(f"origin {shown!r}: a spawned origin is one of {', '.join(f'spawn:{k}' for k in spawnable)}"
                             ", e.g. spawn:postgresql?query=SELECT pg_sleep(0.005)")
-        parse_origin(f"{SPAWNED[kind]}://127.0.0.1/x?{query}")  # the same checks as the server's own URL gets
+        parse_origin(f"{lab_kind(kind).serves}://127.0.0.1/x?{query}")  # the checks the server's own URL gets
         return OriginSpec("spawn", text=text)
     kind, sep, rest = text.partition(":")
     if not sep or kind not in ("fixed", "lognormal", "hist"):
         raise SpecError(f"origin {shown!r}: unknown kind {kind!r}; expected {EXAMPLES}")
-    body, _, query = rest.partition("?")
-    params = dict(parse_qsl(query, keep_blank_values=True))
+    body, params = split_query(rest)
     pool = _pool(params, shown)
     if params:
         raise SpecError(f"origin {shown!r}: unknown parameter {next(iter(params))!r}; allowed: pool")
@@ -161,19 +160,34 @@ def parse_origin(text: object) -> OriginSpec:
     return OriginSpec("hist", path=body.strip(), pool=pool, text=text)
 
 
-def _connect(spec: OriginSpec):
-    if spec.kind == "postgresql":
-        import psycopg
+def _postgres(spec: OriginSpec):
+    import psycopg
 
-        return psycopg.connect(spec.url, autocommit=True, connect_timeout=10)
-    import os
+    # libpq reads the URL itself: its parameters (sslmode, …) and PGPASSWORD / ~/.pgpass for the password
+    return psycopg.connect(spec.url, autocommit=True, connect_timeout=10)
 
+
+def _mysql(spec: OriginSpec):
     import pymysql
 
-    server = parse_target(spec.url)
-    return pymysql.connect(host=server.host, port=server.port(3306), user=server.username or "root",
-                           password=os.environ.get("MYSQL_PWD", ""), database=server.path.lstrip("/") or None,
+    server = parse_target(spec.url).endpoint()
+    return pymysql.connect(host=server.host, port=server.port, user=server.username or "root",
+                           password=os.environ.get("MYSQL_PWD", ""), database=server.db or None,
                            autocommit=True, connect_timeout=10)
+
+
+@dataclass(frozen=True)
+class _Connector:
+    connect: Any  # OriginSpec -> a DB-API connection
+    takes_params: bool  # the URL's own parameters reach the server (libpq's), else only query= and pool=
+
+
+# the origin kinds a scheme's row names (``Scheme.origin``), and how each connects
+_CONNECT = {"postgresql": _Connector(_postgres, True), "mysql": _Connector(_mysql, False)}
+
+
+def _connect(spec: OriginSpec):
+    return _CONNECT[spec.kind].connect(spec)
 
 
 class PoolNames:
@@ -351,7 +365,7 @@ class Origin:
     def open(self) -> None:
         if self.spec.pool is not None and self.pool is None:
             self.pool = SharedPool(self.pool_key, self.spec.pool)
-        if self.spec.kind in ("postgresql", "mysql") and self.conn is None:
+        if self.spec.kind in _CONNECT and self.conn is None:
             try:
                 self.conn = _connect(self.spec)
             except ImportError as exc:
