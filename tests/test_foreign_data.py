@@ -356,7 +356,7 @@ def test_memcached_cleanup_failure_says_what_remains(restartable_memcached: Loca
 def test_runner_reports_the_cleanup_failure_line(restartable_memcached: LocalServer,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The run itself ends before the server dies; the line is what the user then reads."""
-    from cachemark.run import runner
+    from cachemark.run import sequence as runner  # where the run opens its preflight backend
 
     server = restartable_memcached
     real = runner.create_backend

@@ -219,8 +219,10 @@ def _check_run(url: str, workload: Any) -> None:
     from cachemark.backends import create_backend
     from cachemark.plan import default_label
     from cachemark.run.engine_runner import phase_config
+    from cachemark.run.preflight import check_ops
+    from cachemark.run.preflight import preflight_target as _preflight_target
+    from cachemark.run.preflight import uses_engine as _uses_engine
     from cachemark.run.provide import provide
-    from cachemark.run.runner import _preflight_target, _uses_engine, check_ops
     from cachemark.target import parse_target
     from cachemark.workload.ops import OpStream
 

@@ -170,6 +170,27 @@ def test_unsupported_op_is_refused_before_running():
         run_target("memory://", Workload(mix="clean=1", ops=10, duration=None))
 
 
+def test_the_client_parameter_picks_where_the_phases_run():
+    """One run sequence; the load path is the only choice a single-host run makes."""
+    from cachemark.run.load_driver import OtherStackDriver
+    from cachemark.run.load_engine import NativeEngine
+    from cachemark.run.load_workers import PythonWorkers
+    from cachemark.run.runner import local_load_path
+    from cachemark.target import parse_target
+
+    assert isinstance(local_load_path(parse_target("spawn:redis")), PythonWorkers)
+    assert isinstance(local_load_path(parse_target("spawn:redis?client=engine")), NativeEngine)
+    assert isinstance(local_load_path(parse_target("memcached://127.0.0.1:11211?client=ruby-activesupport")),
+                      OtherStackDriver)
+
+
+def test_a_cache_that_keeps_nothing_by_design_is_not_probed():
+    """null:// stores nothing on purpose (its row says so): the write probe is skipped, not failed."""
+    outcome = run_target("null://", Workload(ops=50, duration=None, warmup=0, keys=10))
+    assert outcome.status == "ok", outcome.reason
+    assert outcome.dropped_writes is None and "cleanup_error" not in outcome.backend
+
+
 def test_missing_server_binary_skips(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     outcome = run_target("spawn:memcached", Workload(ops=10, duration=None))

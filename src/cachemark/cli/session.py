@@ -1,15 +1,15 @@
-"""One experiment end to end: calibrate, run every variant with progress, save, render.
+"""An experiment on the terminal: calibration, a progress bar (or lines) per run, the time left,
+each distributed run's agents, then the table and what to read in it.
 
-An experiment expands into runs: targets × network profiles × sweep points × repeats.
-Results are saved after every run, atomically, so Ctrl-C or a failing target never
-loses what was already measured.
+The experiment itself (its runs, saved after each) is run/experiment.py's; this module only
+draws what it is told, through a :class:`TerminalView`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,35 +17,17 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..backends.base import PSEUDO_OPS
-from ..errors import Crash, UserError
-from ..measure.fingerprint import calibrate as run_calibration
-from ..measure.fingerprint import fingerprint
-from ..measure.saturation import saturation_summary
-from ..plan import describe, experiment_record, named, plan_runs
+from ..plan import RunSpec
 from ..report.table import render
-from ..results import default_path, new_document, write_atomic
-from ..results.names import run_name
-from ..run.runner import run_target
+from ..run.experiment import run_experiment as run_all
+from ..run.load_path import ProgressFn
+from ..run.outcome import RunOutcome
 from ..spec import Experiment
 from ..textfile import one_line
+from .agents_table import print_agents
 from .eta import Clock
 
 LINE_EVERY_S = 5.0  # piped output: at most one progress line per run this often
-OVERHEAD_SAMPLES = 2000  # round trips each way for the proxy's own overhead: well under a second
-
-
-def proxy_overhead(console: Console) -> dict[str, Any]:
-    """What the latency proxy itself adds with no delay configured, measured now, on this machine."""
-    from ..lab.proxy import measure_overhead
-
-    with console.status("measuring the network proxy's own overhead"):
-        overhead = measure_overhead(samples=OVERHEAD_SAMPLES)
-    figures = {k: overhead[k] for k in ("added_p50", "added_p99", "direct_p50", "proxied_p50", "samples")
-               if k in overhead}
-    console.print(f"network proxy: adds {max(figures.get('added_p50', 0), 0):.0f}µs p50, "
-                  f"{max(figures.get('added_p99', 0), 0):.0f}µs p99 per round trip with no delay configured "
-                  "(measured now; reported beside the network figures)")
-    return figures
 
 
 class BarProgress:
@@ -106,62 +88,68 @@ class LineProgress:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: bool = True,
-                   console: Console | None = None) -> tuple[dict[str, Any], Path]:
-    console = console or Console()
-    specs = plan_runs(experiment)
-    experiment = named(experiment, specs)
-    calibration = None
-    if calibrate:
-        with console.status("calibrating: timer resolution and loopback round trip"):
-            calibration = run_calibration()
+class TerminalView:
+    """The experiment as the terminal shows it (run/experiment.py's ExperimentView)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bar: Progress | None = None
+        self.clock: Clock | None = None
+        self.shown: BarProgress | LineProgress | None = None
+
+    def busy(self, what: str) -> contextlib.AbstractContextManager[Any]:
+        return self.console.status(what)
+
+    def calibrated(self, calibration: dict[str, Any]) -> None:
         rtt = calibration["loopback_rtt"]
-        console.print(
+        self.console.print(
             f"calibration: loopback RTT p50 {rtt['busy']['p50_us']:.0f}µs busy, "
             f"{rtt['idle']['p50_us']:.0f}µs idle; timer resolution {calibration['timer_resolution_ns']}ns"
         )
-    document = new_document(experiment_record(experiment), fingerprint(calibration))
-    if experiment.network and any(spec.network is not None and spec.network.proxied for spec in specs):
-        document["environment"]["proxy_overhead"] = proxy_overhead(console)
-    path = Path(out) if out else default_path()
-    clock = Clock(specs)
-    if (opening := clock.opening()) is not None:
-        console.print(opening, markup=False, highlight=False)
-    interrupted = False
-    bar: Progress | None = None  # rich's bar draws nothing where the console is not interactive
-    if console.is_interactive:
-        bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.fields[detail]}"),
-                       TimeElapsedColumn(), console=console, transient=True)
-    with bar or nullcontext():
-        for spec in specs:
-            shown = BarProgress(bar, describe(spec, experiment.repeat)) if bar is not None \
-                else LineProgress(console, describe(spec, experiment.repeat))
-            started = time.monotonic()
-            try:
-                from ..run.distributed import run_or_distribute  # run_target, or the --cluster's agents
 
-                outcome = run_or_distribute(run_target, spec.target, spec.workload, spec.label, shown.update,
-                                            network=spec.network, console=console)
-            except (UserError, Crash):
-                if document["runs"]:
-                    write_atomic(path, document)
-                raise
-            run = outcome.to_json()
-            shown.end(outcome.status, run)
-            run["sweep"] = spec.sweep or None
-            run["repeat"] = spec.repeat if experiment.repeat > 1 else None
-            run["display"] = run_name(run)
-            document["runs"].append(run)
-            write_atomic(path, document)
-            if outcome.status == "interrupted":
-                interrupted = True
-                break
-            if (left := clock.finished(time.monotonic() - started)) is not None:
-                console.print(left, markup=False, highlight=False)
-    if experiment.sweep:
-        document["saturation"] = saturation_summary(document["runs"])
-        write_atomic(path, document)
-    render(document, console, title=f"cachemark: {one_line(experiment.name)}")
+    def proxy_overhead(self, figures: dict[str, Any]) -> None:
+        self.console.print(f"network proxy: adds {max(figures.get('added_p50', 0), 0):.0f}µs p50, "
+                           f"{max(figures.get('added_p99', 0), 0):.0f}µs p99 per round trip with no delay "
+                           "configured (measured now; reported beside the network figures)")
+
+    @contextlib.contextmanager
+    def runs(self, specs: list[RunSpec]) -> Iterator[None]:
+        self.clock = Clock(specs)
+        if (opening := self.clock.opening()) is not None:
+            self._say(opening)
+        if self.console.is_interactive:  # rich's bar draws nothing where the console is not interactive
+            self.bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                                TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=self.console,
+                                transient=True)
+        with self.bar or contextlib.nullcontext():
+            yield
+
+    def run_started(self, spec: RunSpec, name: str) -> ProgressFn:
+        self.shown = BarProgress(self.bar, name) if self.bar is not None else LineProgress(self.console, name)
+        return self.shown.update
+
+    def run_finished(self, spec: RunSpec, outcome: RunOutcome, run: dict[str, Any], seconds: float) -> None:
+        if getattr(outcome, "cluster", None) and outcome.phases:  # a distributed run: its agents
+            print_agents(self.console, outcome)
+        if self.shown is not None:
+            self.shown.end(outcome.status, run)
+        if outcome.status == "interrupted" or self.clock is None:
+            return  # the experiment ends here: no time left to tell
+        if (left := self.clock.finished(seconds)) is not None:
+            self._say(left)
+
+    def _say(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+
+def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: bool = True,
+                   console: Console | None = None) -> tuple[dict[str, Any], Path]:
+    """``cachemark run``'s experiment, drawn on ``console``: its runs, then the table and the lines
+    that say how to read it; Ctrl-C ends it after saving (KeyboardInterrupt, once said where)."""
+    console = console or Console()
+    finished = run_all(experiment, out, calibrate, TerminalView(console))
+    document, path = finished.document, finished.path
+    render(document, console, title=f"cachemark: {one_line(finished.experiment.name)}")
     for run in document["runs"]:
         for phase in run["phases"]:
             for sample in phase.get("error_samples", [])[:2]:
@@ -173,7 +161,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
         console.print(f"{item['label']}: " + (f"saturates at {item['param']}={where}" if where is not None
                                                else f"throughput still rising at the largest {item['param']}"),
                       markup=False, highlight=False)
-    if interrupted:
+    if finished.interrupted:
         console.print(f"interrupted: partial results saved to {path}", markup=False, highlight=False)
         raise KeyboardInterrupt
     return document, path

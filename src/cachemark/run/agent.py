@@ -15,7 +15,7 @@ coordinator (``distributed`` Queue, Variable and Event objects, named per run):
     coordinator → agent   go k (a start time on the coordinator's clock; the task turns it into
                           this host's wall clock with the offset the coordinator measured) · stop
 
-:func:`main` is the subprocess: the Python path runs the runner's own supervision of worker
+:func:`main` is the subprocess: the Python path runs a single-host run's supervision of worker
 processes (forkserver, barrier, fault handling) over this agent's slice of the *global*
 worker indices, so every key stream is the one a single-host run would use; the engine
 path runs the engine runner's phases on a per-agent share of the workload. Both hold each
@@ -314,7 +314,7 @@ def _cpu_total() -> float:
 
 
 def _merge_keeping_seconds(merge: Any) -> Any:
-    """The runner's phase merge, plus what the coordinator needs for an exact merge across
+    """The Python workers' phase merge (run/load_workers.py), plus what the coordinator needs for an exact merge across
     agents: the per-second series with their histograms, and the phase's start and end on
     this host's wall clock (from the workers' monotonic clock: CLOCK_MONOTONIC is one clock
     for every process of a host)."""
@@ -360,7 +360,7 @@ def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[l
     """The Python workers of this agent's slice of *global* worker indices (the shared board
     has a slot per global worker; deaths are told by worker id), with progress once a second.
     Returns (phase records, status, reason)."""
-    from . import runner
+    from .load_workers import merge_phase
     from .supervise import supervise as supervise_workers
 
     last_progress = [0.0]
@@ -372,7 +372,7 @@ def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[l
 
     got = supervise_workers(tasks, workload, gate, tasks[0].workers, tick)
     status, reason = got.status("", gate.stopped or "interrupted")
-    return got.records(workload, gate, _merge_keeping_seconds(runner._merge_phase)), status, reason
+    return got.records(workload, gate, _merge_keeping_seconds(merge_phase)), status, reason
 
 
 def _engine_path(spec: dict[str, Any], gate: Gate) -> list[dict[str, Any]]:

@@ -2,9 +2,11 @@
 
 The coordinator (this module, in the ``cachemark run --cluster …`` process) owns the cluster
 connection (``tcp://scheduler:8786``, or ``local:N`` for a LocalCluster of N worker
-processes), the target (provided, checked, prefilled once, cleaned up: exactly as
-:mod:`.runner` does), the split of the load (each agent a disjoint slice of the global worker
-indices; open-loop rates and op budgets divided to match), the clocks (an NTP-style offset
+processes), the load path of a distributed run (:class:`ClusterAgents`: the target is
+provided, checked, probed and cleaned up by the run sequence every run shares,
+:mod:`.sequence`; here it is prefilled once, before any agent starts), the split of the
+load (each agent a disjoint slice of the global worker indices; open-loop rates and op
+budgets divided to match), the clocks (an NTP-style offset
 per agent from round trips), the synchronised start of every timed phase (a barrier of "ready"
 messages, then one start instant on the coordinator's clock), fault handling (an agent that
 dies or never joins is named, never waited for beyond bounded timeouts), and the merge:
@@ -28,26 +30,19 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl
 
-from ..errors import BackendMissing, Crash, UserError
+from ..errors import Crash, PrefillFailed, UserError
 from ..measure.histogram import Histogram
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
-from ..plan import default_label
 from ..spec import Workload
-from ..target import Target, parse_target
+from ..target import Target, split_query
 from ..textfile import one_line
 from ..workload.ops import split_ops
-from .runner import (
-    ProgressFn,
-    RunOutcome,
-    _fail_on_errors,
-    _preflight_target,
-    _probe_writes,
-    _uses_engine,
-    check_ops,
-    written_keys,
-)
+from .load_engine import ENGINE_CLIENT
+from .load_path import LoadPath, ProgressFn, Run
+from .outcome import RunOutcome
+from .preflight import uses_engine
+from .sequence import run_sequence
 
 BEAT_TIMEOUT_S = 5.0  # an agent silent this long (its task beats every second) is gone
 SKEW_FLAG_S = 0.001  # a clock offset above this is flagged in the results and on the terminal
@@ -81,8 +76,7 @@ class ClusterSpec:
 
 
 def parse_cluster(text: str) -> ClusterSpec:
-    base, _, query = text.partition("?")
-    params = dict(parse_qsl(query, keep_blank_values=True))
+    base, params = split_query(text)  # read as a target URL's query is
     known = {"agents", "measure", "join_timeout", "connect_timeout"}
     unknown = sorted(set(params) - known)
     if unknown:
@@ -192,15 +186,16 @@ def cluster_session(text: str | None) -> Iterator[Cluster | None]:
         close(cluster)
 
 
-def run_or_distribute(here: Callable[..., RunOutcome], target: Target | str, workload: Workload,
-                      label: str | None = None, progress: ProgressFn | None = None, network: Any = None,
-                      console: Any = None) -> RunOutcome:
-    """The session's run call: on the cluster when ``--cluster`` gave one, else ``here``
-    (:func:`.runner.run_target`) on this host."""
+def run_or_distribute(target: Target | str, workload: Workload, label: str | None = None,
+                      progress: ProgressFn | None = None, network: Any = None) -> RunOutcome:
+    """The experiment's run call: on the cluster when ``--cluster`` gave one, else on this host
+    (:func:`.runner.run_target`)."""
     cluster = _ACTIVE.get()
     if cluster is None:
-        return here(target, workload, label, progress, network=network)
-    return run_distributed(cluster, target, workload, label, progress, network=network, console=console)
+        from .runner import run_target
+
+        return run_target(target, workload, label, progress, network=network)
+    return run_distributed(cluster, target, workload, label, progress, network=network)
 
 
 # --- one run -------------------------------------------------------------------------------
@@ -338,7 +333,7 @@ def prefill_once(target: Target, workload: Workload, namespace: str, shared: boo
     if not workload.prefill:
         return
     phases = workload.effective_phases()
-    if _uses_engine(target):
+    if uses_engine(target):
         from .engine_runner import _run_untimed, phase_config
 
         config = phase_config(target, workload, phases[0], namespace, True)
@@ -354,49 +349,35 @@ def prefill_once(target: Target, workload: Workload, namespace: str, shared: boo
         worker.backend.close()
 
 
+class ClusterAgents(LoadPath):
+    """A distributed run's load path: the cluster's agents, each a slice of the workers, every
+    phase started together; the coordinator prefills once, before any agent starts."""
+
+    outcome_class = DistributedOutcome
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def check(self, target: Target, workload: Workload, capabilities: dict[str, Any], network: Any) -> None:
+        _check_distributable(target, workload, network, capabilities, self.cluster.spec)
+
+    def prefill(self, run: Run) -> None:
+        try:
+            prefill_once(run.target, run.workload, run.namespace, run.shared)
+        except PrefillFailed as exc:  # named by the user's URL, as a single-host run's refusals are
+            raise PrefillFailed(f"{run.outcome.target}: {exc}") from None
+
+    def run_phases(self, run: Run) -> None:
+        if uses_engine(run.target):
+            run.outcome.backend["info"]["client"] = ENGINE_CLIENT
+        _Run(self.cluster, run.target, run.workload, run.namespace, run.outcome, run.progress, run.monitor,
+             run.shared).run()
+
+
 def run_distributed(cluster: Cluster, target: Target | str, workload: Workload, label: str | None = None,
-                    progress: ProgressFn | None = None, network: Any = None, console: Any = None) -> RunOutcome:
+                    progress: ProgressFn | None = None, network: Any = None) -> RunOutcome:
     """Run ``workload`` against ``target`` from the cluster's agents; one merged outcome."""
-    from .monitor import PhaseMonitor
-    from .provide import provide
-
-    target = parse_target(target) if isinstance(target, str) else target
-    label = label or default_label(target)
-    outcome = DistributedOutcome(label=label, target=target.redacted_whole)
-    try:
-        with provide(target) as (reachable, servers):
-            outcome.server = servers[0].describe() if len(servers) == 1 else None
-            preflight_target = _preflight_target(reachable)
-            outcome.backend["capabilities"] = check_ops(preflight_target, workload)
-            _check_distributable(target, workload, network, outcome.backend["capabilities"], cluster.spec)
-            pid = servers[0].pid() if len(servers) == 1 else None
-            monitor = PhaseMonitor(reachable.url, pid, True)
-            from ..backends import create_backend
-
-            namespace = f"cm:{uuid.uuid4().hex[:8]}:"
-            preflight = create_backend(preflight_target, namespace)
-            preflight.open()
-            try:
-                outcome.backend.update({"scheme": reachable.scheme, "info": preflight.info(), "namespace": namespace})
-                if _uses_engine(reachable):
-                    outcome.backend["info"]["client"] = "cachemark-engine"
-                outcome.dropped_writes = _probe_writes(preflight, namespace, workload)
-                shared = outcome.backend["capabilities"].get("shared", True)
-                prefill_once(reachable, workload, namespace, shared)
-                _Run(cluster, reachable, workload, namespace, outcome, progress, monitor, shared).run()
-                _fail_on_errors(outcome)
-            finally:
-                monitor.stop_all()
-                try:
-                    outcome.backend["cleanup_removed"] = preflight.clear_namespace(written_keys(namespace, workload))
-                except Exception as exc:  # noqa: BLE001 — cleanup failure must not hide results
-                    outcome.backend["cleanup_error"] = f"{type(exc).__name__}: {exc}"
-                preflight.close()
-    except BackendMissing as exc:
-        outcome.status, outcome.reason = "skipped", str(exc)
-    if console is not None and outcome.phases:
-        print_agents(console, outcome)
-    return outcome
+    return run_sequence(target, workload, ClusterAgents(cluster), label, progress, network)
 
 
 class _Run:
@@ -407,7 +388,7 @@ class _Run:
         self.cluster, self.client, self.spec = cluster, cluster.client, cluster.spec
         self.target, self.workload, self.namespace = target, workload, namespace
         self.outcome, self.progress, self.monitor, self.shared = outcome, progress, monitor, shared
-        self.engine = _uses_engine(target)
+        self.engine = uses_engine(target)
         self.phases = workload.effective_phases()
         self.go: dict[int, float] = {}
         self.interrupted = False
@@ -747,51 +728,3 @@ def schedule_lag_us(ops: dict[str, Any]) -> float | None:
     if not corrected.total:
         return None
     return (corrected.mean - uncorrected.mean) / 1000
-
-
-def print_agents(console: Any, outcome: DistributedOutcome) -> None:
-    """After the run: per-agent throughput and CPU, a short table, and the clock flags."""
-    from rich.table import Table
-    from rich.text import Text
-
-    cluster = outcome.cluster
-    label = one_line(outcome.label)  # the user's text: cut and escaped, and never read as markup
-    for phase in outcome.phases:
-        table = Table(title=Text(f"{label} · {phase['name']}: agents"), title_justify="left")
-        for column in ("agent", "host", "workers", "ops", "ops/s", "CPU s", "cores", "start lag ms", "clock ms"):
-            table.add_column(column, justify="left" if column in ("agent", "host") else "right")
-        rows = list(phase.get("agents", []))
-        if phase.get("measuring_agent"):
-            rows.append(phase["measuring_agent"]["row"])
-        clocks = {c["agent"]: c for c in cluster.get("agents", [])}
-        for row in rows:
-            clock = clocks.get(row["agent"], {})
-            offset = clock.get("clock_offset_ms")
-            table.add_row(
-                f"{row['agent']}" + (" (measure)" if row["role"] == "measure" else ""),
-                " ".join(x for x in (row.get("hostname"), row["host"]) if x),
-                f"{row['workers'][1]}", f"{row['ops']:,}", f"{row['ops_per_s']:,.0f}", f"{row['client_cpu_s']:.2f}",
-                "" if row["cpu_cores"] is None else f"{row['cpu_cores']:.2f}",
-                "" if row["start_lag_ms"] is None else f"{row['start_lag_ms']:.2f}",
-                "" if offset is None else f"{offset:+.2f}" + (" !" if clock.get("clock_skew_flagged") else ""),
-            )
-        total = sum(r["ops"] for r in phase.get("agents", []))
-        table.add_row("all", f"{len(cluster.get('hosts', []))} host(s)", f"{phase['workers']}", f"{total:,}",
-                      f"{total / phase['wall_s']:,.0f}" if phase["wall_s"] else "", f"{phase['client_cpu_s']:.2f}",
-                      "", "", "")
-        console.print(table)
-        measuring = phase.get("measuring_agent")
-        if measuring:
-            figures = ", ".join(f"{name} p50 {op['summary']['p50_us']:,.0f}µs p99 {op['summary']['p99_us']:,.0f}µs"
-                                for name, op in measuring["ops"].items())
-            console.print(f"{label} · {phase['name']}: measuring agent {measuring['agent']} "
-                          f"({measuring['rate']:g} ops/s, open loop, apart from the load): {figures}",
-                          markup=False, highlight=False)
-        if phase.get("agents_missing"):
-            console.print(f"{label} · {phase['name']}: missing: {'; '.join(phase['agents_missing'])}",
-                          markup=False, highlight=False)
-    skewed = [c for c in cluster.get("agents", []) if c.get("clock_skew_flagged")]
-    for c in skewed:
-        console.print(f"agent {c['agent']} ({c['hostname']}): clock offset {c['clock_offset_ms']:+.2f} ms "
-                      f"± {c['clock_uncertainty_ms']:.2f} ms is above 1 ms: check NTP there; start times and "
-                      "per-second series are corrected by it", markup=False, highlight=False)

@@ -25,7 +25,26 @@ accounting across phases.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..target import Target
+
+
+def sampled_url(target: Target) -> str:
+    """The URL whose server the monitor samples: a Sentinel target's primary (asked now), else the
+    target's own (the Sentinels' URL has no server figures to give)."""
+    from ..errors import UserError
+    from ..schemes import scheme
+
+    if scheme(target.scheme).failover_grace is None:
+        return target.url
+    from ..engine import sentinel_primary
+
+    try:
+        return sentinel_primary(target).url
+    except UserError:
+        return target.url  # no primary named: the preflight says so in one line; nothing to sample
 
 
 class PhaseMonitor:

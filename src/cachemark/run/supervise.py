@@ -1,6 +1,6 @@
 """One host's worker processes, supervised through a run's phases.
 
-The parent of the Python workers — ``cachemark run`` itself (run/runner.py), or an agent
+The parent of the Python workers — ``cachemark run`` itself (run/load_workers.py), or an agent
 running a slice of a distributed run (run/agent.py) — starts them from the fork server,
 sits at their phase barrier (so the server is read as each phase starts), reads their
 reports, answers a crash or a death by stopping them all, applies the on-error policy,

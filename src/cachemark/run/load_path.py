@@ -1,0 +1,57 @@
+"""Where a run's timed phases run: the one interface between the run sequence and its loads.
+
+The sequence (run/sequence.py) provides the target, checks it, probes it, cleans up after it;
+a load path only runs the phases. Four exist: this host's Python worker processes
+(run/load_workers.py), the native engine (run/load_engine.py), a driver in another stack
+(run/load_driver.py), and the agents of a Dask cluster (run/distributed.py). Each may refuse
+what it cannot run before anything connects (:meth:`LoadPath.check`) and write the keys before
+the phases (:meth:`LoadPath.prefill`); the local paths prefill inside their first phase (untimed),
+so their hook does nothing.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..spec import Workload
+from ..target import Target
+from .outcome import RunOutcome
+
+# (phase name, ops done in it, its op budget, seconds since its first op, its duration)
+ProgressFn = Callable[[str, int, int | None, float, float | None], None]
+
+
+@dataclass
+class Run:
+    """One run as the sequence hands it to its load path, once the target is checked and probed."""
+
+    target: Target  # reachable: provided, and through the network proxy when one was asked for
+    workload: Workload
+    namespace: str  # every key of the run starts with it; cleanup removes only it
+    outcome: RunOutcome  # where the phases, status and backend info go
+    monitor: Any  # run/monitor.py's PhaseMonitor: told when each timed phase starts and ends
+    progress: ProgressFn | None = None
+
+    @property
+    def shared(self) -> bool:
+        """False where each process has a private cache (``memory://``): each then prefills all of it."""
+        return self.outcome.backend["capabilities"].get("shared", True)
+
+
+class LoadPath(ABC):
+    """Runs a run's phases somewhere; the sequence around it is the same for all."""
+
+    outcome_class: type[RunOutcome] = RunOutcome
+
+    def check(self, target: Target, workload: Workload, capabilities: dict[str, Any], network: Any) -> None:
+        """Refuse in one line (UserError), before anything connects, what this path cannot run."""
+
+    def prefill(self, run: Run) -> None:
+        """Write every key before the phases (untimed). By default the load does it in its first phase."""
+
+    @abstractmethod
+    def run_phases(self, run: Run) -> None:
+        """Run every phase of ``run.workload``: phase records, status and reason into ``run.outcome``."""

@@ -1,0 +1,81 @@
+"""The load on this host's Python worker processes: the application's own Python client.
+
+N worker processes (run/supervise.py starts and watches them) each prefill their share, meet
+at a barrier before each timed phase, and report their phase; here their reports become one
+phase record per phase (histograms added, counters summed), and their progress the caller's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..measure.outage import merge_outages
+from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
+from ..spec import Workload
+from ..workload.origin import remove_pool
+from .load_path import LoadPath, ProgressFn, Run
+from .messages import PhaseReport
+from .outcome import INTERRUPTED
+from .supervise import Tick, supervise
+from .worker import WorkerTask
+
+
+class PythonWorkers(LoadPath):
+    """``workload.workers`` processes on this host, each with its own client connection."""
+
+    def run_phases(self, run: Run) -> None:
+        workload, outcome = run.workload, run.outcome
+        tasks = [WorkerTask(run.target, run.namespace, workload.model_dump(), w, workload.workers, run.shared)
+                 for w in range(workload.workers)]
+        try:
+            got = supervise(tasks, workload, run.monitor, len(tasks), progress_tick(run.progress, workload))
+        finally:
+            run.monitor.stop_all()
+            remove_pool(run.namespace)  # the origin pool's names, a killed worker's too
+        outcome.status, outcome.reason = got.status(f"{outcome.target}: ", INTERRUPTED)
+        outcome.phases = got.records(workload, run.monitor, merge_phase)
+
+
+def progress_tick(progress: ProgressFn | None, workload: Workload) -> Tick | None:
+    """The progress callback, fed the current phase and its ops done; its clock starts at the
+    phase's first op (not while its workers prefill)."""
+    if progress is None:
+        return None
+    phases = workload.effective_phases()
+    seen: dict[str, Any] = {"phase": -1, "started": None}
+
+    def tick(current: int, done: int) -> None:
+        if current != seen["phase"]:
+            seen["phase"], seen["started"] = current, None
+        if seen["started"] is None and done:
+            seen["started"] = time.monotonic()
+        phase = phases[min(current, len(phases) - 1)]
+        elapsed = time.monotonic() - seen["started"] if seen["started"] else 0.0
+        progress(phase.name, done, phase.ops, elapsed, phase.duration)
+
+    return tick
+
+
+def merge_phase(phase: Any, parts: list[PhaseReport], workload: Workload) -> dict[str, Any]:
+    """One phase's record from its workers' reports (an agent adds what the coordinator needs)."""
+    start = min(p.start_ns for p in parts)
+    end = max(p.end_ns for p in parts)
+    wall_s = (end - start) / 1e9
+    ops = summarize_ops(merge_ops([p.ops for p in parts]), wall_s)
+    outages = merge_outages([p.write_outages for p in parts], start)
+    return {
+        "name": phase.name,
+        "mode": "open" if phase.rate else "closed",
+        "rate": phase.rate,
+        "workers": workload.workers,
+        "workers_reported": len(parts),
+        "wall_s": wall_s,
+        "client_cpu_s": sum(p.cpu_s for p in parts),
+        "interrupted": any(p.interrupted for p in parts),
+        "missed": sum(p.missed for p in parts),
+        "error_samples": [s for p in parts for s in p.error_samples][:5],
+        "ops": ops,
+        "timeseries": merge_timeseries([p.timeseries for p in parts]),
+        **({"write_outages": outages} if outages else {}),
+    }
