@@ -252,7 +252,7 @@ def target_case(rng: random.Random, tmp: Path) -> Callable[[], None]:
     network = rng.choice(NETWORKS) if rng.random() < 0.1 else None
 
     def run() -> None:  # what cli.run builds, minus the run itself
-        from cachemark.cli import experiment_from
+        from cachemark.cli.sources import experiment_from
 
         _check_experiment(experiment_from({}, "command line", targets, flags, labels, sweep, repeat, network))
 
@@ -354,7 +354,7 @@ def _toml_seeds() -> list[bytes]:
 
 
 def toml_case(rng: random.Random, tmp: Path) -> Callable[[], None]:
-    from cachemark.cli import resolve_source
+    from cachemark.cli.sources import resolve_source
     from cachemark.spec import build_experiment, merge_overrides
 
     path = tmp / rng.choice(["experiment.toml", "x.toml", "dir/exp.toml"])

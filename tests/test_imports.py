@@ -30,15 +30,6 @@ LAYERS = [
 ]
 
 
-# Circles found when this test first looked inside packages (issue 30), outside report/: each
-# waits for its own fix (assigned by the lead). The test fails on any other circle, and on one
-# of these once it is gone (delete its line then), so the list only shrinks.
-KNOWN_CYCLES = [
-    # create_backend imports .tags lazily; tags' capabilities imports backend_class from the package
-    {"cachemark.backends", "cachemark.backends.tags"},
-    # cli/__init__ imports size_command; its _synthetic imports experiment_from, resolve_source back
-    {"cachemark.cli", "cachemark.cli.size_command"},
-]
 
 
 class Edge(NamedTuple):
@@ -154,9 +145,7 @@ def test_no_cycles_between_modules() -> None:
         graph[edge.source].add(edge.target)
         where.setdefault((edge.source, edge.target), edge.where)
     knots = {min(group): group for group in _strongly_connected(graph)}
-    cycles = [cycle for cycle in import_cycles(graph) if knots[cycle[0]] not in KNOWN_CYCLES]
-    gone = [known for known in KNOWN_CYCLES if known not in knots.values()]
-    assert not gone, f"no longer a cycle: delete from KNOWN_CYCLES: {gone}"
+    cycles = import_cycles(graph)
     lines = []
     for cycle in cycles:
         lines.append("import cycle: " + " -> ".join(cycle))

@@ -37,6 +37,7 @@ from ..errors import BackendUnavailable, SpecError
 from ..schemes import scheme
 from ..target import Target
 from .base import Backend, Capabilities
+from .registry import backend_class
 
 MODES = ("native", "versioned", "scan")
 
@@ -79,8 +80,6 @@ class _TagWrapper(Backend):
 
     @classmethod
     def capabilities(cls, target: Target) -> Capabilities:
-        from . import backend_class
-
         inner = backend_class(target).capabilities(target)
         return Capabilities(
             native=cls._native, emulated=dict(cls._emulated), ttl=True, tags=cls.mode, shared=inner.shared

@@ -27,7 +27,7 @@ def _synthetic(source: str | None, keys: int | None, key_dist: str | None, value
                requests: int | None) -> tuple[Any, str, dict[str, Any]]:
     """The key stream of an experiment's (or the flags') workload, and how to describe it."""
     from ..analysis.mrc import workload_stream
-    from . import experiment_from, resolve_source
+    from .sources import experiment_from, resolve_source
 
     data, where = resolve_source(source)
     flags = {k: v for k, v in {"keys": keys, "key_dist": key_dist, "value_size": value_size}.items()
