@@ -26,7 +26,11 @@
 //! `error_grace_s` (`watch.rs`).
 //!
 //! * [`run`](run()) (`run.rs`) — orchestration: connect, threads, phases, result JSON
-//! * `worker.rs` — one load thread: clients, issuing, replies, timeouts, the phase loop
+//! * `worker/` — one load thread: its clients and the phase loop (`mod.rs`), what they send
+//!   when and where (`issue.rs`), replies read and recorded (`read.rs`), sockets and the
+//!   backend (`io.rs`)
+//! * `router/` — where a Redis Cluster's requests go (slots, redirects, replicas, joined
+//!   nodes) and which primary the Sentinels name now: asked by the worker, never asking it
 //! * `uring.rs`, `epoll.rs` — the two I/O backends, as methods of the worker
 //! * `conn.rs` — per-socket state and the blocking connect + handshake
 //! * `stream.rs` — a connection's stream: TCP or a Unix domain socket
@@ -44,6 +48,7 @@ mod epoll;
 mod error;
 mod outage;
 mod record;
+mod router;
 mod run;
 mod sentinel;
 mod shared;
