@@ -15,6 +15,7 @@ use crate::keyspace::Rng;
 use crate::proto::Kind;
 use crate::watch::ErrorWatch;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -74,26 +75,7 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
             )));
         }
     }
-    // Connect everything up front so an unreachable server or bad password fails fast.
-    // (A cluster's replicas not read from are not: a load thread connects one when a
-    // failover makes it a primary.)
-    let mut streams: Vec<Vec<Option<Stream>>> = Vec::new();
-    for _ in 0..plan.connections {
-        let mut per = Vec::new();
-        for server in 0..plan.servers.len() {
-            per.push(if server < plan.connected_at_start() {
-                Some(connect(plan, server, timeout).map_err(RunError::Unavailable)?)
-            } else {
-                None
-            });
-        }
-        streams.push(per);
-    }
-    let t = plan.threads;
-    let mut groups: Vec<Vec<(usize, Vec<Option<Stream>>)>> = (0..t).map(|_| Vec::new()).collect();
-    for (g, per) in streams.into_iter().enumerate() {
-        groups[g % t].push((g, per));
-    }
+    let groups = connect_all(plan, timeout)?;
     let mut control = Control {
         shared: &shared,
         poll,
@@ -101,109 +83,22 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         interrupted: false,
         stopped_on_errors: None,
     };
-    let mut cpu0 = (0.0, 0.0);
-    let mut measure_start = 0u64;
-    let recs: Vec<Recorder> = std::thread::scope(|scope| {
-        let mut handles = Vec::with_capacity(t);
-        for (ti, group) in groups.into_iter().enumerate() {
-            let shared = &shared;
-            let share = group.len() as u64;
-            let spawned = std::thread::Builder::new()
-                .name(format!("cachemark-load-{ti}"))
-                .spawn_scoped(scope, move || worker::run(plan, shared, ti, group, share));
-            match spawned {
-                Ok(handle) => handles.push(handle),
-                Err(e) => {
-                    // The threads started so far end at once: stopped before a run that starts now.
-                    shared.stop.store(true, Ordering::Release);
-                    shared
-                        .run_start
-                        .store(shared.now().max(1), Ordering::Release);
-                    for handle in handles {
-                        let _ = handle.join();
-                    }
-                    return Err(RunError::Host(format!(
-                        "the host refused load thread {} of {t}: {e} (its thread or memory limit): ask for \
-                         fewer threads",
-                        ti + 1
-                    )));
-                }
-            }
-        }
-        // Wait for prefill everywhere, then start all threads on one clock.
-        while shared.ready.load(Ordering::Acquire) < t {
-            control.check(" during prefill");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let start = shared.now() + 1_000_000;
-        measure_start = start + plan.warmup_ns;
-        shared.run_start.store(start, Ordering::Release);
-        // (Between prefill and the run there is a millisecond even without a warm-up.)
-        let warming = if plan.warmup_ns > 0 {
-            " during warm-up"
-        } else {
-            " during prefill"
-        };
-        while shared.now() < measure_start && !control.check(warming) {
-            std::thread::sleep(Duration::from_nanos(
-                (measure_start.saturating_sub(shared.now())).min(10_000_000),
-            ));
-        }
-        cpu0 = cpu_seconds();
-        while !handles.iter().all(|h| h.is_finished()) {
-            control.check("");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(handles
-            .into_iter()
-            .map(|h| h.join().expect("load thread panicked"))
-            .collect())
-    })?;
+    let Ran {
+        recs,
+        measure_start,
+        cpu0,
+    } = load_threads(plan, &shared, &mut control, groups)?;
     let cpu1 = cpu_seconds();
-    let (cpu_user, cpu_system) = (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1);
     let mut total = Recorder::new(plan.ops.len());
     for r in &recs {
         total.absorb(r);
     }
     let wall = total.last_done.saturating_sub(measure_start) as f64 / 1e9;
-    // Dropped-write canaries: a sample proportional to the writes, at most 100.
-    if let Some(si) = plan.ops.iter().position(|o| o.kind == Kind::Set) {
-        let sets = total.ops[si].count;
-        let n = canary_count(sets, plan.verify_fraction);
-        // Not after a stop: a dead server would only make every canary wait for its timeout.
-        if n > 0 && !control.interrupted && control.stopped_on_errors.is_none() {
-            let mut rng = Rng::new(plan.seed ^ 0xC0FFEE);
-            let slots = recs.iter().map(|r| &r.slots).find(|s| !s.is_empty());
-            // With Sentinels, on the primary they name now (a failover may have moved it).
-            let followed;
-            let canary_plan = match &plan.sentinel {
-                Some(s) => match sentinel::ask(s, timeout.min(Duration::from_secs(1))) {
-                    Ok((addr, name)) => {
-                        let mut p = plan.clone();
-                        (p.servers, p.server_names) = (vec![addr], vec![name]);
-                        followed = p;
-                        &followed
-                    }
-                    Err(m) => {
-                        total.samples.push(m);
-                        plan
-                    }
-                },
-                // A thread's last slot map may name nodes that joined the cluster meanwhile.
-                None if plan.cluster => {
-                    followed = shared.joined.extend(plan);
-                    &followed
-                }
-                None => plan,
-            };
-            let (dropped, msgs) = canaries(canary_plan, n, &mut rng, slots.map(|s| s.as_slice()));
-            total.ops[si].errors[E_DROPPED] += dropped;
-            total.ops[si].count += dropped;
-            for m in msgs.into_iter().take(3) {
-                total.samples.push(m);
-            }
-        }
+    // Not after a stop: a dead server would only make every canary wait for its timeout.
+    if !control.interrupted && control.stopped_on_errors.is_none() {
+        write_canaries(plan, &shared, &recs, &mut total, timeout);
     }
+    let (cpu_user, cpu_system) = (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1);
     Ok(json!({
         "wall_s": wall,
         "client_cpu_s": cpu_user + cpu_system,
@@ -232,6 +127,170 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         "start_ns": measure_start + shared.mono_epoch,
         "write_outages": outage::to_json(&total.outages.windows, shared.mono_epoch),
     }))
+}
+
+/// Every client's connections, one per server (`None`: a cluster replica not read from),
+/// dealt out to the load threads: per thread, its clients' global indexes and connections.
+/// Everything connects up front, so that an unreachable server or a bad password fails
+/// fast. (A cluster's replicas not read from do not: a load thread connects one when a
+/// failover makes it a primary.)
+fn connect_all(plan: &Plan, timeout: Duration) -> Result<Vec<ThreadClients>, RunError> {
+    let mut groups: Vec<ThreadClients> = (0..plan.threads).map(|_| Vec::new()).collect();
+    for g in 0..plan.connections {
+        let mut per = Vec::new();
+        for server in 0..plan.servers.len() {
+            per.push(if server < plan.connected_at_start() {
+                Some(connect(plan, server, timeout).map_err(RunError::Unavailable)?)
+            } else {
+                None
+            });
+        }
+        groups[g % plan.threads].push((g, per));
+    }
+    Ok(groups)
+}
+
+/// One load thread's clients: each one's global index and its connections.
+type ThreadClients = Vec<(usize, Vec<Option<Stream>>)>;
+
+/// What the load threads came back with.
+struct Ran {
+    /// What each measured.
+    recs: Vec<Recorder>,
+    /// Where the timed phase began, on the run's clock.
+    measure_start: u64,
+    /// The process's CPU time (user, system) then.
+    cpu0: (f64, f64),
+}
+
+/// Starts a load thread per group and paces them from this thread (`pace`) until all have
+/// ended.
+fn load_threads(
+    plan: &Plan,
+    shared: &Shared,
+    control: &mut Control,
+    groups: Vec<ThreadClients>,
+) -> Result<Ran, RunError> {
+    let t = plan.threads;
+    std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(t);
+        for (ti, group) in groups.into_iter().enumerate() {
+            let share = group.len() as u64;
+            let spawned = std::thread::Builder::new()
+                .name(format!("cachemark-load-{ti}"))
+                .spawn_scoped(scope, move || worker::run(plan, shared, ti, group, share));
+            match spawned {
+                Ok(handle) => handles.push(handle),
+                Err(e) => {
+                    // The threads started so far end at once: stopped before a run that starts now.
+                    shared.stop.store(true, Ordering::Release);
+                    shared
+                        .run_start
+                        .store(shared.now().max(1), Ordering::Release);
+                    for handle in handles {
+                        let _ = handle.join();
+                    }
+                    return Err(RunError::Host(format!(
+                        "the host refused load thread {} of {t}: {e} (its thread or memory limit): ask for \
+                         fewer threads",
+                        ti + 1
+                    )));
+                }
+            }
+        }
+        let measure_start = pace(plan, shared, control);
+        let cpu0 = cpu_seconds();
+        while !handles.iter().all(|h| h.is_finished()) {
+            control.check("");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let recs = handles
+            .into_iter()
+            .map(|h| h.join().expect("load thread panicked"))
+            .collect();
+        Ok(Ran {
+            recs,
+            measure_start,
+            cpu0,
+        })
+    })
+}
+
+/// Waits for prefill everywhere, then starts all threads on one clock and waits out the
+/// warm-up: where the timed phase begins.
+fn pace(plan: &Plan, shared: &Shared, control: &mut Control) -> u64 {
+    while shared.ready.load(Ordering::Acquire) < plan.threads {
+        control.check(" during prefill");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let start = shared.now() + 1_000_000;
+    let measure_start = start + plan.warmup_ns;
+    shared.run_start.store(start, Ordering::Release);
+    // (Between prefill and the run there is a millisecond even without a warm-up.)
+    let warming = if plan.warmup_ns > 0 {
+        " during warm-up"
+    } else {
+        " during prefill"
+    };
+    while shared.now() < measure_start && !control.check(warming) {
+        std::thread::sleep(Duration::from_nanos(
+            (measure_start.saturating_sub(shared.now())).min(10_000_000),
+        ));
+    }
+    measure_start
+}
+
+/// Dropped-write canaries: a sample proportional to the writes, at most 100, counted into
+/// the first set op's errors.
+fn write_canaries(
+    plan: &Plan,
+    shared: &Shared,
+    recs: &[Recorder],
+    total: &mut Recorder,
+    timeout: Duration,
+) {
+    let Some(si) = plan.ops.iter().position(|o| o.kind == Kind::Set) else {
+        return;
+    };
+    let n = canary_count(total.ops[si].count, plan.verify_fraction);
+    if n == 0 {
+        return;
+    }
+    let mut rng = Rng::new(plan.seed ^ 0xC0FFEE);
+    let slots = recs.iter().map(|r| &r.slots).find(|s| !s.is_empty());
+    let canary_plan = servers_now(plan, shared, total, timeout);
+    let (dropped, msgs) = canaries(&canary_plan, n, &mut rng, slots.map(|s| s.as_slice()));
+    total.ops[si].errors[E_DROPPED] += dropped;
+    total.ops[si].count += dropped;
+    for m in msgs.into_iter().take(3) {
+        total.samples.push(m);
+    }
+}
+
+/// The plan with the servers as they are now: with Sentinels, the primary they name now (a
+/// failover may have moved it); for a cluster, the nodes that joined meanwhile too (a
+/// thread's last slot map may name them).
+fn servers_now<'a>(
+    plan: &'a Plan,
+    shared: &Shared,
+    total: &mut Recorder,
+    timeout: Duration,
+) -> Cow<'a, Plan> {
+    match &plan.sentinel {
+        Some(s) => match sentinel::ask(s, timeout.min(Duration::from_secs(1))) {
+            Ok((addr, name)) => {
+                let mut p = plan.clone();
+                (p.servers, p.server_names) = (vec![addr], vec![name]);
+                Cow::Owned(p)
+            }
+            Err(m) => {
+                total.samples.push(m);
+                Cow::Borrowed(plan)
+            }
+        },
+        None if plan.cluster => Cow::Owned(shared.joined.extend(plan)),
+        None => Cow::Borrowed(plan),
+    }
 }
 
 /// The result's `cluster`: the map read at the start (primaries; the replicas when read

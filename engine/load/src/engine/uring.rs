@@ -94,6 +94,16 @@ impl Uring {
         filler: &[u8],
         wait_ns: u64,
     ) -> std::io::Result<()> {
+        self.arm_recvs(socks);
+        let unsealed = self.arm_sends(socks, filler);
+        self.enter(wait_ns, &unsealed)
+    }
+
+    /// A RECV on every socket of `idle` that is still open and has none pending: into its
+    /// read buffer's spare room, into its buffer of records (TLS), or nowhere for a value
+    /// being discarded.
+    #[inline]
+    fn arm_recvs(&mut self, socks: &mut [Sock]) {
         for k in 0..self.idle.len() {
             let si = self.idle[k];
             let s = &mut socks[si];
@@ -144,6 +154,13 @@ impl Uring {
             s.recv_busy = true;
         }
         self.idle.clear();
+    }
+
+    /// A SEND (or SENDMSG, gathering a large value from the filler) on every socket of
+    /// `dirty` with requests queued and no SEND pending; TLS sockets' requests are sealed
+    /// into records first. Returns the completions of the sockets whose sealing failed.
+    #[inline]
+    fn arm_sends(&mut self, socks: &mut [Sock], filler: &[u8]) -> Vec<(u64, i32)> {
         let mut unsealed = Vec::new();
         for k in 0..self.dirty.len() {
             let si = self.dirty[k];
@@ -156,7 +173,7 @@ impl Uring {
                 if matches!(s.stream, Some(Stream::Tls(_))) {
                     if tlsbuf::seal(s, filler).is_err() {
                         // rustls refuses only on a failed session: a failed write, below
-                        unsealed.push(((si as u64) << 8) | TAG_SEND);
+                        unsealed.push((((si as u64) << 8) | TAG_SEND, -libc::EPROTO));
                         continue;
                     }
                     if s.sending.is_empty() {
@@ -203,6 +220,13 @@ impl Uring {
             s.send_busy = true;
         }
         self.dirty.clear();
+        unsealed
+    }
+
+    /// Submits what was armed and waits (at most `wait_ns`) for completions in one
+    /// `io_uring_enter`, then collects them, and `unsealed`'s, into `self.cqes`.
+    #[inline]
+    fn enter(&mut self, wait_ns: u64, unsealed: &[(u64, i32)]) -> std::io::Result<()> {
         let ts = io_uring::types::Timespec::new()
             .sec(wait_ns / 1_000_000_000)
             .nsec((wait_ns % 1_000_000_000) as u32);
@@ -225,8 +249,7 @@ impl Uring {
         for cqe in self.ring.completion() {
             self.cqes.push((cqe.user_data(), cqe.result()));
         }
-        self.cqes
-            .extend(unsealed.iter().map(|&data| (data, -libc::EPROTO)));
+        self.cqes.extend_from_slice(unsealed);
         failed.map_or(Ok(()), Err)
     }
 
