@@ -278,7 +278,7 @@ pub(super) fn complete(
 }
 
 /// A read's hit, read whole, not to verify: what `complete` records for it, on the short way
-/// of a plain-GET run's replies (`Worker::take_hits`; closed loop: no uncorrected time).
+/// of a plain-GET run's replies (`take_hits` in `worker/read.rs`; closed loop: no uncorrected time).
 #[inline]
 pub(super) fn complete_hit(rec: &mut Recorder, p: &Pending, payload: usize, now: u64) {
     debug_assert!(p.flags & P_VERIFY == 0);

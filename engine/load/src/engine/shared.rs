@@ -1,6 +1,6 @@
 //! What the orchestrating thread and the load threads share while a run lasts: the run's clock,
 //! the stop flag, the start, the counts the on-error watch reads, the nodes a cluster gained.
-//! A module of its own, so that `run.rs` (which makes it) and `worker.rs` (which reads it) do
+//! A module of its own, so that `run.rs` (which makes it) and `worker/` (which reads it) do
 //! not import each other.
 
 use super::record::Recorder;

@@ -39,7 +39,7 @@ pub(super) fn resolve(plan: &Plan) -> Result<Plan, RunError> {
 
 /// The slot ranges node `server` of the plan gives (`CLUSTER SLOTS`, over a new connection
 /// with the usual handshake): at the start from a seed, and during a run from any node a
-/// load thread can still reach (`Worker::refresh_slots`).
+/// load thread can still reach (`Cluster::refresh_slots`, `router/cluster.rs`).
 pub(super) fn slot_ranges(
     plan: &Plan,
     server: usize,

@@ -100,7 +100,7 @@ pub fn encode(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
             header(out, OP_NOOP, 0, 0, 0);
             return n;
         }
-        // config.rs refuses templates for this protocol; a set-up step is a NOOP
+        // config/mix.rs refuses templates for this protocol; a set-up step is a NOOP
         Kind::Template | Kind::Setup => header(out, OP_NOOP, 0, 0, 0),
     }
     klen

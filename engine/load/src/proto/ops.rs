@@ -1,6 +1,6 @@
 //! What a request is made of, as the plan describes it and the encoders read it: the protocol,
 //! the ops of the mix and their templates. Here, below the configuration, so that the encoders
-//! need nothing of `config.rs` and `config.rs` builds its plan from these (no import circle).
+//! need nothing of `config/` and `config/` builds its plan from these (no import circle).
 
 use super::Kind;
 use serde::Deserialize;

@@ -459,7 +459,7 @@ fn bulk_hit(buf: &[u8], lim: &Limits) -> Option<Reply> {
 
 /// Where the value of a whole hit at the start of `buf` starts and how long it is (the
 /// reply is `at + len + 2` bytes); `None` for anything else: the shortcut of `parse`, and the
-/// short way of a plain-GET run's replies (`Worker::take_hits`).
+/// short way of a plain-GET run's replies (`take_hits`, `engine/worker/read.rs`).
 #[inline]
 pub fn whole_hit(buf: &[u8], max_bulk: usize) -> Option<(usize, usize)> {
     if buf.first() != Some(&b'$') {
