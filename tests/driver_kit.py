@@ -1,6 +1,6 @@
-"""What every driver's tests share (docs/drivers.md): the skip when a driver is not installed, its
-URL, the workload they start from, a plain Python client on the same server (to plant foreign keys
-and to watch the load), and a run during which the server is killed."""
+"""What the driver tests share (docs/drivers.md): the skip when a driver cannot start here, its URL,
+the workload they start from, a plain Python client on the same server (to plant foreign keys and to
+watch the load), and a run during which the server is killed."""
 
 from __future__ import annotations
 
@@ -14,17 +14,33 @@ import pytest
 import redis
 
 from cachemark.errors import BackendMissing
-from cachemark.run.driver import DRIVERS
+from cachemark.run.driver import DRIVERS, DriverFailed, DriverProcess
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
 
+_CANNOT_START: dict[str, str] = {}  # driver name -> why it cannot run here ("" when it can)
+
 
 def needs_driver(name: str) -> str:
-    """The driver's name, or a skip saying (in one line) what to install."""
-    try:
-        DRIVERS[name].command()
-    except BackendMissing as exc:
-        pytest.skip(str(exc).splitlines()[0])
+    """The driver's name, or a skip saying (in one line) what to install: its runtime or build is
+    missing, or it starts but says a library is (its hello is an error of kind ``missing``). Asked
+    once per driver and session."""
+    if name not in _CANNOT_START:
+        try:
+            d = DriverProcess(DRIVERS[name], 0)
+        except (BackendMissing, DriverFailed) as exc:
+            _CANNOT_START[name] = str(exc).splitlines()[0]
+        else:
+            try:
+                hello, _ = d.recv(120)
+                missing = hello.get("type") == "error" and hello.get("kind") == "missing"
+                _CANNOT_START[name] = str(hello.get("message", "")).splitlines()[0] if missing else ""
+            except DriverFailed as exc:
+                _CANNOT_START[name] = str(exc).splitlines()[0]
+            finally:
+                d.close()
+    if _CANNOT_START[name]:
+        pytest.skip(_CANNOT_START[name])
     return name
 
 
@@ -94,28 +110,19 @@ def run_killing_the_server(server: Any, url: str, load: Workload, after: int = 3
     return outcome
 
 
-def assert_ops_then_errors(outcome: Any) -> None:
-    """Ops succeeded, then failed as a dead server's do (connection or timeout), and the run ended well."""
-    assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
-    errors = sum(sum(o["errors"].values()) for o in ops.values())
-    assert 0 < errors < sum(o["count"] for o in ops.values())
-    assert {k for o in ops.values() for k in o["errors"]} <= {"connection", "timeout"}, ops
+def handshake(name: str, target_url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A driver's hello and its ready to a setup for ``target_url`` (then bye): what it says it built."""
+    import uuid
 
+    from cachemark.run.driver import setup_message
+    from cachemark.target import parse_target
 
-def cli_get_run(tmp_path: Any, target: str) -> tuple[Any, dict[str, Any]]:
-    """``cachemark run -t TARGET`` of 500 gets on 100 prefilled keys, as a user types it: the finished
-    process (its stdout says which client) and the saved run."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "-m", "cachemark", "run", "-t", target, "--mix", "get=100", "--ops", "500", "--keys", "100",
-         "--workers", "1", "--warmup", "0", "--no-calibrate", "-o", "out.json"],
-        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"}, timeout=120)
-    assert result.returncode == 0, (result.stdout, result.stderr)
-    run = json.loads((tmp_path / "out.json").read_text())["runs"][0]
-    assert run["status"] == "ok", run.get("reason")
-    return result, run
+    needs_driver(name)
+    d = DriverProcess(DRIVERS[name], 0)
+    try:
+        hello, _ = d.recv(120)
+        ready, _ = d.request(setup_message(parse_target(target_url), workload(keys=10), f"cm:{uuid.uuid4().hex[:8]}:",
+                                           0), expect="ready")
+    finally:
+        d.close()
+    return hello, ready

@@ -19,7 +19,7 @@ ROOT = Path(__file__).parent.parent / "src" / "cachemark"
 # ``__version__``, and every module below imports it anyway (it is their parent package).
 LAYERS = [
     {"__init__", "errors", "textfile", "interrupts", "procs", "scratch", "_engine", "wire", "memcache_binary",
-     "outfile"},
+     "outfile", "driver_registry"},
     {"schemes", "target", "proctitle", "crash", "sweep", "needs"},
     {"workload"},
     {"spec", "backends", "engine", "measure"},

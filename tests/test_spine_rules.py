@@ -26,8 +26,6 @@ URL_PARSERS = frozenset({"urlsplit", "urlparse", "parse_qs", "parse_qsl"})
 NOT_YET_ROW_FACTS = {
     ("report/verdict.py", "info.get('framework') == 'django'"),  # Django as the framework a backend ran in
     ("report/verdict.py", "backend.get('scheme') == 'null'"),  # null:// keeps nothing: Scheme.stores
-    ("run/driver.py", "row.stats == 'redis'"),  # RESP servers: Scheme.family
-    ("run/driver.py", "target.scheme == 'file'"),  # a directory store of the driver's own: Scheme.embedded
 }
 
 

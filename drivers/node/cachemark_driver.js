@@ -518,6 +518,7 @@ class Driver {
     return async (c) => {
       let code = MISS;
       for (let i = 0; i < parts.length; i++) {
+        c.steps = i + 1; // the steps sent (bytes_out): a "no" from exists leaves the get unsent
         code = await parts[i](c);
         if (steps[i] === 'exists' && code !== HIT) return code;
       }
@@ -586,7 +587,7 @@ class Batch {
     this.canaryDue = false;
     this.stopped = false;
     this.failingSince = null;
-    this.c = { key: '', value: null, names: null, got: null, gotMany: null, refused: null, refusal: null };
+    this.c = { key: '', value: null, names: null, got: null, gotMany: null, refused: null, refusal: null, steps: 1 };
     this.c.refused = () => { this.c.refusal = 'write returned false (not stored)'; return ERR; };
     this.cpu0 = process.cpuUsage();
     this.start = process.hrtime.bigint();
@@ -616,6 +617,7 @@ class Batch {
       for (let m = 0; m < count; m++) c.names[m] = keys[(k + m) % keys.length];
     }
     c.got = c.gotMany = c.refusal = null;
+    c.steps = 1;
     this.verify = false;
     if (this.readEvery > 0 && this.verifiable[e] && ++this.reads >= this.readEvery) {
       this.reads = 0;
@@ -637,7 +639,10 @@ class Batch {
     } else if (code === HIT) {
       code = this.check();
     }
-    this.bytesOut[e] += this.many[e] ? c.names.reduce((sum, name) => sum + name.length, 0) : c.key.length;
+    if (error === null && c.gotMany !== null) { // every value that came back, a miss's and a bad one's too
+      for (const v of c.gotMany) if (v !== null) this.bytesIn[e] += v.length;
+    }
+    this.bytesOut[e] += this.many[e] ? c.names.reduce((sum, name) => sum + name.length, 0) : c.key.length * c.steps;
     if (c.value !== null) this.bytesOut[e] += c.value.length;
     const i = this.i++;
     if (i === this.capacity) { // a cycle runs on: the arrays grow
@@ -672,7 +677,6 @@ class Batch {
       const count = work.keys.length;
       for (let m = 0; m < c.gotMany.length; m++) {
         const v = c.gotMany[m];
-        this.bytesIn[e] += v.length;
         if (this.verify && !work.valid((k + m) % count, v)) return this.verifyFailed(c.names[m], v);
       }
     } else if (c.got !== null) {

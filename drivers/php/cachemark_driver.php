@@ -372,6 +372,7 @@ final class Driver
     private array $extra = [];
     private string $entryName = '';
     private mixed $got = null; // what the last read returned, checked after the clock stops
+    private int $unsent = 0; // bytes of a sequence's steps never sent (exists said no): not bytes_out
 
     public function serve(): void
     {
@@ -587,17 +588,28 @@ final class Driver
             return $this->step($steps[0]);
         }
         $parts = array_map(fn ($s) => $this->step($s), $steps);
-        return [static function (int $k, int $size, int &$out) use ($parts): array {
+        $unsent = &$this->unsent;
+        $after = []; // bytes of the steps after step i (prepared, counted, not sent when the sequence stops)
+        return [static function (int $k, int $size, int &$out) use ($parts, &$after): array {
             $args = [];
+            $sizes = [];
             foreach ($parts as $p) {
+                $before = $out;
                 $args[] = $p[0]($k, $size, $out);
+                $sizes[] = $out - $before;
+            }
+            $rest = 0;
+            for ($i = count($sizes) - 1; $i >= 0; $i--) {
+                $after[$i] = $rest;
+                $rest += $sizes[$i];
             }
             return $args;
-        }, static function (array $args) use ($parts, $steps): int {
+        }, static function (array $args) use ($parts, $steps, &$after, &$unsent): int {
             $code = MISS;
             foreach ($parts as $i => $p) {
                 $code = $p[1]($args[$i]);
                 if ($code >= ERR || $code === REFUSED || ($steps[$i] === 'exists' && $code !== HIT)) {
+                    $unsent = $after[$i];
                     return $code;
                 }
             }
@@ -716,7 +728,8 @@ final class Driver
                     $code = $this->kindCode('verify');
                 }
             }
-            $bytesOut[$e] += $out;
+            $bytesOut[$e] += $out - $this->unsent;
+            $this->unsent = 0;
             $outcomes[] = $code;
             $starts[] = $t0 - $start;
             $lats[] = $t1 - $t0;

@@ -111,7 +111,7 @@ class Cache
   attr_accessor :last_error
 
   def initialize(setup)
-    scheme = setup.fetch("scheme")
+    scheme = setup.fetch("scheme") || "null" # null: no server, Rails' NullStore (docs/drivers.md)
     @last_error = nil
     timeout = setup.fetch("timeout_s", 5.0).to_f
     connect_timeout = setup.fetch("connect_timeout_s", 2.0).to_f
@@ -304,6 +304,7 @@ class Driver
     case steps[0]
     when "get"
       lambda do |key, k, _value, verify|
+        @bytes_out += key.bytesize # bytes_out: the key of each step sent (and a write's value)
         v = in_sequence ? store.fetch(key) : store.read(key)
         return MISS if v.nil?
 
@@ -312,20 +313,25 @@ class Driver
       end
     when "set"
       lambda do |key, _k, value, _verify|
-        @bytes_out += value.bytesize
+        @bytes_out += key.bytesize + value.bytesize
         store.write(key, value, **opts) ? OK : refused(key)
       end
     when "delete"
       lambda do |key, _k, _value, _verify|
+        @bytes_out += key.bytesize
         r = store.delete(key)
         r == true || (r.is_a?(Integer) && r.positive?) ? HIT : MISS
       end
     when "exists"
-      ->(key, _k, _value, _verify) { store.exist?(key) ? HIT : MISS }
+      lambda do |key, _k, _value, _verify|
+        @bytes_out += key.bytesize
+        store.exist?(key) ? HIT : MISS
+      end
     when "get_many"
       keys, count, many = work.keys, work.keys.size, @many
       lambda do |_key, k, _value, verify|
         names = Array.new(many) { |i| keys[(k + i) % count] }
+        @many_names = names # every key is sent: counted after the clock
         found = store.read_multi(*names)
         found.each_value { |v| @bytes_in += v.bytesize }
         return MISS if found.size < many
@@ -429,6 +435,7 @@ class Driver
       end
       @entry_name = names[e]
       @bytes_in = @bytes_out = 0
+      @many_names = nil
       t0 = Process.clock_gettime(clock, :nanosecond)
       begin
         code = fns[e].call(key, k, value, verify)
@@ -444,7 +451,8 @@ class Driver
         code = kind_code(kind)
       end
       bytes_in[e] += @bytes_in
-      bytes_out[e] += @bytes_out + key.bytesize
+      bytes_out[e] += @bytes_out
+      bytes_out[e] += @many_names.sum(&:bytesize) if @many_names
       outcomes << code
       starts << (t0 - start)
       lats << (t1 - t0)

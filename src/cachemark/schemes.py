@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .driver_registry import DRIVERS
 from .errors import SpecError
 
 if TYPE_CHECKING:
@@ -115,20 +116,11 @@ class LabKind:
     options: frozenset[str] = field(default_factory=frozenset)  # server options in the spawn: URL
 
 
-# Drivers in other stacks (docs/drivers.md, run/driver.py): the ``client=`` names and the schemes each runs.
-_REDIS_LIKE = frozenset({"redis", "rediss", "valkey", "valkeys"})
-DRIVER_SCHEMES: dict[str, frozenset[str]] = {
-    "ruby-activesupport": _REDIS_LIKE | {"memcached", "memory", "file"},
-    "php-symfony": _REDIS_LIKE | {"memcached", "file"},
-    "node-ioredis": _REDIS_LIKE, "node-redis": _REDIS_LIKE, "node-memjs": frozenset({"memcached"}),
-    "java-jedis": _REDIS_LIKE, "java-lettuce": _REDIS_LIKE, "java-spymemcached": frozenset({"memcached"}),
-    "go-redis": _REDIS_LIKE, "go-memcache": frozenset({"memcached"}),
-}
 
 
 def drivers_of(scheme_name: str) -> frozenset[str]:
-    """The driver ``client=`` names that run a scheme's targets."""
-    return frozenset(name for name, served in DRIVER_SCHEMES.items() if scheme_name in served)
+    """The driver ``client=`` names that run a scheme's targets (their rows in driver_registry.py)."""
+    return frozenset(name for name, driver in DRIVERS.items() if scheme_name in driver.schemes)
 
 
 _REDIS = frozenset({"client", "hiredis", "socket_timeout", "socket_connect_timeout"})

@@ -16,33 +16,33 @@ import json
 import math
 import os
 import select
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import procs
+from ..driver_registry import DRIVERS, DRIVERS_DIR, DriverSpec
 from ..errors import BackendMissing, BackendUnavailable, PrefillFailed, UnsupportedOp
 from ..measure.histogram import COUNTS_LEN, Histogram, bucket_indexes
 from ..measure.recorder import ERROR, Recorder
 from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
-from ..schemes import DRIVER_SCHEMES, scheme
+from ..schemes import scheme
 from ..spec import Phase, Workload
 from ..target import Target
 from ..textfile import one_line
 from ..workload.ops import OpStream, mix_entries, split_ops, stream_seed
 from ..workload.replay import load_share
+from .driver_protocol import SCHEMA_FILE
+from .driver_protocol import load as load_protocol
 from .messages import death
 from .worker import arrival_gaps
 
-PROTOCOL = 1
-DRIVER_OPS = frozenset({"get", "set", "delete", "exists", "get_many"})
+PROTOCOL = 1  # drivers/protocol/protocol.json's x-version: every message, both ways, is described there
 # A closed-loop phase bounded by time only gets this many pre-generated ops per worker,
 # which the driver cycles through until the deadline.
 CYCLE_OPS = 100_000
@@ -50,85 +50,8 @@ HELLO_TIMEOUT_S = 30.0
 REPLY_TIMEOUT_S = 60.0  # setup, ops upload, bye; plus per-op allowances for prefill and go
 INTERRUPT_TIMEOUT_S = 10.0  # after Ctrl-C: how long a driver may take to report what it ran
 PER_OP_TIMEOUT_S = 0.002  # a generous bound on one op of a count-bounded phase (Ruby: ~50 µs)
-DRIVERS_DIR = Path(os.environ.get("CACHEMARK_DRIVERS", Path(__file__).resolve().parents[3] / "drivers"))
 
 
-@dataclass(frozen=True)
-class DriverSpec:
-    """A driver: how to start it, what it needs built, and what to install when it is missing."""
-
-    name: str  # the ``client=`` value; the schemes it runs are in schemes.DRIVER_SCHEMES
-    runtime_env: str  # an environment variable naming the runtime (or, for a compiled driver, the program)
-    runtime: str  # its default; "" when argv[0] is the program itself
-    argv: tuple[str, ...]  # after the runtime; "{dir}" is DRIVERS_DIR
-    install: str  # the one line saying what to install
-    framework: str  # the library (in hello's "libraries") whose version names the client
-    built: str = ""  # a file under DRIVERS_DIR that `make drivers` makes (node_modules, a jar, a binary)
-    tags: bool = False  # runs tagged workloads: writes with tags, and the ``clean`` op
-    # where a cache that cannot list its keys (memcached) gets the tag scheme's own keys, for the cleanup:
-    # (per item "{ns}…{i}", per tag "{ns}…{j}") — Symfony's TagAwareAdapter: "\0tags\0" as "/tags/"
-    tag_keys: tuple[str, str] | None = None
-
-    @property
-    def schemes(self) -> frozenset[str]:
-        return DRIVER_SCHEMES[self.name]
-
-    @property
-    def ops(self) -> frozenset[str]:
-        return DRIVER_OPS | {"clean"} if self.tags else DRIVER_OPS
-
-    def command(self) -> list[str]:
-        """The driver's command line; BackendMissing (one line: what to install) when it cannot start."""
-        named = os.environ.get(self.runtime_env)
-        argv = [a.replace("{dir}", str(DRIVERS_DIR)) for a in self.argv]
-        if not self.runtime:  # a compiled driver: argv[0] is the program (the environment may name another)
-            program = named or argv[0]
-            if not Path(program).is_file():
-                raise BackendMissing(f"client={self.name}: the driver is not built ({program} is missing): "
-                                     f"{self.install}")
-            return [program, *argv[1:]]
-        runtime = shutil.which(named or self.runtime)
-        if runtime is None:
-            raise BackendMissing(f"client={self.name} needs {named or self.runtime!r}, which is not installed: "
-                                 f"{self.install} (or set {self.runtime_env})")
-        if self.built and not (DRIVERS_DIR / self.built).exists():
-            raise BackendMissing(f"client={self.name}: the driver is not built ({DRIVERS_DIR / self.built} is "
-                                 f"missing): {self.install}")
-        script = next(Path(a) for a in argv if a.startswith(str(DRIVERS_DIR)))
-        if not script.is_file():
-            raise BackendMissing(f"client={self.name}: the driver {script} is missing (set CACHEMARK_DRIVERS)")
-        return [runtime, *argv]
-
-
-_NODE = "install Node.js and npm, then `make drivers` (npm ci in drivers/node)"
-_JAVA = "install a JDK (17+) and Maven, then `make drivers` (mvn package in drivers/java)"
-_GO = "install Go (1.26+), then `make drivers` (go build in drivers/go)"
-DRIVERS = {d.name: d for d in (
-    DriverSpec("ruby-activesupport", "CACHEMARK_RUBY", "ruby", ("{dir}/ruby/cachemark_driver.rb",),
-               "apt-get install ruby ruby-activesupport ruby-dalli ruby-redis", "activesupport"),
-    DriverSpec("php-symfony", "CACHEMARK_PHP", "php", ("{dir}/php/cachemark_driver.php",),
-               "apt-get install php-cli php-redis php-memcached php-symfony-cache", "symfony/cache", tags=True,
-               tag_keys=("{ns}/tags/{i}", "{ns}t{j}/tags/")),
-    DriverSpec("node-ioredis", "CACHEMARK_NODE", "node", ("{dir}/node/cachemark_driver.js", "ioredis"), _NODE,
-               "ioredis", built="node/node_modules/ioredis/package.json"),
-    DriverSpec("node-redis", "CACHEMARK_NODE", "node", ("{dir}/node/cachemark_driver.js", "redis"), _NODE,
-               "redis", built="node/node_modules/redis/package.json"),
-    DriverSpec("node-memjs", "CACHEMARK_NODE", "node", ("{dir}/node/cachemark_driver.js", "memjs"), _NODE,
-               "memjs", built="node/node_modules/memjs/package.json"),
-    DriverSpec("java-jedis", "CACHEMARK_JAVA", "java", ("-jar", "{dir}/java/target/cachemark-driver.jar", "jedis"),
-               _JAVA, "jedis", built="java/target/cachemark-driver.jar"),
-    DriverSpec("java-lettuce", "CACHEMARK_JAVA", "java",
-               ("-jar", "{dir}/java/target/cachemark-driver.jar", "lettuce"), _JAVA, "lettuce",
-               built="java/target/cachemark-driver.jar"),
-    DriverSpec("java-spymemcached", "CACHEMARK_JAVA", "java",
-               ("-jar", "{dir}/java/target/cachemark-driver.jar", "spymemcached"), _JAVA, "spymemcached",
-               built="java/target/cachemark-driver.jar"),
-    DriverSpec("go-redis", "CACHEMARK_GO_DRIVER", "", ("{dir}/go/cachemark-driver", "go-redis"), _GO, "go-redis",
-               built="go/cachemark-driver"),
-    DriverSpec("go-memcache", "CACHEMARK_GO_DRIVER", "", ("{dir}/go/cachemark-driver", "gomemcache"), _GO,
-               "gomemcache", built="go/cachemark-driver"),
-)}
-assert set(DRIVERS) == set(DRIVER_SCHEMES), "every driver's schemes are in schemes.DRIVER_SCHEMES"
 
 
 def driver_for(target: Target) -> DriverSpec | None:
@@ -146,6 +69,11 @@ class DriverProcess:
     def __init__(self, spec: DriverSpec, worker: int) -> None:
         self.spec, self.worker = spec, worker
         command = spec.command()  # BackendMissing before anything is opened
+        try:
+            self.protocol = load_protocol(DRIVERS_DIR)
+        except OSError:
+            raise BackendMissing(f"client={spec.name}: the driver protocol {DRIVERS_DIR / SCHEMA_FILE} is missing "
+                                 f"(set CACHEMARK_DRIVERS)") from None
         if not os.access(command[0], os.X_OK):  # said here: setpriv (below) would only fail to exec it
             raise DriverFailed(f"driver {spec.name} (worker {worker}) cannot start {command[0]}: not executable")
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 — kept for the process's life, closed in close()
@@ -193,7 +121,15 @@ class DriverProcess:
             line = one_line(bytes(self.buf[:end]).decode(errors="replace"), 120)
             raise self._failed(f"sent a line that is not JSON: {line}") from None
         del self.buf[:end + 1]
+        # every message a driver sends, checked against the protocol's schema (a few per phase, none per op)
+        if (problem := self.protocol.problem(msg)) is not None:
+            what = msg.get("type") if isinstance(msg, dict) else None
+            raise self._failed(f"broke the protocol ({SCHEMA_FILE.as_posix()}): "
+                               + (f"{what!r}: " if isinstance(what, str) else "") + one_line(problem, 200), hung=True)
         size = int(msg.get("blob") or 0)
+        if size != (expected := self.protocol.blob_size(msg)) and "x-blob" in self.protocol.defs[msg["type"]]:
+            raise self._failed(f"broke the protocol ({SCHEMA_FILE.as_posix()}): {msg['type']!r} with a blob of "
+                               f"{size} bytes, not {expected}", hung=True)
         while len(self.buf) < size:
             self._fill(deadline, timeout)
         blob = bytes(self.buf[:size])
@@ -279,32 +215,29 @@ class DriverProcess:
 
 def setup_message(target: Target, workload: Workload, namespace: str, worker: int) -> dict[str, Any]:
     row = scheme(target.scheme)
-    port = row.default_port or 0
-    servers = [[host or "127.0.0.1", given or port] for host, given in target.hosts] or [["127.0.0.1", port]]
-    redis_like = row.stats == "redis"
-    path = target.path.strip("/")
+    where = target.endpoint()
+    resp = row.family == "resp"  # redis-py's parameter names; memcached's are its own
     sizes = workload.sizes
     extra: dict[str, Any] = {}
-    if row.embedded is not None:  # a local store: no server; file:// gets the run's own directory
-        servers = []
-        if target.scheme == "file":
-            from ..backends.file import PrivateDir, local_path, run_temp_dir
+    if row.embedded == "":  # a directory store (file://): the run's own directory, as the Python client's
+        from ..backends.file import PrivateDir, local_path, run_temp_dir
 
-            extra["path"] = PrivateDir(local_path(target) or run_temp_dir("file", namespace), namespace).path
+        extra["path"] = PrivateDir(local_path(target) or run_temp_dir(target.scheme, namespace), namespace).path
     return extra | {
-        "type": "setup", "protocol": PROTOCOL, "scheme": target.scheme, "servers": servers,
-        "db": int(path) if redis_like and path.isdigit() else 0,
-        "username": target.username, "password": target.password, "tls": row.tls,
+        "type": "setup", "protocol": PROTOCOL, "scheme": target.scheme,
+        "servers": [[host, port or 0] for host, port in where.hosts],  # none for a store in this process
+        "db": where.db_number() if resp and where.db.isdigit() else 0,
+        "username": where.username, "password": where.password, "tls": where.tls,
         "namespace": namespace, "worker": worker, "keys": workload.keys, "ttl_s": workload.ttl,
         "sizes": {"kind": "choice" if sizes.kind == "etc" else sizes.kind, "sizes": list(sizes.sizes)},
         "get_many_count": workload.get_many_count,
         "tags": None if workload.tags is None else {"pool": workload.tags.pool, "min": workload.tags.min_per_key,
                                                     "max": workload.tags.max_per_key},
         # a TLS target's verification, as the URL says it (a private CA, or none): rediss://…?ssl_ca_certs=…
-        "ssl_ca_certs": target.param("ssl_ca_certs"), "ssl_cert_reqs": target.param("ssl_cert_reqs"),
-        "ssl_certfile": target.param("ssl_certfile"), "ssl_keyfile": target.param("ssl_keyfile"),
-        "timeout_s": target.float_param("socket_timeout" if redis_like else "timeout", 5.0),
-        "connect_timeout_s": target.float_param("socket_connect_timeout" if redis_like else "connect_timeout", 2.0),
+        "ssl_ca_certs": where.tls_options.get("ssl_ca_certs"), "ssl_cert_reqs": where.tls_options.get("ssl_cert_reqs"),
+        "ssl_certfile": where.tls_options.get("ssl_certfile"), "ssl_keyfile": where.tls_options.get("ssl_keyfile"),
+        "timeout_s": target.float_param("socket_timeout" if resp else "timeout", 5.0),
+        "connect_timeout_s": target.float_param("socket_connect_timeout" if resp else "connect_timeout", 2.0),
     }
 
 

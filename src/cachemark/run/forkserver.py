@@ -16,7 +16,7 @@ import signal
 from collections.abc import Iterable
 
 from ..errors import UserError
-from ..schemes import DRIVER_SCHEMES
+from ..driver_registry import DRIVERS
 from ..target import Target, check_params, parse_target
 
 
@@ -33,7 +33,7 @@ def on_python_workers(target: Target) -> bool:
     """Whether a target runs on Python worker processes: its ``client=`` names neither the
     engine nor a driver in another stack."""
     client = target.param("client") or ""
-    return client != "engine" and client not in DRIVER_SCHEMES
+    return client != "engine" and client not in DRIVERS
 
 
 def start_early(urls: Iterable[str]) -> None:

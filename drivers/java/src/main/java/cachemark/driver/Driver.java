@@ -314,7 +314,18 @@ final class Driver {
             } else {
                 code = settle(steps, ran, code, k, key, verify, answers, manyKeys, manyValues, bytesIn, e);
             }
-            bytesOut[e] += key.bytes().length + (value == null ? 0 : value.length);
+            // the key (get_many: every key) of each step sent, the failing one included, and a write's value
+            long sent = value == null ? 0 : value.length;
+            for (int s = 0, sentSteps = Math.min(steps.length, ran + (failure != null ? 1 : 0)); s < sentSteps; s++) {
+                if (steps[s] == GET_MANY) {
+                    for (Key m : manyKeys) {
+                        sent += m.bytes().length;
+                    }
+                } else {
+                    sent += key.bytes().length;
+                }
+            }
+            bytesOut[e] += sent;
             results.add(code, t0 - start, t1 - t0);
             i++;
             if (code < ERR) {
