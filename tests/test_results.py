@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -288,3 +289,138 @@ def test_the_probe_finding_and_a_sweeps_saturation_are_part_of_the_schema(tmp_pa
         path.write_text(json.dumps(broken))
         with pytest.raises(UserError, match=message.replace("[", r"\[").replace("]", r"\]")):
             load(path)
+
+
+# --- the typed document the reports read (issue 30) ----------------------------------------------------------
+
+def test_load_keeps_the_validated_model_and_reports_take_either_form(report_doc, tmp_path) -> None:
+    """``load`` validates once and keeps the model; ``as_model`` hands it back without validating again,
+    and validates a dict built in memory (no ``schema``: taken as the current one)."""
+    from unittest import mock
+
+    from cachemark.results import ResultsDocument, as_model, as_run, read
+
+    path = write_atomic(tmp_path / "r.json", report_doc)
+    with mock.patch.object(ResultsDocument, "model_validate", wraps=ResultsDocument.model_validate) as validated:
+        loaded = load(path)
+        assert as_model(loaded) is loaded.model and as_model(loaded.model) is loaded.model
+    assert validated.call_count == 1
+    assert loaded == json.loads(path.read_text())  # still the file's dict for every caller that indexes it
+    typed = read(path)
+    run = typed.runs[0]
+    assert run.name == "memory #1" and run.measured and run.last_phase is run.phases[-1]
+    assert run.last_phase.ops["get"].summary.p99_us == report_doc["runs"][0]["phases"][-1]["ops"]["get"]["summary"][
+        "p99_us"]
+    in_memory = {k: v for k, v in report_doc.items() if k != "schema"}
+    assert as_model(in_memory).runs[0].label == "memory"
+    assert as_run(report_doc["runs"][0]).name == "memory #1"
+    loaded["runs"] = []  # a changed document is validated afresh
+    assert as_model(loaded).runs == []
+
+
+def test_a_document_in_memory_reads_as_its_file_will() -> None:
+    """A session renders its document before reading it back: a tuple, a NaN (null in the file) or a Path
+    in it reads as the file written from it holds it, not as a refusal."""
+    from cachemark.results import as_model
+
+    document = json.loads((DATA / "results-closed-server.json").read_text())
+    phase = document["runs"][0]["phases"][0]
+    phase["client_cpu_s"], phase["error_samples"] = float("nan"), ("timeout",)
+    typed = as_model(document).runs[0].phases[0]
+    assert typed.client_cpu_s is None and typed.error_samples == ["timeout"]
+    with pytest.raises(UserError, match=r"runs\[0\]\.label: expected a string"):
+        as_model({"runs": [{"label": 1, "status": "ok"}]})
+
+
+def test_figures_keep_the_type_the_file_gave_and_a_missing_summary_is_recomputed(report_doc) -> None:
+    """4 stays 4 (not 4.0): the reports print a figure as the JSON held it. A summary the file lacks is
+    recomputed from the histograms, once, and equals the saved one."""
+    from cachemark.results import as_model
+
+    document = json.loads(json.dumps(report_doc))
+    phase = document["runs"][0]["phases"][0]
+    phase["wall_s"] = 4
+    saved = phase["ops"]["get"].pop("summary")
+    typed = as_model(document).runs[0].phases[0]
+    assert typed.wall_s == 4 and isinstance(typed.wall_s, int)
+    get = typed.ops["get"]
+    assert get.summary is None
+    recomputed = typed.summary_of(get)
+    assert recomputed is typed.summary_of(get)
+    phase["wall_s"] = report_doc["runs"][0]["phases"][0]["wall_s"]
+    again = as_model(document).runs[0].phases[0]
+    assert again.summary_of(again.ops["get"]).p99_us == pytest.approx(saved["p99_us"])
+    assert again.summary_of(again.ops["get"]).ops_per_s == pytest.approx(saved["ops_per_s"])
+
+
+def test_a_dask_runs_record_written_as_cluster_loads_as_dask(tmp_path) -> None:
+    """A distributed run's record (run/distributed.py) was written as the run's ``cluster``, easily read
+    as Redis Cluster's ``phase.cluster``: the model calls it ``dask`` and moves an old file's there; the
+    file itself is left as it was. A file with the new name reads the same."""
+    from cachemark.report.agents import agent_blocks
+
+    old = DATA / "dask-cluster-results.json"
+    loaded = load(old)
+    run = loaded.model.runs[0]
+    assert run.dask is not None and [a.agent for a in run.dask.agents] == [0, 1, 2]
+    assert run.dask.agents[1].clock_skew_flagged and run.dask.hosts == ["ci-host (127.0.0.1)"]
+    assert run.phases[0].cluster is None  # not a Redis Cluster run
+    assert "cluster" in loaded["runs"][0] and "dask" not in loaded["runs"][0]  # the dict is the file's
+    assert loaded.model.runs[1].dask is None
+    renamed = json.loads(old.read_text())
+    renamed["runs"][0]["dask"] = renamed["runs"][0].pop("cluster")
+    (tmp_path / "new.json").write_text(json.dumps(renamed))
+    blocks = agent_blocks(loaded)
+    assert agent_blocks(load(tmp_path / "new.json")) == blocks
+    (block,) = blocks
+    assert block.rows[1][-1] == "-1.60 !" and block.rows[-1][:3] == ["all", "1 host(s)", "2"]
+    assert block.notes[0].startswith("Measuring agent 2 (50 ops/s, open loop, apart from the load): get p50")
+
+
+def test_a_redis_cluster_phase_keeps_its_cluster_figures() -> None:
+    from cachemark.results import as_model
+
+    document = json.loads((DATA / "results-closed-server.json").read_text())
+    document["runs"][0]["phases"][0]["cluster"] = {"primaries": 3, "moved": 2, "ask": 0}
+    run = as_model(document).runs[0]
+    assert run.dask is None and run.phases[0].cluster.moved == 2
+
+
+# Report modules that read the typed document, never a results dict: the list only grows (issue 30).
+READ_THE_MODEL = [
+    "analysis/advise.py", "analysis/cost.py", "analysis/sizing.py",
+    "report/advice_report.py", "report/agents.py", "report/answers.py", "report/compare.py", "report/data.py",
+    "report/export.py", "report/headline.py", "report/html.py", "report/table.py", "report/thresholds.py",
+    "report/verdict.py",
+]
+# A results key read as a dict key in those modules where it is not the results document's: the experiment's
+# workload (an op budget "ops", its "phases"), or a report's own rows. Each exact line, with why.
+NOT_THE_RESULTS = {
+    ("report/compare.py", 'out["phases"] = [p.get("name", str(i)) for i, p in enumerate(phases)]'),  # its fields
+    ("report/compare.py", 'same_phases = base["phases"] == new["phases"]'),  # ... compared
+    ("report/thresholds.py", 'repeats = any(p["runs"] > 1 for p in points)'),  # a point's count of runs
+    ("report/thresholds.py", '*(["runs"] if repeats else [])]'),  # ... its column
+    ("report/thresholds.py", '_cell(p["ops_per_s"], ",.0f", False), *([str(p["runs"])] if repeats else []),'),
+    ("report/verdict.py", 'if planned.get("ops"):'),  # the workload's op budget
+    ("report/verdict.py", "parts.append(f\"{_num(planned['ops'])} op{'s' if planned['ops'] != 1 else ''}\")"),
+    ("report/verdict.py", 'elif wl.get("ops"):'),
+    ("report/verdict.py", "parts.append(f\"{_num(wl['ops'])} ops per run\")"),
+    ("report/verdict.py", 'if phase.get("duration") and phase.get("ops") is None:'),
+    ("report/verdict.py", 'merged["ops"] = None'),
+    ("report/verdict.py", 'if phase.get("ops") is not None and not phase.get("duration"):'),
+    ("report/verdict.py", 'elif isinstance(spec.get("ops"), int) and done < spec["ops"]:'),
+    ("report/verdict.py", "budget.append(Finding(Kind.BUDGET, f\"{where}: {done:,} of the {spec['ops']:,} ops "
+                          "planned were done\","),
+}
+_AS_DICT = re.compile(r"""\[["'](phases|ops|runs)["']\]|\.get\(["'](phases|ops|runs)["']""")
+PACKAGE = Path(__file__).parent.parent / "src" / "cachemark"
+
+
+def _indexing(path: Path) -> list[str]:
+    return [line.strip() for line in path.read_text().splitlines() if _AS_DICT.search(line)]
+
+
+def test_converted_report_modules_read_the_model_not_results_dicts() -> None:
+    found = {(name, line) for name in READ_THE_MODEL for line in _indexing(PACKAGE / name)}
+    assert found <= NOT_THE_RESULTS, sorted(found - NOT_THE_RESULTS)
+    assert found >= NOT_THE_RESULTS, f"gone, delete from NOT_THE_RESULTS: {sorted(NOT_THE_RESULTS - found)}"

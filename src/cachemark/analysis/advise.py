@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..needs import Needs, parse_needs
+from ..results import ResultsDocument, Run, as_model
 from ..results.findings import QUALIFY_FIGURES, Finding
 from ..schemes import find_scheme
 from ..textfile import read_text
@@ -65,14 +66,14 @@ class Advice:
         return sum(c.result == FAIL for c in self.checks)
 
 
-def _p99s(runs: list[dict[str, Any]], op: str) -> list[float]:
+def _p99s(runs: list[Run], op: str) -> list[float]:
     """The op's p99 (µs) in each repeat of a label, from the last phase that has the op."""
     values = []
     for run in runs:
-        for phase in reversed(run.get("phases") or []):
-            found = (phase.get("ops") or {}).get(op)
-            if found and found.get("count"):
-                p99 = (found.get("summary") or {}).get("p99_us")
+        for phase in reversed(run.phases):
+            found = phase.ops.get(op)
+            if found and found.count:
+                p99 = found.summary.p99_us if found.summary is not None else None
                 if p99 is not None:
                     values.append(float(p99))
                 break
@@ -83,7 +84,7 @@ def _ms(us: float) -> str:
     return f"{us:.3g} µs" if us < 1000 else f"{us / 1000:.3g} ms"
 
 
-def _latency_check(op: str, budget_ms: float, runs: list[dict[str, Any]]) -> tuple[Check, float | None]:
+def _latency_check(op: str, budget_ms: float, runs: list[Run]) -> tuple[Check, float | None]:
     values = _p99s(runs, op)
     need = f"{op} p99 ≤ {budget_ms:g} ms"
     if not values:
@@ -99,19 +100,22 @@ def _latency_check(op: str, budget_ms: float, runs: list[dict[str, Any]]) -> tup
     return Check(need, FAIL, shown, measured=True, op=op), median
 
 
-def _shared_check(app_servers: int, run: dict[str, Any]) -> Check:
+def _shared_check(app_servers: int, run: Run) -> Check:
     need = f"shared across {app_servers} app servers"
-    backend = run.get("backend") or {}
-    scheme = find_scheme(str(backend.get("scheme") or ""))
-    if (backend.get("capabilities") or {}).get("shared") is False:
+    scheme = find_scheme(str(run.scheme or ""))
+    if _capabilities(run).get("shared") is False:
         return Check(need, FAIL, "a per-process cache: each app server process has its own copy")
     if scheme is not None and scheme.embedded is not None and app_servers > 1:
         return Check(need, FAIL, "a local store on one host's disk: other hosts cannot reach it")
     return Check(need, PASS, "a server every app server can reach")
 
 
-def _persistent_check(run: dict[str, Any]) -> Check:
-    scheme = find_scheme(str((run.get("backend") or {}).get("scheme") or ""))
+def _capabilities(run: Run) -> dict[str, Any]:
+    return (run.backend.capabilities if run.backend is not None else None) or {}
+
+
+def _persistent_check(run: Run) -> Check:
+    scheme = find_scheme(str(run.scheme or ""))
     if scheme is None or scheme.persistent is None:
         return Check("survives a restart", CHECK, "depends on its configuration (Redis: RDB or AOF)")
     if scheme.persistent:
@@ -119,8 +123,8 @@ def _persistent_check(run: dict[str, Any]) -> Check:
     return Check("survives a restart", FAIL, "kept in memory only")
 
 
-def _tags_check(run: dict[str, Any]) -> Check:
-    tags = ((run.get("backend") or {}).get("capabilities") or {}).get("tags")
+def _tags_check(run: Run) -> Check:
+    tags = _capabilities(run).get("tags")
     if tags:
         return Check("invalidates by tag", PASS, f"clean by tag ({tags})")
     return Check("invalidates by tag", CHECK, "not measured here: add ?tags=native or ?tags=versioned to the URL")
@@ -147,22 +151,21 @@ def _qualify(check: Check, label: str, found: list[Finding]) -> list[Finding]:
     return bearing
 
 
-def advise(document: dict[str, Any], needs: Needs, prices: PriceTable | None = None,
+def advise(document: dict[str, Any] | ResultsDocument, needs: Needs, prices: PriceTable | None = None,
            found: list[Finding] | None = None) -> list[Advice]:
     """Per label, each need checked against its runs; ``found``: the results' own warnings that change
     how a figure reads (the verdict's, ``report.verdict.reading_warnings``), named beside the checks
     resting on them."""
     found = found or []
-    by_label: dict[str, list[dict[str, Any]]] = {}
-    for run in document.get("runs", []):
-        if run.get("status") in ("ok", "interrupted"):
-            by_label.setdefault(str(run.get("label")), []).append(run)
+    by_label: dict[str, list[Run]] = {}
+    for run in as_model(document).measured_runs:
+        by_label.setdefault(run.label, []).append(run)
     advice = []
     for label, runs in by_label.items():
         checks: list[Check] = []
         key_p99 = None
-        if runs[0].get("dropped_writes"):
-            checks.append(Check("keeps what it is given", FAIL, str(runs[0]["dropped_writes"])))
+        if runs[0].dropped_writes:
+            checks.append(Check("keeps what it is given", FAIL, runs[0].dropped_writes))
         for op, budget in needs.p99_ms.items():
             check, median = _latency_check(op, budget, runs)
             checks.append(check)
@@ -190,7 +193,7 @@ def advise(document: dict[str, Any], needs: Needs, prices: PriceTable | None = N
     return sorted(advice, key=lambda a: (a.failed, a.p99_key if a.p99_key is not None else float("inf"), a.label))
 
 
-def _budget_check(label: str, run: dict[str, Any], needs: Needs, prices: PriceTable | None) -> Check:
+def _budget_check(label: str, run: Run, needs: Needs, prices: PriceTable | None) -> Check:
     need = f"costs ≤ {needs.monthly_budget:,.0f} a month"
     name = needs.prices.get(label)
     if prices is None or name is None:

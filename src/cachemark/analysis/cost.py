@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..results import Run, as_run
 from ..textfile import read_text
 
 READ_OPS = ("get", "exists", "get_many")
@@ -101,26 +102,26 @@ class Cost:
     warnings: tuple[str, ...] = ()  # ... and their lines (analysis/advise.py ``bearing_on``)
 
 
-def run_throughput(run: dict[str, Any]) -> tuple[float, float]:
+def run_throughput(run: dict[str, Any] | Run) -> tuple[float, float]:
     """(ops/s, share of reads) of the run's last phase: what one node served, and the mix."""
-    phases = [p for p in run.get("phases") or [] if p.get("wall_s")]
+    phases = [p for p in as_run(run).phases if p.wall_s]
     if not phases:
         return 0.0, 0.0
     phase = phases[-1]
-    ops = phase.get("ops") or {}
-    total = sum(op.get("count", 0) for op in ops.values())
-    reads = sum(op.get("count", 0) for name, op in ops.items() if name in READ_OPS or "get" in name.split("+"))
-    return total / phase["wall_s"], (reads / total if total else 0.0)
+    total = sum(op.count for op in phase.ops.values())
+    reads = sum(op.count for name, op in phase.ops.items() if name in READ_OPS or "get" in name.split("+"))
+    return total / phase.wall_s, (reads / total if total else 0.0)
 
 
-def cost_of(run: dict[str, Any], offering: Offering, prices: PriceTable, load: float | None = None,
+def cost_of(run: dict[str, Any] | Run, offering: Offering, prices: PriceTable, load: float | None = None,
             data_gb: float | None = None) -> Cost:
+    run = as_run(run)
     ops_per_s, reads = run_throughput(run)
     hours = prices.hours_per_month
     notes: list[str] = []
     if offering.kind == "instance":
         if ops_per_s <= 0:
-            raise UserError(f"{run.get('label')}: no throughput measured to price")
+            raise UserError(f"{run.label}: no throughput measured to price")
         per_million = offering.hourly / (ops_per_s * 3600) * 1e6
         monthly = nodes = None
         if load is not None or data_gb is not None:
@@ -131,11 +132,11 @@ def cost_of(run: dict[str, Any], offering: Offering, prices: PriceTable, load: f
             if by_data > by_load:
                 notes.append(f"{nodes} nodes for {data_gb:g} GB of data at {offering.memory_gb:g} GB each")
         notes.append("assumes one node serves what this run's client drove; a saturated node serves more")
-        return Cost(str(run.get("label")), offering, ops_per_s, reads, per_million, monthly, nodes, tuple(notes))
+        return Cost(run.label, offering, ops_per_s, reads, per_million, monthly, nodes, tuple(notes))
     per_million = reads * offering.read_per_million + (1 - reads) * offering.write_per_million
     monthly = None
     if load is not None or data_gb is not None:
         requests = (load or 0) * hours * 3600 / 1e6 * per_million
         stored = max(data_gb or 0.0, offering.min_gb) * offering.gb_month
         monthly = requests + stored
-    return Cost(str(run.get("label")), offering, ops_per_s, reads, per_million, monthly, None, tuple(notes))
+    return Cost(run.label, offering, ops_per_s, reads, per_million, monthly, None, tuple(notes))

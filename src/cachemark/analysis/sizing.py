@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..measure.histogram import Histogram
+from ..results import OpResult, Run, as_run
 from .footprint import Footprint
 from .mrc import Curve
 
@@ -54,8 +55,8 @@ class ExpectedLatency:
     p99_us: float
 
 
-def _decode(op: dict[str, Any], outcome: str) -> Histogram | None:
-    text = (op.get("histograms") or {}).get(outcome)
+def _decode(op: OpResult, outcome: str) -> Histogram | None:
+    text = op.histograms.get(outcome)
     return Histogram.decode(text) if text else None
 
 
@@ -78,11 +79,11 @@ def mixed_latency(hit: Histogram, miss: Histogram, hit_ratio: float) -> Expected
     return ExpectedLatency(hit_ratio, mean / 1000, p99 / 1000)
 
 
-def expected_latencies(run: dict[str, Any], targets: tuple[float, ...]) -> list[ExpectedLatency] | None:
+def expected_latencies(run: dict[str, Any] | Run, targets: tuple[float, ...]) -> list[ExpectedLatency] | None:
     """For each target hit ratio: the run's get latency with that share of hits (None when the
     run has no get with both hits and misses to learn from)."""
-    for phase in run.get("phases", []):
-        op = (phase.get("ops") or {}).get("get")
+    for phase in as_run(run).phases:
+        op = phase.ops.get("get")
         if not op:
             continue
         hit, miss = _decode(op, "hit"), _decode(op, "miss")

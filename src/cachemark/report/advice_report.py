@@ -8,6 +8,7 @@ from ..analysis.advise import FAIL, PASS, Advice, advise
 from ..analysis.cost import Cost, PriceTable, load_prices
 from ..errors import UserError
 from ..needs import Needs, parse_needs
+from ..results import ResultsDocument, as_model
 from .blocks import Block
 from .verdict import reading_warnings
 
@@ -75,15 +76,17 @@ def cost_block(costs: list[Cost], prices: PriceTable, load: float | None, data_g
     return Block("What it costs", lines, columns, rows, notes, left=2)
 
 
-def judged(document: dict[str, Any], needs: Needs, prices: PriceTable | None) -> list[Advice]:
+def judged(document: dict[str, Any] | ResultsDocument, needs: Needs, prices: PriceTable | None) -> list[Advice]:
     """:func:`advise` with the results' own warnings that change how a figure reads named beside the
     checks resting on them: the one way every command asks for advice."""
+    document = as_model(document)
     return advise(document, needs, prices, reading_warnings(document))
 
 
-def experiment_advice(document: dict[str, Any]) -> list[Block]:
+def experiment_advice(document: dict[str, Any] | ResultsDocument) -> list[Block]:
     """The advice block of a run whose experiment states ``[needs]`` (none otherwise)."""
-    data = (document.get("experiment") or {}).get("needs")
+    document = as_model(document)
+    data = document.experiment.stated("needs")
     if not data:
         return []
     try:

@@ -6,52 +6,55 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..results import ResultsDocument, as_model
+from ..results.schema import AgentRow, DaskAgent
 from .blocks import Block
 
 COLUMNS = ["agent", "host", "workers", "ops", "ops/s", "CPU s", "cores", "start lag ms", "clock ms"]
 
 
-def agent_blocks(document: dict[str, Any]) -> list[Block]:
+def agent_blocks(document: dict[str, Any] | ResultsDocument) -> list[Block]:
     blocks = []
-    for run in document.get("runs") or []:
-        cluster = run.get("cluster") if isinstance(run, dict) else None
-        if not isinstance(cluster, dict):
+    for run in as_model(document).runs:
+        dask = run.dask  # a file before it was named so wrote it as the run's "cluster": migrated on load
+        if dask is None:
             continue
-        clocks = {c.get("agent"): c for c in cluster.get("agents") or [] if isinstance(c, dict)}
-        for phase in run.get("phases") or []:
-            agents = [a for a in phase.get("agents") or [] if isinstance(a, dict)]
+        clocks = {c.agent: c for c in dask.agents}
+        for phase in run.phases:
+            agents = phase.agents or []
             if not agents:
                 continue
-            measuring = phase.get("measuring_agent") or {}
-            rows = [_row(a, clocks.get(a.get("agent"), {})) for a in [*agents, *([measuring["row"]] if
-                                                                                   measuring.get("row") else [])]]
-            total = sum(a.get("ops") or 0 for a in agents)
-            wall = phase.get("wall_s") or 0.0
-            rows.append(["all", f"{len(cluster.get('hosts') or [])} host(s)", f"{phase.get('workers', '')}",
+            measuring = phase.measuring_agent
+            rows = [_row(a, clocks.get(a.agent)) for a in [*agents, *([measuring.row] if
+                                                                        measuring and measuring.row else [])]]
+            total = sum(a.ops or 0 for a in agents)
+            wall = phase.wall_s or 0.0
+            workers = phase.workers if "workers" in phase.model_fields_set else ""
+            rows.append(["all", f"{len(dask.hosts)} host(s)", f"{workers}",
                          f"{total:,}", f"{total / wall:,.0f}" if wall else "",
-                         f"{phase.get('client_cpu_s') or 0:.2f}", "", "", ""])
+                         f"{phase.client_cpu_s or 0:.2f}", "", "", ""])
             notes = []
-            if measuring.get("ops"):
-                notes.append(f"Measuring agent {measuring.get('agent')} ({measuring.get('rate', 0):g} ops/s, open "
+            if measuring is not None and measuring.ops:
+                notes.append(f"Measuring agent {measuring.agent} ({measuring.rate or 0:g} ops/s, open "
                              "loop, apart from the load): " + ", ".join(
-                                 f"{name} p50 {op['summary']['p50_us']:,.0f} µs p99 {op['summary']['p99_us']:,.0f} µs"
-                                 for name, op in measuring["ops"].items() if op.get("summary")))
-            if phase.get("agents_missing"):
-                notes.append("Missing: " + "; ".join(phase["agents_missing"]))
-            title = f"{run.get('label', '?')} · {phase.get('name', 'main')}: agents"
+                                 f"{name} p50 {op.summary.p50_us:,.0f} µs p99 {op.summary.p99_us:,.0f} µs"
+                                 for name, op in measuring.ops.items() if op.summary and op.summary.model_fields_set))
+            if phase.agents_missing:
+                notes.append("Missing: " + "; ".join(phase.agents_missing))
+            title = f"{run.label} · {phase.name}: agents"
             blocks.append(Block(title, columns=COLUMNS, rows=rows, notes=notes, left=2, kind="agents"))
     return blocks
 
 
-def _row(agent: dict[str, Any], clock: dict[str, Any]) -> list[str]:
-    offset = clock.get("clock_offset_ms")
-    workers = agent.get("workers") or [0, 0]
-    cores, lag = agent.get("cpu_cores"), agent.get("start_lag_ms")
+def _row(agent: AgentRow, clock: DaskAgent | None) -> list[str]:
+    offset = clock.clock_offset_ms if clock is not None else None
+    workers = agent.workers or [0, 0]
+    cores, lag = agent.cpu_cores, agent.start_lag_ms
     return [
-        f"{agent.get('agent')}" + (" (measure)" if agent.get("role") == "measure" else ""),
-        " ".join(str(x) for x in (agent.get("hostname"), agent.get("host")) if x),
-        f"{workers[1]}", f"{agent.get('ops') or 0:,}", f"{agent.get('ops_per_s') or 0:,.0f}",
-        f"{agent.get('client_cpu_s') or 0:.2f}", "" if cores is None else f"{cores:.2f}",
+        f"{agent.agent}" + (" (measure)" if agent.role == "measure" else ""),
+        " ".join(str(x) for x in (agent.hostname, agent.host) if x),
+        f"{workers[1]}", f"{agent.ops or 0:,}", f"{agent.ops_per_s or 0:,.0f}",
+        f"{agent.client_cpu_s or 0:.2f}", "" if cores is None else f"{cores:.2f}",
         "" if lag is None else f"{lag:.2f}",
-        "" if offset is None else f"{offset:+.2f}" + (" !" if clock.get("clock_skew_flagged") else ""),
+        "" if offset is None else f"{offset:+.2f}" + (" !" if clock is not None and clock.clock_skew_flagged else ""),
     ]

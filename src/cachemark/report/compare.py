@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from ..errors import UserError
+from ..results import ResultsDocument, as_model
 from ..results.names import op_label
 from ..textfile import one_line
 from .data import op_rows
@@ -45,7 +46,10 @@ DEFAULT_NOISE = 0.05
 Key = tuple[str, str, str, str]  # label, sweep point, phase, op
 
 
-def _groups(document: dict[str, Any]) -> dict[Key, list[dict[str, Any]]]:
+Document = dict[str, Any] | ResultsDocument  # as loaded or built in memory, or the typed document
+
+
+def _groups(document: ResultsDocument) -> dict[Key, list[dict[str, Any]]]:
     groups: dict[Key, list[dict[str, Any]]] = defaultdict(list)
     for row in op_rows(document):
         groups[(row["label"], row["sweep"], row["phase"], row["op"])].append(row)
@@ -86,7 +90,7 @@ def _figure(b: dict[str, Any], n: dict[str, Any], metric: str) -> dict[str, Any]
     }
 
 
-def compare(base_doc: dict[str, Any], new_docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def compare(base_doc: Document, new_docs: list[Document]) -> list[dict[str, Any]]:
     """One row per new document × (label, sweep point, phase, op) present in both.
 
     Each row has, per figure: ``base_<m>``, ``new_<m>``, ``<m>_ratio`` (new ÷ base),
@@ -95,10 +99,10 @@ def compare(base_doc: dict[str, Any], new_docs: list[dict[str, Any]]) -> list[di
     ``<m>_within_noise`` (|ratio − 1| ≤ noise) and ``<m>_direction`` (better | worse, or
     same when within the noise).
     """
-    base = {key: _aggregate(rows) for key, rows in _groups(base_doc).items()}
+    base = {key: _aggregate(rows) for key, rows in _groups(as_model(base_doc)).items()}
     out: list[dict[str, Any]] = []
     for index, document in enumerate(new_docs):
-        for key, rows in _groups(document).items():
+        for key, rows in _groups(as_model(document)).items():
             if key not in base:
                 continue
             b, n = base[key], _aggregate(rows)
@@ -111,12 +115,12 @@ def compare(base_doc: dict[str, Any], new_docs: list[dict[str, Any]]) -> list[di
     return out
 
 
-def unmatched(base_doc: dict[str, Any], new_docs: list[dict[str, Any]]) -> list[str]:
+def unmatched(base_doc: Document, new_docs: list[Document]) -> list[str]:
     """Labels/ops present on one side only (so a reader knows what was not compared)."""
-    base = set(_groups(base_doc))
+    base = set(_groups(as_model(base_doc)))
     seen: set[Key] = set()
     for document in new_docs:
-        seen |= set(_groups(document))
+        seen |= set(_groups(as_model(document)))
     return sorted(f"{k[0]} {k[3]}" + (f" [{k[1]}]" if k[1] else "") for k in base ^ seen)
 
 
@@ -355,26 +359,27 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _fields(document: dict[str, Any]) -> dict[str, Any]:
+def _fields(document: ResultsDocument) -> dict[str, Any]:
     """The experiment's workload, network and sweep as flat ``field: value`` pairs."""
-    experiment = document.get("experiment") if isinstance(document.get("experiment"), dict) else {}
-    workload = experiment.get("workload") if isinstance(experiment.get("workload"), dict) else {}
+    experiment = document.experiment
+    workload = experiment.workload_spec
     out = {k: v for k, v in workload.items() if k not in NOT_WORKLOAD and k != "phases"}
-    phases = [p for p in workload.get("phases") or [] if isinstance(p, dict)]
+    phases = experiment.planned_phases
     out["phases"] = [p.get("name", str(i)) for i, p in enumerate(phases)]
     for i, phase in enumerate(phases):
         for key, value in phase.items():
             if key != "name":
                 out[f"{phase.get('name', i)}.{key}"] = value  # compared only when both have the same phases
-    out["network"] = experiment.get("network")
-    out["sweep"] = experiment.get("sweep")
+    saved = experiment.model_extra or {}
+    out["network"] = saved.get("network")
+    out["sweep"] = saved.get("sweep")
     return out
 
 
-def workload_differences(base_doc: dict[str, Any], new_doc: dict[str, Any]) -> list[dict[str, str]]:
+def workload_differences(base_doc: Document, new_doc: Document) -> list[dict[str, str]]:
     """Each field of the experiment (workload, phases, network, sweep) whose value differs:
     ``{"field", "base", "new"}`` with the values as text. Files without the field count as none."""
-    base, new = _fields(base_doc), _fields(new_doc)
+    base, new = _fields(as_model(base_doc)), _fields(as_model(new_doc))
     same_phases = base["phases"] == new["phases"]
     out = []
     for field in [*base, *(k for k in new if k not in base)]:
@@ -386,7 +391,7 @@ def workload_differences(base_doc: dict[str, Any], new_doc: dict[str, Any]) -> l
     return out
 
 
-def workload_warnings(base_doc: dict[str, Any], new_docs: list[dict[str, Any]],
+def workload_warnings(base_doc: Document, new_docs: list[Document],
                       names: list[str] | None = None) -> list[str]:
     """One line per new document whose experiment differs from the base's, naming each field."""
     out = []

@@ -5,6 +5,9 @@ phase's server figures) and :func:`phase_rows` (one per run × phase: total ops/
 bandwidth, server figures). Export, compare, thresholds and the HTML report all start
 here, so a figure means the same thing in every output. Summaries missing from an older
 file are recomputed from the histograms.
+
+Every function reads the typed document (:mod:`cachemark.results.schema`); each public one also
+takes the document's dict, as ``load`` returns it or a session builds it (``as_model``).
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from typing import Any
 
 from ..backends.base import PSEUDO_OPS
 from ..errors import UserError
-from ..measure.summary import summary_from_result
-from ..results.names import run_name, sweep_key
+from ..results import OpResult, OpSummary, Phase, ResultsDocument, as_model
+from ..results.names import run_name, sweep_key  # noqa: F401 (re-exported: reports name runs through here)
+from ..results.schema import ClusterFigures, ServerFigures
 from ..textfile import one_line
 from .figures import fmt_percent
 
@@ -30,73 +34,74 @@ LOW_SAMPLES_NOTE = ("from fewer than two full 1-s intervals (a short phase): the
                     "not a percentile of seconds.")
 
 
-def op_summary(op: dict[str, Any], wall_s: float, uncorrected: bool = False) -> dict[str, Any]:
-    if uncorrected and op.get("summary_uncorrected"):
-        return op["summary_uncorrected"]
-    if op.get("summary"):
-        return op["summary"]
-    return summary_from_result(op, wall_s, corrected=not uncorrected)
+def op_summary(op: OpResult, wall_s: float, uncorrected: bool = False) -> OpSummary:
+    """The op's summary (``OpResult.summary_for``): saved, or recomputed from its histograms."""
+    return op.summary_for(wall_s, uncorrected)
 
 
-def _server(phase: dict[str, Any]) -> dict[str, Any]:
-    server = phase.get("server") or {}
-    return {f"server_{k}": server.get(k) for k in SERVER_FIELDS}
+def _server(phase: Phase) -> dict[str, Any]:
+    server = phase.server or _NO_SERVER
+    return {f"server_{k}": getattr(server, k) for k in SERVER_FIELDS}
 
 
-def op_rows(document: dict[str, Any], include_failed: bool = False) -> list[dict[str, Any]]:
+_NO_SERVER = ServerFigures()
+
+
+def op_rows(document: dict[str, Any] | ResultsDocument, include_failed: bool = False) -> list[dict[str, Any]]:
     """One row per (run, phase, op) with every figure; runs without phases are left out."""
     rows: list[dict[str, Any]] = []
-    for index, run in enumerate(document.get("runs", [])):
-        if run.get("status") not in ("ok", "interrupted") and not include_failed:
+    for index, run in enumerate(as_model(document).runs):
+        if not run.measured and not include_failed:
             continue
-        for phase in run.get("phases", []):
-            wall = phase.get("wall_s") or 0.0
-            for name, op in phase.get("ops", {}).items():
-                summary = op_summary(op, wall)
+        shown, sweep = run.name, run.sweep_key
+        for phase in run.phases:
+            wall = phase.wall_s or 0.0
+            for name, op in phase.ops.items():
+                summary = op.summary_for(wall)
                 rows.append({
-                    "run": index, "label": run["label"], "name": run_name(run),
-                    "target": run.get("target", ""),
-                    "status": run.get("status", ""), "sweep": sweep_key(run), "repeat": run.get("repeat"),
-                    "phase": phase.get("name", "main"), "mode": phase.get("mode", "closed"),
-                    "workers": phase.get("workers"), "wall_s": wall,
-                    "client_cpu_s": phase.get("client_cpu_s"),
-                    "op": name, "count": op.get("count", 0), "hits": op.get("hits", 0),
-                    "misses": op.get("misses", 0), "bytes_in": op.get("bytes_in", 0),
-                    "bytes_out": op.get("bytes_out", 0),
-                    "errors": sum((op.get("errors") or {}).values()),
-                    **{k: summary.get(k) for k in SUMMARY_FIELDS},
+                    "run": index, "label": run.label, "name": shown,
+                    "target": run.target,
+                    "status": run.status, "sweep": sweep, "repeat": run.repeat,
+                    "phase": phase.name, "mode": phase.mode,
+                    "workers": phase.workers, "wall_s": wall,
+                    "client_cpu_s": phase.client_cpu_s,
+                    "op": name, "count": op.count, "hits": op.hits,
+                    "misses": op.misses, "bytes_in": op.bytes_in,
+                    "bytes_out": op.bytes_out,
+                    "errors": op.error_total,
+                    **{k: getattr(summary, k) for k in SUMMARY_FIELDS},
                     **_server(phase),
                 })
     return rows
 
 
-def phase_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+def phase_rows(document: dict[str, Any] | ResultsDocument) -> list[dict[str, Any]]:
     """One row per (run, phase): totals over its ops, plus the server figures."""
     rows: list[dict[str, Any]] = []
-    for index, run in enumerate(document.get("runs", [])):
-        if run.get("status") not in ("ok", "interrupted"):
+    for index, run in enumerate(as_model(document).runs):
+        if not run.measured:
             continue
-        for phase in run.get("phases", []):
-            wall = phase.get("wall_s") or 0.0
-            ops = phase.get("ops", {})
-            count = sum(op.get("count", 0) for name, op in ops.items() if name not in PSEUDO_OPS)
-            payload = sum(op.get("bytes_in", 0) + op.get("bytes_out", 0) for op in ops.values())
-            p99 = [op_summary(op, wall).get("p99_us") or 0.0 for op in ops.values()]
-            server = phase.get("server") or {}
+        shown, sweep = run.name, run.sweep_key
+        for phase in run.phases:
+            wall = phase.wall_s or 0.0
+            ops = phase.ops
+            count = sum(op.count for name, op in ops.items() if name not in PSEUDO_OPS)
+            payload = sum(op.bytes_in + op.bytes_out for op in ops.values())
+            p99 = [op.summary_for(wall).p99_us or 0.0 for op in ops.values()]
+            server = phase.server or _NO_SERVER
             rows.append({
-                "run": index, "label": run["label"], "name": run_name(run), "sweep": sweep_key(run),
-                "sweep_values": dict(run.get("sweep") or {}), "repeat": run.get("repeat"),
-                "network": (run.get("network") or {}).get("profile") or "",
-                "phase": phase.get("name", "main"), "wall_s": wall, "count": count,
+                "run": index, "label": run.label, "name": shown, "sweep": sweep,
+                "sweep_values": dict(run.sweep or {}), "repeat": run.repeat,
+                "network": run.profile or "",
+                "phase": phase.name, "wall_s": wall, "count": count,
                 "ops_per_s": count / wall if wall > 0 else 0.0,
                 "payload_mbps": payload * 8 / wall / 1e6 if wall > 0 else 0.0,
                 "p99_us_max": max(p99) if p99 else None,
-                "server_kind": (run.get("server") or {}).get("kind")
-                or (run.get("backend") or {}).get("scheme"),
+                "server_kind": (run.server.kind if run.server is not None else None) or run.scheme,
                 **_server(phase),
-                "has_server": bool(server.get("samples")),
+                "has_server": bool(server.samples),
                 # per-second figures (Mbps, CPU %) from fewer than two full intervals: marked in tables
-                "server_low_samples": bool(server.get("low_samples")),
+                "server_low_samples": bool(server.stated("low_samples")),
             })
     return rows
 
@@ -114,21 +119,21 @@ def fmt_value(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def load_notes(document: dict[str, Any]) -> list[str]:
+def load_notes(document: dict[str, Any] | ResultsDocument) -> list[str]:
     """What the load itself could not do, per run and phase: ops of an open-loop schedule
     that fell due but were never sent (the client fell behind its rate), which the latency
     figures cannot show, since they cover only the ops that were sent. And, for a Redis
     Cluster on the engine, the redirects its nodes answered (a slot map that changed under
     the load costs those ops a second round trip)."""
     notes = []
-    for run in document.get("runs", []):
-        for phase in run.get("phases", []):
-            if cluster := phase.get("cluster"):
-                notes.append(f"{run_name(run)}: {phase.get('name', 'main')}: {cluster_note(cluster)}")
+    for run in as_model(document).runs:
+        for phase in run.phases:
+            if phase.cluster is not None and not phase.cluster.is_empty:
+                notes.append(f"{run.name}: {phase.name}: {cluster_note(phase.cluster)}")
             missed, share = missed_ops(phase)
             if missed > 0:
                 were = "op due was" if missed == 1 else "ops due were"
-                notes.append(f"{run_name(run)}: {phase.get('name', 'main')}: the load fell behind its rate: "
+                notes.append(f"{run.name}: {phase.name}: the load fell behind its rate: "
                              f"{missed:,} {were} never sent ({fmt_percent(share * 100)} of the schedule); the "
                              "latencies cover the ops that were sent")
     return notes
@@ -137,14 +142,14 @@ def load_notes(document: dict[str, Any]) -> list[str]:
 MISSED_WARNING = 0.01  # a share of the schedule never sent from which the verdict warns: below, a busy moment
 
 
-def missed_ops(phase: dict[str, Any]) -> tuple[int, float]:
+def missed_ops(phase: Phase) -> tuple[int, float]:
     """An open-loop phase's ops that fell due but were never sent, and their share of its schedule."""
-    missed = phase.get("missed") or 0
-    sent = sum(op.get("count") or 0 for name, op in (phase.get("ops") or {}).items() if name not in PSEUDO_OPS)
+    missed = phase.missed or 0
+    sent = sum(op.count for name, op in phase.ops.items() if name not in PSEUDO_OPS)
     return missed, missed / max(missed + sent, 1)
 
 
-def proxy_overhead_note(document: dict[str, Any]) -> str | None:
+def proxy_overhead_note(document: dict[str, Any] | ResultsDocument) -> str | None:
     """The network proxy's own zero-delay overhead as one line beside every proxied figure,
     or ``None`` when no run went through the proxy.
 
@@ -153,11 +158,11 @@ def proxy_overhead_note(document: dict[str, Any]) -> str | None:
     once per experiment (``environment.proxy_overhead``) so the reader can subtract it: per
     round trip, so an op making several round trips pays it several times.
     """
-    runs = document.get("runs", [])
-    if not any((run.get("network") or {}).get("proxied") for run in runs):
+    document = as_model(document)
+    if not any(run.network is not None and run.network.stated("proxied") for run in document.runs):
         return None
-    overhead = (document.get("environment") or {}).get("proxy_overhead") or {}
-    p50, p99 = overhead.get("added_p50"), overhead.get("added_p99")
+    overhead = document.environment.proxy_overhead
+    p50, p99 = (overhead.added_p50, overhead.added_p99) if overhead is not None else (None, None)
     if p50 is None:
         return ("network proxy: its own overhead was not measured with these results; every proxied figure "
                 "includes it (30–200 µs per round trip on the machines we measured, see docs/network.md).")
@@ -167,13 +172,15 @@ def proxy_overhead_note(document: dict[str, Any]) -> str | None:
             f"trip to compare with a real network.")
 
 
-def cluster_note(cluster: dict[str, Any]) -> str:
+def cluster_note(cluster: ClusterFigures | dict[str, Any]) -> str:
     """``cluster: 3 primaries, 12 MOVED, 4 ASK, 1 node joined (…) (slots moved during the run — …)``."""
-    moved, ask = cluster.get("moved", 0), cluster.get("ask", 0)
+    if isinstance(cluster, dict):  # as a run reports it (measure/server_stats.py)
+        cluster = ClusterFigures.model_validate(cluster)
+    moved, ask = cluster.moved, cluster.ask
     # replicas: the engine read from them too (read_from_replicas=1)
-    replicas = f" (+{cluster['replicas']} replicas read from)" if "replicas" in cluster else ""
-    text = f"cluster: {cluster.get('primaries', 0)} primaries{replicas}, {moved:,} MOVED, {ask:,} ASK"
-    if joined := cluster.get("joined"):  # the engine: nodes added to the cluster while it ran, and followed
+    replicas = f" (+{cluster.replicas} replicas read from)" if "replicas" in cluster.model_fields_set else ""
+    text = f"cluster: {cluster.primaries} primaries{replicas}, {moved:,} MOVED, {ask:,} ASK"
+    if joined := cluster.joined:  # the engine: nodes added to the cluster while it ran, and followed
         text += f", {len(joined)} node{'s' if len(joined) > 1 else ''} joined ({', '.join(joined)})"
     if moved or ask:
         text += (" (slots moved during the run — resharding or a failover; each redirected op "

@@ -4,7 +4,7 @@ Owns :func:`to_markdown` (tables ready for a README or a blog post: the summary 
 backend × op like reference 003, the server figures when sampled, and — given a baseline
 label — a "% of baseline" table like reference 004), :func:`to_csv` (one row per
 run × phase × op with every summary and server figure) and :func:`to_json` (the document
-without histograms).
+without histograms: the file's own JSON, so :mod:`cachemark.results` slims it).
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import io
 import json
 from typing import Any
 
+from ..results import ResultsDocument, as_model
 from ..results.names import op_label
+from ..results.store import without_histograms
 from .answers import headline_blocks, verdict_blocks
 from .blocks import to_markdown as to_block_markdown
 from .data import (
@@ -30,7 +32,6 @@ from .data import (
     pct_of,
     phase_rows,
     proxy_overhead_note,
-    run_name,
 )
 from .figures import fmt_latency, fmt_rate
 from .table import baseline_rows as network_baseline_rows
@@ -51,10 +52,11 @@ def _op_name(row: dict[str, Any], many_phases: bool) -> str:
     return op_label(row["phase"], row["op"], many_phases)
 
 
-def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
+def to_markdown(document: dict[str, Any] | ResultsDocument, baseline: str | None = None) -> str:
+    document = as_model(document)
     rows = op_rows(document)
     many_phases = len({r["phase"] for r in rows}) > 1
-    name = document.get("experiment", {}).get("name", "cachemark")
+    name = document.experiment.name
     out = [f"## cachemark: {name}", ""]
     out += [to_block_markdown(block) for block in headline_blocks(document)]
     out.append(_md_table(
@@ -68,8 +70,8 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
          for r in rows]))
     if has_few_samples([r["count"] for r in rows]):
         out += ["", FEW_SAMPLES_NOTE]
-    skipped = [r for r in document.get("runs", []) if r.get("status") in ("skipped", "failed")]
-    notes = [f"- {run_name(r)}: {r['status']} — {r.get('reason', '')}" for r in skipped]
+    skipped = [r for r in document.runs if r.status in ("skipped", "failed")]
+    notes = [f"- {r.name}: {r.status} — {r.reason}" for r in skipped]
     notes += [f"- {note}" for note in load_notes(document)]
     if notes:
         out += ["", *notes]
@@ -104,7 +106,7 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
                 "(latency: over 100 % is slower; ops/s: over 100 % is faster).", ""]
         out.append(_md_table(["backend", "op", "ops/s", "% of baseline", "p50", "% of baseline", "p99",
                               "% of baseline"], table))
-    profiles = {(run.get("network") or {}).get("profile") for run in document.get("runs", [])}
+    profiles = {run.profile for run in document.runs}
     if len(profiles) > 1:
         out += ["", "### Where the cache lives: % of baseline", "",
                 "Mean latency under each network profile, as a percentage of the first profile's "
@@ -115,11 +117,11 @@ def to_markdown(document: dict[str, Any], baseline: str | None = None) -> str:
     if proxy_note:
         out += ["", proxy_note]
     out += ["", *(to_block_markdown(block) for block in verdict_blocks(document))]
-    env = document.get("environment", {})
-    if env:
-        out += ["", f"cachemark {env.get('cachemark', '?')}, Python {env.get('python', '?')}, "
-                    f"{env.get('cpu', '?')} × {env.get('cpus', '?')}, {env.get('os', '?')}; "
-                    f"results created {document.get('created', '?')}."]
+    env = document.environment
+    if not env.is_empty:
+        out += ["", f"cachemark {env.stated('cachemark', '?')}, Python {env.stated('python', '?')}, "
+                    f"{env.stated('cpu', '?')} × {env.stated('cpus', '?')}, {env.stated('os', '?')}; "
+                    f"results created {document.stated('created', '?')}."]
     return "\n".join(out) + "\n"
 
 
@@ -144,7 +146,7 @@ def _bytes(value: float | None) -> str:
     return str(value)
 
 
-def to_csv(document: dict[str, Any]) -> str:
+def to_csv(document: dict[str, Any] | ResultsDocument) -> str:
     rows = op_rows(document)
     buffer = io.StringIO()
     if not rows:
@@ -156,24 +158,11 @@ def to_csv(document: dict[str, Any]) -> str:
     return buffer.getvalue()
 
 
-def strip_histograms(document: dict[str, Any]) -> dict[str, Any]:
-    """The document without the (large) encoded histograms; ``document`` itself is left as it was.
-
-    Only the containers on the way to the ops are copied: everything else is shared, which
-    is safe because the result is only serialised (a deep copy cost more than the JSON).
-    """
-    def slim_op(op: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in op.items() if k not in ("histograms", "histograms_uncorrected")}
-
-    def slim_phase(phase: dict[str, Any]) -> dict[str, Any]:
-        return {**phase, "ops": {name: slim_op(op) for name, op in phase["ops"].items()}} if "ops" in phase else phase
-
-    def slim_run(run: dict[str, Any]) -> dict[str, Any]:
-        return {**run, "phases": [slim_phase(p) for p in run["phases"]]} if "phases" in run else run
-
-    return {**document, "runs": [slim_run(r) for r in document["runs"]]} if "runs" in document else dict(document)
+def strip_histograms(document: dict[str, Any] | ResultsDocument) -> dict[str, Any]:
+    """The document without the (large) encoded histograms (``results.store.without_histograms``)."""
+    return without_histograms(document)
 
 
-def to_json(document: dict[str, Any]) -> str:
+def to_json(document: dict[str, Any] | ResultsDocument) -> str:
     return json.dumps(strip_histograms(document), indent=1, default=str) + "\n"
 

@@ -6,11 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import UserError
+from ..results import ResultsDocument
 from .export import to_csv, to_json, to_markdown
 from .html import render_html
 
 # name -> (render(document, baseline), takes a --baseline)
-_FORMATS: dict[str, tuple[Callable[[dict[str, Any], str | None], str], bool]] = {
+_FORMATS: dict[str, tuple[Callable[[dict[str, Any] | ResultsDocument, str | None], str], bool]] = {
     "markdown": (lambda document, baseline: to_markdown(document, baseline), True),
     "csv": (lambda document, baseline: to_csv(document), False),
     "json": (lambda document, baseline: to_json(document), False),
@@ -19,7 +20,7 @@ _FORMATS: dict[str, tuple[Callable[[dict[str, Any], str | None], str], bool]] = 
 FORMATS = tuple(_FORMATS)
 
 
-def render(document: dict[str, Any], fmt: str, baseline: str | None = None) -> str:
+def render(document: dict[str, Any] | ResultsDocument, fmt: str, baseline: str | None = None) -> str:
     """The document in ``fmt`` (markdown, csv, json, html)."""
     if fmt not in _FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

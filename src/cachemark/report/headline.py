@@ -6,7 +6,8 @@ shown against); :func:`headline_blocks` turns a results document into that figur
 arithmetic is a small pure function here (``seconds_per_1000``, ``harness_ops_per_s``,
 ``latency_total_s``, ``percent_of``…), so a test can hold the printed numbers to it. A figure
 resting on too few samples is marked (``*``) or withheld (``-``), never printed as if it
-were as good as the others.
+were as good as the others. It reads the typed document (:mod:`cachemark.results.schema`); the
+public functions take its dict too.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 
 from ..measure.histogram import Histogram
 from ..measure.summary import latency_histogram
-from ..results.names import op_label, run_name
+from ..results import OpResult, Phase, ResultsDocument, Run, as_model, as_run
+from ..results.names import op_label
 from .blocks import Block
-from .data import op_summary, proxy_overhead_note
+from .data import proxy_overhead_note
 from .figures import fmt_factor, fmt_latency, fmt_rate
 
 FEW = "*"  # the mark on a figure from too few samples; each block's notes say what it means
@@ -28,15 +30,19 @@ MIN_RATE_SAMPLES = 30
 DROPPED_NOTE = "writes were dropped: these timings are of a cache that stores nothing"
 
 
-def headline_blocks(document: dict[str, Any]) -> list[Block]:
+Document = dict[str, Any] | ResultsDocument  # as loaded or built in memory, or the typed document
+
+
+def headline_blocks(document: Document) -> list[Block]:
     """The figure the experiment's ``headline`` names; none when it names none (or nothing ran)."""
-    kind = (document.get("experiment") or {}).get("headline")
+    document = as_model(document)
+    kind = document.experiment.stated("headline")
     if not kind:
         return []
     if kind == "bandwidth":
         from . import thresholds
 
-        build: Callable[[dict[str, Any]], list[Block]] | None = getattr(thresholds, "bandwidth_headline", None)
+        build: Callable[[ResultsDocument], list[Block]] | None = getattr(thresholds, "bandwidth_headline", None)
         blocks = list(build(document)) if build is not None else []
     else:
         builder = BUILDERS.get(kind)
@@ -48,10 +54,10 @@ def headline_blocks(document: dict[str, Any]) -> list[Block]:
     return blocks
 
 
-def scale_note(document: dict[str, Any]) -> str | None:
+def scale_note(document: Document) -> str | None:
     """The one command that runs the reference at its own scale, where the preset's defaults cut it."""
-    experiment = document.get("experiment") or {}
-    flags, name = experiment.get("full_scale"), experiment.get("name")
+    experiment = as_model(document).experiment
+    flags, name = experiment.stated("full_scale"), experiment.stated("name")
     if flags is None or not name:
         return None
     if not flags.strip():  # declared empty: the defaults are the reference's own scale
@@ -63,28 +69,31 @@ def scale_note(document: dict[str, Any]) -> str | None:
 # --- shared ---------------------------------------------------------------------------
 
 
-def _measured(document: dict[str, Any]) -> list[dict[str, Any]]:
-    return [run for run in document.get("runs", []) if run.get("status") in ("ok", "interrupted")
-            and run.get("phases")]
+def _measured(document: ResultsDocument) -> list[Run]:
+    return [run for run in document.measured_runs if run.phases]
 
 
-def _not_measured(document: dict[str, Any]) -> list[str]:
-    return [f"{run_name(run)}: {run.get('status')}: {run.get('reason') or 'no result'}"
-            for run in document.get("runs", []) if run.get("status") not in ("ok", "interrupted")
-            or not run.get("phases")]
+def _not_measured(document: ResultsDocument) -> list[str]:
+    return [f"{run.name}: {run.status}: {run.reason or 'no result'}"
+            for run in document.runs if not run.measured or not run.phases]
 
 
-def _config_name(run: dict[str, Any]) -> str:
+def _config_name(run: Run) -> str:
     """The run's name without its repeat number: the configuration its repeats share."""
-    return run_name({**run, "repeat": None})
+    return run.model_copy(update={"repeat": None}).name
 
 
-def _phase(run: dict[str, Any], name: str) -> dict[str, Any] | None:
-    return next((p for p in run.get("phases", []) if p.get("name", "main") == name), None)
+def _phase(run: Run, name: str) -> Phase | None:
+    return next((p for p in run.phases if p.name == name), None)
 
 
-def _count(phase: dict[str, Any] | None) -> int:
-    return sum(op.get("count", 0) for op in (phase or {}).get("ops", {}).values())
+def _count(phase: Phase | None) -> int:
+    return sum(op.count for op in phase.ops.values()) if phase is not None else 0
+
+
+def _wall(phase: Phase) -> float | None:
+    """The phase's wall time, None when the file gives none."""
+    return phase.stated("wall_s")
 
 
 def _seconds(value: float | None, digits: int = 4) -> str:
@@ -104,25 +113,27 @@ def timeit_summary(values: list[float]) -> tuple[float | None, float | None]:
     return (min(values), statistics.median(values)) if values else (None, None)
 
 
-def writes_dropped(run: dict[str, Any]) -> str | None:
+def writes_dropped(run: Run | dict[str, Any]) -> str | None:
     """Why this run's timings are of a cache that stores nothing, or None.
 
-    The write-then-read probe's finding (``run["dropped_writes"]``), or, without one, a get
+    The write-then-read probe's finding (``run.dropped_writes``), or, without one, a get
     phase that found nothing right after a set phase wrote its keys.
     """
-    if run.get("dropped_writes"):
-        return str(run["dropped_writes"])
-    names = [p.get("name", "main") for p in run.get("phases", [])]
-    for i, phase in enumerate(run.get("phases", [])):
-        get = phase.get("ops", {}).get("get")
-        wrote = any("set" in p.get("ops", {}) and p["ops"]["set"].get("count") for p in run["phases"][:i])
-        if get and wrote and get.get("count") and not get.get("hits") and get.get("misses"):
+    run = as_run(run)
+    if run.dropped_writes:
+        return run.dropped_writes
+    names = [p.name for p in run.phases]
+    for i, phase in enumerate(run.phases):
+        get = phase.ops.get("get")
+        wrote = any("set" in p.ops and p.ops["set"].count for p in run.phases[:i])
+        if get and wrote and get.count and not get.hits and get.misses:
             return f"the {names[i]} phase found none of the keys the phases before it wrote"
     return None
 
 
-def timeit_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+def timeit_rows(document: Document) -> tuple[list[str], list[list[str]], list[str]]:
     """Per configuration × phase: seconds per 1000 ops of each repeat, min, median, × the fastest."""
+    document = as_model(document)
     groups: dict[tuple[str, str], list[tuple[int, float | None]]] = {}
     dropped: dict[str, str] = {}
     for run in _measured(document):
@@ -130,9 +141,9 @@ def timeit_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], l
         why = writes_dropped(run)
         if why:
             dropped.setdefault(name, why)
-        for phase in run["phases"]:
-            value = seconds_per_1000(phase.get("wall_s") or 0.0, _count(phase))
-            groups.setdefault((name, phase.get("name", "main")), []).append((run.get("repeat") or 0, value))
+        for phase in run.phases:
+            value = seconds_per_1000(phase.wall_s or 0.0, _count(phase))
+            groups.setdefault((name, phase.name), []).append((run.repeat or 0, value))
     repeats = max((len(v) for v in groups.values()), default=0)
     medians: dict[str, list[float]] = {}
     figures = {}
@@ -167,7 +178,8 @@ def timeit_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], l
     return columns, rows, notes
 
 
-def timeit_headline(document: dict[str, Any]) -> list[Block]:
+def timeit_headline(document: Document) -> list[Block]:
+    document = as_model(document)
     columns, rows, notes = timeit_rows(document)
     return [Block(
         title="timeit: seconds per 1000 ops, each repeat (reference 000)",
@@ -202,27 +214,28 @@ def _rate(value: float | None, count: int) -> str:
     return text + (FEW if count < MIN_RATE_SAMPLES else "")
 
 
-def tag_clean_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+def tag_clean_rows(document: Document) -> tuple[list[str], list[list[str]], list[str]]:
+    document = as_model(document)
     columns = ["backend"]
     for what, _ in TAG_OPS:
         columns += [f"{what} ops/s (harness)", f"{what} ops/s (wall)"]
     rows, notes, few = [], [], False
     sequences = set()
     for run in _measured(document):
-        for phase in run["phases"]:
-            wall = phase.get("wall_s") or 0.0
-            clients = phase.get("workers") or 1
-            ops = phase.get("ops", {})
-            row = [_config_name(run) if len(run["phases"]) == 1 else f"{_config_name(run)}: {phase.get('name')}"]
+        for phase in run.phases:
+            wall = phase.wall_s or 0.0
+            clients = phase.workers or 1
+            ops = phase.ops
+            row = [_config_name(run) if len(run.phases) == 1 else f"{_config_name(run)}: {phase.stated('name')}"]
             for _, op_name in TAG_OPS:
-                op = ops.get(op_name) or {}
-                count = op.get("count", 0)
-                mean = op_summary(op, wall).get("mean_us") if count else None
+                op = ops.get(op_name)
+                count = op.count if op is not None else 0
+                mean = op.summary_for(wall).mean_us if op is not None and count else None
                 few = few or 0 < count < MIN_RATE_SAMPLES
                 row += [_rate(harness_ops_per_s(count, mean, clients), count),
                         _rate(wall_ops_per_s(count, wall), count)]
             rows.append(row)
-            sequences.add(tuple(sorted((name, op.get("count", 0)) for name, op in ops.items())))
+            sequences.add(tuple(sorted((name, op.count) for name, op in ops.items())))
     if len(sequences) == 1:
         (sequence,) = sequences
         notes.append("Every backend replayed the same op sequence: "
@@ -235,7 +248,8 @@ def tag_clean_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]]
     return columns, rows, notes
 
 
-def tag_clean_headline(document: dict[str, Any]) -> list[Block]:
+def tag_clean_headline(document: Document) -> list[Block]:
+    document = as_model(document)
     columns, rows, notes = tag_clean_rows(document)
     return [Block(
         title="read / write / clean-by-tag ops/s (reference 002, Mollenhour's cache-benchmark)",
@@ -250,9 +264,9 @@ def tag_clean_headline(document: dict[str, Any]) -> list[Block]:
 # --- 003: DiskCache's DjangoCache percentile tables --------------------------------------
 
 
-def latency_total_s(op: dict[str, Any]) -> float:
+def latency_total_s(op: OpResult) -> float:
     """Σ latency of the op's successful outcomes, from its histograms: mean × count."""
-    hists = {k: Histogram.decode(v) for k, v in (op.get("histograms") or {}).items()}
+    hists = {k: Histogram.decode(v) for k, v in op.histograms.items()}
     hist = latency_histogram(hists)
     return hist.mean * hist.total / 1e9
 
@@ -266,48 +280,50 @@ def fmt_total(seconds: float) -> str:
     return f"{seconds * 1e6:.3f}µs"
 
 
-def percentile_cells(op: dict[str, Any], wall_s: float) -> tuple[list[str], bool]:
+def percentile_cells(op: OpResult, wall_s: float) -> tuple[list[str], bool]:
     """Median, P90, P99, Max; a 1-op figure has no percentile, a p99 of < 30 ops is marked."""
-    count = op.get("count", 0)
-    summary = op_summary(op, wall_s)
+    count = op.count
+    summary = op.summary_for(wall_s)
     if count <= 1:
-        return ["-", "-", "-", fmt_latency(summary.get("max_us")) if count else "-"], False
-    p99 = fmt_latency(summary.get("p99_us"))
+        return ["-", "-", "-", fmt_latency(summary.max_us) if count else "-"], False
+    p99 = fmt_latency(summary.p99_us)
     few = count < MIN_P99_SAMPLES
     if few:
         p99 += FEW
-    return [fmt_latency(summary.get("p50_us")), fmt_latency(summary.get("p90_us")), p99,
-            fmt_latency(summary.get("max_us"))], few
+    return [fmt_latency(summary.p50_us), fmt_latency(summary.p90_us), p99,
+            fmt_latency(summary.max_us)], few
 
 
-def percentile_table(run: dict[str, Any]) -> tuple[list[list[str]], bool]:
+def percentile_table(run: Run | dict[str, Any]) -> tuple[list[list[str]], bool]:
+    run = as_run(run)
     rows, few = [], False
     total_count, total_s = 0, 0.0
-    many = len(run["phases"]) > 1
-    for phase in run["phases"]:
-        wall = phase.get("wall_s") or 0.0
-        for name, op in phase.get("ops", {}).items():
-            count = op.get("count", 0)
+    many = len(run.phases) > 1
+    for phase in run.phases:
+        wall = phase.wall_s or 0.0
+        for name, op in phase.ops.items():
+            count = op.count
             cells, marked = percentile_cells(op, wall)
             few = few or marked
             seconds = latency_total_s(op)
             total_count, total_s = total_count + count, total_s + seconds
-            action = op_label(phase.get("name", "main"), name, many)
-            rows.append([action, f"{count:,}", f"{op.get('misses', 0):,}", *cells, fmt_total(seconds)])
+            action = op_label(phase.name, name, many)
+            rows.append([action, f"{count:,}", f"{op.misses:,}", *cells, fmt_total(seconds)])
     rows.append(["Total", f"{total_count:,}", "", "", "", "", "", fmt_total(total_s)])
     return rows, few
 
 
-def percentiles_headline(document: dict[str, Any]) -> list[Block]:
+def percentiles_headline(document: Document) -> list[Block]:
+    document = as_model(document)
     blocks = []
     counts = set()
     any_few = False
     for run in _measured(document):
         rows, few = percentile_table(run)
         any_few = any_few or few
-        counts.add(sum(_count(p) for p in run["phases"]))
+        counts.add(sum(_count(p) for p in run.phases))
         blocks.append(Block(
-            title=f"Timings for {run_name(run)}",
+            title=f"Timings for {run.name}",
             columns=["Action", "Count", "Miss", "Median", "P90", "P99", "Max", "Total"],
             rows=rows,
         ))
@@ -339,11 +355,11 @@ def _fixed(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.6f}"  # as Benchmark.bm prints "real"
 
 
-def _profile(run: dict[str, Any]) -> str:
-    return (run.get("network") or {}).get("profile") or ""
+def _profile(run: Run) -> str:
+    return run.profile or ""
 
 
-def choose_baseline(runs: list[dict[str, Any]], wanted: str | None) -> tuple[dict[str, Any] | None, str]:
+def choose_baseline(runs: list[Run], wanted: str | None) -> tuple[Run | None, str]:
     """The run every other one is shown against: ``label@profile``, ``label``, or the first."""
     if not runs:
         return None, ""
@@ -351,46 +367,47 @@ def choose_baseline(runs: list[dict[str, Any]], wanted: str | None) -> tuple[dic
         return runs[0], ""
     label, _, profile = wanted.partition("@")
     for run in runs:
-        if run["label"] == label and (not profile or _profile(run) == profile):
+        if run.label == label and (not profile or _profile(run) == profile):
             return run, ""
     return runs[0], f"baseline {wanted!r} is not among the measured configurations: the first stands in."
 
 
-def _block_time(run: dict[str, Any]) -> float | None:
+def _block_time(run: Run) -> float | None:
     """The whole block's time: write, the N iterations, delete — what ``Benchmark.bm`` reports as
     real around the reference's block (None when a phase is missing)."""
     phases = [_phase(run, name) for name in ("write", "read", "delete")]
-    if any(p is None or p.get("wall_s") is None for p in phases):
+    if any(p is None or _wall(p) is None for p in phases):
         return None
-    return sum(p["wall_s"] for p in phases if p is not None)
+    return sum(p.wall_s for p in phases if p is not None)
 
 
-def _rtt(run: dict[str, Any]) -> str:
+def _rtt(run: Run) -> str:
     """The round trip the run's network profile added (the reference's local vs remote)."""
-    network = run.get("network") or {}
-    if not network:
+    network = run.network
+    if network is None or network.is_empty:
         return "-"  # run without --network
-    rtt = network.get("rtt_us") or 0
-    return fmt_latency(rtt) if network.get("proxied") and rtt else "0"
+    rtt = network.stated("rtt_us") or 0
+    return fmt_latency(rtt) if network.stated("proxied") and rtt else "0"
 
 
-def baseline_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
+def baseline_rows(document: Document) -> tuple[list[str], list[list[str]], list[str]]:
     """Per configuration: the profile's added round trip, the iterations, the whole block's time and
     its % of the baseline's whole block (the reference's "Comparison to Baseline"), and the read
     block alone beside it (the N iterations without the write and the delete around them)."""
+    document = as_model(document)
     runs = _measured(document)
-    base, problem = choose_baseline(runs, (document.get("experiment") or {}).get("baseline"))
+    base, problem = choose_baseline(runs, document.experiment.stated("baseline"))
     base_read = _phase(base, "read") if base else None
     n = _count(base_read)
     comparable = base is not None and n > 1
     base_block = _block_time(base) if comparable else None
-    base_read_time = base_read.get("wall_s") if comparable and base_read else None
+    base_read_time = _wall(base_read) if comparable and base_read else None
     columns = ["Configuration", "added RTT", "iterations", "block (s)", "Comparison to Baseline", "read block %"]
     rows, notes = [], [problem] if problem else []
     for run in runs:
         read = _phase(run, "read")
         count = _count(read)
-        block, read_time = _block_time(run), read.get("wall_s") if read else None
+        block, read_time = _block_time(run), _wall(read) if read else None
         if run is base:
             whole = alone = "--"
         elif count <= 1 or base_block is None:
@@ -409,7 +426,8 @@ def baseline_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]],
     return columns, rows, notes
 
 
-def baseline_headline(document: dict[str, Any]) -> list[Block]:
+def baseline_headline(document: Document) -> list[Block]:
+    document = as_model(document)
     columns, rows, notes = baseline_rows(document)
     return [Block(
         title="Time of the block per configuration, and % of baseline (reference 004)",
@@ -421,12 +439,12 @@ def baseline_headline(document: dict[str, Any]) -> list[Block]:
     )]
 
 
-def _proxy_note(document: dict[str, Any]) -> list[str]:
+def _proxy_note(document: ResultsDocument) -> list[str]:
     note = proxy_overhead_note(document)
     return [note] if note else []
 
 
-BUILDERS: dict[str, Callable[[dict[str, Any]], list[Block]]] = {
+BUILDERS: dict[str, Callable[[ResultsDocument], list[Block]]] = {
     "timeit": timeit_headline,
     "tag-clean": tag_clean_headline,
     "percentiles": percentiles_headline,

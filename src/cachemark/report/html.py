@@ -7,7 +7,8 @@ time series when phases carry ``timeseries``, sweep charts (ops/s, bandwidth and
 the swept value with the saturation point marked) when runs carry ``sweep``, the
 environment with its calibration, and the exact spec as TOML to re-run. Nothing is
 fetched from the network; the charts are drawn here as SVG (:mod:`.charts`), so the page
-renders the same offline, in a mail attachment or in a CI artefact.
+renders the same offline, in a mail attachment or in a CI artefact. It reads the typed document
+(:mod:`cachemark.results.schema`); :func:`render_html` takes the document's dict too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from ..measure.histogram import Histogram
 from ..measure.saturation import find_saturation
 from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
+from ..results import Phase, ResultsDocument, as_model
 from ..results.names import op_label
+from ..results.schema import TimeseriesEntry
 from ..sweep import LOAD_PARAMS
 from .answers import headline_blocks, verdict_blocks
 from .blocks import to_html
@@ -39,8 +42,6 @@ from .data import (
     op_rows,
     phase_rows,
     proxy_overhead_note,
-    run_name,
-    sweep_key,
 )
 from .figures import fmt_latency, fmt_percent, fmt_rate
 from .table import baseline_rows as network_baseline_rows
@@ -132,7 +133,7 @@ class _Ids:
         return f"{stem}-{self.n}"
 
 
-def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baseline: str | None) -> str:
+def _summary_table(document: ResultsDocument, rows: list[dict[str, Any]], baseline: str | None) -> str:
     many_phases = len({r["phase"] for r in rows}) > 1
     base = baseline_rows(rows, baseline) if baseline else {}
     head = ["backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors"]
@@ -167,8 +168,8 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
                     cells.append(_td("-", -1))
         out.append(f"<tr{sep}>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
-    skipped = [r for r in document.get("runs", []) if r.get("status") in ("skipped", "failed")]
-    items = [f"{run_name(r)}: {r['status']} — {r.get('reason', '')}" for r in skipped] + load_notes(document)
+    skipped = [r for r in document.runs if r.status in ("skipped", "failed")]
+    items = [f"{r.name}: {r.status} — {r.reason}" for r in skipped] + load_notes(document)
     if items:
         out.append("<ul>" + "".join(f"<li>{escape(item)}</li>" for item in items) + "</ul>")
     if has_few_samples([r["count"] for r in rows]):
@@ -179,10 +180,10 @@ def _summary_table(document: dict[str, Any], rows: list[dict[str, Any]], baselin
     return "".join(out)
 
 
-def _network_section(document: dict[str, Any]) -> str:
+def _network_section(document: ResultsDocument) -> str:
     """Reference 004's "% of baseline" per network profile, and the proxy's own overhead beside it."""
     out = []
-    if len({(run.get("network") or {}).get("profile") for run in document.get("runs", [])}) > 1:
+    if len({run.profile for run in document.runs}) > 1:
         head = ["backend", "network", "op", "mean", "p99", "vs baseline"]
         out += ["<h2>Where the cache lives: % of baseline</h2>",
                 '<p class="note">Mean latency under each network profile, as a percentage of the first '
@@ -225,17 +226,17 @@ def _server_table(phases: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
-def _spectrum_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -> str:
+def _spectrum_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) -> str:
     by_op: dict[tuple[str, str], list[tuple[int, str, Histogram]]] = defaultdict(list)
-    for index, run in enumerate(document.get("runs", [])):
-        if run.get("status") not in ("ok", "interrupted"):
+    for index, run in enumerate(document.runs):
+        if not run.measured:
             continue
-        for phase in run.get("phases", []):
-            for name, op in phase.get("ops", {}).items():
-                hists = {k: Histogram.decode(v) for k, v in (op.get("histograms") or {}).items()}
+        for phase in run.phases:
+            for name, op in phase.ops.items():
+                hists = {k: Histogram.decode(v) for k, v in op.histograms.items()}
                 hist = latency_histogram(hists)
                 if hist.total:
-                    by_op[(phase.get("name", "main"), name)].append((index, run_name(run), hist))
+                    by_op[(phase.name, name)].append((index, run.name, hist))
     many_phases = len({p for p, _ in by_op}) > 1
     figures = []
     for (phase, op), entries in by_op.items():
@@ -296,28 +297,29 @@ _TIMESERIES_METRICS = (
 )
 
 
-def _phase_series(phase: dict[str, Any]) -> list[dict[str, Any]]:
+def _phase_series(phase: Phase) -> list[TimeseriesEntry]:
     """The client's per-second entries, and the server sampler's when the runner did not merge them in."""
-    entries = list(phase.get("timeseries") or [])
-    server = phase.get("server") or {}
-    if server.get("samples") and not any(e.get("server_cpu_pct") is not None for e in entries):
-        entries += server_timeseries(server)
+    entries = list(phase.timeseries or [])
+    server = phase.server
+    if server is not None and server.samples and not any(e.server_cpu_pct is not None for e in entries):
+        samples = {"samples": [sample.model_dump() for sample in server.samples]}  # server_stats reads dicts
+        entries += [TimeseriesEntry.model_construct(**entry) for entry in server_timeseries(samples)]
     return entries
 
 
-def _timeseries_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -> str:
-    per_phase: dict[str, list[tuple[int, str, list[dict[str, Any]]]]] = defaultdict(list)
-    for index, run in enumerate(document.get("runs", [])):
-        for phase in run.get("phases", []):
+def _timeseries_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) -> str:
+    per_phase: dict[str, list[tuple[int, str, list[TimeseriesEntry]]]] = defaultdict(list)
+    for index, run in enumerate(document.runs):
+        for phase in run.phases:
             entries = _phase_series(phase)
             if entries:
-                per_phase[phase.get("name", "main")].append((index, run_name(run), entries))
+                per_phase[phase.name].append((index, run.name, entries))
     figures = []
     for phase_name, entries in per_phase.items():
         for key, title, unit, kind in _TIMESERIES_METRICS:
             series = []
             for index, name, points in entries:
-                data = [(float(p["t"]), float(p[key])) for p in points if p.get(key) is not None]
+                data = [(float(p.t), float(value)) for p in points if (value := getattr(p, key, None)) is not None]
                 if data:
                     series.append(Series(name, data, colors[index], markers=len(data) <= 30))
             if not series:
@@ -351,7 +353,7 @@ def saturation_point(throughput: list[tuple[float, float]], p99: list[tuple[floa
     return find_saturation(points) if len(points) >= 3 else None
 
 
-def _sweep_charts(document: dict[str, Any], colors: dict[int, str], ids: _Ids) -> str:
+def _sweep_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) -> str:
     phases = [p for p in phase_rows(document) if p["sweep_values"]]
     if not phases:
         return ""
@@ -444,29 +446,31 @@ def _server_sweep_charts(members: list[dict[str, Any]]) -> list[tuple[str, str, 
     return charts
 
 
-def _environment(document: dict[str, Any]) -> str:
-    env = document.get("environment", {})
+def _environment(document: ResultsDocument) -> str:
+    env = document.environment
     out = ["<h2>Environment</h2><table>"]
-    for key, value in env.items():
+    for key, value in env.saved.items():  # every field of the fingerprint, in the file's order
         if key in ("packages", "calibration"):
             continue
         out.append(f'<tr><th class="l">{escape(str(key))}</th><td class="l w">{escape(str(value))}</td></tr>')
-    packages = env.get("packages") or {}
+    packages = env.packages or {}
     if packages:
         listing = ", ".join(f"{k} {v}" for k, v in packages.items())
         out.append(f'<tr><th class="l">packages</th><td class="l w">{escape(listing)}</td></tr>')
     out.append("</table>")
-    calibration = env.get("calibration")
-    if calibration:
-        rtt = calibration.get("loopback_rtt") or {}
+    calibration = env.calibration
+    if calibration is not None and not calibration.is_empty:
+        rtt = calibration.loopback_rtt
         out.append("<h3>Calibration</h3><table><tr><th class=l>measure</th><th>p50</th><th>p99</th></tr>")
         for mode in ("busy", "idle"):
-            if rtt.get(mode):
+            figures = getattr(rtt, mode) if rtt is not None else None
+            if figures is not None and not figures.is_empty:
                 out.append(f"<tr><td class=l>loopback round trip, {mode} core</td>"
-                           f"<td>{escape(fmt_latency(rtt[mode].get('p50_us')))}</td>"
-                           f"<td>{escape(fmt_latency(rtt[mode].get('p99_us')))}</td></tr>")
-        out.append(f"</table><p class=\"note\">timer resolution {calibration.get('timer_resolution_ns')} ns; "
-                   f"idle gap {rtt.get('idle_gap_ms')} ms. Latencies near these floors measure the machine, "
+                           f"<td>{escape(fmt_latency(figures.p50_us))}</td>"
+                           f"<td>{escape(fmt_latency(figures.p99_us))}</td></tr>")
+        idle_gap = rtt.idle_gap_ms if rtt is not None else None
+        out.append(f"</table><p class=\"note\">timer resolution {calibration.timer_resolution_ns} ns; "
+                   f"idle gap {idle_gap} ms. Latencies near these floors measure the machine, "
                    "not the backend.</p>")
     else:
         out.append('<p class="note">No calibration in this results file (run without --no-calibrate to get '
@@ -474,10 +478,10 @@ def _environment(document: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _spec(document: dict[str, Any]) -> str:
+def _spec(document: ResultsDocument) -> str:
     from ..spec import to_toml  # the experiment models: only the HTML page needs them (formats imports us)
 
-    experiment = document.get("experiment") or {}
+    experiment = document.experiment.saved  # the spec as saved, to re-run
     toml = to_toml(experiment)
     return ("<h2>Re-run this experiment</h2><p class=\"note\">Save as <code>experiment.toml</code> and run "
             "<code>cachemark run experiment.toml</code>. Target URLs are redacted in results: put passwords "
@@ -486,23 +490,24 @@ def _spec(document: dict[str, Any]) -> str:
             f"<pre>{escape(json.dumps(experiment, indent=1))}</pre></details>")
 
 
-def render_html(document: dict[str, Any], baseline: str | None = None) -> str:
+def render_html(document: dict[str, Any] | ResultsDocument, baseline: str | None = None) -> str:
     """The whole report as one HTML string."""
+    document = as_model(document)
     rows = op_rows(document)
     phases = phase_rows(document)
-    colors = {i: color_for(i) for i in range(len(document.get("runs", [])))}
+    colors = {i: color_for(i) for i in range(len(document.runs))}
     ids = _Ids()
-    experiment = document.get("experiment") or {}
-    name = experiment.get("name", "cachemark")
-    sweeps = {sweep_key(r) for r in document.get("runs", []) if r.get("sweep")}
+    experiment = document.experiment
+    name = experiment.name
+    sweeps = {r.sweep_key for r in document.runs if r.sweep}
     parts = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
         f"<title>cachemark: {escape(name)}</title><style>{_CSS}</style></head><body>",
         f"<h1>cachemark: {escape(name)}</h1>",
-        f"<p class=\"note\">{escape(experiment.get('description') or '')} results created "
-        f"{escape(str(document.get('created', '?')))} · schema {escape(str(document.get('schema', '?')))} · "
-        f"{len(document.get('runs', []))} runs{f' · {len(sweeps)} sweep points' if sweeps else ''}</p>",
+        f"<p class=\"note\">{escape(experiment.description or '')} results created "
+        f"{escape(str(document.stated('created', '?')))} · schema {escape(str(document.schema_))} · "
+        f"{len(document.runs)} runs{f' · {len(sweeps)} sweep points' if sweeps else ''}</p>",
         *(to_html(block) for block in verdict_blocks(document)),
         *(to_html(block) for block in headline_blocks(document)),
         "<h2>Summary</h2>",

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ..results import ResultsDocument, as_model
 from ..results.names import op_label
 from .answers import headline_blocks, verdict_blocks
 from .blocks import to_rich
@@ -19,9 +20,7 @@ from .data import (
     has_few_samples,
     latency_cell,
     load_notes,
-    op_summary,
     proxy_overhead_note,
-    run_name,
 )
 from .figures import fmt_latency, fmt_rate
 from .fitted_table import FOLD_NAMES, print_fitted
@@ -29,42 +28,44 @@ from .fitted_table import FOLD_NAMES, print_fitted
 COLUMNS = ("backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors")
 
 
-def rows(document: dict[str, Any], uncorrected: bool = False) -> list[list[str]]:
+def rows(document: dict[str, Any] | ResultsDocument, uncorrected: bool = False) -> list[list[str]]:
     """One row per (run, phase, op); skipped and failed runs get one row with the reason.
 
-    Reads only what the results schema guarantees (cachemark.results.schema): optional
-    fields by ``get``, summaries recomputed from the histograms when a file has none.
+    Reads the typed document (cachemark.results.schema): summaries recomputed from the
+    histograms when a file has none.
     """
     out: list[list[str]] = []
-    for run in document.get("runs", []):
-        name = run_name(run)
-        phases = run.get("phases", [])
-        if run["status"] in ("skipped", "failed") and not phases:
-            out.append([name, run["status"], run.get("reason", ""), *[""] * (len(COLUMNS) - 3)])
+    for run in as_model(document).runs:
+        name = run.name
+        phases = run.phases
+        if run.status in ("skipped", "failed") and not phases:
+            out.append([name, run.status, run.reason, *[""] * (len(COLUMNS) - 3)])
             continue
         many_phases = len(phases) > 1
         for phase in phases:
-            for op_name, op in phase.get("ops", {}).items():
-                if not op["count"]:
+            for op_name, op in phase.ops.items():
+                if not op.count:
                     continue
-                summary = op_summary(op, phase.get("wall_s") or 0.0, uncorrected)
-                hit = summary.get("hit_ratio")
-                errors = sum((op.get("errors") or {}).values())
+                summary = phase.summary_of(op, uncorrected)
+                hit = summary.hit_ratio
+                errors = op.error_total
                 out.append([
                     name,
-                    op_label(phase.get("name", "main"), op_name, many_phases),
-                    f"{op['count']:,}",
+                    op_label(phase.name, op_name, many_phases),
+                    f"{op.count:,}",
                     "-" if hit is None else f"{hit * 100:.1f}",
-                    fmt_rate(summary.get("ops_per_s") or 0.0),
-                    *(latency_cell(op["count"], field, summary.get(field), fmt_latency)
+                    fmt_rate(summary.ops_per_s or 0.0),
+                    *(latency_cell(op.count, field, getattr(summary, field), fmt_latency)
                       for field in ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")),
                     f"{errors:,}" if errors else "0",
                 ])
     return out
 
 
-def render(document: dict[str, Any], console: Console | None = None, title: str | None = None) -> None:
+def render(document: dict[str, Any] | ResultsDocument, console: Console | None = None,
+           title: str | None = None) -> None:
     console = console or Console()
+    document = as_model(document)
     for block in headline_blocks(document):
         to_rich(block, console)
     measured = rows(document)
@@ -73,18 +74,18 @@ def render(document: dict[str, Any], console: Console | None = None, title: str 
                  sections=True)
     for line in _skipped_lines(measured):
         console.print(line, markup=False, highlight=False)
-    runs = document.get("runs", [])
-    if len({(run.get("network") or {}).get("profile") for run in runs}) > 1:
+    runs = document.runs
+    if len({run.profile for run in runs}) > 1:
         render_baseline(document, console)
     proxy_note = proxy_overhead_note(document)
     if proxy_note:
         console.print(proxy_note, markup=False, highlight=False)
-    if any(p.get("mode") == "open" for r in runs for p in r.get("phases", [])):
+    if any(p.mode == "open" for r in runs for p in r.phases):
         console.print("open loop: latency measured from each op's intended start (coordinated-omission "
                       "corrected); the uncorrected figures are in the results file.")
     for note in load_notes(document):
         console.print(note, markup=False, highlight=False)
-    counts = [op.get("count", 0) for r in runs for p in r.get("phases", []) for op in p.get("ops", {}).values()]
+    counts = [op.count for r in runs for p in r.phases for op in p.ops.values()]
     if has_few_samples(counts):
         console.print(FEW_SAMPLES_NOTE, markup=False, highlight=False)
     for block in verdict_blocks(document):
@@ -123,7 +124,7 @@ def _drop_order(table_rows: list[list[str]]) -> list[str]:
 # --- fitting a table to the console's width --------------------------------------------------
 
 
-def baseline_rows(document: dict[str, Any]) -> list[list[str]]:
+def baseline_rows(document: dict[str, Any] | ResultsDocument) -> list[list[str]]:
     """Per target, phase and op: mean latency under each network profile as % of the first.
 
     Reference 004's table: the time the same work takes where the cache lives, relative
@@ -131,31 +132,31 @@ def baseline_rows(document: dict[str, Any]) -> list[list[str]]:
     """
     out: list[list[str]] = []
     baselines: dict[tuple[str, str, str], float | None] = {}
-    for run in document.get("runs", []):
-        profile = (run.get("network") or {}).get("profile") or "-"
-        phases = run.get("phases", [])
+    for run in as_model(document).runs:
+        profile = run.profile or "-"
+        phases = run.phases
         for phase in phases:
-            phase_name = phase.get("name", "main")
-            for name, op in phase.get("ops", {}).items():
-                if not op["count"]:
+            phase_name = phase.name
+            for name, op in phase.ops.items():
+                if not op.count:
                     continue
-                summary = op_summary(op, phase.get("wall_s") or 0.0)
-                mean = summary.get("mean_us")
-                key = (run["label"], phase_name, name)
+                summary = phase.summary_of(op)
+                mean = summary.mean_us
+                key = (run.label, phase_name, name)
                 if key in baselines:
                     base = baselines[key]
                     relative = f"{100 * mean / base:.0f}%" if base and mean is not None else "-"
-                    if op["count"] < 2:
+                    if op.count < 2:
                         relative = "-"  # one op: its own latency, not a figure to compare
                 else:
                     baselines[key], relative = mean, "baseline"
                 op_name = op_label(phase_name, name, len(phases) > 1)
-                out.append([run["label"], profile, op_name, fmt_latency(mean), fmt_latency(summary.get("p99_us")),
+                out.append([run.label, profile, op_name, fmt_latency(mean), fmt_latency(summary.p99_us),
                             relative])
     return out
 
 
-def render_baseline(document: dict[str, Any], console: Console) -> None:
+def render_baseline(document: dict[str, Any] | ResultsDocument, console: Console) -> None:
     print_fitted(console, ("backend", "network", "op", "mean", "p99", "vs baseline"), baseline_rows(document),
                  names=3, drop_order=("p99", "mean"),
                  title="% of baseline: mean latency vs the first network profile of each target")

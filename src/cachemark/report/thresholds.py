@@ -13,7 +13,7 @@ Metrics and units:
 
 - ``bandwidth``: bytes per second, from the server's network Mbps p90 over 1-s samples
   when the run sampled the server, else from the client's payload bytes per second. By
-  default bytes **out** of the server only (``phase["server"]["net_out_mbps_p90"]``; the
+  default bytes **out** of the server only (``phase.server.net_out_mbps_p90``; the
   client's received values as the fallback), like reference 001's CloudWatch
   ``NetworkBytesOut``; ``direction="both"`` takes in + out (``net_mbps_p90``; keys and
   values both ways). Like reference 001, the p90 of the per-second figures is taken as
@@ -33,6 +33,7 @@ import re
 from typing import Any
 
 from ..errors import UserError
+from ..results import Phase, ResultsDocument, as_model
 from ..textfile import one_line
 from .blocks import Block
 from .data import LOW_SAMPLES_MARK, LOW_SAMPLES_NOTE, phase_rows
@@ -89,27 +90,28 @@ def parse_direction(text: str) -> str:
     return value
 
 
-def _received_mbps(document: dict[str, Any], row: dict[str, Any]) -> float:
+def _received_mbps(document: ResultsDocument, row: dict[str, Any]) -> float:
     """The client's received payload (values) in Mbps: the server's bytes out, seen from the client."""
     phase = _phase(document, row)
     wall = row["wall_s"] or 0.0
-    received = sum(op.get("bytes_in", 0) for op in (phase or {}).get("ops", {}).values())
+    received = sum(op.bytes_in for op in phase.ops.values()) if phase is not None else 0
     return received * 8 / wall / 1e6 if wall > 0 else 0.0
 
 
-def _phase(document: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
-    run = document.get("runs", [])[row["run"]]
-    return next((p for p in run.get("phases", []) if p.get("name", "main") == row["phase"]), None)
+def _phase(document: ResultsDocument, row: dict[str, Any]) -> Phase | None:
+    """The phase a row of ``phase_rows`` stands for."""
+    return next((p for p in document.runs[row["run"]].phases if p.name == row["phase"]), None)
 
 
-def hit_ratio(document: dict[str, Any], row: dict[str, Any]) -> float | None:
+def hit_ratio(document: dict[str, Any] | ResultsDocument, row: dict[str, Any]) -> float | None:
     """Hits ÷ (hits + misses) of the phase's gets (``get``, ``get_many``, ``exists+get``…; any op
     that counted hits when none is a get); None when nothing read."""
-    ops = (_phase(document, row) or {}).get("ops", {})
-    gets = {name: op for name, op in ops.items() if "get" in name and op.get("hits", 0) + op.get("misses", 0)}
+    phase = _phase(as_model(document), row)
+    ops = phase.ops if phase is not None else {}
+    gets = {name: op for name, op in ops.items() if "get" in name and op.hits + op.misses}
     chosen = (gets or ops).values()
-    hits = sum(op.get("hits", 0) for op in chosen)
-    misses = sum(op.get("misses", 0) for op in chosen)
+    hits = sum(op.hits for op in chosen)
+    misses = sum(op.misses for op in chosen)
     return hits / (hits + misses) if hits + misses else None
 
 
@@ -151,7 +153,7 @@ def point_warnings(row: dict[str, Any], ratio: float | None, name: str | None = 
     return out
 
 
-def compute(documents: list[dict[str, Any]], metric: str, levels: list[int],
+def compute(documents: list[dict[str, Any]] | list[ResultsDocument], metric: str, levels: list[int],
             labels: list[str] | None = None, direction: str = "out") -> dict[str, Any]:
     """Per target label: the maximum of ``metric`` and the alarm level at each percentage.
 
@@ -165,7 +167,7 @@ def compute(documents: list[dict[str, Any]], metric: str, levels: list[int],
     if labels and len(labels) != len(documents):
         raise UserError(f"{len(labels)} --label values for {len(documents)} results files: give one per file")
     per_label: dict[str, list[dict[str, Any]]] = {}
-    for i, document in enumerate(documents):
+    for i, document in enumerate(map(as_model, documents)):
         for row in phase_rows(document):
             name = labels[i] if labels else row["label"]
             row = {**row, "received_mbps": _received_mbps(document, row), "hit_ratio": hit_ratio(document, row)}
@@ -327,10 +329,11 @@ def _cell(value: float | None, fmt: str, low: bool) -> str:
     return f"{text} {LOW_SAMPLES_MARK}" if low else text
 
 
-def bandwidth_points(document: dict[str, Any]) -> list[dict[str, Any]]:
+def bandwidth_points(document: dict[str, Any] | ResultsDocument) -> list[dict[str, Any]]:
     """One entry per (target label, network profile, phase, sweep point): the headline's figures,
     repeats averaged (as reference 001 averaged its test passes), with the flags and warnings of
     the point. Two profiles are two experiments (loopback, and a capped link): never averaged."""
+    document = as_model(document)
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for row in phase_rows(document):
         groups.setdefault((row["label"], row["network"], row["phase"], row["sweep"]), []).append(row)
@@ -361,9 +364,10 @@ def bandwidth_points(document: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(points, key=order)
 
 
-def bandwidth_headline(document: dict[str, Any]) -> list[Block]:
+def bandwidth_headline(document: dict[str, Any] | ResultsDocument) -> list[Block]:
     """Reference 001's table: per value size (sweep point), network Mbps p90 and p70 of bytes
     out, server CPU % p90 and p50, ops/s; then the alarm thresholds it turns into."""
+    document = as_model(document)
     points = bandwidth_points(document)
     if not points:
         return []

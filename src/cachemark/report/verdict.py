@@ -3,7 +3,8 @@
 Owns :func:`verdict_blocks`, the "What this means" card every report ends with (the
 terminal, Markdown, HTML; :mod:`.blocks` draws it). It reads only the results document,
 so ``show`` and ``report`` of an old file give the same answer as the run did, and every
-field it reads is optional. The ranking compares like with like only: one phase, one
+field it reads is optional. It reads the typed document (:mod:`cachemark.results.schema`); the
+public functions take a document's or a run's dict too. The ranking compares like with like only: one phase, one
 sweep point and one network profile at a time; it ranks by the preset's headline figure where
 that figure ranks backends (:data:`HEADLINE_FIGURES`: the headline and the verdict name one
 winner and print one factor), else by p50; shared backends against each other, per-process
@@ -30,13 +31,14 @@ from typing import Any
 from ..backends.base import PSEUDO_OPS
 from ..errors import SpecError
 from ..measure.outage import longest, outage_text
+from ..results import OpResult, Phase, ResultsDocument, Run, as_model, as_run
 from ..results.findings import QUALIFY_FIGURES, Finding, Kind
-from ..results.names import op_label, run_name, sweep_key
+from ..results.names import op_label
 from ..schemes import find_scheme
 from ..sweep import LOAD_PARAMS
 from ..target import parse_target
 from .blocks import Block
-from .data import MISSED_WARNING, missed_ops, op_summary
+from .data import MISSED_WARNING, missed_ops
 from .figures import fmt_factor, fmt_latency, fmt_percent, fmt_rate
 from .headline import harness_ops_per_s, seconds_per_1000
 
@@ -91,8 +93,12 @@ def _pm(x: float, spread: float) -> str:
     return f"{fmt_factor(x)} ± {spread:,.{digits}f}×"
 
 
-def verdict_blocks(document: dict[str, Any]) -> list[Block]:
-    runs = [r for r in document.get("runs") or [] if isinstance(r, dict) and r.get("label") is not None]
+Document = dict[str, Any] | ResultsDocument  # as loaded or built in memory, or the typed document
+
+
+def verdict_blocks(document: Document) -> list[Block]:
+    document = as_model(document)
+    runs = document.runs
     if not runs:
         return []
     ranking = _ranking(runs, ranking_figure(document))
@@ -161,16 +167,24 @@ def _phase_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _phase_workers(runs: list[dict[str, Any]]) -> list[int]:
-    return sorted({p["workers"] for r in runs for p in r.get("phases") or []
-                   if isinstance(p.get("workers"), int)})
+def _phase_workers(runs: list[Run]) -> list[int]:
+    return sorted({p.workers for r in runs for p in r.phases if isinstance(p.workers, int)})
 
 
-def _clients(runs: list[dict[str, Any]], version: Any) -> str:
+def _info(run: Run) -> dict[str, Any]:
+    """What the backend said about itself (client, versions, framework…): ``{}`` when nothing."""
+    return _dict(run.backend.info if run.backend is not None else None)
+
+
+def _server_stated(run: Run, field: str) -> Any:
+    """A field of the run's server record as the file gave it (None without one)."""
+    return run.server.stated(field) if run.server is not None else None
+
+
+def _clients(runs: list[Run], version: Any) -> str:
     seen: dict[str, list[str]] = {}
     for run in runs:
-        backend = run.get("backend") or {}
-        info = backend.get("info") or {}
+        info = _info(run)
         client = info.get("client")
         if not client:
             continue
@@ -179,24 +193,25 @@ def _clients(runs: list[dict[str, Any]], version: Any) -> str:
             text += f" {version}" if version else ""
         elif info.get("client_version"):
             text += f" {info['client_version']}"
-        engine = next((p.get("engine") for p in run.get("phases") or [] if isinstance(p.get("engine"), dict)), None)
+        engine = next((e for p in run.phases if isinstance(e := p.stated("engine"), dict)), None)
         if engine and (engine.get("connections") or engine.get("pipeline")):
             connections, pipeline = _num(engine.get("connections") or 1), _num(engine.get("pipeline") or 1)
             text += f" ({connections} connections, pipeline {pipeline})"
-        server_version = info.get("server_version") or (run.get("server") or {}).get("version")
+        server_version = info.get("server_version") or _server_stated(run, "version")
         if server_version:
-            server = info.get("server") or (run.get("server") or {}).get("kind") or "server"
+            server = info.get("server") or _server_stated(run, "kind") or "server"
             text += f", {server} {server_version}"
-        texts = seen.setdefault(run["label"], [])
+        texts = seen.setdefault(run.label, [])
         if text not in texts:
             texts.append(text)
     return "; ".join(f"{label} via {' / '.join(texts)}" for label, texts in seen.items())
 
 
-def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+def workload_sentence(document: Document, runs: list[Run]) -> str:
     """The workload, the clients and the network, in one sentence."""
-    experiment = _dict(document.get("experiment"))
-    wl = _dict(experiment.get("workload"))
+    document = as_model(document)
+    experiment = document.experiment
+    wl = experiment.workload_spec
     parts: list[str] = []
     trace = _dict(wl.get("trace"))
     if trace.get("path"):
@@ -204,7 +219,7 @@ def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> s
         timing = "as fast as possible" if speed == 0 else f"at {_num(speed)}× the recorded rate"
         copies = f", {_num(trace['amplify'])} copies of its key space" if (trace.get("amplify") or 1) > 1 else ""
         parts.append(f"replay of the trace {Path(str(trace['path'])).name} ({timing}{copies})")
-    phases = [p for p in wl.get("phases") or [] if isinstance(p, dict)]
+    phases = experiment.planned_phases
     if wl.get("keys") is not None:
         # the workload's distribution, unless every phase draws its keys its own way (said per phase)
         inherited = not phases or any(_own_key_dist(p, wl) is None for p in phases)
@@ -224,7 +239,7 @@ def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> s
     if workers:
         count = _num(workers[0]) if len(workers) == 1 else f"{_num(workers[0])}–{_num(workers[-1])}"
         parts.append(f"{count} worker{'s' if workers[-1] != 1 else ''}")
-    modes = {p.get("mode") for r in runs for p in r.get("phases") or []}
+    modes = {p.mode for r in runs for p in r.phases}
     rate = wl.get("rate") or next((p.get("rate") for p in phases if p.get("rate")), None)
     if trace and ("open" in modes or rate):
         parts.append(f"open loop at the recorded times (mean {rate:,.0f} ops/s)" if isinstance(rate, int | float)
@@ -244,17 +259,16 @@ def workload_sentence(document: dict[str, Any], runs: list[dict[str, Any]]) -> s
         parts.append("prefilled" if wl["prefill"] else "not prefilled")
     if "ttl" in wl:
         parts.append(f"TTL {_num(wl['ttl'])} s" if wl.get("ttl") else "no TTL")
-    repeats = experiment.get("repeat")
+    repeats = experiment.stated("repeat")
     if isinstance(repeats, int) and repeats > 1:
         parts.append(f"{repeats} repeats")
-    for field, values in _dict(experiment.get("sweep")).items():
+    for field, values in _dict(experiment.stated("sweep")).items():
         if isinstance(values, list):
             parts.append(f"{field} swept over {', '.join(str(v) for v in values)}")
-    profiles = list(dict.fromkeys((r.get("network") or {}).get("profile") for r in runs
-                                  if (r.get("network") or {}).get("profile")))
+    profiles = list(dict.fromkeys(r.profile for r in runs if r.profile))
     parts.append(f"network profile {', '.join(profiles)}" if profiles else "no network emulated")
     sentence = "Workload: " + ", ".join(parts) + "."
-    clients = _clients(runs, _dict(document.get("environment")).get("cachemark"))
+    clients = _clients(runs, document.environment.cachemark)
     if clients:
         sentence += f" Clients: {clients}."
     return sentence
@@ -270,19 +284,23 @@ _DJANGO_ON_DISK = {"FileBasedCache": "file", "DjangoCache": "diskcache"}
 _NESTED_DEPTH = 4
 
 
-def kept(run: dict[str, Any]) -> tuple[str, str | None]:
+def kept(run: Run | dict[str, Any]) -> tuple[str, str | None]:
     """Where a run's cache keeps its entries: ``per-process`` (each worker's own copy), ``local`` (on
     this host's disk, with the store's scheme: a file/diskcache/sqlite target, or one nested in it —
-    Django's LOCATION, a two-level cache's level) or ``shared`` (a server every app server reaches)."""
-    backend = _dict(run.get("backend"))
-    if _dict(backend.get("capabilities")).get("shared") is False:
+    Django's LOCATION, a two-level cache's level) or ``shared`` (a server every app server reaches).
+    ``run``: the typed run, or a run's dict (only its ``target`` and ``backend`` are read)."""
+    if isinstance(run, dict):
+        run = as_run({"label": "", "status": "ok", **run})
+    backend = run.backend
+    capabilities = _dict(backend.capabilities if backend is not None else None)
+    if capabilities.get("shared") is False:
         return PER_PROCESS, None
-    scheme = find_scheme(str(backend.get("scheme") or ""))
+    scheme = find_scheme(str(run.scheme or ""))
     if scheme is not None and scheme.embedded is not None:
         return LOCAL, scheme.name
-    store = _nested_store(str(run.get("target") or ""), scheme, 0)
+    store = _nested_store(run.target, scheme, 0)
     if store is None:
-        info = _dict(backend.get("info"))
+        info = _info(run)
         store = _DJANGO_ON_DISK.get(str(info.get("backend") or "").rsplit(".", 1)[-1]) \
             if info.get("framework") == "django" else None
     return (LOCAL, store) if store else (SHARED, None)
@@ -310,17 +328,17 @@ def _show_rate(value: float) -> str:
     return f"{fmt_rate(value) if value >= 100 else f'{value:.3g}'}/s"  # a few ops/s keep their digits
 
 
-def _harness(phase: dict[str, Any], op: dict[str, Any] | None) -> float | None:
+def _harness(phase: Phase, op: OpResult | None) -> float | None:
     """cache-benchmark's ops/s of one op, as the tag-clean headline computes it."""
-    count = (op or {}).get("count") or 0
-    mean = op_summary(op or {}, phase.get("wall_s") or 0.0).get("mean_us") if count else None
-    return harness_ops_per_s(count, mean, phase.get("workers") or 1)
+    count = op.count if op is not None else 0
+    mean = phase.summary_of(op).mean_us if op is not None and count else None
+    return harness_ops_per_s(count, mean, phase.workers or 1)
 
 
-def _per_1000(phase: dict[str, Any], _op: dict[str, Any] | None) -> float | None:
+def _per_1000(phase: Phase, _op: OpResult | None) -> float | None:
     """timeit's seconds per 1000 ops of a phase, as the timeit headline computes it."""
-    count = sum(op.get("count") or 0 for op in (phase.get("ops") or {}).values() if isinstance(op, dict))
-    return seconds_per_1000(phase.get("wall_s") or 0.0, count)
+    count = sum(op.count for op in phase.ops.values())
+    return seconds_per_1000(phase.wall_s or 0.0, count)
 
 
 @dataclass(frozen=True)
@@ -329,7 +347,7 @@ class Figure:
 
     name: str  # as the column headers say it
     show: Callable[[float], str]
-    measure: Callable[[dict[str, Any], dict[str, Any] | None], float | None] | None = None  # None: the p50
+    measure: Callable[[Phase, OpResult | None], float | None] | None = None  # None: the p50
     higher_is_better: bool = False
     per_phase: bool = False  # one value per phase (timeit's loop of ops), not per op
     what: str = ""  # what it is, for the footnote (a headline figure)
@@ -356,9 +374,9 @@ HEADLINE_FIGURES = {
 }
 
 
-def ranking_figure(document: dict[str, Any]) -> Figure:
+def ranking_figure(document: Document) -> Figure:
     """The figure the verdict ranks by: the preset's headline figure where it has one, else the p50."""
-    return HEADLINE_FIGURES.get(str(_dict(document.get("experiment")).get("headline")), P50)
+    return HEADLINE_FIGURES.get(str(as_model(document).experiment.stated("headline")), P50)
 
 
 class _Ranking:
@@ -417,37 +435,36 @@ _Entry = tuple[Any, dict[str, float | None]]  # (repeat, {"rank": the ranking fi
 _Groups = dict[tuple[str, str, str], dict[str, dict[str, list[_Entry]]]]
 
 
-def _entries(runs: list[dict[str, Any]], figure: Figure) -> _Groups:
+def _entries(runs: list[Run], figure: Figure) -> _Groups:
     """(phase, sweep point, profile) → op (the phase itself, for a figure per phase) → label → [(repeat, figures)]."""
     groups: _Groups = {}
     for run in runs:
-        if run.get("status", "ok") not in RANKED_STATUSES or run.get("dropped_writes"):
+        if run.status not in RANKED_STATUSES or run.dropped_writes:
             continue
-        profile = (run.get("network") or {}).get("profile") or ""
-        for phase in run.get("phases") or []:
-            name = phase.get("name") or "main"
-            key = (name, sweep_key(run), profile)
-            wall = phase.get("wall_s") or 0.0
+        profile = run.profile or ""
+        for phase in run.phases:
+            name = phase.name or "main"
+            key = (name, run.sweep_key, profile)
             measured: dict[str, dict[str, float | None]] = {}
-            for op_name, op in (phase.get("ops") or {}).items():
-                summary = op_summary(op, wall)
-                count = op.get("count") or 0
-                p50 = summary.get("p50_us")
+            for op_name, op in phase.ops.items():
+                summary = phase.summary_of(op)
+                count = op.count
+                p50 = summary.p50_us
                 if count < 2 or not p50 or p50 <= 0 or op_name in PSEUDO_OPS:  # the origin is no backend's op
                     continue
-                figures = {"p50": p50, "p99": summary.get("p99_us") if count >= FEW_SAMPLES else None}
+                figures = {"p50": p50, "p99": summary.p99_us if count >= FEW_SAMPLES else None}
                 figures["rank"] = p50 if figure.measure is None else (
                     None if figure.per_phase else figure.measure(phase, op))
                 measured[op_name] = figures
             if figure.per_phase and figure.measure is not None:
-                total = sum(op.get("count") or 0 for op in (phase.get("ops") or {}).values())
+                total = sum(op.count for op in phase.ops.values())
                 only = next(iter(measured.values())) if len(measured) == 1 else {}
                 measured = {name: {"rank": figure.measure(phase, None) if total >= 2 else None,
                                    "p50": only.get("p50"), "p99": only.get("p99")}}
             for row, figures in measured.items():
                 if figures["rank"] and figures["rank"] > 0:
-                    groups.setdefault(key, {}).setdefault(row, {}).setdefault(run["label"], []).append(
-                        (run.get("repeat"), figures))
+                    groups.setdefault(key, {}).setdefault(row, {}).setdefault(run.label, []).append(
+                        (run.repeat, figures))
     return groups
 
 
@@ -531,7 +548,7 @@ def p99_cell(factor: float | None) -> str:
     return f"{fmt_factor(1 / factor)}× faster" if factor < 1 else f"{fmt_factor(factor)}×"
 
 
-def _ranking(runs: list[dict[str, Any]], figure: Figure) -> _Ranking:
+def _ranking(runs: list[Run], figure: Figure) -> _Ranking:
     """Per phase × sweep point × profile × op: the shared backends ranked against each other, and the
     local ones (per-process, on this host's disk) apart, ending with the fastest shared one for scale."""
     ranking = _Ranking(figure)
@@ -539,7 +556,7 @@ def _ranking(runs: list[dict[str, Any]], figure: Figure) -> _Ranking:
     many_phases = len({k[0] for k in groups}) > 1
     where: dict[str, str] = {}
     for run in runs:
-        where.setdefault(run["label"], kept(run)[0])
+        where.setdefault(run.label, kept(run)[0])
     for (phase, sweep, profile), rows in groups.items():
         for row, labels in rows.items():
             name = phase if figure.per_phase else op_label(phase, row, many_phases)
@@ -602,27 +619,26 @@ def _client_name(info: dict[str, Any]) -> str:
     return f"{client} ({store})" if store else client
 
 
-def client_costs(runs: list[dict[str, Any]]) -> list[str]:
+def client_costs(runs: list[Run]) -> list[str]:
     """What each client costs on the same server software, per op: its p50 over the engine's
     (the wire floor: no client library in the way) or, without an engine run, over the fastest
     client's. One line per server and op, like with like (phase, sweep point, network profile)."""
     groups: dict[tuple[str, ...], dict[str, list[float]]] = {}
     for run in runs:
-        if run.get("status", "ok") not in RANKED_STATUSES or run.get("dropped_writes"):
+        if run.status not in RANKED_STATUSES or run.dropped_writes:
             continue
-        info = _dict(_dict(run.get("backend")).get("info"))
-        server = _dict(run.get("server"))
-        kind, version = info.get("server") or server.get("kind"), info.get("server_version") or server.get("version")
+        info = _info(run)
+        kind = info.get("server") or _server_stated(run, "kind")
+        version = info.get("server_version") or _server_stated(run, "version")
         if not kind or not info.get("client"):
             continue
-        profile = _dict(run.get("network")).get("profile") or ""
-        for phase in run.get("phases") or []:
-            wall = phase.get("wall_s") or 0.0
-            for op_name, op in (phase.get("ops") or {}).items():
-                p50 = op_summary(op, wall).get("p50_us")
-                if (op.get("count") or 0) < 2 or not p50 or op_name in PSEUDO_OPS:
+        profile = run.profile or ""
+        for phase in run.phases:
+            for op_name, op in phase.ops.items():
+                p50 = phase.summary_of(op).p50_us
+                if op.count < 2 or not p50 or op_name in PSEUDO_OPS:
                     continue
-                key = (f"{kind} {version}" if version else str(kind), phase.get("name") or "main", sweep_key(run),
+                key = (f"{kind} {version}" if version else str(kind), phase.name or "main", run.sweep_key,
                        profile, op_name)
                 groups.setdefault(key, {}).setdefault(_client_name(info), []).append(p50)
     lines = []
@@ -644,9 +660,9 @@ def client_costs(runs: list[dict[str, Any]]) -> list[str]:
 # --- the warnings ---------------------------------------------------------------------------------------------
 
 
-def _phase_label(run: dict[str, Any], phase: dict[str, Any]) -> str:
-    name = run_name(run)
-    return f"{name} ({phase.get('name') or 'main'})" if len(run.get("phases") or []) > 1 else name
+def _phase_label(run: Run, phase: Phase) -> str:
+    name = run.name
+    return f"{name} ({phase.name or 'main'})" if len(run.phases) > 1 else name
 
 
 def _swept(value: Any) -> Any:
@@ -662,14 +678,14 @@ def _swept(value: Any) -> Any:
     return value
 
 
-def _workload_phase(document: dict[str, Any], run: dict[str, Any], name: str) -> dict[str, Any]:
+def _workload_phase(document: ResultsDocument, run: Run, name: str) -> dict[str, Any]:
     """The experiment's settings for a run's phase: the run's sweep point over the phase's own
     fields over the workload's (an op budget only where the phase has no duration of its own, and
     no duration where it has only an op budget, as ``Workload.effective_phases`` runs it)."""
-    wl = dict(_dict(_dict(document.get("experiment")).get("workload")))
-    wl.update({k: _swept(v) for k, v in (run.get("sweep") or {}).items()})
-    for phase in wl.get("phases") or []:
-        if isinstance(phase, dict) and (phase.get("name") or "main") == name:
+    wl = dict(document.experiment.workload_spec)
+    wl.update({k: _swept(v) for k, v in (run.sweep or {}).items()})
+    for phase in document.experiment.planned_phases:
+        if (phase.get("name") or "main") == name:
             return _effective_phase(phase, wl)
     return wl
 
@@ -685,29 +701,30 @@ def _effective_phase(phase: dict[str, Any], wl: dict[str, Any]) -> dict[str, Any
     return merged
 
 
-def _in_process(run: dict[str, Any]) -> bool:
+def _in_process(run: Run) -> bool:
     """The cache runs inside the client's process (or on its disk): the client's CPU is the cache's."""
     return kept(run)[0] != SHARED
 
 
-def _host_share(run: dict[str, Any], phase: dict[str, Any], cpus: Any) -> float | None:
+def _host_share(run: Run, phase: Phase, cpus: Any) -> float | None:
     """The share of this host's cores that the client and a server on the same host used together
     in ``phase`` (the server's own CPU counters), or None where that is not known or not one host's."""
-    if not isinstance(cpus, int) or cpus <= 0 or run.get("cluster") or _in_process(run):
-        return None  # agents on other hosts; or no server apart from the client
-    wall, client = phase.get("wall_s") or 0.0, phase.get("client_cpu_s")
-    server_pct = (phase.get("server") or {}).get("cpu_pct_mean")
+    distributed = (run.dask is not None and not run.dask.is_empty) or run.stated("cluster")
+    if not isinstance(cpus, int) or cpus <= 0 or distributed or _in_process(run):
+        return None  # agents on other hosts (a Dask run); or no server apart from the client
+    wall, client = phase.wall_s or 0.0, phase.client_cpu_s
+    server_pct = phase.server.stated("cpu_pct_mean") if phase.server is not None else None
     if not client or not isinstance(server_pct, int | float) or wall < MIN_WALL_S or not _server_here(run):
         return None
     return (client / wall + server_pct / 100) / cpus
 
 
-def _server_here(run: dict[str, Any]) -> bool:
+def _server_here(run: Run) -> bool:
     """The run's server is on this host: spawned by cachemark, or reached over loopback or a Unix socket."""
-    if (run.get("server") or {}).get("spawned"):
+    if run.server is not None and run.server.spawned:
         return True
     try:
-        target = parse_target(str(run.get("target") or ""))
+        target = parse_target(run.target)
     except SpecError:
         return False  # no target, or one an older file wrote that the parser now refuses
     scheme = find_scheme(target.scheme)
@@ -717,13 +734,13 @@ def _server_here(run: dict[str, Any]) -> bool:
     return bool(hosts) and all(h == "localhost" or h == "::1" or h.startswith("127.") for h in hosts)
 
 
-def _errors(run: dict[str, Any]) -> tuple[int, int, dict[str, int]]:
+def _errors(run: Run) -> tuple[int, int, dict[str, int]]:
     total = errors = 0
     kinds: dict[str, int] = {}
-    for phase in run.get("phases") or []:
-        for op in (phase.get("ops") or {}).values():
-            total += op.get("count") or 0
-            for kind, n in (op.get("errors") or {}).items():
+    for phase in run.phases:
+        for op in phase.ops.values():
+            total += op.count
+            for kind, n in op.errors.items():
                 if n:
                     kinds[kind] = kinds.get(kind, 0) + n
                     errors += n
@@ -744,20 +761,23 @@ def _expected_hit_ratio(mix: dict[str, Any]) -> float | None:
     return adds / (adds + deletes) if adds else None
 
 
-def reading_warnings(document: dict[str, Any]) -> list[Finding]:
+def reading_warnings(document: Document) -> list[Finding]:
     """The warnings that change how a measured figure reads (:data:`QUALIFY_FIGURES`): what ``advise``
     and ``cost`` name beside a pass or FAIL."""
-    runs = [r for r in document.get("runs") or [] if isinstance(r, dict) and r.get("label") is not None]
-    return [f for f in findings(document, runs) if f.kind in QUALIFY_FIGURES]
+    document = as_model(document)
+    return [f for f in findings(document, document.runs) if f.kind in QUALIFY_FIGURES]
 
 
-def warnings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
+def warnings(document: Document, runs: list[Run] | list[dict[str, Any]]) -> list[str]:
     """One line each, naming the run; the most serious first."""
     return [f.text for f in findings(document, runs)]
 
 
-def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Finding]:
-    """The warnings with their kinds, labels and ops; the most serious first."""
+def findings(document: Document, runs: list[Run] | list[dict[str, Any]]) -> list[Finding]:
+    """The warnings with their kinds, labels and ops; the most serious first. ``runs``: the document's
+    runs to warn about (typed, or their dicts)."""
+    document = as_model(document)
+    runs = [as_run(run) for run in runs]
     dropped: list[Finding] = []
     broken: list[Finding] = []
     errors: list[Finding] = []
@@ -768,7 +788,7 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
     budget: list[Finding] = []
     generator: list[Finding] = []
     samples: list[Finding] = []
-    cpus = (document.get("environment") or {}).get("cpus")
+    cpus = document.environment.cpus
     # facts about a backend, not a run: one line each, naming every label it applies to
     emulated: dict[str, str] = {}
     private: dict[str, None] = {}
@@ -776,15 +796,15 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
     open_python: dict[str, None] = {}
     few: dict[tuple[str, str, str, str], list[int]] = {}  # (label, label [sweep point], phase, op) → counts
     for run in runs:
-        name, label = run_name(run), run["label"]
+        name, label = run.name, run.label
         about = (label,)
-        if run.get("dropped_writes"):
-            what = str(run["dropped_writes"]).strip().rstrip(".")
+        if run.dropped_writes:
+            what = run.dropped_writes.strip().rstrip(".")
             dropped.append(Finding(Kind.DROPPED, f"{name} drops writes: {what}; its timings are not a cache's: "
                                    "left out of the ranking", about))
-        status = run.get("status", "ok")
+        status = run.status
         if status in ("failed", "skipped"):
-            reason = f": {run['reason']}" if run.get("reason") else ""
+            reason = f": {run.reason}" if run.reason else ""
             broken.append(Finding(Kind.FAILED, f"{name} {status}{reason}", about))
         n_errors, total, kinds = _errors(run)
         if n_errors:
@@ -792,14 +812,11 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
             plural = "s" if n_errors != 1 else ""
             errors.append(Finding(Kind.ERRORS, f"{name}: {n_errors:,} error{plural} in {total:,} ops ({what}); "
                                   "latencies cover the successes", about))
-        backend = run.get("backend") or {}
-        info = backend.get("info") or {}
-        server = run.get("server") or {}
-        servers = [s for s in server.get("servers", [server]) if isinstance(s, dict)]
-        emulator = info.get("emulator") or next((s.get("emulator") for s in servers if s.get("emulator")), None)
+        info = _info(run)
+        emulator = info.get("emulator") or next((e for e in _emulators(run) if e), None)
         if emulator:
             emulated[label] = f" ({emulator})" if isinstance(emulator, str) else emulated.get(label, "")
-        scheme = find_scheme(str(backend.get("scheme") or ""))
+        scheme = find_scheme(str(run.scheme or ""))
         where, store = kept(run)
         if scheme is not None and not scheme.stores:
             pass  # null:// keeps nothing by design: the harness's own cost, not a cache to share
@@ -807,21 +824,22 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
             private[label] = None
         elif where == LOCAL:
             local[label] = str(store)
-        for phase in run.get("phases") or []:
+        for phase in run.phases:
             where = _phase_label(run, phase)
-            spec = _workload_phase(document, run, phase.get("name") or "main")
-            ops = phase.get("ops") or {}
-            done = sum(op.get("count") or 0 for op in ops.values())
-            evicted = (phase.get("server") or {}).get("evictions")
+            spec = _workload_phase(document, run, phase.name or "main")
+            ops = phase.ops
+            done = sum(op.count for op in ops.values())
+            evicted = phase.server.evictions if phase.server is not None else None
             if isinstance(evicted, int | float) and evicted > 0:
                 keys = "key" if evicted == 1 else "keys"
                 evictions.append(Finding(Kind.EVICTIONS, f"{where}: the server evicted {_num(evicted)} {keys}: hit "
                                          "ratios reflect its memory limit, not the key space", about))
-            outage = longest(phase.get("write_outages"))
+            outages_seen = [o.model_dump() for o in phase.write_outages or []]
+            outage = longest(outages_seen)
             # a Sentinel's primary, or a cluster node's keys, moving to a promoted replica
             fails_over = scheme is not None and (scheme.failover_grace is not None or scheme.cluster)
             if outage is not None and (fails_over or outage["duration_s"] >= OUTAGE_SHOWN_S):
-                others = len(phase["write_outages"]) - 1
+                others = len(outages_seen) - 1
                 outages.append(Finding(Kind.OUTAGE, f"{where}: {'failover: ' if fails_over else ''}"
                                        f"{outage_text(outage, others)}", about))
             hiccup = _hiccup(phase, spec)
@@ -829,10 +847,10 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
                 hiccups.append(Finding(Kind.HICCUP, f"{where}: a hiccup: {hiccup}: a stall (of the host, the server "
                                        "or the network), not the backend's steady pace; its throughput and tail "
                                        "include it: run it again", about))
-            if phase.get("stopped_on_errors"):
+            if phase.stopped_on_errors:
                 budget.append(Finding(Kind.BUDGET, f"{where}: stopped early by the on-error policy: "
-                                      f"{phase['stopped_on_errors']}", about))
-            elif phase.get("interrupted"):
+                                      f"{phase.stopped_on_errors}", about))
+            elif phase.interrupted:
                 budget.append(Finding(Kind.BUDGET, f"{where}: interrupted: the figures cover only part of the "
                                       "planned run", about))
             elif isinstance(spec.get("ops"), int) and done < spec["ops"]:
@@ -843,9 +861,9 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
                 generator.append(Finding(Kind.GENERATOR, f"{where}: {missed:,} open-loop ops "
                                          f"({fmt_percent(share * 100)} of the schedule) fell due but were never "
                                          "sent: the generator could not keep the rate", about))
-            workers = phase.get("workers") or 1
+            workers = phase.workers or 1
             cores = min(workers, cpus) if isinstance(cpus, int) and cpus > 0 else workers
-            wall, cpu = phase.get("wall_s") or 0.0, phase.get("client_cpu_s")
+            wall, cpu = phase.wall_s or 0.0, phase.client_cpu_s
             if (cpu and wall >= MIN_WALL_S and not _in_process(run) and done >= FEW_SAMPLES
                     and cpu >= CPU_SATURATED * wall * cores):
                 generator.append(Finding(Kind.GENERATOR, f"{where}: the load generator used "
@@ -858,11 +876,11 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
                                          "limit (the server on a host of its own would do more)", about))
             _hit_ratio_warning(run, phase, spec, document, where, hits)
             for op_name, op in ops.items():
-                count = op.get("count") or 0
+                count = op.count
                 if 0 < count < FEW_SAMPLES:
-                    named = f"{label} [{sweep_key(run)}]" if run.get("sweep") else label
-                    few.setdefault((label, named, phase.get("name") or "main", op_name), []).append(count)
-            if (phase.get("mode") == "open" and info.get("client") != ENGINE_CLIENT and not phase.get("engine")
+                    named = f"{label} [{run.sweep_key}]" if run.sweep else label
+                    few.setdefault((label, named, phase.name or "main", op_name), []).append(count)
+            if (phase.mode == "open" and info.get("client") != ENGINE_CLIENT and not phase.stated("engine")
                     and not _in_process(run)):
                 open_python[label] = None
     many_phases = len({k[2] for k in few}) > 1
@@ -897,6 +915,16 @@ def findings(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Findi
             *_load_falls(runs), *samples]
 
 
+def _emulators(run: Run) -> list[Any]:
+    """What the run's server record (or each of its ``servers``) says of being an emulator."""
+    server = run.server
+    if server is None:
+        return []
+    if server.servers is not None:
+        return [s.get("emulator") for s in server.servers if isinstance(s, dict)]
+    return [server.emulator]
+
+
 def _client_of(info: dict[str, Any]) -> str:
     """The client a run went through, as a reader of the reference knows it: the library, and the
     framework's backend class in front of it (``redis-py (Django's RedisCache)``)."""
@@ -913,15 +941,14 @@ def _same_client(ours: str, theirs: str) -> bool:
     return norm(ours) == norm(theirs)
 
 
-def substitutions(document: dict[str, Any], runs: list[dict[str, Any]]) -> list[Finding]:
+def substitutions(document: Document, runs: list[Run]) -> list[Finding]:
     """A line per label the experiment's ``reference.clients`` names, measured through another client
     than the reference's (a preset reproducing a write-up with the clients it could run here)."""
-    reference = _dict(_dict(document.get("experiment")).get("reference"))
+    reference = _dict(as_model(document).experiment.stated("reference"))
     title = str(reference.get("name") or "the reference")
     out = []
     for label, theirs in _dict(reference.get("clients")).items():
-        infos = [_dict(_dict(r.get("backend")).get("info")) for r in runs if r["label"] == label
-                 and r.get("status", "ok") in RANKED_STATUSES]
+        infos = [_info(r) for r in runs if r.label == label and r.status in RANKED_STATUSES]
         ours = list(dict.fromkeys(_client_of(i) for i in infos if i.get("client")))
         if not ours or all(_same_client(str(i.get("client")), str(theirs)) for i in infos if i.get("client")):
             continue
@@ -939,21 +966,19 @@ def _plural(labels: dict[str, Any], one: str, many: str) -> str:
     return one if len(labels) == 1 else many
 
 
-def _hit_ratio_warning(run: dict[str, Any], phase: dict[str, Any], spec: dict[str, Any], document: dict[str, Any],
+def _hit_ratio_warning(run: Run, phase: Phase, spec: dict[str, Any], document: ResultsDocument,
                        where: str, out: list[Finding]) -> None:
     """A get hit ratio well under what a prefilled key space without TTL or evictions predicts."""
-    get = (phase.get("ops") or {}).get("get")
-    if not get or not spec.get("prefill") or spec.get("ttl") or run.get("dropped_writes"):
+    get = phase.ops.get("get")
+    if not get or not spec.get("prefill") or spec.get("ttl") or run.dropped_writes:
         return
-    evicted = (phase.get("server") or {}).get("evictions")
-    backend = run.get("backend") or {}
-    info = backend.get("info") or {}
-    capacity = info.get("max_entries")
+    evicted = phase.server.evictions if phase.server is not None else None
+    capacity = _info(run).get("max_entries")
     keys = spec.get("keys")
-    if evicted or backend.get("scheme") == "null" or (
+    if evicted or run.scheme == "null" or (
             isinstance(capacity, int) and (not isinstance(keys, int) or capacity < keys)):
         return
-    hits, misses = get.get("hits") or 0, get.get("misses") or 0
+    hits, misses = get.hits, get.misses
     expected = _expected_hit_ratio(spec.get("mix") or {})
     if expected is None or hits + misses < FEW_SAMPLES:
         return
@@ -961,14 +986,14 @@ def _hit_ratio_warning(run: dict[str, Any], phase: dict[str, Any], spec: dict[st
     if observed < expected - HIT_RATIO_SLACK:
         out.append(Finding(Kind.HIT_RATIO, f"{where}: get hit ratio {observed:.0%} where a prefilled key space "
                            f"without TTL or evictions predicts ≥ {expected:.0%} (from the mix's sets and deletes): "
-                           "keys are lost somewhere", (run["label"],)))
+                           "keys are lost somewhere", (run.label,)))
 
 
-def _hiccup(phase: dict[str, Any], spec: dict[str, Any]) -> str:
+def _hiccup(phase: Phase, spec: dict[str, Any]) -> str:
     """What shows a stall inside ``phase`` — one op far slower than its tail, a second far under the
     phase's median throughput, a phase that overran its planned duration — or "" where nothing does.
     A phase cut short is left out: its budget line says so, and its figures cover part of a run."""
-    if phase.get("interrupted") or phase.get("stopped_on_errors"):
+    if phase.interrupted or phase.stopped_on_errors:
         return ""
     signs = (_slowest_op(phase, spec), _dip(phase, spec), _overrun(phase, spec))
     return "; ".join(sign for sign in signs if sign)
@@ -979,41 +1004,40 @@ def _seconds(t: float) -> str:
     return f"{_num(t)}–{_num(t + 1)} s"
 
 
-def _slowest_op(phase: dict[str, Any], spec: dict[str, Any]) -> str:
+def _slowest_op(phase: Phase, spec: dict[str, Any]) -> str:
     """The slowest op, when it stands far out of its own tail (≥ HICCUP_MAX_OVER_P99 × its p99 over
     enough samples) or took over HICCUP_MAX_S where its p50 is far less; with the second it started in,
     where the per-second series kept each second's slowest (without a warm-up, a slowest op in the
     first second is the cold start's: not a stall)."""
-    wall = phase.get("wall_s") or 0.0
     worst: tuple[float, str, float | None] | None = None
-    for op_name, op in (phase.get("ops") or {}).items():
+    for op_name, op in phase.ops.items():
         if op_name in PSEUDO_OPS:  # the origin is the workload's stand-in, not the backend
             continue
-        summary = op_summary(op, wall)
-        top, p50, p99 = summary.get("max_us"), summary.get("p50_us"), summary.get("p99_us")
+        summary = phase.summary_of(op)
+        top, p50, p99 = summary.max_us, summary.p50_us, summary.p99_us
         if not top or top < HICCUP_MIN_S * 1e6 or (worst is not None and top <= worst[0]):
             continue
-        outlier = (op.get("count") or 0) >= HICCUP_MIN_SAMPLES and p99 and top >= HICCUP_MAX_OVER_P99 * p99
+        outlier = op.count >= HICCUP_MIN_SAMPLES and p99 and top >= HICCUP_MAX_OVER_P99 * p99
         if outlier or (top >= HICCUP_MAX_S * 1e6 and p50 and top >= HICCUP_MAX_OVER_P50 * p50):
             worst = (top, op_name, p99)
     if worst is None:
         return ""
     top, op_name, p99 = worst
     tail = f" ({fmt_factor(top / p99)}× its p99 of {fmt_latency(p99)})" if p99 else ""
-    timed = [e for e in phase.get("timeseries") or [] if isinstance(e.get("max_us"), int | float)]
-    second = max(timed, key=lambda e: e["max_us"], default=None)
-    if second is None or second["max_us"] < 0.9 * top:  # not this op's second (or not recorded)
+    timed = [e for e in phase.timeseries or [] if isinstance(e.max_us, int | float)]
+    second = max(timed, key=lambda e: e.max_us, default=None)
+    if second is None or second.max_us < 0.9 * top:  # not this op's second (or not recorded)
         return f"the slowest {op_name} took {fmt_latency(top)}{tail}"
-    if second["t"] == 0 and not _warmed(spec):
+    if second.t == 0 and not _warmed(spec):
         return ""
-    return f"the slowest {op_name} took {fmt_latency(top)}{tail}, at {_seconds(second['t'])}"
+    return f"the slowest {op_name} took {fmt_latency(top)}{tail}, at {_seconds(second.t)}"
 
 
 def _warmed(spec: dict[str, Any]) -> bool:
     return bool(spec.get("warmup") or spec.get("warmup_ops"))
 
 
-def _dip(phase: dict[str, Any], spec: dict[str, Any]) -> str:
+def _dip(phase: Phase, spec: dict[str, Any]) -> str:
     """The full second furthest under half the phase's median throughput, between seconds at the
     median or above (a cold start's climb and a slow decline are trends, not a stall)."""
     trace = _dict(spec.get("trace"))
@@ -1036,63 +1060,62 @@ def _dip(phase: dict[str, Any], spec: dict[str, Any]) -> str:
             f"({low:,.0f} vs {median:,.0f} ops/s){more}")
 
 
-def _throughput(phase: dict[str, Any], spec: dict[str, Any]) -> list[tuple[int, float]]:
+def _throughput(phase: Phase, spec: dict[str, Any]) -> list[tuple[int, float]]:
     """(second, ops/s) over the phase's full seconds: the client's count per second (a second missing
     between them had none: every worker was stuck in one op), else the server's rate per interval
     without the first and last (the engine's connecting and draining). Without a warm-up the first
     second is the cold start's, and a last, partial second is not judged."""
-    entries = [e for e in phase.get("timeseries") or [] if isinstance(e, dict)]
-    if any(not isinstance(e.get("t"), int | float) or e["t"] != int(e["t"]) for e in entries):
+    entries = phase.timeseries or []
+    if any(e.t != int(e.t) for e in entries):
         return []
-    if any(isinstance(e.get("ops"), int) for e in entries):
-        counts = {int(e["t"]): e["ops"] for e in entries if isinstance(e.get("ops"), int)}
+    if any(isinstance(e.ops, int) for e in entries):
+        counts = {int(e.t): e.ops for e in entries if isinstance(e.ops, int)}
         first = 0 if _warmed(spec) else 1
-        last = math.floor((phase.get("wall_s") or 0.0) + SECOND_SLACK_S) - 1
+        last = math.floor((phase.wall_s or 0.0) + SECOND_SLACK_S) - 1
         return [(t, float(counts.get(t, 0))) for t in range(first, last + 1)]
-    rates = [(int(e["t"]), float(e["server_ops_per_s"])) for e in entries
-             if isinstance(e.get("server_ops_per_s"), int | float)]
+    rates = [(int(e.t), float(e.server_ops_per_s)) for e in entries
+             if isinstance(e.server_ops_per_s, int | float)]
     return sorted(rates)[1:-1]
 
 
-def _overrun(phase: dict[str, Any], spec: dict[str, Any]) -> str:
+def _overrun(phase: Phase, spec: dict[str, Any]) -> str:
     """A phase that ran more than HICCUP_OVERRUN (and HICCUP_MIN_S) past its planned duration:
     something held it up at the end (an op budget has no planned duration to overrun). In open loop
     a worker waits for its next op's due time before it sees the deadline: up to a few of its gaps
     past it are the schedule's."""
-    planned, wall = spec.get("duration"), phase.get("wall_s") or 0.0
+    planned, wall = spec.get("duration"), phase.wall_s or 0.0
     if isinstance(planned, bool) or not isinstance(planned, int | float) or planned <= 0:
         return ""
-    rate, workers = phase.get("rate"), phase.get("workers") or 1
-    schedule = OPEN_LOOP_GAPS * workers / rate if phase.get("mode") == "open" and rate else 0.0
+    rate, workers = phase.rate, phase.workers or 1
+    schedule = OPEN_LOOP_GAPS * workers / rate if phase.mode == "open" and rate else 0.0
     over = wall - planned
     if over <= HICCUP_OVERRUN * planned + schedule or over < HICCUP_MIN_S:
         return ""
     return f"the phase ran {wall:.2f} s of a planned {_num(planned)} s (+{over / planned:.0%})"
 
 
-def _load_falls(runs: list[dict[str, Any]]) -> list[Finding]:
+def _load_falls(runs: list[Run]) -> list[Finding]:
     """Latency that falls as a swept load parameter rises: an idle core's wake-up, not speed."""
     series: dict[tuple, dict[float, list[float]]] = {}
     for run in runs:
-        sweep = run.get("sweep") or {}
+        sweep = run.sweep or {}
         loads = [k for k in sweep if k in LOAD_PARAMS]
-        if not loads or run.get("status", "ok") not in RANKED_STATUSES:
+        if not loads or run.status not in RANKED_STATUSES:
             continue
-        profile = (run.get("network") or {}).get("profile") or ""
+        profile = run.profile or ""
         for param in loads:
             try:
                 level = float(sweep[param])
             except (TypeError, ValueError):
                 continue
             rest = tuple(sorted((k, str(v)) for k, v in sweep.items() if k != param))
-            for phase in run.get("phases") or []:
-                if (param == "rate") != (phase.get("mode") == "open"):
+            for phase in run.phases:
+                if (param == "rate") != (phase.mode == "open"):
                     continue  # at a fixed rate more workers or connections are capacity, not load
-                wall = phase.get("wall_s") or 0.0
-                for op_name, op in (phase.get("ops") or {}).items():
-                    p50 = op_summary(op, wall).get("p50_us")
-                    if (op.get("count") or 0) >= 2 and p50:
-                        key = (run["label"], param, profile, rest, phase.get("name") or "main", op_name)
+                for op_name, op in phase.ops.items():
+                    p50 = phase.summary_of(op).p50_us
+                    if op.count >= 2 and p50:
+                        key = (run.label, param, profile, rest, phase.name or "main", op_name)
                         series.setdefault(key, {}).setdefault(level, []).append(p50)
     out = []
     for (label, param, profile, rest, _phase, op_name), points in series.items():

@@ -3,10 +3,13 @@
 Schema ``cachemark.results/1`` (documented in docs/results.md): the environment, the
 exact experiment (so it can be re-run), and one entry per target run. :mod:`.schema`
 holds the typed models every report relies on; :mod:`.store` writes (temp file +
-rename) and loads (bytes → UTF-8 → JSON → schema, one line on any failure).
+rename) and loads (bytes → UTF-8 → JSON → schema, one line on any failure). Reports read the
+typed :class:`ResultsDocument`: :func:`read` gives it for a file, :func:`as_model` for a document
+:func:`load` returned (its ``.model``, validated once) or one built in memory.
 """
 
-from .schema import SCHEMA, validate
-from .store import default_path, load, new_document, write_atomic
+from .schema import SCHEMA, OpResult, OpSummary, Phase, ResultsDocument, Run, validate
+from .store import LoadedDocument, as_model, as_run, default_path, load, new_document, read, write_atomic
 
-__all__ = ["SCHEMA", "default_path", "load", "new_document", "validate", "write_atomic"]
+__all__ = ["SCHEMA", "LoadedDocument", "OpResult", "OpSummary", "Phase", "ResultsDocument", "Run", "as_model", "as_run",
+           "default_path", "load", "new_document", "read", "validate", "write_atomic"]

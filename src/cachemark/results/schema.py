@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from ..errors import UserError
 from ..measure.histogram import Histogram
@@ -46,8 +46,11 @@ def _histogram(text: str) -> str:
 
 
 Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
-Figure = Annotated[float, Field(ge=-FIGURE_MAX, le=FIGURE_MAX, allow_inf_nan=False)]
-Seconds = Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)]
+# A figure keeps the type the file gave it (4, not 4.0): the reports format it as they did the JSON.
+# The int member is tried first (strict: never for a float or a bool); _first_error reads the float one.
+Figure = (Annotated[int, Field(ge=-FIGURE_MAX, le=FIGURE_MAX)]
+          | Annotated[float, Field(ge=-FIGURE_MAX, le=FIGURE_MAX, allow_inf_nan=False)])
+Seconds = Annotated[int, Field(ge=0, le=FIGURE_MAX)] | Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)]
 HistogramText = Annotated[str, AfterValidator(_histogram)]
 
 # Lists and tables stop at their first bad item: pydantic otherwise collects every error, with its
@@ -60,6 +63,18 @@ Table = Annotated[dict[str, _T], Field(fail_fast=True)]
 class _Record(BaseModel):
     # strict: the reports format and add these values as they are; extra: newer fields pass
     model_config = ConfigDict(strict=True, extra="allow")
+
+    def stated(self, field: str, missing: Any = None) -> Any:
+        """``field`` as the file gave it (a null included; a field the models do not name too), or
+        ``missing`` when the file left it out: where a report tells "absent" from the default."""
+        if field in self.model_fields_set:
+            return getattr(self, field)
+        return (self.model_extra or {}).get(field, missing)
+
+    @property
+    def is_empty(self) -> bool:
+        """The file gave it as ``{}`` (or only defaults): reports read such a record as none."""
+        return not (self.model_fields_set or self.model_extra)
 
 
 class OpSummary(_Record):
@@ -90,6 +105,33 @@ class OpResult(_Record):
     histograms_uncorrected: Table[HistogramText] | None = None
     summary: OpSummary | None = None
     summary_uncorrected: OpSummary | None = None
+    _recomputed: dict[tuple[bool, float], OpSummary] = PrivateAttr(default_factory=dict)
+
+    @property
+    def error_total(self) -> int:
+        """Failed ops of every kind."""
+        return sum(self.errors.values())
+
+    def summary_for(self, wall_s: float, uncorrected: bool = False) -> OpSummary:
+        """The saved summary (``summary_uncorrected`` when asked and saved), else one recomputed from
+        the histograms over ``wall_s`` (an older file), remembered."""
+        saved = self.summary_uncorrected if uncorrected and _given(self.summary_uncorrected) else self.summary
+        if _given(saved):
+            return saved  # type: ignore[return-value]
+        key = (not uncorrected, wall_s)
+        if key not in self._recomputed:
+            from ..measure.summary import summary_from_result
+
+            as_saved = {"count": self.count, "hits": self.hits, "misses": self.misses, "errors": self.errors,
+                        "histograms": self.histograms, "histograms_uncorrected": self.histograms_uncorrected or {}}
+            figures = summary_from_result(as_saved, wall_s, corrected=not uncorrected)
+            self._recomputed[key] = OpSummary.model_construct(**figures)
+        return self._recomputed[key]
+
+
+def _given(summary: OpSummary | None) -> bool:
+    """A summary with anything in it (an empty ``{}`` counts as none, as it always has)."""
+    return summary is not None and bool(summary.__pydantic_fields_set__ or summary.__pydantic_extra__)
 
 
 class TimeseriesEntry(_Record):
@@ -162,6 +204,30 @@ class ClusterFigures(_Record):
     joined: Many[str] | None = None  # the engine: nodes that joined the cluster during the run (addresses)
 
 
+class AgentRow(_Record):
+    """One Dask agent's share of a phase (run/distributed.py ``_agent_row``)."""
+
+    agent: Any = None  # its index
+    role: str | None = None  # load | measure
+    host: str | None = None
+    hostname: str | None = None
+    workers: Many[Any] | None = None  # [first global worker index, count]
+    ops: Count | None = None
+    ops_per_s: Figure | None = None
+    client_cpu_s: Figure | None = None
+    cpu_cores: Figure | None = None
+    start_lag_ms: Figure | None = None
+
+
+class MeasuringAgent(_Record):
+    """The agent measuring latency at a low open-loop rate, apart from the load."""
+
+    agent: Any = None
+    rate: Figure | None = None
+    ops: Table[OpResult] = Field(default_factory=dict)
+    row: AgentRow | None = None
+
+
 class Phase(_Record):
     """One timed phase of a run."""
 
@@ -179,7 +245,14 @@ class Phase(_Record):
     timeseries: Many[TimeseriesEntry] | None = None
     server: ServerFigures | None = None
     write_outages: Many[WriteOutage] | None = None  # absent when no write failed
-    cluster: ClusterFigures | None = None
+    cluster: ClusterFigures | None = None  # Redis Cluster's figures (a Dask run's record is Run.dask)
+    agents: Many[AgentRow] | None = None  # a distributed run: each load agent's share of this phase
+    agents_missing: Many[str] | None = None  # …and the agents that sent none
+    measuring_agent: MeasuringAgent | None = None  # the open-loop agent measuring apart from the load
+
+    def summary_of(self, op: OpResult, uncorrected: bool = False) -> OpSummary:
+        """``op``'s summary in this phase (recomputed over its wall time when the file has none)."""
+        return op.summary_for(self.wall_s or 0.0, uncorrected)
 
 
 class ServerRecord(_Record):
@@ -202,6 +275,27 @@ class NetworkRecord(_Record):
     profile: str | None = None
 
 
+class DaskAgent(_Record):
+    """One agent of a distributed run as the coordinator saw it: its clock against the coordinator's."""
+
+    agent: Any = None  # its index, as AgentRow.agent
+    clock_offset_ms: Figure | None = None
+    clock_skew_flagged: bool | None = None
+
+
+class DaskRecord(_Record):
+    """A distributed run (``--cluster``, run/distributed.py): the Dask cluster, its hosts and agents.
+
+    Files before it was named ``dask`` wrote it as the run's ``cluster`` (easily read as Redis
+    Cluster's ``phase.cluster``): :class:`Run` moves a ``cluster`` holding ``agents`` here on load."""
+
+    address: str | None = None
+    kind: str | None = None
+    dask: str | None = None  # the distributed package's version
+    agents: Many[DaskAgent] = Field(default_factory=list)
+    hosts: Many[str] = Field(default_factory=list)
+
+
 class Run(_Record):
     """One target × network profile × sweep point × repeat."""
 
@@ -217,6 +311,70 @@ class Run(_Record):
     repeat: Count | None = None
     phases: Many[Phase] = Field(default_factory=list)
     dropped_writes: str | None = None  # the write-then-read probe's finding (run/write_probe.py)
+    dask: DaskRecord | None = None  # a distributed run's cluster and agents
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dask_was_cluster(cls, data: Any) -> Any:
+        """A run's ``cluster`` with ``agents`` is a Dask record written before it was named ``dask``."""
+        if isinstance(data, dict) and "dask" not in data and isinstance(data.get("cluster"), dict) \
+                and "agents" in data["cluster"]:
+            data = dict(data)
+            data["dask"] = data.pop("cluster")
+        return data
+
+    @property
+    def name(self) -> str:
+        """The run as every report names it (results/names.py ``run_name``)."""
+        from .names import run_name
+
+        return run_name(self)
+
+    @property
+    def measured(self) -> bool:
+        """Its figures are worth reporting: it ran to the end, or was stopped with what ran kept."""
+        return self.status in ("ok", "interrupted")
+
+    @property
+    def last_phase(self) -> Phase | None:
+        """The run's last timed phase (the one most reports stand on), or None."""
+        return self.phases[-1] if self.phases else None
+
+    @property
+    def sweep_key(self) -> str:
+        """``value_size=1024`` for a sweep point; empty when not a sweep."""
+        from .names import sweep_key
+
+        return sweep_key(self)
+
+    @property
+    def scheme(self) -> str | None:
+        return self.backend.scheme if self.backend is not None else None
+
+    @property
+    def profile(self) -> str | None:
+        """The emulated network profile it ran behind, if any."""
+        return self.network.profile if self.network is not None else None
+
+
+class _KeepsSaved(_Record):
+    """A record shown whole as well as read (the environment, the experiment): it keeps the object the
+    file gave (no copy: the loaded dict's own), for printing every field in the file's order."""
+
+    _saved: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_saved(cls, data: Any, handler: Any) -> Any:
+        record = handler(data)
+        if isinstance(data, dict):
+            record._saved = data
+        return record
+
+    @property
+    def saved(self) -> dict[str, Any]:
+        """The record as the file gave it: every field, the ones the models do not name too, in its order."""
+        return self._saved
 
 
 class RttFigures(_Record):
@@ -246,7 +404,7 @@ class ProxyOverhead(_Record):
     samples: Count | None = None
 
 
-class Environment(_Record):
+class Environment(_KeepsSaved):
     """The machine and software a run was measured on (measure/fingerprint.py)."""
 
     cachemark: str | None = None
@@ -259,11 +417,22 @@ class Environment(_Record):
     proxy_overhead: ProxyOverhead | None = None  # only when a run went through the network proxy
 
 
-class ExperimentRecord(_Record):
+class ExperimentRecord(_KeepsSaved):
     """The spec as run (spec.Experiment, targets redacted); kept loose: it is re-run, not reported."""
 
     name: str = "cachemark"
     description: str | None = None
+
+    @property
+    def workload_spec(self) -> dict[str, Any]:
+        """The workload as saved (spec.Workload's fields); ``{}`` when the file has none."""
+        workload = (self.model_extra or {}).get("workload")
+        return workload if isinstance(workload, dict) else {}
+
+    @property
+    def planned_phases(self) -> list[dict[str, Any]]:
+        """The workload's phases as saved (each an object with its ``name``), in order."""
+        return [p for p in self.workload_spec.get("phases") or [] if isinstance(p, dict)]
 
 
 class SaturationPoint(_Record):
@@ -288,6 +457,11 @@ class ResultsDocument(_Record):
     experiment: ExperimentRecord = Field(default_factory=ExperimentRecord)
     runs: Many[Run] = Field(default_factory=list)
     saturation: Many[Saturation] | None = None  # a sweep of a load parameter with three or more points
+
+    @property
+    def measured_runs(self) -> list[Run]:
+        """The runs whose figures are reported (``ok`` or ``interrupted``), in file order."""
+        return [run for run in self.runs if run.measured]
 
 
 _EXPECTED = {
@@ -323,15 +497,31 @@ def _message(error: Any) -> str:
     return one_line(text, 200)
 
 
-def validate(document: dict[str, Any], source: str) -> None:
-    """Raise :class:`UserError` (one line, the path to the first bad field) unless ``document`` fits."""
+_UNION_MEMBERS = ("constrained-int", "constrained-float")
+
+
+def _first_error(exc: ValidationError) -> Any:
+    """The first error, with a number's two union members (int, then float) read as one: the float's."""
+    errors = exc.errors(include_url=False)
+    error = errors[0]
+    if error["loc"] and error["loc"][-1] in _UNION_MEMBERS:
+        where = error["loc"][:-1]
+        error = next((e for e in errors if e["loc"] == (*where, "constrained-float")), error)
+        error = {**error, "loc": where}
+        if error["type"] == "int_type":
+            error["type"] = "float_type"
+    return error
+
+
+def validate(document: dict[str, Any], source: str) -> ResultsDocument:
+    """The typed document, or :class:`UserError` (one line, the path to the first bad field)."""
     schema = document.get("schema")
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_FAMILY):
         raise UserError(f"{source}: not a cachemark results file (no {SCHEMA_FAMILY} schema)")
     if schema != SCHEMA:
         raise UserError(f"{source}: schema {one_line(schema, 40)} is not one this cachemark reads ({SCHEMA})")
     try:
-        ResultsDocument.model_validate(document)
+        return ResultsDocument.model_validate(document)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
+        error = _first_error(exc)
         raise UserError(f"{source}: {location(error['loc'])}: {_message(error)}") from None

@@ -19,7 +19,52 @@ from typing import Any
 from .. import outfile
 from ..errors import Crash, UserError
 from ..textfile import check_tree, one_line, read_text
-from .schema import SCHEMA, validate
+from .schema import SCHEMA, ResultsDocument, Run, validate
+
+
+class LoadedDocument(dict[str, Any]):
+    """A results document as :func:`load` read it: the JSON as a dict (what callers have always
+    indexed), carrying the :class:`ResultsDocument` validated from it as ``model`` — so a report
+    handed it reads the model without validating it again (:func:`as_model`). Treat it as read-only:
+    replacing a top-level key drops the model (the next :func:`as_model` validates afresh), but a
+    change deeper in goes unseen."""
+
+    model: ResultsDocument | None = None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.model = None
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.model = None
+        super().__delitem__(key)
+
+
+def as_model(document: dict[str, Any] | ResultsDocument, source: str = "results") -> ResultsDocument:
+    """The typed document of ``document``: itself when typed, the model :func:`load` kept, or one
+    validated now from a dict built in memory (a run's document before it is written; a test's).
+    A dict without ``schema`` is taken as the current one. One-line :class:`UserError` when it does not fit."""
+    if isinstance(document, ResultsDocument):
+        return document
+    kept = getattr(document, "model", None)
+    if kept is not None:
+        return kept
+    if "schema" not in document:
+        document = {"schema": SCHEMA, **document}
+    try:
+        return validate(document, source)
+    except UserError:
+        # a document as its producer holds it (a tuple, a NaN, a Path): read it as its file holds it, the
+        # document write_atomic checked (NaN is null there: no figure)
+        return validate(json.loads(outfile.json_text(document), parse_constant=_no_figure), source)
+
+
+def as_run(run: dict[str, Any] | Run, source: str = "results") -> Run:
+    """The typed run of ``run``: itself when typed, else validated from one run's dict (a command that
+    picked a run out of a loaded document's ``runs``). One-line :class:`UserError` when it does not fit."""
+    if isinstance(run, Run):
+        return run
+    return as_model({"schema": SCHEMA, "runs": [run]}, source).runs[0]
 
 
 def new_document(experiment: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
@@ -30,6 +75,28 @@ def new_document(experiment: dict[str, Any], environment: dict[str, Any]) -> dic
         "experiment": experiment,
         "runs": [],
     }
+
+
+def without_histograms(document: dict[str, Any] | ResultsDocument) -> dict[str, Any]:
+    """The document's JSON without the (large) encoded histograms; ``document`` itself is left as it was.
+
+    The file's own dict, keys in its order (the summary JSON of ``report -f json``), not the model's
+    (a typed document alone is dumped: the fields it was given, the models' order first).
+    Only the containers on the way to the ops are copied: everything else is shared, which
+    is safe because the result is only serialised (a deep copy cost more than the JSON).
+    """
+    if isinstance(document, ResultsDocument):
+        document = document.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    def slim_op(op: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in op.items() if k not in ("histograms", "histograms_uncorrected")}
+
+    def slim_phase(phase: dict[str, Any]) -> dict[str, Any]:
+        return {**phase, "ops": {name: slim_op(op) for name, op in phase["ops"].items()}} if "ops" in phase else phase
+
+    def slim_run(run: dict[str, Any]) -> dict[str, Any]:
+        return {**run, "phases": [slim_phase(p) for p in run["phases"]]} if "phases" in run else run
+
+    return {**document, "runs": [slim_run(r) for r in document["runs"]]} if "runs" in document else dict(document)
 
 
 def default_path(directory: str | Path = "results") -> Path:
@@ -63,8 +130,16 @@ def _no_figure(constant: str) -> None:
     return None
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """The results document at ``path``, checked against the schema; else one-line :class:`UserError`."""
+def read(path: str | Path) -> ResultsDocument:
+    """The typed results document at ``path`` (what the reports read); else one-line :class:`UserError`."""
+    model = load(path).model
+    assert model is not None
+    return model
+
+
+def load(path: str | Path) -> LoadedDocument:
+    """The results document at ``path``, checked against the schema, as its JSON dict with the typed
+    document kept as ``.model`` (validated once); else one-line :class:`UserError`."""
     name = one_line(path)
     text = read_text(path, "results file", max_bytes=MAX_RESULTS_BYTES)
     try:
@@ -80,7 +155,13 @@ def load(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{name}: not a cachemark results file (expected a JSON object at the top level)")
     # Decoded UTF-8 holds no lone surrogate; only a "\\udXXX" escape can make one.
     check_tree(document, name, strings=_SURROGATE_ESCAPE.search(text) is not None)
-    validate(document, name)
+    model = validate(document, name)
     from ..target import scrub
 
-    return scrub(document)  # a file written before secrets were redacted everywhere
+    scrubbed = scrub(document)  # a file written before secrets were redacted everywhere
+    if scrubbed != document:  # rare (such a file): the model must hold the masked text too
+        del document, model
+        model = validate(scrubbed, name)
+    loaded = LoadedDocument(scrubbed)
+    loaded.model = model
+    return loaded
