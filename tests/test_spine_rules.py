@@ -21,11 +21,11 @@ from cachemark.schemes import find_scheme, lab_kinds, schemes
 SRC = Path(__file__).resolve().parent.parent / "src" / "cachemark"
 URL_PARSERS = frozenset({"urlsplit", "urlparse", "parse_qs", "parse_qsl"})
 
-# Scheme-name comparisons left in modules other engineers own (issue 30 moves them to row facts there):
-# (path under src/cachemark, the comparison as ast.unparse prints it)
-NOT_YET_ROW_FACTS = {
-    ("report/verdict.py", "info.get('framework') == 'django'"),  # Django as the framework a backend ran in
-    ("report/verdict.py", "backend.get('scheme') == 'null'"),  # null:// keeps nothing: Scheme.stores
+# Comparisons the scan cannot tell from a scheme's: a string that is a scheme's name but stands for
+# something else (path under src/cachemark, the comparison as ast.unparse prints it)
+NOT_SCHEMES = {
+    # the framework a backend's client ran in (its info's "framework"), which shares Django's scheme name
+    ("report/verdict.py", "info.get('framework') == 'django'"),
 }
 
 
@@ -90,8 +90,8 @@ def _names_a_scheme(op: ast.cmpop, left: ast.AST, right: ast.AST) -> bool:
 def test_no_scheme_name_is_compared_as_a_string_outside_schemes_py() -> None:
     found = {(path, text) for path, tree in _modules() if path != "schemes.py"
              for text in scheme_comparisons(tree)}
-    assert found <= NOT_YET_ROW_FACTS, (
-        f"ask the scheme's row (schemes.py) instead: {sorted(found - NOT_YET_ROW_FACTS)}")
+    assert found <= NOT_SCHEMES, (
+        f"ask the scheme's row (schemes.py) instead: {sorted(found - NOT_SCHEMES)}")
 
 
 def test_the_comparison_scan_finds_what_it_is_for() -> None:
@@ -102,10 +102,10 @@ def test_the_comparison_scan_finds_what_it_is_for() -> None:
                                         "c.scheme not in ('memcached', 'x')"]
 
 
-def test_the_leftovers_still_exist_so_the_list_shrinks_when_they_go() -> None:
+def test_every_exception_is_still_in_the_source() -> None:
     found = {(path, text) for path, tree in _modules() for text in scheme_comparisons(tree)}
-    gone = NOT_YET_ROW_FACTS - found
-    assert not gone, f"these are row facts now: drop them from NOT_YET_ROW_FACTS: {sorted(gone)}"
+    gone = NOT_SCHEMES - found
+    assert not gone, f"no longer in the source: drop them from NOT_SCHEMES: {sorted(gone)}"
 
 
 # --- Target.endpoint() and split_query: how every command reaches a server and reads a query -------

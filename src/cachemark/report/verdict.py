@@ -966,6 +966,12 @@ def _plural(labels: dict[str, Any], one: str, many: str) -> str:
     return one if len(labels) == 1 else many
 
 
+def _stores(run: Run) -> bool:
+    """Whether the run's scheme keeps what it is given (null:// by design does not)."""
+    row = find_scheme(run.scheme or "")
+    return row is None or row.stores
+
+
 def _hit_ratio_warning(run: Run, phase: Phase, spec: dict[str, Any], document: ResultsDocument,
                        where: str, out: list[Finding]) -> None:
     """A get hit ratio well under what a prefilled key space without TTL or evictions predicts."""
@@ -975,7 +981,7 @@ def _hit_ratio_warning(run: Run, phase: Phase, spec: dict[str, Any], document: R
     evicted = phase.server.evictions if phase.server is not None else None
     capacity = _info(run).get("max_entries")
     keys = spec.get("keys")
-    if evicted or run.scheme == "null" or (
+    if evicted or not _stores(run) or (
             isinstance(capacity, int) and (not isinstance(keys, int) or capacity < keys)):
         return
     hits, misses = get.hits, get.misses

@@ -15,8 +15,8 @@ import multiprocessing as mp
 import signal
 from collections.abc import Iterable
 
-from ..errors import UserError
 from ..driver_registry import DRIVERS
+from ..errors import UserError
 from ..target import Target, check_params, parse_target
 
 
