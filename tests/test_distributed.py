@@ -111,7 +111,7 @@ def test_python_agents_merge_exactly(local_cluster: dist.Cluster, spawn) -> None
     assert phase["ops"]["get"]["hits"] > 0  # prefilled once, by the coordinator
     for op in phase["ops"].values():
         assert sum(Histogram.decode(e).total for e in op["histograms"].values()) == op["count"]
-    cluster = outcome.to_json()["cluster"]
+    cluster = outcome.to_json()["dask"]
     assert [a["workers"] for a in cluster["agents"]] == [[0, 1], [1, 1]]  # disjoint slices of global workers
     assert all(a["state"] == "done" and a["cpu_s"] > 0 for a in cluster["agents"])
     assert all(abs(a["clock_offset_ms"]) <= a["clock_rtt_ms"] for a in cluster["agents"])
@@ -180,7 +180,7 @@ def test_engine_agents_on_cli_cluster(cli_cluster, spawn) -> None:
     (phase,) = outcome.phases
     _assert_exact_merge(phase)
     assert outcome.backend["info"]["client"] == "cachemark-engine"
-    assert len(outcome.to_json()["cluster"]["agents"]) == 2
+    assert len(outcome.to_json()["dask"]["agents"]) == 2
 
 
 def test_measuring_agent_is_reported_apart(cli_cluster, spawn) -> None:
@@ -248,7 +248,7 @@ def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:
     assert took < 45, took
     assert outcome.status == "failed"
     assert f"pid {found[0].pid}" in outcome.reason and "killed by SIGKILL" in outcome.reason
-    lost = outcome.to_json()["cluster"]["lost"]
+    lost = outcome.to_json()["dask"]["lost"]
     assert len(lost) == 1
     if outcome.phases:  # the other agent's data is kept, and the phase says who is missing
         (phase,) = outcome.phases

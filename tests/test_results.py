@@ -391,7 +391,7 @@ READ_THE_MODEL = [
     "analysis/advise.py", "analysis/cost.py", "analysis/sizing.py",
     "report/advice_report.py", "report/agents.py", "report/answers.py", "report/compare.py", "report/data.py",
     "report/export.py", "report/headline.py", "report/html.py", "report/table.py", "report/thresholds.py",
-    "report/verdict.py",
+    "report/verdict.py", "measure/saturation.py",
 ]
 # A results key read as a dict key in those modules where it is not the results document's: the experiment's
 # workload (an op budget "ops", its "phases"), or a report's own rows. Each exact line, with why.

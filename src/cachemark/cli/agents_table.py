@@ -16,7 +16,7 @@ def print_agents(console: Any, outcome: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    cluster = outcome.cluster
+    dask = outcome.dask
     label = one_line(outcome.label)  # the user's text: cut and escaped, and never read as markup
     for phase in outcome.phases:
         table = Table(title=Text(f"{label} · {phase['name']}: agents"), title_justify="left")
@@ -25,7 +25,7 @@ def print_agents(console: Any, outcome: Any) -> None:
         rows = list(phase.get("agents", []))
         if phase.get("measuring_agent"):
             rows.append(phase["measuring_agent"]["row"])
-        clocks = {c["agent"]: c for c in cluster.get("agents", [])}
+        clocks = {c["agent"]: c for c in dask.get("agents", [])}
         for row in rows:
             clock = clocks.get(row["agent"], {})
             offset = clock.get("clock_offset_ms")
@@ -38,7 +38,7 @@ def print_agents(console: Any, outcome: Any) -> None:
                 "" if offset is None else f"{offset:+.2f}" + (" !" if clock.get("clock_skew_flagged") else ""),
             )
         total = sum(r["ops"] for r in phase.get("agents", []))
-        table.add_row("all", f"{len(cluster.get('hosts', []))} host(s)", f"{phase['workers']}", f"{total:,}",
+        table.add_row("all", f"{len(dask.get('hosts', []))} host(s)", f"{phase['workers']}", f"{total:,}",
                       f"{total / phase['wall_s']:,.0f}" if phase["wall_s"] else "", f"{phase['client_cpu_s']:.2f}",
                       "", "", "")
         console.print(table)
@@ -52,7 +52,7 @@ def print_agents(console: Any, outcome: Any) -> None:
         if phase.get("agents_missing"):
             console.print(f"{label} · {phase['name']}: missing: {'; '.join(phase['agents_missing'])}",
                           markup=False, highlight=False)
-    skewed = [c for c in cluster.get("agents", []) if c.get("clock_skew_flagged")]
+    skewed = [c for c in dask.get("agents", []) if c.get("clock_skew_flagged")]
     for c in skewed:
         console.print(f"agent {c['agent']} ({c['hostname']}): clock offset {c['clock_offset_ms']:+.2f} ms "
                       f"± {c['clock_uncertainty_ms']:.2f} ms is above 1 ms: check NTP there; start times and "

@@ -129,7 +129,7 @@ class TerminalView:
         return self.shown.update
 
     def run_finished(self, spec: RunSpec, outcome: RunOutcome, run: dict[str, Any], seconds: float) -> None:
-        if getattr(outcome, "cluster", None) and outcome.phases:  # a distributed run: its agents
+        if getattr(outcome, "dask", None) and outcome.phases:  # a distributed run: its agents
             print_agents(self.console, outcome)
         if self.shown is not None:
             self.shown.end(outcome.status, run)

@@ -1,13 +1,11 @@
 """The saturation point of a load sweep (workers, rate, connections, pipeline): the first
-point after which throughput stops rising while p99 latency climbs."""
+point after which throughput stops rising while p99 latency climbs (results/saturation.py
+applies it to a results document's runs)."""
 
 from __future__ import annotations
 
 import itertools
-import statistics
 from typing import Any
-
-from ..sweep import LOAD_PARAMS
 
 
 def _number(value: Any) -> float | None:
@@ -28,29 +26,3 @@ def find_saturation(points: list[tuple[Any, float, float]], gain: float = 0.05, 
         if ops > 0 and next_ops < ops * (1 + gain) and next_p99 > p99 * (1 + climb):
             return value
     return None
-
-
-def saturation_summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per target label and load parameter: the saturation point of the main op, if any."""
-    out = []
-    groups: dict[tuple[str, str], list[tuple[Any, float, float]]] = {}
-    for run in runs:
-        sweep = run.get("sweep") or {}
-        if run["status"] != "ok" or not run["phases"]:
-            continue
-        for param in LOAD_PARAMS:
-            if param in sweep and len(sweep) == 1:
-                ops = run["phases"][-1]["ops"]
-                total = sum(op["summary"]["ops_per_s"] for op in ops.values())
-                p99 = max(op["summary"]["p99_us"] for op in ops.values())
-                groups.setdefault((run["label"], param), []).append((sweep[param], total, p99))
-    for (label, param), raw in groups.items():
-        by_value: dict[Any, list[tuple[float, float]]] = {}
-        for value, ops, p99 in raw:  # repeats of one point count once, at their median
-            by_value.setdefault(value, []).append((ops, p99))
-        points = [(v, statistics.median(o for o, _ in m), statistics.median(p for _, p in m))
-                  for v, m in by_value.items()]
-        if len(points) >= 3:
-            out.append({"label": label, "param": param, "saturation": find_saturation(points),
-                        "points": [{"value": v, "ops_per_s": o, "p99_us": p} for v, o, p in points]})
-    return out

@@ -203,10 +203,11 @@ def run_or_distribute(target: Target | str, workload: Workload, label: str | Non
 
 @dataclass
 class DistributedOutcome(RunOutcome):
-    cluster: dict[str, Any] = field(default_factory=dict)
+    # the Dask cluster's agents, hosts and clocks (``run.dask``; a Redis Cluster's figures are ``phase.cluster``)
+    dask: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "cluster": self.cluster}
+        return {**super().to_json(), "dask": self.dask}
 
 
 @dataclass
@@ -597,7 +598,7 @@ class _Run:
             merged.append(self._merge(k, phase, parts))
             self.monitor.attach(k, merged[-1])
         outcome.phases = merged
-        outcome.cluster = self._cluster_record()
+        outcome.dask = self._dask_record()
         if crashes and not merged:
             raise Crash(f"{outcome.target}: agent: {crashes[0]['message']}", crashes[0].get("traceback", ""))
         users = [a.error for a in self.agents if a.error and a.error["kind"] == "user"]
@@ -681,7 +682,7 @@ class _Run:
                            for name, op in r["ops"].items()},
         }
 
-    def _cluster_record(self) -> dict[str, Any]:
+    def _dask_record(self) -> dict[str, Any]:
         distributed = _import_distributed()
         agents = []
         for a in self.agents:

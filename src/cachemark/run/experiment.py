@@ -20,10 +20,10 @@ from typing import Any, Protocol
 from ..errors import Crash, UserError
 from ..measure.fingerprint import calibrate as run_calibration
 from ..measure.fingerprint import fingerprint
-from ..measure.saturation import saturation_summary
 from ..plan import RunSpec, describe, experiment_record, named, plan_runs
-from ..results import default_path, new_document, write_atomic
+from ..results import as_model, default_path, new_document, write_atomic
 from ..results.names import run_name
+from ..results.saturation import saturation_summary
 from ..spec import Experiment
 from .load_path import ProgressFn
 from .outcome import RunOutcome
@@ -126,7 +126,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
                 interrupted = True
                 break
     if experiment.sweep:
-        document["saturation"] = saturation_summary(document["runs"])
+        document["saturation"] = saturation_summary(as_model(document).runs)
         write_atomic(path, document)
     return Finished(experiment, document, path, interrupted)
 
