@@ -184,6 +184,38 @@ def test_set_config_applies_mid_run(echo):
         assert rtt() < 0.1
 
 
+# --- spinning between segments (default: adaptive; opt-in: a fixed busy-poll window) -----
+
+
+def test_default_mode_gives_its_core_back_when_traffic_stops(echo):
+    # The default proxy may stay awake between the segments of back-to-back traffic (when
+    # the machine has a core to spare); it forwards the same bytes either way, and once the
+    # connection goes quiet it sleeps: an idle proxy costs no CPU.
+    with (
+        Proxy(f"{echo[0]}:{echo[1]}") as proxy,
+        socket.create_connection((proxy.host, proxy.port)) as s,
+    ):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.settimeout(20)
+        for i in range(2000):
+            msg = i.to_bytes(4, "big") * 4
+            s.sendall(msg)
+            got = b""
+            while len(got) < len(msg):
+                chunk = s.recv(64)
+                assert chunk, "proxy closed early"
+                got += chunk
+            assert got == msg
+        time.sleep(0.05)
+        cpu_before, wall_before = time.process_time(), time.perf_counter()
+        time.sleep(0.5)
+        idle_cpu = time.process_time() - cpu_before
+        idle_wall = time.perf_counter() - wall_before
+        stats = proxy.stats()
+    assert idle_cpu < 0.2 * idle_wall, f"{idle_cpu:.3f}s CPU in {idle_wall:.3f}s idle"
+    assert stats["bytes_up"] == stats["bytes_down"] == 2000 * 16
+
+
 # --- busy-poll mode (opt-in) ------------------------------------------------------------
 
 

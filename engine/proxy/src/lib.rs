@@ -8,14 +8,18 @@
 //! own tokio runtime, with timerfd-based timers for sub-millisecond delays.
 //!
 //! Modules: [`config`] (the JSON schema and the release-time arithmetic), [`timer`]
-//! (microsecond timers), [`capture`] (the tap and the trace recorder), [`proxy`] (listener, pumps, faults, stats), [`runtime`]
-//! (its tokio runtime: a refused thread is an error) and [`python`]
-//! (the `cachemark._engine.Proxy` class).
+//! (microsecond timers), [`capture`] (the tap and the trace recorder), [`proxy`] (listener,
+//! faults, stats), `pump` (one direction of a connection), [`spin`] and [`spare`] (when a
+//! pump stays awake between segments), [`runtime`] (its tokio runtime: a refused thread is
+//! an error) and [`python`] (the `cachemark._engine.Proxy` class).
 pub mod capture;
 pub mod config;
 pub mod proxy;
+mod pump;
 pub mod runtime;
 pub mod sock;
+pub mod spare;
+pub mod spin;
 pub mod timer;
 
 pub use config::Config;

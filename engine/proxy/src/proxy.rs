@@ -1,16 +1,6 @@
 //! The proxy itself: a listener on its own tokio runtime, one task per client connection,
-//! two pumps (client -> upstream "up", upstream -> client "down") inside that task, and
-//! the per-connection fault controller.
-//!
-//! A pump timestamps every read the moment it returns (one read = one segment as it
-//! arrived, not a fixed-size buffer), computes its release time
-//! `max(previous release, arrival [+ serialisation at the bandwidth cap] + delay + jitter)`
-//! and writes it when a [`PreciseTimer`] says so. With nothing configured for a direction
-//! and nothing queued, a segment is written straight away with no timer involved, so the
-//! zero-delay overhead is one read plus one write. With the opt-in `busy_poll_us` and
-//! nothing to delay, the task stays runnable (polling) for that long after each read
-//! instead of sleeping, so the next segment costs no idle-core wake-up.
-use std::collections::VecDeque;
+//! two pumps ([`crate::pump`]: client -> upstream "up", upstream -> client "down") inside
+//! that task, and the per-connection fault controller.
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -24,15 +14,13 @@ use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
 use crate::capture::{ConnTap, Tap};
-use crate::config::{Config, DirConfig, FaultKind};
+use crate::config::{Config, FaultKind};
+use crate::pump::{pump, Out};
 use crate::sock::Sock;
+use crate::spare::SpareCore;
+use crate::spin::Spin;
 use crate::timer::{now_ns, PreciseTimer};
 
-/// Bytes read per call; a segment larger than what is available is never waited for.
-const READ_BUF: usize = 64 * 1024;
-/// Bytes a direction may hold before it stops reading, so a slow (capped or delayed)
-/// direction pushes back on the sender through TCP flow control like a real window.
-const MAX_QUEUED: usize = 4 * 1024 * 1024;
 /// Wake-up lateness samples above this are preemption, not timer latency: ignore them.
 const MAX_LATENESS_SAMPLE_NS: u64 = 200_000;
 
@@ -92,21 +80,23 @@ pub struct StatsSnapshot {
     pub wake_lateness_ns: u64,
 }
 
-struct Shared {
-    stats: Stats,
+pub(crate) struct Shared {
+    pub(crate) stats: Stats,
     upstream: SocketAddr,
     cfg_rx: watch::Receiver<Arc<Config>>,
     /// Capturing: every segment read is also handed to the tap (never waited on).
-    tap: Option<Arc<Tap>>,
+    pub(crate) tap: Option<Arc<Tap>>,
     /// With a shared link cap (`link_bps`): when each direction's link is next free, in
     /// `now_ns` time; every connection's pieces queue for it in the order they arrive.
     link_free: [AtomicU64; 2],
+    /// Whether the machine has a core for spinning.
+    pub(crate) spare: SpareCore,
 }
 
 impl Shared {
     /// Reserves the shared link of `dir` for `tx_ns` from `ready_ns` (or from when it is next
     /// free); returns when the piece has left it.
-    fn take_link(&self, dir: Dir, ready_ns: u64, tx_ns: u64) -> u64 {
+    pub(crate) fn take_link(&self, dir: Dir, ready_ns: u64, tx_ns: u64) -> u64 {
         let link = &self.link_free[dir as usize];
         let before = link
             .fetch_update(Relaxed, Relaxed, |free| Some(free.max(ready_ns) + tx_ns))
@@ -114,7 +104,7 @@ impl Shared {
         before.max(ready_ns) + tx_ns
     }
 
-    fn observe_wake(&self, sample_ns: u64) {
+    pub(crate) fn observe_wake(&self, sample_ns: u64) {
         if sample_ns > MAX_LATENESS_SAMPLE_NS {
             return;
         }
@@ -126,7 +116,7 @@ impl Shared {
             .store(new.max(0) as u64, Relaxed);
     }
 
-    fn record_release(&self, error_ns: i64) {
+    pub(crate) fn record_release(&self, error_ns: i64) {
         self.stats.segments_delayed.fetch_add(1, Relaxed);
         self.stats.release_error_sum_ns.fetch_add(error_ns, Relaxed);
         self.stats.release_error_max_ns.fetch_max(error_ns, Relaxed);
@@ -142,153 +132,19 @@ impl Shared {
 
 /// Fault state one connection's pumps consult on every segment.
 #[derive(Default)]
-struct ConnState {
-    blackhole: AtomicBool,
-    stall_until_ns: AtomicU64,
-    /// CLOCK_MONOTONIC of the connection's last read, either way (busy-poll mode only).
-    last_io_ns: AtomicU64,
+pub(crate) struct ConnState {
+    pub(crate) blackhole: AtomicBool,
+    pub(crate) stall_until_ns: AtomicU64,
+    /// When to stay awake between segments (both pumps learn from every read).
+    pub(crate) spin: Spin,
     /// This connection's handle on the capture tap, when capturing.
-    tap: Option<ConnTap>,
+    pub(crate) tap: Option<ConnTap>,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum Dir {
+pub(crate) enum Dir {
     Up,
     Down,
-}
-
-struct Segment {
-    release_ns: u64,
-    data: Vec<u8>,
-}
-
-/// One direction of one connection, until EOF has been forwarded (Ok) or a socket fails.
-async fn pump(
-    src: &Sock,
-    dst: &Sock,
-    dir: Dir,
-    cfg_rx: watch::Receiver<Arc<Config>>,
-    conn: &ConnState,
-    shared: &Shared,
-) -> io::Result<()> {
-    let timer = PreciseTimer::new()?;
-    // Bytes that reached the client socket before the upstream connection existed were
-    // waiting on the connect, not on the emulated link: their clock starts now.
-    let started = now_ns();
-    let mut rng = SmallRng::from_entropy();
-    let mut buf = vec![0u8; READ_BUF];
-    let mut queue: VecDeque<Segment> = VecDeque::new();
-    let mut queued = 0usize;
-    let mut last_release = 0u64;
-    let mut link_free = 0u64;
-    let mut eof = false;
-    let forwarded = match dir {
-        Dir::Up => &shared.stats.bytes_up,
-        Dir::Down => &shared.stats.bytes_down,
-    };
-    loop {
-        let (compensate, busy_ns) = {
-            let c = cfg_rx.borrow();
-            // Busy polling (opt-in) only while the connection adds nothing either way. With
-            // a delay configured the arrival wake-up is absorbed by the kernel's receive
-            // stamp and the timer's by `compensate`, and spinning measured *worse* (a
-            // spinning proxy keeps one of two vCPUs busy, so the client's and server's
-            // wake-ups land on the other, halted one): see docs/network.md.
-            let busy = if c.up.is_passthrough() && c.down.is_passthrough() {
-                c.busy_poll_ns
-            } else {
-                0
-            };
-            (c.compensate, busy)
-        };
-        let early = if compensate {
-            shared.stats.wake_lateness_ns.load(Relaxed)
-        } else {
-            0
-        };
-        let mut armed_at = None;
-        while let Some(head) = queue.front() {
-            let due = head.release_ns.max(conn.stall_until_ns.load(Relaxed));
-            let now = now_ns();
-            if due > now + early {
-                armed_at = Some(due - early);
-                break;
-            }
-            let seg = queue.pop_front().expect("front exists");
-            dst.write_all(&seg.data).await?;
-            shared.record_release(now as i64 - due as i64);
-            queued -= seg.data.len();
-            forwarded.fetch_add(seg.data.len() as u64, Relaxed);
-        }
-        if eof && queue.is_empty() {
-            dst.shutdown_write()?;
-            return Ok(());
-        }
-        if let Some(at) = armed_at {
-            timer.arm(at)?;
-        }
-        // Busy-poll: stay runnable for busy_ns after the connection's last read, so the
-        // next segment either way is picked up without an idle-core wake-up.
-        let spin = busy_ns > 0 && now_ns() < conn.last_io_ns.load(Relaxed) + busy_ns;
-        tokio::select! {
-            biased;
-            r = timer.wait(), if armed_at.is_some() => {
-                r?;
-                if let Some(at) = armed_at {
-                    shared.observe_wake(now_ns().saturating_sub(at));
-                }
-            }
-            r = src.recv(&mut buf), if !eof && queued < MAX_QUEUED => {
-                let (n, stamp) = r?;
-                let arrival = stamp.max(started);
-                if busy_ns > 0 {
-                    conn.last_io_ns.store(now_ns(), Relaxed);
-                }
-                if n == 0 {
-                    eof = true;
-                    continue;
-                }
-                if conn.blackhole.load(Relaxed) {
-                    shared.stats.bytes_dropped.fetch_add(n as u64, Relaxed);
-                    continue;
-                }
-                if let (Some(tap), Some(ct)) = (&shared.tap, &conn.tap) {
-                    tap.segment(ct, dir == Dir::Up, arrival, &buf[..n]);
-                }
-                let cfg = cfg_rx.borrow().clone();
-                let d: &DirConfig = if dir == Dir::Up { &cfg.up } else { &cfg.down };
-                if queue.is_empty() && d.is_passthrough() && conn.stall_until_ns.load(Relaxed) <= arrival {
-                    dst.write_all(&buf[..n]).await?;
-                    forwarded.fetch_add(n as u64, Relaxed);
-                    continue;
-                }
-                for piece in buf[..n].chunks(d.piece_bytes()) {
-                    let mut sent = arrival;
-                    if d.bandwidth_bps > 0 {
-                        link_free = link_free.max(arrival) + d.tx_ns(piece.len());
-                        sent = link_free;
-                    }
-                    if d.link_bps > 0 {
-                        sent = shared.take_link(dir, sent, d.link_tx_ns(piece.len()));
-                    }
-                    let jitter = d.jitter.as_ref().map_or(0, |j| j.sample(&mut rng));
-                    let target = (sent as i64 + d.delay_ns as i64 + jitter).max(arrival as i64) as u64;
-                    // Never overtake the segment ahead: TCP delivers in order.
-                    last_release = last_release.max(target);
-                    queue.push_back(Segment { release_ns: last_release, data: piece.to_vec() });
-                    queued += piece.len();
-                }
-            }
-            // Busy-poll: yield_now lets the runtime poll its epoll with a zero timeout and
-            // come straight back, so new data is seen without sleeping.
-            _ = tokio::task::yield_now(), if spin => {
-                // Let a thread the kernel woke onto this core (the server or client we
-                // just wrote to) run now, rather than wait out our time slice.
-                // SAFETY: sched_yield has no preconditions.
-                unsafe { libc::sched_yield() };
-            }
-        }
-    }
 }
 
 enum Ending {
@@ -345,14 +201,15 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
     let fault_timer = PreciseTimer::new().ok();
 
     let ending = {
-        let up = pump(&client, &upstream, Dir::Up, cfg_rx.clone(), &conn, &shared);
+        let up = pump(
+            &client,
+            Out::new(&shared, &upstream, Dir::Up, &conn),
+            cfg_rx.clone(),
+        );
         let down = pump(
             &upstream,
-            &client,
-            Dir::Down,
+            Out::new(&shared, &client, Dir::Down, &conn),
             cfg_rx.clone(),
-            &conn,
-            &shared,
         );
         tokio::pin!(up, down);
         let (mut up_done, mut down_done) = (false, false);
@@ -463,6 +320,7 @@ impl Proxy {
             cfg_rx,
             tap,
             link_free: [AtomicU64::new(0), AtomicU64::new(0)],
+            spare: SpareCore::new(),
         });
         let listener = {
             let _guard = rt.enter();
