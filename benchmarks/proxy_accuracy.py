@@ -4,7 +4,8 @@ For added round trips of 0, 0.2, 1 and 5 ms (split evenly up/down) this measures
 a private echo server, round trips direct and through the proxy, interleaved on one
 connection each, in several short rounds (the machine is shared, so one unlucky burst
 of load should spoil one round, not the answer). Each round measures the proxy twice,
-side by side: in its default mode (sleeps between events) and with the opt-in busy-poll
+side by side: in its default mode (awake between segments only for as long as they have
+lately followed each other, and only with a core to spare) and with the opt-in fixed busy-poll
 window (``busy_poll_us``, ``--poll``), alternating which goes first. The proxy busy-polls
 only while nothing is delayed, so for the delayed cases the second mode is an A/A control. It prints the added
 RTT p50/p99 of both next to the configured value and the goal (p50 within ±5 % or ±30 µs,
@@ -66,20 +67,24 @@ def _row(rtt: float, mode: str, config: dict, per_round: list[dict]) -> dict:
     }
 
 
-def run(rounds: int, threads: int, poll_us: float) -> list[dict]:
+def run(rounds: int, threads: int, poll_us: float) -> tuple[list[dict], list[float]]:
+    """The rows, and the 1-minute load average read at the start of every round (the
+    machine is shared: a figure means little without the load it was taken under)."""
     rows = []
+    loads = []
     for rtt, samples in CASES:
         base = {"delay_up_us": rtt / 2, "delay_down_us": rtt / 2}
         modes = {"default": dict(base), "busy-poll": dict(base, busy_poll_us=poll_us)}
         results: dict[str, list[dict]] = {m: [] for m in modes}
         for i in range(rounds):
+            loads.append(os.getloadavg()[0])
             # Interleave the modes, alternating which goes first, so drift in the
             # machine's state hits both alike.
             order = list(modes) if i % 2 == 0 else list(reversed(modes))
             for mode in order:
                 results[mode].append(measure_added_latency(modes[mode], samples=samples, warmup=100, threads=threads))
         rows.extend(_row(rtt, mode, modes[mode], results[mode]) for mode in modes)
-    return rows
+    return rows, loads
 
 
 def main() -> int:
@@ -92,18 +97,18 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = parser.parse_args()
 
-    rows = run(args.rounds, args.threads, args.poll)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    rows, loads = run(args.rounds, args.threads, args.poll)
     print(
         f"proxy accuracy: {args.rounds} rounds per delay, 16-byte echo, 1 connection, "
-        f"proxy threads={args.threads}, {os.cpu_count()} CPUs, load average {load:.2f}, {platform.platform()}"
+        f"proxy threads={args.threads}, {os.cpu_count()} CPUs, load average {min(loads):.2f}–{max(loads):.2f} "
+        f"(read at each round), {platform.platform()}"
     )
     print(
-        f"modes, interleaved per round: default = {{delay_up_us, delay_down_us}} (no spinning); "
+        f"modes, interleaved per round: default = {{delay_up_us, delay_down_us}} (adaptive spinning); "
         f"busy-poll = the same plus busy_poll_us={args.poll:g}"
     )
     print(
-        "(the proxy busy-polls only while nothing is delayed, so the delayed busy-poll rows run the "
+        "(the proxy spins only while nothing is delayed, so the delayed busy-poll rows run the "
         "default code path: they are an A/A control for the run's noise)"
     )
     print(

@@ -2,8 +2,7 @@
 //!
 //! Spinning saves the proxy the wake-up of a halted vCPU, which only happens on a machine
 //! with idle cores; on a busy one the vCPUs are not halting anyway, and a spinning proxy
-//! would take a core from the client or the server under test (measured: half the
-//! throughput of a saturating redis-benchmark). So the proxy spins only while everything
+//! would take a core from the client or the server under test. So the proxy spins only while everything
 //! else on the machine leaves a whole core idle: from `/proc/stat`'s busy time less the
 //! proxy thread's own CPU time, sampled at most every [`SAMPLE_NS`] while traffic flows.
 use std::fs::File;
