@@ -48,7 +48,7 @@ impl Spin {
             let next = if gap <= window {
                 window // spun and caught it: keep the window
             } else if gap <= MAX_WINDOW_NS {
-                (window * 2).max(GROW_START_NS).min(MAX_WINDOW_NS)
+                (window * 2).clamp(GROW_START_NS, MAX_WINDOW_NS)
             } else if window < GROW_START_NS {
                 0
             } else {
@@ -138,9 +138,10 @@ mod tests {
             t += 10 * US;
         }
         assert!(s.until_ns(t) > t);
+        s.yielded(US, t); // a quick yield: nobody else wanted the core
+        assert!(!s.backing_off(t));
         s.yielded(CONTENDED_YIELD_NS, t);
         assert_eq!(s.until_ns(t + 1_000 * US), 0);
-        assert!(s.until_ns(t + BACKOFF_NS + 1) > 0);
-        s.yielded(1 * US, t);
+        assert!(!s.backing_off(t + BACKOFF_NS + 1));
     }
 }
