@@ -67,7 +67,8 @@ impl SpareCore {
         if now >= self.next_sample_ns.load(Relaxed) {
             if let Ok(mut g) = self.gauge.try_lock() {
                 self.next_sample_ns.store(now + SAMPLE_NS, Relaxed);
-                if let Some(spare) = g.as_mut().and_then(|g| g.sample(now)) {
+                let was = self.spare.load(Relaxed);
+                if let Some(spare) = g.as_mut().and_then(|g| g.sample(now, was)) {
                     self.spare.store(spare, Relaxed);
                 }
             }
@@ -84,8 +85,10 @@ impl Default for SpareCore {
 
 impl Gauge {
     /// A new sample; whether the others left a core idle since the previous one (`None` for
-    /// the first sample).
-    fn sample(&mut self, now: u64) -> Option<bool> {
+    /// the first sample). A proxy that spins keeps doing so until the others use a quarter of
+    /// a core more: its own spinning speeds the client and the server up, and so raises their
+    /// CPU use, which must not switch it off at once.
+    fn sample(&mut self, now: u64, was_spare: bool) -> Option<bool> {
         let busy_ticks = self.busy_ticks()?;
         // SAFETY: gettid has no preconditions.
         let thread = unsafe { libc::gettid() };
@@ -107,8 +110,12 @@ impl Gauge {
         } else {
             0
         };
-        let others = busy.saturating_sub(own);
-        Some(others < (self.cpus - 1) * wall)
+        Some(leaves_a_core(
+            busy.saturating_sub(own),
+            wall,
+            self.cpus,
+            was_spare,
+        ))
     }
 
     /// All CPUs' non-idle time so far, in ticks (the first line of `/proc/stat`).
@@ -117,6 +124,13 @@ impl Gauge {
         let n = self.stat.read_at(&mut buf, 0).ok()?;
         busy_of(&buf[..n])
     }
+}
+
+/// Whether `others_ns` of CPU time over `wall_ns` left one of `cpus` idle; with hysteresis
+/// of a quarter of a core once spinning.
+fn leaves_a_core(others_ns: u64, wall_ns: u64, cpus: u64, was_spare: bool) -> bool {
+    let limit = (cpus - 1) * wall_ns + if was_spare { wall_ns / 4 } else { 0 };
+    others_ns < limit
 }
 
 /// `cpu  user nice system idle iowait irq softirq steal ...`: everything but idle and iowait.
@@ -153,6 +167,17 @@ mod tests {
         let text = b"cpu  10 1 5 1000 7 2 3 4 0 0\ncpu0 5 0 2 500 3 1 1 2 0 0\n";
         assert_eq!(busy_of(text), Some(10 + 1 + 5 + 2 + 3 + 4));
         assert_eq!(busy_of(b"intr 1 2 3\n"), None);
+    }
+
+    #[test]
+    fn a_core_is_spare_while_the_others_leave_one_idle() {
+        let ms = 1_000_000;
+        assert!(leaves_a_core(60 * ms, 100 * ms, 2, false)); // 0.6 of 2 cores busy
+        assert!(!leaves_a_core(110 * ms, 100 * ms, 2, false));
+        assert!(leaves_a_core(110 * ms, 100 * ms, 2, true)); // spinning: keeps on to 1.25
+        assert!(!leaves_a_core(130 * ms, 100 * ms, 2, true));
+        assert!(!leaves_a_core(10 * ms, 100 * ms, 1, false)); // one core: never spare
+        assert!(leaves_a_core(600 * ms, 100 * ms, 8, false)); // 6 of 8 busy
     }
 
     #[test]
