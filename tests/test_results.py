@@ -424,3 +424,111 @@ def test_converted_report_modules_read_the_model_not_results_dicts() -> None:
     found = {(name, line) for name in READ_THE_MODEL for line in _indexing(PACKAGE / name)}
     assert found <= NOT_THE_RESULTS, sorted(found - NOT_THE_RESULTS)
     assert found >= NOT_THE_RESULTS, f"gone, delete from NOT_THE_RESULTS: {sorted(NOT_THE_RESULTS - found)}"
+
+
+# --- producers build the document through one builder (issue 30, the producing half) -------------------------
+
+def test_the_summary_measure_computes_is_the_one_the_schema_reads() -> None:
+    """measure/ computes an op's figures (OpFigures); results/ reads them back (OpSummary): same fields,
+    same order. Merged ops carry nothing private into the file (no ``_merged``): counters, encoded
+    histograms and the summaries, the uncorrected one only in open loop."""
+    from dataclasses import fields
+
+    from cachemark.measure.histogram import Histogram
+    from cachemark.measure.summary import MergedOp, OpFigures, merge_ops, summarize
+    from cachemark.results import OpSummary
+
+    assert [f.name for f in fields(OpFigures)] == list(OpSummary.model_fields)
+    closed = {"count": 2, "hits": 1, "misses": 1, "errors": {"timeout": 1}, "bytes_out": 3, "bytes_in": 4,
+              "histograms": {"hit": Histogram.of([1000]).encode(), "miss": Histogram.of([3000]).encode()}}
+    opened = {**closed, "histograms_uncorrected": {"hit": Histogram.of([500]).encode()}}
+    merged = merge_ops([{"get": closed}, {"get": opened}], wall_s=2.0)["get"]
+    assert list(merged) == ["count", "hits", "misses", "errors", "bytes_out", "bytes_in", "histograms",
+                            "histograms_uncorrected", "summary", "summary_uncorrected"]
+    assert merged["summary"] == summarize(MergedOp.from_saved(merged), 2.0).as_json()
+    assert merged["summary"]["ops_per_s"] == 2.0 and merged["summary"]["hit_ratio"] == 0.5
+    assert merged["summary"]["error_count"] == 2
+    assert OpSummary.model_validate(merged["summary"]).p99_us == merged["summary"]["p99_us"]
+    assert "summary_uncorrected" not in merge_ops([{"get": closed}], wall_s=2.0)["get"]
+    assert "summary" not in merge_ops([{"get": closed}])["get"]  # no wall time: nothing to summarise over
+
+
+def test_the_builder_makes_the_document_an_experiment_writes(tmp_path) -> None:
+    """Runs are added with their sweep point, repeat and display name (the keys after the outcome's own,
+    in the file's order), the proxy's overhead goes in the environment, a sweep gets its saturation;
+    every write is the document as built so far, and it loads."""
+    from cachemark.results import ResultsBuilder
+
+    seed = _seed()
+    outcome = {k: v for k, v in seed["runs"][0].items() if k not in ("sweep", "repeat", "display")}
+    results = ResultsBuilder({"name": "built"}, {"python": "3.11"})
+    assert not results.has_runs and results.document["runs"] == []
+    results.set_proxy_overhead({"added_p50": 12.0})
+    for workers in (1, 2, 4):
+        run = results.add_run(outcome, {"workers": workers}, None)
+        assert list(run)[-3:] == ["sweep", "repeat", "display"]
+        assert run["display"] == f"{outcome['label']} [workers={workers}]"
+    repeated = results.add_run(outcome, {}, 1)
+    assert repeated["sweep"] is None and repeated["display"] == f"{outcome['label']} #2"
+    assert "sweep" not in outcome  # the outcome handed in is not changed
+    results.summarize_saturation()
+    path = results.write(tmp_path / "r.json")
+    document = load(path)
+    assert document == json.loads(json.dumps(results.document))
+    assert list(document) == ["schema", "created", "environment", "experiment", "runs", "saturation"]
+    assert document["environment"] == {"python": "3.11", "proxy_overhead": {"added_p50": 12.0}}
+    assert [p["value"] for p in document["saturation"][0]["points"]] == [1, 2, 4]
+
+
+# Modules that still assign into a results document, a run or a phase record (by the names producers give
+# them) outside results/builder.py, and the names they assign through. The list only shrinks (issue 30:
+# the builder is the one module that changes the document; what is left are phase records, each load path
+# and the monitor assembling its own: a PhaseRecord builder would take them).
+STILL_ASSIGN_INTO_RESULTS = {
+    ("run/agent.py", "phase"), ("run/agent.py", "record"),  # attach(); _merge_keeping_seconds
+    ("run/distributed.py", "record"),  # _merge: the engine's figures, the measuring agent
+    ("run/monitor.py", "phase"),  # attach(): server figures, the timeseries
+    ("run/supervise.py", "record"),  # records(): stopped_on_errors
+}
+# The same names holding something that is not a results document, with why.
+NOT_A_RESULTS_DOCUMENT = {
+    ("cli/size_command.py", "document"),  # size's own report, not a results file
+}
+_RESULTS_NAMES = {"document", "run", "phase", "record"}
+_MUTATORS = {"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "remove"}
+
+
+def _assigned_through(tree: Any) -> set[str]:
+    """The results names a module assigns into: ``document[k] = …``, ``run[k] += …``, ``del phase[k]``,
+    ``record[k].append(…)``, ``phase.setdefault(…)`` (through subscripts, not attributes)."""
+    import ast
+
+    def root(node: Any) -> str | None:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = [e for t in node.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+            changed = [t for t in targets if isinstance(t, ast.Subscript)]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            changed = [node.target] if isinstance(node.target, ast.Subscript) else []
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            changed = [node.func.value]
+        else:
+            continue
+        found |= {name for name in map(root, changed) if name in _RESULTS_NAMES}
+    return found
+
+
+def test_only_the_builder_assigns_into_a_results_document() -> None:
+    import ast
+
+    found = {(str(path.relative_to(PACKAGE)), name) for path in sorted(PACKAGE.rglob("*.py"))
+             for name in _assigned_through(ast.parse(path.read_text()))}
+    assert _assigned_through(ast.parse('document["runs"].append(run)\nrun["display"] = x')) == {"document", "run"}
+    known = STILL_ASSIGN_INTO_RESULTS | NOT_A_RESULTS_DOCUMENT
+    assert found <= known, f"assign through results/builder.py instead: {sorted(found - known)}"
+    assert found >= known, f"gone, delete from STILL_ASSIGN_INTO_RESULTS: {sorted(known - found)}"

@@ -67,16 +67,6 @@ def as_run(run: dict[str, Any] | Run, source: str = "results") -> Run:
     return as_model({"schema": SCHEMA, "runs": [run]}, source).runs[0]
 
 
-def new_document(experiment: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "schema": SCHEMA,
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "environment": environment,
-        "experiment": experiment,
-        "runs": [],
-    }
-
-
 def without_histograms(document: dict[str, Any] | ResultsDocument) -> dict[str, Any]:
     """The document's JSON without the (large) encoded histograms; ``document`` itself is left as it was.
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import Crash, PrefillFailed, UserError
 from ..measure.histogram import Histogram
-from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
+from ..measure.summary import merge_ops, merge_timeseries
 from ..spec import Workload
 from ..target import Target, split_query
 from ..textfile import one_line
@@ -627,7 +627,7 @@ class _Run:
         starts = [self._coordinator_time(a, r["start_wall"]) for a, r in parts]
         ends = [self._coordinator_time(a, r["end_wall"]) for a, r in parts]
         wall_s = max(ends) - min(starts)
-        ops = summarize_ops(merge_ops([r["ops"] for _, r in parts]), wall_s)
+        ops = merge_ops([r["ops"] for _, r in parts], wall_s)
         series = []
         for (_, r), start in zip(parts, starts):  # aligned on the coordinator's start of the phase
             shift = int((start - self.go[k]) // 1) if start > self.go[k] else 0
@@ -661,7 +661,7 @@ class _Run:
             a, r = measuring[0]
             record["measuring_agent"] = {
                 "agent": a.index, "rate": self.spec.measure_rate, "wall_s": r["wall_s"],
-                "ops": summarize_ops(merge_ops([r["ops"]]), r["wall_s"]), "row": self._agent_row(a, r),
+                "ops": merge_ops([r["ops"]], r["wall_s"]), "row": self._agent_row(a, r),
             }
         return record
 

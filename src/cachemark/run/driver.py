@@ -30,7 +30,7 @@ from ..driver_registry import DRIVERS, DRIVERS_DIR, DriverSpec
 from ..errors import BackendMissing, BackendUnavailable, PrefillFailed, UnsupportedOp
 from ..measure.histogram import COUNTS_LEN, Histogram, bucket_indexes
 from ..measure.recorder import ERROR, Recorder
-from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
+from ..measure.summary import merge_ops, merge_timeseries
 from ..schemes import scheme
 from ..spec import Phase, Workload
 from ..target import Target
@@ -429,8 +429,7 @@ def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload
         replies = _go(drivers, batches, entries, workload, phase.duration)
         parts = [worker_result(entries, b, reply, blob) for b, (reply, blob) in zip(batches, replies, strict=True)]
         record = _phase_record(phase, workload, [r for r, _ in replies],
-                               ops=summarize_ops(merge_ops([p for p, _ in parts]),
-                                                 max(r["wall_ns"] for r, _ in replies) / 1e9),
+                               ops=merge_ops([p for p, _ in parts], max(r["wall_ns"] for r, _ in replies) / 1e9),
                                series=merge_timeseries([s for _, s in parts]))
         if monitor is not None:
             monitor.phase_ended(index, sum(op["count"] for op in record["ops"].values()))

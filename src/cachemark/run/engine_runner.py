@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import BackendUnavailable, PrefillFailed, UnsupportedOp
 from ..measure.outage import merge_outages
-from ..measure.summary import summary_from_result
+from ..measure.summary import MergedOp, summaries
 from ..schemes import find_scheme
 from ..spec import Phase, Workload
 from ..target import Target
@@ -197,12 +197,9 @@ def _our_ops(phase: Phase, workload: Workload, result: dict[str, Any]) -> dict[s
     ours = {engine: name for name, engine in ENGINE_OPS.items()}
     order = list(phase.mix or workload.mix)
     renamed = {ours.get(name, name): op for name, op in result["ops"].items()}
-    ops = dict(sorted(renamed.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
-    for op in ops.values():
-        op["summary"] = summary_from_result(op, wall_s)
-        if op.get("histograms_uncorrected"):
-            op["summary_uncorrected"] = summary_from_result(op, wall_s, corrected=False)
-    return ops
+    ordered = sorted(renamed.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)
+    # the engine's own encoded histograms are kept as they are: only the summaries are added
+    return {name: {**op, **summaries(MergedOp.from_saved(op), wall_s)} for name, op in ordered}
 
 
 def _phase_record(phase: Phase, config: dict[str, Any], result: dict[str, Any], ops: dict[str, Any]) -> dict[str, Any]:

@@ -21,9 +21,7 @@ from ..errors import Crash, UserError
 from ..measure.fingerprint import calibrate as run_calibration
 from ..measure.fingerprint import fingerprint
 from ..plan import RunSpec, describe, experiment_record, named, plan_runs
-from ..results import as_model, default_path, new_document, write_atomic
-from ..results.names import run_name
-from ..results.saturation import saturation_summary
+from ..results import ResultsBuilder, default_path
 from ..spec import Experiment
 from .load_path import ProgressFn
 from .outcome import RunOutcome
@@ -100,9 +98,9 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
         with view.busy("calibrating: timer resolution and loopback round trip"):
             calibration = run_calibration()
         view.calibrated(calibration)
-    document = new_document(experiment_record(experiment), fingerprint(calibration))
+    results = ResultsBuilder(experiment_record(experiment), fingerprint(calibration))
     if experiment.network and any(spec.network is not None and spec.network.proxied for spec in specs):
-        document["environment"]["proxy_overhead"] = _proxy_overhead(view)
+        results.set_proxy_overhead(_proxy_overhead(view))
     path = Path(out) if out else default_path()
     interrupted = False
     with view.runs(specs):
@@ -112,23 +110,19 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
             try:
                 outcome = run_or_distribute(spec.target, spec.workload, spec.label, progress, network=spec.network)
             except (UserError, Crash):
-                if document["runs"]:
-                    write_atomic(path, document)
+                if results.has_runs:
+                    results.write(path)
                 raise
-            run = outcome.to_json()
-            run["sweep"] = spec.sweep or None
-            run["repeat"] = spec.repeat if experiment.repeat > 1 else None
-            run["display"] = run_name(run)
-            document["runs"].append(run)
-            write_atomic(path, document)
+            run = results.add_run(outcome.to_json(), spec.sweep, spec.repeat if experiment.repeat > 1 else None)
+            results.write(path)
             view.run_finished(spec, outcome, run, time.monotonic() - started)
             if outcome.status == "interrupted":
                 interrupted = True
                 break
     if experiment.sweep:
-        document["saturation"] = saturation_summary(as_model(document).runs)
-        write_atomic(path, document)
-    return Finished(experiment, document, path, interrupted)
+        results.summarize_saturation()
+        results.write(path)
+    return Finished(experiment, results.document, path, interrupted)
 
 
 def _proxy_overhead(view: ExperimentView) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from ..measure.outage import merge_outages
-from ..measure.summary import merge_ops, merge_timeseries, summarize_ops
+from ..measure.summary import merge_ops, merge_timeseries
 from ..spec import Workload
 from ..workload.origin import remove_pool
 from .load_path import LoadPath, ProgressFn, Run
@@ -62,7 +62,7 @@ def merge_phase(phase: Any, parts: list[PhaseReport], workload: Workload) -> dic
     start = min(p.start_ns for p in parts)
     end = max(p.end_ns for p in parts)
     wall_s = (end - start) / 1e9
-    ops = summarize_ops(merge_ops([p.ops for p in parts]), wall_s)
+    ops = merge_ops([p.ops for p in parts], wall_s)
     outages = merge_outages([p.write_outages for p in parts], start)
     return {
         "name": phase.name,
