@@ -332,7 +332,7 @@ def test_a_cluster_runs_label_is_printed_cut_escaped_and_never_as_markup():
     from cachemark.run.distributed import DistributedOutcome
 
     label = "[/bold]\x1b[2J" + "y" * 5000  # rich read a title's "[/bold]" as markup: a MarkupError
-    outcome = DistributedOutcome(label=label, target="memory://", cluster={"agents": [], "hosts": ["h"]}, phases=[
+    outcome = DistributedOutcome(label=label, target="memory://", dask={"agents": [], "hosts": ["h"]}, phases=[
         {"name": "main", "agents": [], "workers": 2, "wall_s": 1.0, "client_cpu_s": 0.5,
          "agents_missing": ["agent 1: never joined"]}])
     console = Console(file=io.StringIO(), width=200)
