@@ -23,7 +23,8 @@ from cachemark.run.worker import Worker, WorkerTask
 from cachemark.spec import Workload, build_experiment
 from cachemark.target import parse_target
 
-pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+# The tests that assert a latency, a rate or a wait are marked serial: they run alone (conftest.py).
+# Counts, refusals and the pool's order (a lower bound on a wait) hold under any load.
 
 pytest_plugins = ["tests.fixtures_servers"]
 
@@ -32,6 +33,7 @@ def _mean(op: dict, outcome: str) -> float:
     return Histogram.decode(op["histograms"][outcome]).mean
 
 
+@pytest.mark.serial
 def test_fetch_mean_is_the_cache_aside_model_of_its_own_parts():
     workload = Workload(keys=1000, key_dist="uniform", value_size="100", mix="fetch=90,get=5,set=5",
                         origin="fixed:10ms", duration="3s", warmup="0.5s", workers=2)
@@ -56,6 +58,7 @@ def test_fetch_mean_is_the_cache_aside_model_of_its_own_parts():
     assert series_ops == fetch["count"] + get["count"] + set_["count"]
 
 
+@pytest.mark.serial
 def test_a_pool_of_one_caps_the_origin_for_all_workers_and_every_report_shows_it(cachemark, tmp_path: Path):
     result = cachemark(
         "run", "-t", "memory://?max_entries=1", "--keys", "100000", "--key-dist", "uniform", "--no-prefill",
@@ -128,6 +131,7 @@ def test_a_released_slot_goes_to_the_waiter_not_back_to_the_releaser():
     assert not [name for name in os.listdir("/dev/shm") if "cm-pool-" in name]
 
 
+@pytest.mark.serial
 def test_a_worker_killed_while_waiting_loses_no_slot_and_leaves_no_name():
     """SIGKILLed in the queue: a release skips it (the slot is not handed to the dead), and what it could
     not remove itself, its wake semaphore, goes with the run's pool once the workers are gone."""
@@ -159,6 +163,7 @@ def test_a_worker_killed_while_waiting_loses_no_slot_and_leaves_no_name():
     assert not [name for name in os.listdir("/dev/shm") if "cm-pool-" in name]
 
 
+@pytest.mark.serial
 def test_sql_origin_runs_a_real_query(postgres_server, cachemark, tmp_path: Path):
     origin = f"{postgres_server.url()}?query=SELECT pg_sleep(0.005)&pool=2"
     workload = Workload(keys=1000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,
@@ -170,6 +175,7 @@ def test_sql_origin_runs_a_real_query(postgres_server, cachemark, tmp_path: Path
     assert 5e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
 
 
+@pytest.mark.serial
 def test_a_spawned_postgresql_origin_is_started_for_the_run_and_queried():
     """spawn:postgresql?query=… starts a private server, the workers query it, and it is gone afterwards."""
     import psutil
@@ -188,6 +194,7 @@ def test_a_spawned_postgresql_origin_is_started_for_the_run_and_queried():
     assert postgres_processes() == before
 
 
+@pytest.mark.serial
 def test_a_failing_origin_fails_the_fetches_and_stops_the_run(postgres_server):
     origin = f"{postgres_server.url()}?query=SELECT * FROM no_such_table"
     workload = Workload(keys=100_000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,
@@ -201,6 +208,7 @@ def test_a_failing_origin_fails_the_fetches_and_stops_the_run(postgres_server):
     assert sum(fetch["errors"].values()) == sum(origin_op["errors"].values()) == fetch["count"] > 0
 
 
+@pytest.mark.serial
 def test_mysql_origin_runs_a_real_query(mysql_server):
     origin = f"{mysql_server.url()}?query=SELECT SLEEP(0.005)"
     workload = Workload(keys=1000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,
@@ -223,6 +231,7 @@ def _origin_p50(origin: str) -> float:
     return Histogram.decode(result["origin"]["histograms"]["ok"]).percentile(50)
 
 
+@pytest.mark.serial
 def test_latency_models_lognormal_and_a_replayed_histogram(tmp_path: Path):
     assert 3.5e6 <= _origin_p50("lognormal:4ms,0.3") <= 5e6
     hist = tmp_path / "latencies.txt"

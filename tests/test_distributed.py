@@ -31,7 +31,8 @@ distributed_mod = pytest.importorskip("distributed")
 
 from cachemark.run import distributed as dist  # noqa: E402
 
-pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+# Timed tests and the ones that kill or signal a process are marked serial (run alone, conftest.py);
+# the exact merges and the command line's refusals are correct under any load and run with the rest.
 
 ROOT = Path(__file__).parent.parent
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -115,9 +116,12 @@ def test_python_agents_merge_exactly(local_cluster: dist.Cluster, spawn) -> None
     assert [a["workers"] for a in cluster["agents"]] == [[0, 1], [1, 1]]  # disjoint slices of global workers
     assert all(a["state"] == "done" and a["cpu_s"] > 0 for a in cluster["agents"])
     assert all(abs(a["clock_offset_ms"]) <= a["clock_rtt_ms"] for a in cluster["agents"])
-    assert phase["timeseries"] and sum(s["ops"] for s in phase["timeseries"]) == sum(a["ops"] for a in phase["agents"])
+    # a second only the server was sampled in (the phase's last, on a busy host) has no client ops
+    client_ops = sum(s.get("ops", 0) for s in phase["timeseries"])
+    assert phase["timeseries"] and client_ops == sum(a["ops"] for a in phase["agents"])
 
 
+@pytest.mark.serial
 def test_open_loop_rate_is_split(local_cluster: dist.Cluster, spawn) -> None:
     server = spawn("redis")
     rate, seconds = 400.0, 3.0
@@ -131,6 +135,7 @@ def test_open_loop_rate_is_split(local_cluster: dist.Cluster, spawn) -> None:
     _assert_exact_merge(phase)
 
 
+@pytest.mark.serial
 def test_lost_dask_worker_is_named_and_its_agent_stops(local_cluster: dist.Cluster, spawn) -> None:
     """A Dask worker killed mid-phase: the coordinator names the agent after 5 s of silence, keeps
     the other's data, and the orphaned agent process stops itself (its stdin closed)."""
@@ -183,6 +188,7 @@ def test_engine_agents_on_cli_cluster(cli_cluster, spawn) -> None:
     assert len(outcome.to_json()["dask"]["agents"]) == 2
 
 
+@pytest.mark.serial
 def test_measuring_agent_is_reported_apart(cli_cluster, spawn) -> None:
     address, _ = cli_cluster
     server = spawn("redis")
@@ -212,6 +218,7 @@ def test_measuring_agent_is_reported_apart(cli_cluster, spawn) -> None:
     assert f"| {' | '.join(load)} |" in to_block_markdown(block) and "(measure)" in to_html(block)
 
 
+@pytest.mark.serial
 def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:
     import psutil
 
@@ -263,7 +270,7 @@ def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:
 
 
 def _semaphore_names() -> set[str]:
-    """multiprocessing's named semaphores in /dev/shm (this file's tests run alone)."""
+    """multiprocessing's named semaphores in /dev/shm (the tests that look run alone)."""
     return {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}
 
 
@@ -304,6 +311,7 @@ def test_unreachable_cluster_is_one_line_and_exit_2() -> None:
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.serial
 def test_ctrl_c_stops_agents_and_saves_what_ran(tmp_path: Path) -> None:
     """A terminal's Ctrl-C reaches the whole process group (the LocalCluster's workers too): the
     run ends as interrupted (exit 130) with its partial results, no worker tracebacks, no agent left."""

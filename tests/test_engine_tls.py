@@ -9,10 +9,8 @@ are as the workload predicts, and a certificate the client cannot verify is one 
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -21,9 +19,7 @@ import redis
 from cachemark.engine import run_load, target_config
 from cachemark.errors import BackendUnavailable, SpecError
 from cachemark.lab.certs import make_certs
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_helpers import need_io  # noqa: E402
+from engine_helpers import need_io
 
 pytestmark = pytest.mark.timeout(300)
 

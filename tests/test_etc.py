@@ -5,8 +5,6 @@ means and quantiles (the issue's figures: key size mean ≈ 36.2 B, value tail m
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,9 +14,7 @@ from cachemark.run.worker import arrival_gaps, key_table
 from cachemark.workload import etc
 from cachemark.workload.keys import key_lengths, key_name, length_index, parse_key_size
 from cachemark.workload.values import ValueSizes
-
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import run_cli  # noqa: E402
+from conftest import run_cli
 
 N = 1_000_000
 QUANTILES = (0.1, 0.5, 0.9, 0.99)

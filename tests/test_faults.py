@@ -103,7 +103,7 @@ def test_a_hung_server_stops_the_run_after_its_timeouts(tmp_path, spawn) -> None
 @pytest.mark.serial
 def test_on_error_continue_runs_to_the_deadline_with_errors_in_the_series(tmp_path, spawn, allow_errors) -> None:
     server = spawn("redis")
-    proc = _start(["run", "-t", server.url(), "--duration", "5s", "--warmup", "0", "--no-calibrate",
+    proc = _start(["run", "-t", server.url(), "--duration", "3s", "--warmup", "0", "--no-calibrate",
                    "--workers", "1", "--keys", "1000", "--on-error", "continue", "-o", "out.json",
                    *(["--allow-errors"] if allow_errors else [])], tmp_path)
     _wait_for_ops(server)
@@ -113,7 +113,7 @@ def test_on_error_continue_runs_to_the_deadline_with_errors_in_the_series(tmp_pa
     assert proc.returncode == (0 if allow_errors else 1), stderr
     assert ("ops failed" in stdout) != allow_errors
     phase = _results(tmp_path / "out.json")["runs"][0]["phases"][0]
-    assert phase["wall_s"] > 4.5
+    assert phase["wall_s"] > 2.7  # to the deadline, not stopped at the errors (2 s of grace otherwise)
     assert not phase["stopped_on_errors"]
     seconds = phase["timeseries"]
     assert seconds[-1]["errors"] == seconds[-1]["ops"] > 100  # after the kill: every op of a second failed

@@ -13,16 +13,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from cachemark.errors import SpecError
 from cachemark.lab.redis_cluster import ClusterNode, RedisClusterServer, command, slot_ranges
-
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import run_cli, start_server  # noqa: E402, F401 - run_cli: the cachemark fixture's
-from engine_helpers import need_io  # noqa: E402
+from conftest import run_cli, start_server  # noqa: F401 - run_cli: the cachemark fixture's
+from engine_helpers import need_io
 
 
 def _stat(node: object, name: str) -> int:
@@ -420,7 +417,7 @@ def test_a_cluster_failover_is_followed_and_its_write_outage_timed(spawn, tmp_pa
     assert f"master_port:{victim.port}" in command(replica, "INFO", "replication")
     out = tmp_path / "failover.json"
     run = subprocess.Popen(
-        [sys.executable, "-m", "cachemark", "run", "-t", cluster.url() + f"?client={client}", "--duration", "12s",
+        [sys.executable, "-m", "cachemark", "run", "-t", cluster.url() + f"?client={client}", "--duration", "9s",
          "--warmup", "0", "--keys", "500", "--value-size", "200", "--mix", "get=50,set=50", "--no-calibrate",
          "--allow-errors", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -442,7 +439,9 @@ def test_a_cluster_failover_is_followed_and_its_write_outage_timed(spawn, tmp_pa
     assert errors <= {"connection", "timeout"} and errors, phase["ops"]
     (outage,) = phase["write_outages"]  # one window: the other nodes' writes did not split it
     assert outage["recovered"] and outage["server"] == f"127.0.0.1:{replica.port}", outage
-    assert 1.0 < outage["duration_s"] < 10, outage  # the node timeout (2 s) and the promotion
+    # the node timeout (2 s) and the promotion, ~3-4 s: the 9-s run leaves ~8 s after the kill for that
+    # and for the promoted replica's reads
+    assert 1.0 < outage["duration_s"] < 10, outage
     assert 0 < outage["failed_writes"] <= outage["errors"]
     assert f"failover: writes failed for {outage['duration_s']:.1f} s" in output, output
 

@@ -27,12 +27,15 @@ from cachemark.spec import Workload
 from cachemark.target import check_params, parse_target
 from conftest import start_server
 
-pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+# The failovers race a kill and time the outage: marked serial, they run alone (conftest.py). The tests on
+# the shared lab below (discovery, refusals, a replica handed to the engine) hold under any load.
 
 
 @pytest.fixture(scope="module")
 def sentinel_lab():
-    lab = start_server("redis-sentinel")
+    # shared by tests that run beside others: a stall of a busy host must not pass for a primary down
+    # (the default 1 s would fail it over under them); the failover tests spawn labs of their own
+    lab = start_server("redis-sentinel", down_after_ms=30_000)
     yield lab
     lab.stop()
 
@@ -228,6 +231,7 @@ def _fail_over_mid_run(lab, out: Path, target: str, duration: str, kill_after: f
     return phase
 
 
+@pytest.mark.serial
 def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
     lab = spawn("redis-sentinel")
     started = time.monotonic()
@@ -246,6 +250,7 @@ def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
     assert all(p.poll() is not None for p in processes)
 
 
+@pytest.mark.serial
 def test_engine_follows_a_failover_mid_run_and_times_it(spawn, tmp_path: Path):
     """The engine twin of the test above: its reconnects ask the Sentinels, so the run goes on
     against the promoted replica and reports how long writes failed."""
@@ -273,6 +278,7 @@ def test_on_error_policy_waits_out_a_failover():
 
 @pytest.mark.parametrize("query, keys", [("", 60000), ("?client=engine&threads=1&connections=4", 300_000)],
                          ids=["python", "engine"])
+@pytest.mark.serial
 def test_failover_during_prefill_is_waited_out(spawn, tmp_path: Path, query: str, keys: int):
     """The prefill (untimed) waits for the new primary instead of failing the run (exit 2): the
     Python workers batch by batch, the engine by writing every key again once none is lost."""

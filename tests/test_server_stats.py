@@ -17,7 +17,9 @@ from cachemark.run.monitor import PhaseMonitor
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
 
-pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+# The samplers' intervals and the start/stop races are timed: those tests are marked serial and run alone
+# (conftest.py). Runs whose figures are checked for shape only (kept, never negative) and the pure summaries
+# run with the rest.
 
 SIZE = 1000
 N = 2000
@@ -31,6 +33,7 @@ def _resp_len(*parts: bytes) -> int:
     return total
 
 
+@pytest.mark.serial
 def test_redis_bytes_per_op_match_the_wire(spawn):
     server = spawn("redis")
     client = redis.Redis.from_url(server.url())
@@ -58,6 +61,7 @@ def test_redis_bytes_per_op_match_the_wire(spawn):
     assert result["net_mbps_p90"] <= max(s["net_in_mbps"] + s["net_out_mbps"] for s in rates) + 1e-9
 
 
+@pytest.mark.serial
 def test_redis_evictions_are_the_counter_delta(spawn):
     server = spawn("redis", maxmemory="4mb")
     client = redis.Redis.from_url(server.url())
@@ -80,6 +84,7 @@ def _until_alone(client) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.serial
 def test_memcached_counters(spawn):
     server = spawn("memcached")
     client = pymemcache.client.base.Client(("127.0.0.1", server.port), default_noreply=False)
@@ -104,6 +109,7 @@ def test_memcached_counters(spawn):
     assert result["rss_bytes"] > 0
 
 
+@pytest.mark.serial
 def test_process_only_sampling_reads_proc():
     # a backend without a stats protocol: only /proc of the pid (here: this process)
     sampler = ServerSampler("memory://", os.getpid(), interval=0.05).start()
@@ -118,6 +124,7 @@ def test_process_only_sampling_reads_proc():
     assert read_proc(os.getpid())["rss_bytes"] > 0
 
 
+@pytest.mark.serial
 def test_unreachable_server_does_not_raise():
     sampler = ServerSampler("redis://127.0.0.1:1/0", None, interval=0.05).start()
     result = sampler.stop(total_ops=10)
@@ -143,6 +150,7 @@ def _assert_never_negative(server: dict) -> None:
             assert sample.get(name) is None or sample[name] >= 0, (name, sample)
 
 
+@pytest.mark.serial
 def test_short_redis_phase_bytes_per_op_match_the_wire(spawn):
     server = spawn("redis")
     client = redis.Redis.from_url(server.url())
@@ -166,6 +174,7 @@ def test_short_redis_phase_bytes_per_op_match_the_wire(spawn):
     _assert_never_negative(result)
 
 
+@pytest.mark.serial
 def test_short_memcached_phase_bytes_per_op_match_the_wire(spawn):
     server = spawn("memcached")
     client = pymemcache.client.base.Client(("127.0.0.1", server.port), default_noreply=False)
@@ -187,6 +196,7 @@ def test_short_memcached_phase_bytes_per_op_match_the_wire(spawn):
     _assert_never_negative(result)
 
 
+@pytest.mark.serial
 def test_the_samplers_own_traffic_is_subtracted_exactly(spawn):
     """Many readings of an idle server: whatever the sampler exchanged, the server moved 0 bytes."""
     for kind in ("redis", "memcached"):
@@ -214,6 +224,7 @@ def _short_workload(**overrides) -> Workload:
     return Workload(**{**base, **overrides})
 
 
+@pytest.mark.serial
 def test_short_phases_through_the_runner(spawn):
     """Sub-second phases as a user runs them: per-op bytes near the wire's, nothing negative."""
     for kind in ("redis", "memcached"):
@@ -246,6 +257,7 @@ def _sampler_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "cachemark-server-sampler"]
 
 
+@pytest.mark.serial
 def test_stop_before_start(redis_server):
     before = len(_sampler_threads())
     sampler = ServerSampler(redis_server.url(), redis_server.pid(), interval=0.05)
@@ -257,6 +269,7 @@ def test_stop_before_start(redis_server):
     assert sampler.stop(total_ops=20) is result  # a second stop returns the first summary
 
 
+@pytest.mark.serial
 def test_stop_after_connect_uses_the_connect_reading(redis_server):
     """The monitor connects before the barrier; if the phase ends before the start reading,
     the connect reading is the baseline, flagged."""
@@ -272,6 +285,7 @@ def test_stop_after_connect_uses_the_connect_reading(redis_server):
     assert abs(result["bytes_in_per_op"] - expected) <= 0.10 * expected
 
 
+@pytest.mark.serial
 def test_stop_after_a_failed_connect():
     sampler = ServerSampler("redis://127.0.0.1:1/0", None, interval=0.05).start()
     first = sampler.stop(total_ops=10)
@@ -280,6 +294,7 @@ def test_stop_after_a_failed_connect():
     assert sampler.stop(total_ops=10) is first
 
 
+@pytest.mark.serial
 def test_stop_after_the_thread_failed_to_start(redis_server, monkeypatch):
     """No thread to spare: the edge readings still give the per-op figures."""
     def refuse(self):
@@ -299,6 +314,7 @@ def test_stop_after_the_thread_failed_to_start(redis_server, monkeypatch):
     assert abs(result["bytes_in_per_op"] - expected) <= 0.10 * expected
 
 
+@pytest.mark.serial
 def test_start_and_stop_racing_from_two_threads(redis_server):
     """The runner's clock thread starts a sampler while its main thread may already stop it."""
     for _ in range(40):
@@ -329,6 +345,7 @@ def test_start_and_stop_racing_from_two_threads(redis_server):
 # --- the monitor: phases announced, started and ended from two threads ----------------------------
 
 
+@pytest.mark.serial
 def test_monitor_phase_ended_before_started(redis_server):
     monitor = PhaseMonitor(redis_server.url(), redis_server.pid())
     monitor.phase_coming(0)
@@ -342,6 +359,7 @@ def test_monitor_phase_ended_before_started(redis_server):
     assert not _sampler_threads()
 
 
+@pytest.mark.serial
 def test_monitor_next_phase_waits_for_the_end_reading(redis_server):
     monitor = PhaseMonitor(redis_server.url(), None)
     monitor.phase_coming(0)
@@ -357,6 +375,7 @@ def test_monitor_next_phase_waits_for_the_end_reading(redis_server):
     assert monitor.results[1]["baseline"] == "connect"
 
 
+@pytest.mark.serial
 def test_monitor_stop_all_releases_a_waiting_phase(redis_server):
     monitor = PhaseMonitor(redis_server.url(), None)
     monitor.phase_coming(0)
@@ -372,6 +391,7 @@ def test_monitor_stop_all_releases_a_waiting_phase(redis_server):
     monitor.stop_all()  # twice: fine
 
 
+@pytest.mark.serial
 def test_monitor_shares_one_connection_across_phases(redis_server):
     monitor = PhaseMonitor(redis_server.url(), None)
     for index in range(5):
