@@ -25,8 +25,6 @@ import redis
 
 from cachemark.lab.proxy import TraceCapture
 from cachemark.workload.traces import OPS, TraceWriter, key_hash, open_trace
-
-sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_cli  # noqa: E402
 
 

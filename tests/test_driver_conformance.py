@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -41,8 +40,6 @@ from cachemark.spec import Workload
 from cachemark.target import parse_target
 from cachemark.workload.ops import mix_entries, split_ops, tags_for_key
 from cachemark.workload.values import make_value, value_header
-
-sys.path.insert(0, str(Path(__file__).parent))
 from driver_kit import (  # noqa: E402
     needs_driver,
     op,

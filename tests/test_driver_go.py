@@ -4,12 +4,8 @@ passwords, the protocol — is in tests/test_driver_conformance.py, which runs g
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from driver_kit import handshake, with_client  # noqa: E402
 
 

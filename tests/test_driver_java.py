@@ -5,12 +5,8 @@ java-jedis, java-lettuce and java-spymemcached."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 from driver_kit import handshake, with_client  # noqa: E402
 
 

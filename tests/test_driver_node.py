@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cachemark.run.driver import DRIVERS, DriverProcess, setup_message
 from cachemark.target import parse_target
-
-sys.path.insert(0, str(Path(__file__).parent))
 from driver_kit import handshake, needs_driver, with_client  # noqa: E402
 from driver_kit import workload as _workload  # noqa: E402
 

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pymemcache.client.base
 import pytest
@@ -20,8 +19,6 @@ import redis
 from cachemark.run.driver import DRIVERS, DriverProcess, setup_message
 from cachemark.run.runner import run_target
 from cachemark.target import parse_target
-
-sys.path.insert(0, str(Path(__file__).parent))
 from driver_kit import needs_driver  # noqa: E402
 from driver_kit import workload as _workload  # noqa: E402
 

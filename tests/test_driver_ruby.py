@@ -6,14 +6,9 @@ passwords, the protocol — is in tests/test_driver_conformance.py.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from cachemark.run.runner import run_target
-
-sys.path.insert(0, str(Path(__file__).parent))
 from driver_kit import handshake, needs_driver, with_client  # noqa: E402
 from driver_kit import op as _op  # noqa: E402
 from driver_kit import workload as _workload  # noqa: E402

@@ -7,17 +7,13 @@ tests/test_driver_conformance.py; what one stack does alone, in tests/test_drive
 from __future__ import annotations
 
 import shutil
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from cachemark.run import driver as driver_mod
 from cachemark.run.runner import run_target
 from cachemark.target import parse_target
-
-sys.path.insert(0, str(Path(__file__).parent))
 from driver_kit import workload as _workload  # noqa: E402
 
 CLIENT = "client=ruby-activesupport"

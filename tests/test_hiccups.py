@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,8 +26,6 @@ from cachemark.report.verdict import Kind, findings
 from cachemark.results import new_document, write_atomic
 from cachemark.run.runner import run_target
 from cachemark.spec import Experiment, Workload
-
-sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_cli, start_server  # noqa: E402
 
 DATA = Path(__file__).parent / "data"

@@ -22,8 +22,6 @@ import redis
 
 from cachemark.workload.replay import engine_stream, load_share, prepare, spread_ties
 from cachemark.workload.traces.writer import TraceWriter
-
-sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_cli  # noqa: E402
 
 SPAN_S = 1.5

@@ -12,7 +12,6 @@ import json
 import math
 import re
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,6 @@ from cachemark.report.figures import fmt_factor, fmt_latency, fmt_rate
 from cachemark.report.headline import headline_blocks
 from cachemark.report.verdict import verdict_blocks
 from cachemark.results import load
-
-sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_cli  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
