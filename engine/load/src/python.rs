@@ -36,7 +36,9 @@ fn run_load(py: Python<'_>, config_json: &str) -> PyResult<String> {
         engine::run(&plan, &mut poll)
     });
     match result {
-        Ok(v) => Ok(v.to_string()),
+        Ok(result) => {
+            Ok(serde_json::to_string(&result).expect("a result serialises: string keys only"))
+        }
         Err(RunError::Spec(m)) => Err(PyValueError::new_err(m)),
         Err(RunError::Unavailable(m)) => Err(PyConnectionError::new_err(m)),
         Err(RunError::Host(m)) => Err(PyOSError::new_err(m)),

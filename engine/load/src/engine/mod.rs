@@ -1,7 +1,7 @@
 //! The load engine: T threads, each owning C/T logical clients and one hand-written loop
 //! over their sockets (no async runtime, no task per request) on io_uring — by default —
 //! or epoll; plus run orchestration (connect, prefill, warm-up, timed phase, drain,
-//! dropped-write canaries) and the merge of per-thread results into the JSON result.
+//! dropped-write canaries) and the merge of per-thread results into the run's result.
 //!
 //! Why by hand: on these VMs syscalls dominate a load generator's CPU. io_uring submits
 //! every socket's RECV and SEND and waits for completions in one `io_uring_enter` per
@@ -25,7 +25,9 @@
 //! thread stops every load thread once nothing but errors has come in for
 //! `error_grace_s` (`watch.rs`).
 //!
-//! * [`run`](run()) (`run.rs`) — orchestration: connect, threads, phases, result JSON
+//! * [`run`](run()) (`run.rs`) — orchestration: connect, threads, phases, the result
+//! * [`result`] — what a run returns: [`RunResult`] and its parts, serialised as the JSON
+//!   Python reads
 //! * `worker/` — one load thread: its clients and the phase loop (`mod.rs`), what they send
 //!   when and where (`issue.rs`), replies read and recorded (`read.rs`), sockets and the
 //!   backend (`io.rs`)
@@ -48,6 +50,7 @@ mod epoll;
 mod error;
 mod outage;
 mod record;
+pub mod result;
 mod router;
 mod run;
 mod sentinel;
@@ -60,4 +63,5 @@ mod worker;
 
 pub use error::RunError;
 pub use record::{OpStats, ERROR_KINDS};
+pub use result::RunResult;
 pub use run::run;

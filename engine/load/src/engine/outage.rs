@@ -9,7 +9,7 @@
 //! The cost to the load: a branch on the error path, and on completed replies one compare
 //! (is a window open?) — a closed window costs nothing else.
 
-use serde_json::{json, Value};
+use super::result::WriteOutage;
 
 /// Windows kept per thread and call: a flapping server must not grow the result without end.
 pub(super) const MAX_WINDOWS: usize = 50;
@@ -92,29 +92,25 @@ impl Outages {
     }
 }
 
-/// The windows as the result's `write_outages`, with times moved by `offset` ns onto
-/// CLOCK_MONOTONIC: `{first_ns, last_ns, recovered_ns, failed_writes, errors, server}`.
-pub(super) fn to_json(windows: &[Window], offset: u64) -> Value {
-    Value::Array(
-        windows
-            .iter()
-            .map(|w| {
-                json!({
-                    "first_ns": w.first + offset,
-                    "last_ns": w.last + offset,
-                    "recovered_ns": w.recovered.map(|t| t + offset),
-                    "failed_writes": w.failed_writes,
-                    "errors": w.errors,
-                    "server": w.server,
-                })
-            })
-            .collect(),
-    )
+impl Window {
+    /// The window as one of the result's `write_outages`, its times moved by `offset` ns onto
+    /// CLOCK_MONOTONIC.
+    pub(super) fn result(&self, offset: u64) -> WriteOutage {
+        WriteOutage {
+            errors: self.errors,
+            failed_writes: self.failed_writes,
+            first_ns: self.first + offset,
+            last_ns: self.last + offset,
+            recovered_ns: self.recovered.map(|t| t + offset),
+            server: self.server.clone(),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_window_runs_from_the_first_failed_write_to_the_last() {
@@ -128,9 +124,9 @@ mod tests {
         assert!(!o.open());
         o.failed(900, 910, true, 0); // never recovers
         o.finish();
-        let v = to_json(&o.windows, 1_000);
+        let outages: Vec<WriteOutage> = o.windows.iter().map(|w| w.result(1_000)).collect();
         assert_eq!(
-            v,
+            serde_json::to_value(outages).unwrap(),
             json!([
                 {"first_ns": 1100, "last_ns": 1210, "recovered_ns": 1500, "failed_writes": 2,
                  "errors": 3, "server": "127.0.0.1:2"},

@@ -5,6 +5,7 @@
 
 use super::conn::{Pending, P_VERIFY};
 use super::outage::Outages;
+use super::result::{ErrorCounts, Histograms, OpResult, ReadCounts};
 use crate::cluster::key_slot;
 use crate::config::Plan;
 use crate::hist::{self, Hist};
@@ -12,7 +13,7 @@ use crate::keyspace::{verify_value, write_key};
 use crate::proto::request::key_bytes;
 use crate::proto::{self, printable, Kind, Outcome};
 use crate::watch::Kinds;
-use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
 
 /// Error kinds of docs/contracts.md, in the order of `OpStats::errors`.
 pub const ERROR_KINDS: [&str; 6] = [
@@ -29,7 +30,6 @@ pub(super) const E_PROTOCOL: usize = 2;
 pub(super) const E_SERVER: usize = 3;
 pub(super) const E_VERIFY: usize = 4;
 pub(super) const E_DROPPED: usize = 5;
-pub(super) const OUTCOMES: [&str; 4] = ["hit", "miss", "ok", "error"];
 pub(super) const O_HIT: usize = 0;
 pub(super) const O_MISS: usize = 1;
 pub(super) const O_OK: usize = 2;
@@ -124,38 +124,41 @@ impl OpStats {
         }
     }
 
-    pub(super) fn to_json(&self, open: bool, read: bool) -> Value {
+    /// The op's part of the result: hits and misses for a read, the uncorrected histograms in
+    /// open loop.
+    pub(super) fn result(&self, open: bool, read: bool) -> OpResult {
         assert!(self.run.is_none(), "read before `settle`");
-        let mut errors = Map::new();
-        for (i, k) in ERROR_KINDS.iter().enumerate() {
-            if self.errors[i] > 0 {
-                errors.insert((*k).into(), self.errors[i].into());
-            }
+        let [timeout, connection, protocol, server, verify, dropped_write] = self.errors;
+        OpResult {
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            count: self.count,
+            errors: ErrorCounts {
+                connection,
+                dropped_write,
+                protocol,
+                server,
+                timeout,
+                verify,
+            },
+            histograms: histograms(&self.hists),
+            histograms_uncorrected: open.then(|| histograms(&self.uncorrected)),
+            reads: read.then_some(ReadCounts {
+                hits: self.hits,
+                misses: self.misses,
+            }),
         }
-        let enc = |hs: &[Option<Box<Hist>>; 4]| {
-            let mut m = Map::new();
-            for (i, h) in hs.iter().enumerate() {
-                if let Some(h) = h {
-                    m.insert(OUTCOMES[i].into(), hist::encode(h).into());
-                }
-            }
-            Value::Object(m)
-        };
-        let mut v = json!({
-            "count": self.count,
-            "errors": errors,
-            "bytes_out": self.bytes_out,
-            "bytes_in": self.bytes_in,
-            "histograms": enc(&self.hists),
-        });
-        if read {
-            v["hits"] = self.hits.into();
-            v["misses"] = self.misses.into();
-        }
-        if open {
-            v["histograms_uncorrected"] = enc(&self.uncorrected);
-        }
-        v
+    }
+}
+
+/// Histograms by outcome (indexed `O_HIT`…), encoded for the result.
+fn histograms(hs: &[Option<Box<Hist>>; 4]) -> Histograms {
+    let encoded = |outcome: usize| hs[outcome].as_deref().map(hist::encode);
+    Histograms {
+        error: encoded(O_ERROR),
+        hit: encoded(O_HIT),
+        miss: encoded(O_MISS),
+        ok: encoded(O_OK),
     }
 }
 
@@ -405,17 +408,14 @@ impl Recorder {
         }
     }
 
-    /// The result's `ops` object: each op's counters and histograms under its name.
-    pub(super) fn ops_json(&self, plan: &Plan) -> Value {
-        let mut ops = Map::new();
-        for (op, st) in plan.ops.iter().zip(&self.ops) {
-            let read = matches!(
-                op.kind,
-                Kind::Get | Kind::Gets | Kind::Exists | Kind::MGet(_)
-            );
-            ops.insert(op.name.clone(), st.to_json(plan.open, read));
-        }
-        Value::Object(ops)
+    /// The result's `ops`: each op's counters and histograms under its name.
+    pub(super) fn op_results(&self, plan: &Plan) -> BTreeMap<String, OpResult> {
+        let read = |kind| matches!(kind, Kind::Get | Kind::Gets | Kind::Exists | Kind::MGet(_));
+        plan.ops
+            .iter()
+            .zip(&self.ops)
+            .map(|(op, st)| (op.name.clone(), st.result(plan.open, read(op.kind))))
+            .collect()
     }
 }
 
@@ -454,9 +454,9 @@ mod tests {
         }
     }
 
-    fn count(v: &Value, outcome: &str, key: &str) -> u64 {
-        let h = hist::decode(v[key][outcome].as_str().unwrap()).unwrap();
-        h.len()
+    /// How many latencies an encoded histogram of the result holds.
+    fn count(encoded: &Option<String>) -> u64 {
+        hist::decode(encoded.as_deref().unwrap()).unwrap().len()
     }
 
     #[test]
@@ -586,6 +586,16 @@ mod tests {
     }
 
     #[test]
+    fn error_counts_are_named_as_error_kinds_says() {
+        for (i, kind) in ERROR_KINDS.iter().enumerate() {
+            let mut st = OpStats::default();
+            st.errors[i] = 1;
+            let errors = serde_json::to_value(st.result(false, false).errors).unwrap();
+            assert_eq!(errors, serde_json::json!({ *kind: 1 }));
+        }
+    }
+
+    #[test]
     fn threads_merge_into_one_result() {
         let plan = plan(
             r#"[{"op":"get","weight":1},{"op":"set","weight":1}]"#,
@@ -621,27 +631,23 @@ mod tests {
         assert_eq!(total.samples.len(), 2 * MAX_SAMPLES);
         assert_eq!(&total.samples[..3], ["x", "y", "m1"]);
 
-        let ops = total.ops_json(&plan);
+        let ops = total.op_results(&plan);
         let get = &ops["get"];
-        assert_eq!(
-            (get["count"].as_u64(), get["hits"].as_u64()),
-            (Some(3), Some(2))
-        );
-        assert_eq!(
-            (get["misses"].as_u64(), get["bytes_in"].as_u64()),
-            (Some(1), Some(8))
-        );
-        assert_eq!(get["errors"], json!({}));
-        assert_eq!(count(get, "hit", "histograms"), 2);
-        assert_eq!(count(get, "miss", "histograms"), 1);
-        assert_eq!(count(get, "hit", "histograms_uncorrected"), 2);
+        assert_eq!((get.count, get.bytes_in), (3, 8));
+        assert_eq!(get.reads, Some(ReadCounts { hits: 2, misses: 1 }));
+        assert_eq!(get.errors, ErrorCounts::default());
+        assert_eq!(count(&get.histograms.hit), 2);
+        assert_eq!(count(&get.histograms.miss), 1);
+        let uncorrected = get.histograms_uncorrected.as_ref().unwrap();
+        assert_eq!(count(&uncorrected.hit), 2);
         let set = &ops["set"];
-        assert_eq!(set["count"].as_u64(), Some(1));
-        assert_eq!(set["errors"], json!({"connection": 1}));
-        assert!(
-            set.get("hits").is_none(),
-            "hits and misses are for reads only"
-        );
-        assert_eq!(count(set, "error", "histograms"), 1);
+        assert_eq!(set.count, 1);
+        let connection = ErrorCounts {
+            connection: 1,
+            ..Default::default()
+        };
+        assert_eq!(set.errors, connection);
+        assert!(set.reads.is_none(), "hits and misses are for reads only");
+        assert_eq!(count(&set.histograms.error), 1);
     }
 }

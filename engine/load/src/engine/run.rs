@@ -1,20 +1,20 @@
 //! A whole run, orchestrated from the calling thread: connect everything up front, start
 //! the load threads, wait for their prefill, start warm-up and the timed phase on one
 //! clock, stop them early on Ctrl-C or the on-error policy, merge what they measured,
-//! write the dropped-write canaries and build the result JSON.
+//! write the dropped-write canaries and build the result ([`RunResult`]).
 
 use super::canary::{canaries, canary_count};
 use super::conn::connect;
 use super::error::RunError;
 use super::record::{Recorder, E_DROPPED};
+use super::result::{ClusterFigures, Mode, RunResult};
 use super::shared::Shared;
 use super::stream::Stream;
-use super::{outage, sentinel, topology, worker};
+use super::{sentinel, topology, worker};
 use crate::config::{IoBackend, Plan};
 use crate::keyspace::Rng;
 use crate::proto::Kind;
 use crate::watch::ErrorWatch;
-use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -57,7 +57,7 @@ impl Control<'_> {
 /// thread and returns true to stop (e.g. on Ctrl-C); the result then says `interrupted`.
 /// With `on_error: "stop"` the run also stops once every op of the last `error_grace_s`
 /// failed; the result then says why in `stopped_on_errors`.
-pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunError> {
+pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<RunResult, RunError> {
     // Redis Cluster: the seeds give way to the primaries of the slot map.
     let resolved;
     let plan = if plan.cluster {
@@ -99,34 +99,36 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<Value, RunErro
         write_canaries(plan, &shared, &recs, &mut total, timeout);
     }
     let (cpu_user, cpu_system) = (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1);
-    Ok(json!({
-        "wall_s": wall,
-        "client_cpu_s": cpu_user + cpu_system,
-        // the split says where a client's CPU goes: its own code, or the kernel's I/O
-        "client_cpu_user_s": cpu_user,
-        "ops": total.ops_json(plan),
-        "wire_bytes_out": total.wire_out,
-        "wire_bytes_in": total.wire_in,
-        "connections": plan.connections * plan.connected_at_start(),
-        "threads": plan.threads,
-        "pipeline": plan.pipeline,
-        "mode": if plan.open { "open" } else { "closed" },
-        "rate": if plan.open { Value::from(plan.rate) } else { Value::Null },
-        "interrupted": control.interrupted,
-        "stopped_on_errors": control.stopped_on_errors,
-        "missed": total.missed,
-        "prefill_errors": total.prefill_errors,
-        "cluster": if plan.cluster {
-            cluster_json(plan, &total, shared.joined.names())
-        } else {
-            Value::Null
-        },
-        "errors_sample": total.samples,
+    Ok(RunResult {
+        client_cpu_s: cpu_user + cpu_system,
+        client_cpu_user_s: cpu_user,
+        cluster: plan
+            .cluster
+            .then(|| cluster_figures(plan, &total, shared.joined.names())),
+        connections: plan.connections * plan.connected_at_start(),
+        errors_sample: total.samples.clone(),
+        interrupted: control.interrupted,
+        missed: total.missed,
+        mode: if plan.open { Mode::Open } else { Mode::Closed },
+        ops: total.op_results(plan),
+        pipeline: plan.pipeline,
+        prefill_errors: total.prefill_errors,
+        rate: plan.open.then_some(plan.rate),
         // Python's clock (CLOCK_MONOTONIC): where the timed phase began, and the threads'
         // write-outage windows (`outage.rs`), for `measure.outage.merge_outages`.
-        "start_ns": measure_start + shared.mono_epoch,
-        "write_outages": outage::to_json(&total.outages.windows, shared.mono_epoch),
-    }))
+        start_ns: measure_start + shared.mono_epoch,
+        stopped_on_errors: control.stopped_on_errors,
+        threads: plan.threads,
+        wall_s: wall,
+        wire_bytes_in: total.wire_in,
+        wire_bytes_out: total.wire_out,
+        write_outages: total
+            .outages
+            .windows
+            .iter()
+            .map(|w| w.result(shared.mono_epoch))
+            .collect(),
+    })
 }
 
 /// Every client's connections, one per server (`None`: a cluster replica not read from),
@@ -295,15 +297,16 @@ fn servers_now<'a>(
 
 /// The result's `cluster`: the map read at the start (primaries; the replicas when read
 /// from), the redirects answered, and the nodes that joined during the run, if any.
-fn cluster_json(plan: &Plan, total: &Recorder, joined: Vec<String>) -> Value {
-    let mut out = json!({"primaries": plan.primaries, "moved": total.moved, "ask": total.ask});
-    if plan.read_from_replicas {
-        out["replicas"] = json!(plan.servers.len() - plan.primaries);
+fn cluster_figures(plan: &Plan, total: &Recorder, joined: Vec<String>) -> ClusterFigures {
+    ClusterFigures {
+        ask: total.ask,
+        joined,
+        moved: total.moved,
+        primaries: plan.primaries,
+        replicas: plan
+            .read_from_replicas
+            .then(|| plan.servers.len() - plan.primaries),
     }
-    if !joined.is_empty() {
-        out["joined"] = json!(joined);
-    }
-    out
 }
 
 /// CPU seconds (user, system) of the whole process so far.

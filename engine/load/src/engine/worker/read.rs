@@ -330,8 +330,8 @@ mod tests {
         reference.settle();
         rec.settle();
         assert_eq!(
-            rec.ops[0].to_json(false, true),
-            reference.ops[0].to_json(false, true)
+            rec.ops[0].result(false, true),
+            reference.ops[0].result(false, true)
         );
         assert_eq!(
             (rec.tally_ok, rec.tally_failed, rec.samples),
