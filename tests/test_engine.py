@@ -401,3 +401,64 @@ def test_target_config_urls():
     assert cfg == {"protocol": "memcache_meta", "servers": ["127.0.0.1:1", "127.0.0.1:2"]}
     with pytest.raises(SpecError):
         target_config("sqlite:///x.db")
+
+
+
+# --- What the engine returns -------------------------------------------------------------
+
+
+def key_paths(value: object, path: str = "") -> dict[str, str]:
+    """Every key path of a JSON value and its JSON type; a list's items share the path ``[]``."""
+    kinds = {dict: "object", list: "array", str: "string", bool: "bool", int: "int", float: "float",
+             type(None): "null"}
+    out = {path: kinds[type(value)]}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out |= key_paths(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for item in value:
+            out |= key_paths(item, f"{path}[]")
+    return out
+
+
+def test_a_run_returns_the_documented_keys(redis_port):
+    """The result's shape (engine/load/src/engine/result.rs, docs/engine.md): every key path and
+    its JSON type; hits and misses for reads only; no error kind or outcome that did not occur."""
+    cfg = base("resp2", [f"127.0.0.1:{redis_port}"], threads=1, connections=2, ops=400, duration_s=30,
+               verify_fraction=0.0, mix=[{"op": "get"}, {"op": "set"}])
+    res = run_load(cfg)
+    op = {"bytes_in": "int", "bytes_out": "int", "count": "int", "errors": "object", "histograms": "object"}
+    assert key_paths(res) == {
+        "": "object", "client_cpu_s": "float", "client_cpu_user_s": "float", "cluster": "null",
+        "connections": "int", "errors_sample": "array", "interrupted": "bool", "missed": "int",
+        "mode": "string", "ops": "object", "pipeline": "int", "prefill_errors": "int", "rate": "null",
+        "start_ns": "int", "stopped_on_errors": "null", "threads": "int", "wall_s": "float",
+        "wire_bytes_in": "int", "wire_bytes_out": "int", "write_outages": "array",
+        "ops.get": "object", "ops.get.hits": "int", "ops.get.misses": "int", "ops.get.histograms.hit": "string",
+        "ops.set": "object", "ops.set.histograms.ok": "string",
+    } | {f"ops.get.{k}": v for k, v in op.items()} | {f"ops.set.{k}": v for k, v in op.items()}
+    assert (res["mode"], res["connections"], res["threads"], res["pipeline"]) == ("closed", 2, 1, 1)
+    assert res["ops"]["get"]["count"] + res["ops"]["set"]["count"] == 400
+    assert res["ops"]["get"]["hits"] == res["ops"]["get"]["count"]  # prefilled: every get hits
+
+
+def test_an_open_loop_result_has_its_keys_sorted_and_a_rate(redis_port):
+    """The engine's JSON text itself (json.loads keeps its order): keys sorted at every level;
+    open loop adds the rate and each op's uncorrected histograms."""
+    import json
+
+    from cachemark._engine import run_load as run_load_text
+
+    def sorted_keys(pairs: list[tuple[str, object]]) -> dict:
+        keys = [k for k, _ in pairs]
+        assert keys == sorted(keys), keys
+        return dict(pairs)
+
+    cfg = base("resp2", [f"127.0.0.1:{redis_port}"], threads=1, connections=2, ops=200, duration_s=30,
+               mode="open", rate=2000, mix=[{"op": "get"}, {"op": "set"}])
+    res = json.loads(run_load_text(json.dumps(cfg)), object_pairs_hook=sorted_keys)
+    assert (res["mode"], res["rate"]) == ("open", 2000.0)
+    assert set(res["ops"]["get"]) == {"bytes_in", "bytes_out", "count", "errors", "histograms",
+                                      "histograms_uncorrected", "hits", "misses"}
+    assert set(res["ops"]["set"]) == {"bytes_in", "bytes_out", "count", "errors", "histograms",
+                                      "histograms_uncorrected"}
