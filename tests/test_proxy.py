@@ -8,7 +8,9 @@ are one clear line. Every load goes to 127.0.0.1 and is bounded in count and tim
 
 from __future__ import annotations
 
+import os
 import socket
+import struct
 import time
 
 import pytest
@@ -17,6 +19,7 @@ from cachemark.errors import SpecError
 from cachemark.lab.base import free_port
 from cachemark.lab.network import PROFILES, NetworkProfile, parse_bandwidth_bps, parse_network
 from cachemark.lab.proxy import echo_server, measure_overhead, start_proxy
+from cachemark.lab.wakeups import QOS_DEVICE, fast_wakeups
 
 pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
 
@@ -514,3 +517,28 @@ def test_endpoint_set_fault_mid_run(redis_port):
         assert ep.stats()["faults_fired"]["reset"] >= 1
         with pytest.raises(SpecError):
             ep.set_fault("meteor")
+
+
+def _cpu_latency_target() -> int:
+    fd = os.open(QOS_DEVICE, os.O_RDONLY)
+    try:
+        return struct.unpack("i", os.read(fd, 4))[0]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not os.access(QOS_DEVICE, os.W_OK), reason="no writable /dev/cpu_dma_latency (root only)")
+def test_idle_cpus_poll_while_the_proxy_is_measured_and_not_after() -> None:
+    """The kernel's own reading of the PM QoS target: 0 (idle CPUs poll) inside the block, back to what
+    it was after it; the proxy's overhead is measured so, and says so."""
+    before = _cpu_latency_target()
+    with fast_wakeups() as held:
+        assert held and _cpu_latency_target() == 0
+    assert _cpu_latency_target() == before != 0
+    assert measure_overhead(samples=200)["fast_wakeups"] is True
+    assert _cpu_latency_target() == before
+
+
+def test_without_the_qos_device_nothing_is_held(tmp_path) -> None:
+    with fast_wakeups(str(tmp_path / "missing")) as held:
+        assert held is False

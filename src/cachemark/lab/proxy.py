@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import SpecError
 from .base import free_port, wait_for_port
 from .network import FAULT_KINDS, NetworkProfile
+from .wakeups import fast_wakeups
 
 
 @dataclass
@@ -176,7 +177,8 @@ def measure_added_latency(
     The upstream is a private echo server unless ``upstream`` (an echo-like TCP server)
     is given. Returns µs figures: ``direct_p50/p99``, ``proxied_p50/p99``, ``added_p50`` /
     ``added_p99`` (quantile of proxied minus the same quantile of direct), ``pair_p50``
-    (median of per-pair differences), the sample count, and the proxy's own stats.
+    (median of per-pair differences), the sample count, the proxy's own stats, and
+    ``fast_wakeups``: whether idle CPUs polled meanwhile (lab/wakeups.py), as in a run.
     """
     if isinstance(config, NetworkProfile):
         config = config.to_config()
@@ -185,6 +187,7 @@ def measure_added_latency(
     from .._engine import Proxy
 
     with contextlib.ExitStack() as stack:
+        polled = stack.enter_context(fast_wakeups())
         host, port = upstream if upstream else stack.enter_context(echo_server())
         proxy = stack.enter_context(Proxy(f"{host}:{port}", json.dumps(config), "127.0.0.1:0", threads))
         direct = stack.enter_context(_connect(host, port))
@@ -220,6 +223,7 @@ def measure_added_latency(
         "added_p99": _quantile(pu, 0.99) - _quantile(us, 0.99),
         "pair_p50": statistics.median(p - d for p, d in zip(pu, us, strict=True)),
         "proxy_stats": stats,
+        "fast_wakeups": polled,
     }
 
 

@@ -402,6 +402,7 @@ class ProxyOverhead(_Record):
     direct_p50: Figure | None = None
     proxied_p50: Figure | None = None
     samples: Count | None = None
+    fast_wakeups: bool | None = None  # idle CPUs polled for the experiment (lab/wakeups.py); null: not recorded
 
 
 class Environment(_KeepsSaved):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import Crash, UserError
+from ..lab.wakeups import fast_wakeups
 from ..measure.fingerprint import calibrate as run_calibration
 from ..measure.fingerprint import fingerprint
 from ..plan import RunSpec, describe, experiment_record, named, plan_runs
@@ -88,18 +89,26 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
 
     A user error or a crash of ours ends the experiment (raised), with the runs done so far saved;
     Ctrl-C ends it after saving the interrupted run (``Finished.interrupted``)."""
-    from .distributed import run_or_distribute  # run_target, or the --cluster's agents
-
     view = view or Silent()
     specs = plan_runs(experiment)
     experiment = named(experiment, specs)
+    proxied = bool(experiment.network) and any(spec.network is not None and spec.network.proxied for spec in specs)
+    # idle CPUs poll for the whole experiment, baseline and profiles alike (lab/wakeups.py)
+    with fast_wakeups() if proxied else contextlib.nullcontext(False):
+        return _run_all(experiment, specs, out, calibrate, view, proxied)
+
+
+def _run_all(experiment: Experiment, specs: list[RunSpec], out: Path | None, calibrate: bool, view: ExperimentView,
+             proxied: bool) -> Finished:
+    from .distributed import run_or_distribute  # run_target, or the --cluster's agents
+
     calibration = None
     if calibrate:
         with view.busy("calibrating: timer resolution and loopback round trip"):
             calibration = run_calibration()
         view.calibrated(calibration)
     results = ResultsBuilder(experiment_record(experiment), fingerprint(calibration))
-    if experiment.network and any(spec.network is not None and spec.network.proxied for spec in specs):
+    if proxied:
         results.set_proxy_overhead(_proxy_overhead(view))
     path = Path(out) if out else default_path()
     interrupted = False
@@ -131,7 +140,7 @@ def _proxy_overhead(view: ExperimentView) -> dict[str, Any]:
 
     with view.busy("measuring the network proxy's own overhead"):
         overhead = measure_overhead(samples=OVERHEAD_SAMPLES)
-    figures = {k: overhead[k] for k in ("added_p50", "added_p99", "direct_p50", "proxied_p50", "samples")
-               if k in overhead}
+    figures = {k: overhead[k] for k in ("added_p50", "added_p99", "direct_p50", "proxied_p50", "samples",
+                                        "fast_wakeups") if k in overhead}
     view.proxy_overhead(figures)
     return figures
