@@ -423,3 +423,51 @@ def test_replay_memory_does_not_grow_with_the_trace(tmp_path):
     assert prepared[2_000_000] - prepared[500_000] < 2 * 2**20, prepared
     assert prepared[2_000_000] < 40 * 2**20, prepared
     assert read[2_000_000] - read[500_000] < 4 * 2**20, read
+
+
+# -- the engine's replay: its memory does not grow with the stream either ----------------------------
+
+#: Runs one engine replay (the config as JSON in argv[1]) and prints its op count and this process's peak
+#: RSS; nothing else is imported, so the peak is the engine's.
+_ENGINE_REPLAY = """
+import json, sys
+from cachemark import _engine
+result = json.loads(_engine.run_load(sys.argv[1]))
+assert not result["errors_sample"], result["errors_sample"]
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(sum(op["count"] for op in result["ops"].values()), peak * 1024)
+"""
+
+
+def _engine_stream(directory: Path, requests: int) -> Path:
+    """The engine's four arrays (as engine_stream writes them): gets and sets of skewed ids over 10⁵ keys,
+    1 µs apart."""
+    directory.mkdir()
+    rng = np.random.default_rng(7)
+    (directory / "ops.u8").write_bytes((rng.random(requests) < 0.2).astype("<u1").tobytes())
+    (directory / "keys.u32").write_bytes((rng.random(requests) ** 4 * 100_000).astype("<u4").tobytes())
+    (directory / "sizes.u32").write_bytes(rng.integers(1, 400, requests).astype("<u4").tobytes())
+    (directory / "at.u64").write_bytes((np.arange(requests, dtype="<u8") * 1000).tobytes())
+    return directory
+
+
+def test_the_engines_replay_memory_does_not_grow_with_the_stream(tmp_path, redis_server):
+    """The engine spools each client's steps to disk and holds a block of them per client: 5× the requests
+    (a second of closed-loop replay each, the whole stream loaded) peak within a few MiB of each other
+    (holding the stream took ~41 bytes a request: 33 MiB more here)."""
+    peaks = {}
+    for requests in (200_000, 1_000_000):
+        config = {
+            "protocol": "resp2", "servers": [f"{redis_server.host}:{redis_server.port}"], "connections": 8,
+            "pipeline": 8, "prefill": False, "duration_s": 1.0, "keys": {"count": 100_000, "prefix": f"cm:rss{requests}:"},
+            "values": {"min": 1, "max": 400}, "mix": [{"op": "get", "weight": 8}, {"op": "set", "weight": 2}],
+            "replay": {"dir": str(_engine_stream(tmp_path / f"s{requests}", requests))},
+        }
+        result = subprocess.run([sys.executable, "-c", _ENGINE_REPLAY, json.dumps(config)], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        ops, peaks[requests] = map(int, result.stdout.split())
+        assert ops > 0
+        assert sorted(p.name for p in (tmp_path / f"s{requests}").iterdir()) == \
+            ["at.u64", "keys.u32", "ops.u8", "sizes.u32"]  # the spool is gone
+    assert peaks[1_000_000] - peaks[200_000] < 8 * 2**20, peaks

@@ -7,6 +7,7 @@ use crate::config::{Plan, ServerAddr};
 use crate::keyspace::KeyPicker;
 use crate::outbuf::OutBuf;
 use crate::proto::{self, printable, Kind, Outcome, Parse, ValueHead};
+use crate::replay::Script;
 use rustls::pki_types::ServerName;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -236,9 +237,8 @@ pub(super) struct Client {
     pub(super) arrivals: Arrivals,
     pub(super) picker: KeyPicker,
     pub(super) prefill_next: u64,
-    /// Replay: this client's script (`plan.replay.scripts[script]`) and the next step to send.
-    pub(super) script: usize,
-    pub(super) cursor: usize,
+    /// Replay: this client's script, at the next step to send (None when ops are drawn).
+    pub(super) script: Option<Box<Script>>,
 }
 
 /// One blocking read, retried when a signal interrupts it: Python installs its handlers

@@ -177,7 +177,12 @@ impl Worker<'_> {
             }
             Phase::Run if plan.replay.is_some() => {
                 let cl = &self.clients[c];
-                let step = plan.replay.as_ref().unwrap().scripts[cl.script][cl.cursor];
+                // (`may_issue` saw a step left: `script_left`)
+                let step = cl
+                    .script
+                    .as_ref()
+                    .and_then(|s| s.peek())
+                    .expect("a step left");
                 let op = &plan.ops[step.op as usize];
                 self.keys.clear();
                 self.keys.push(step.key);
@@ -489,14 +494,13 @@ impl Worker<'_> {
                 if timed {
                     self.issued += 1;
                 }
-                if let Some(replay) = &self.plan.replay {
-                    let cl = &mut self.clients[c];
-                    cl.cursor += 1;
-                    if let Some(next) = replay.scripts[cl.script].get(cl.cursor) {
+                let cl = &mut self.clients[c];
+                if let Some(script) = &mut cl.script {
+                    script.advance();
+                    if let Some(next) = script.peek() {
                         cl.next_intended = self.origin + next.at;
                     }
                 } else if self.plan.open {
-                    let cl = &mut self.clients[c];
                     cl.next_intended += cl.arrivals.gap();
                 }
             }

@@ -173,8 +173,7 @@ impl<'a> Worker<'a> {
                     g as u64 * plan.key_count / plan.connections as u64,
                 ),
                 prefill_next: g as u64,
-                script: g,
-                cursor: 0,
+                script: plan.replay.as_ref().map(|r| Box::new(r.script(g))),
             });
         }
         for (si, stream) in pending_attach {
@@ -248,11 +247,10 @@ impl Worker<'_> {
     /// Replay: whether client `c` has steps left (always, when ops are drawn).
     #[inline]
     fn script_left(&self, c: usize) -> bool {
-        let cl = &self.clients[c];
-        self.plan
-            .replay
+        self.clients[c]
+            .script
             .as_ref()
-            .is_none_or(|r| cl.cursor < r.scripts[cl.script].len())
+            .is_none_or(|s| s.peek().is_some())
     }
 
     fn prefill_total(&self) -> u64 {
@@ -361,12 +359,10 @@ impl Worker<'_> {
         }
         // A phase stopped early ends when its loop did, not at its deadline.
         let end = self.end.min(self.rec.last_done);
-        if let Some(replay) = &self.plan.replay {
-            for cl in &self.clients {
-                let rest =
-                    &replay.scripts[cl.script][cl.cursor.min(replay.scripts[cl.script].len())..];
-                self.rec.missed +=
-                    rest.iter().take_while(|s| self.origin + s.at < end).count() as u64;
+        if self.plan.replay.is_some() {
+            let deadline = end.saturating_sub(self.origin);
+            for script in self.clients.iter_mut().filter_map(|cl| cl.script.as_mut()) {
+                self.rec.missed += script.missed_before(deadline);
             }
             return;
         }
@@ -398,9 +394,10 @@ impl Worker<'_> {
 fn start_schedules(w: &mut Worker, plan: &Plan, ti: usize, start: u64) {
     let spacing = 1e9 / plan.rate; // between any two sends of the whole run
     let mean = spacing * plan.connections as f64;
-    if let Some(replay) = &plan.replay {
+    if plan.replay.is_some() {
         for cl in w.clients.iter_mut() {
-            cl.next_intended = w.origin + replay.scripts[cl.script].first().map_or(0, |s| s.at);
+            let first = cl.script.as_ref().and_then(|s| s.peek());
+            cl.next_intended = w.origin + first.map_or(0, |s| s.at);
         }
         return;
     }
@@ -477,6 +474,14 @@ pub(super) fn run(
     w.start_run(ti, start);
     w.event_loop();
     w.uring_teardown();
+    // a replay whose spool could not be read back ended early: say why
+    for error in w
+        .clients
+        .iter()
+        .filter_map(|cl| cl.script.as_ref()?.error())
+    {
+        w.rec.sample(|| error.to_string());
+    }
     w.rec.outages.finish();
     w.rec.settle();
     w.rec.slots = std::mem::replace(&mut w.router, Router::Plain).into_slot_map();
