@@ -42,8 +42,14 @@ impl Script {
     /// The next step to send; None once all were.
     #[inline]
     pub fn peek(&self) -> Option<Step> {
-        (self.pos < self.block.len())
+        self.has_next()
             .then(|| spool::decode(&self.block[self.pos..self.pos + RECORD]))
+    }
+
+    /// Whether a step is left to send (`peek` would give one).
+    #[inline]
+    pub fn has_next(&self) -> bool {
+        self.pos < self.block.len()
     }
 
     /// Moves on to the step after the one `peek` gave.

@@ -247,10 +247,11 @@ impl Worker<'_> {
     /// Replay: whether client `c` has steps left (always, when ops are drawn).
     #[inline]
     fn script_left(&self, c: usize) -> bool {
-        self.clients[c]
-            .script
-            .as_ref()
-            .is_none_or(|s| s.peek().is_some())
+        self.plan.replay.is_none()
+            || self.clients[c]
+                .script
+                .as_ref()
+                .is_some_and(|s| s.has_next())
     }
 
     fn prefill_total(&self) -> u64 {
