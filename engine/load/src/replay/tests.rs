@@ -217,6 +217,7 @@ fn a_spool_that_cannot_be_read_ends_the_script_with_the_reason() {
     let write_only = OpenOptions::new()
         .write(true)
         .create(true)
+        .truncate(true)
         .open(&path)
         .unwrap();
     let head = Head { first: 0, steps: 5 };
@@ -232,7 +233,7 @@ fn a_spool_that_cannot_be_read_ends_the_script_with_the_reason() {
 #[test]
 fn blocks_are_4_kib_until_there_are_many_clients() {
     assert_eq!(spool::block_steps(1), 240);
-    assert!(spool::HEADER + 240 * spool::RECORD <= 4096);
+    const { assert!(spool::HEADER + 240 * spool::RECORD <= 4096) };
     assert_eq!(spool::block_steps(4000), 240);
     assert_eq!(spool::block_steps(100_000), 16);
 }
