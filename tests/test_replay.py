@@ -471,3 +471,20 @@ def test_the_engines_replay_memory_does_not_grow_with_the_stream(tmp_path, redis
         assert sorted(p.name for p in (tmp_path / f"s{requests}").iterdir()) == \
             ["at.u64", "keys.u32", "ops.u8", "sizes.u32"]  # the spool is gone
     assert peaks[1_000_000] - peaks[200_000] < 8 * 2**20, peaks
+
+
+def test_a_recorded_value_over_the_runs_largest_is_one_line_not_a_panic(tmp_path, redis_server):
+    """The engine writes a value from the run's filler, which reaches the values' maximum only: a stream
+    recording a larger one is refused when the run is planned (it panicked writing it)."""
+    from cachemark.engine import run_load
+    from cachemark.errors import SpecError
+
+    config = {
+        "protocol": "resp2", "servers": [f"{redis_server.host}:{redis_server.port}"], "connections": 2,
+        "prefill": False, "duration_s": 0.2, "keys": {"count": 100_000, "prefix": "cm:big:"},
+        "values": {"min": 1, "max": 100}, "mix": [{"op": "get", "weight": 8}, {"op": "set", "weight": 2}],
+        "replay": {"dir": str(_engine_stream(tmp_path / "s", 1_000))},  # sizes up to 399 bytes
+    }
+    with pytest.raises(SpecError, match=r"replay: a request records a \d+-byte value, over the values' maximum "
+                                        r"of 100"):
+        run_load(config)

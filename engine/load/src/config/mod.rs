@@ -398,6 +398,13 @@ impl Config {
             Some(r) => Some(Arc::new(Replay::load(&r.dir, self.connections, ops.len())?)),
             None => None,
         };
+        if let Some(r) = replay.as_ref().filter(|r| r.largest() > max_value) {
+            // a value is written from the run's filler, which reaches the values' maximum only
+            return Err(format!(
+                "replay: a request records a {}-byte value, over the values' maximum of {max_value}",
+                r.largest()
+            ));
+        }
         Ok(Plan {
             protocol: self.protocol,
             server_names: self.servers.clone(),

@@ -40,6 +40,8 @@ pub struct Replay {
     spool: Arc<File>,
     heads: Vec<spool::Head>,
     block: usize,
+    /// The largest value size any request records (the run's values must reach it).
+    largest: u32,
 }
 
 /// The client that sends a key's requests: well mixed, so shares are even for dense ids
@@ -64,6 +66,7 @@ impl Replay {
         let clients = writer.clients();
         let mut chunk = Vec::new();
         let mut index = 0u64;
+        let mut largest = 0u32;
         while columns.next_chunk(&mut chunk)? {
             for &step in &chunk {
                 if step.op as usize >= entries {
@@ -72,6 +75,7 @@ impl Replay {
                         step.op
                     ));
                 }
+                largest = largest.max(step.size);
                 writer.push(client_of(step.key, clients), step)?;
                 index += 1;
             }
@@ -82,6 +86,7 @@ impl Replay {
             spool: Arc::new(file),
             heads,
             block,
+            largest,
         })
     }
 
@@ -92,5 +97,10 @@ impl Replay {
 
     pub fn total(&self) -> u64 {
         self.heads.iter().map(|h| h.steps).sum()
+    }
+
+    /// The largest value size a request records.
+    pub fn largest(&self) -> usize {
+        self.largest as usize
     }
 }
