@@ -459,7 +459,8 @@ def test_the_engines_replay_memory_does_not_grow_with_the_stream(tmp_path, redis
     for requests in (200_000, 1_000_000):
         config = {
             "protocol": "resp2", "servers": [f"{redis_server.host}:{redis_server.port}"], "connections": 8,
-            "pipeline": 8, "prefill": False, "duration_s": 1.0, "keys": {"count": 100_000, "prefix": f"cm:rss{requests}:"},
+            "pipeline": 8, "prefill": False, "duration_s": 1.0,
+            "keys": {"count": 100_000, "prefix": f"cm:rss{requests}:"},
             "values": {"min": 1, "max": 400}, "mix": [{"op": "get", "weight": 8}, {"op": "set", "weight": 2}],
             "replay": {"dir": str(_engine_stream(tmp_path / f"s{requests}", requests))},
         }
