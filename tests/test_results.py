@@ -291,7 +291,7 @@ def test_the_probe_finding_and_a_sweeps_saturation_are_part_of_the_schema(tmp_pa
             load(path)
 
 
-# --- the typed document the reports read (issue 30) ----------------------------------------------------------
+# --- the typed document the reports read -----------------------------------------------------------
 
 def test_load_keeps_the_validated_model_and_reports_take_either_form(report_doc, tmp_path) -> None:
     """``load`` validates once and keeps the model; ``as_model`` hands it back without validating again,
@@ -386,7 +386,7 @@ def test_a_redis_cluster_phase_keeps_its_cluster_figures() -> None:
     assert run.dask is None and run.phases[0].cluster.moved == 2
 
 
-# Report modules that read the typed document, never a results dict: the list only grows (issue 30).
+# Report modules that read the typed document, never a results dict: the list only grows.
 READ_THE_MODEL = [
     "analysis/advise.py", "analysis/cost.py", "analysis/sizing.py",
     "report/advice_report.py", "report/agents.py", "report/answers.py", "report/compare.py", "report/data.py",
@@ -426,7 +426,7 @@ def test_converted_report_modules_read_the_model_not_results_dicts() -> None:
     assert found >= NOT_THE_RESULTS, f"gone, delete from NOT_THE_RESULTS: {sorted(NOT_THE_RESULTS - found)}"
 
 
-# --- producers build the document through one builder (issue 30, the producing half) -------------------------
+# --- producers build the document through one builder (the producing half) --------------------------
 
 def test_the_summary_measure_computes_is_the_one_the_schema_reads() -> None:
     """measure/ computes an op's figures (OpFigures); results/ reads them back (OpSummary): same fields,
@@ -481,9 +481,9 @@ def test_the_builder_makes_the_document_an_experiment_writes(tmp_path) -> None:
 
 
 # Modules that still assign into a results document, a run or a phase record (by the names producers give
-# them) outside results/builder.py, and the names they assign through. The list only shrinks (issue 30:
+# them) outside results/builder.py, and the names they assign through. The list only shrinks:
 # the builder is the one module that changes the document; what is left are phase records, each load path
-# and the monitor assembling its own: a PhaseRecord builder would take them).
+# and the monitor assembling its own: a PhaseRecord builder would take them.
 STILL_ASSIGN_INTO_RESULTS = {
     ("run/agent.py", "phase"), ("run/agent.py", "record"),  # attach(); _merge_keeping_seconds
     ("run/distributed.py", "record"),  # _merge: the engine's figures, the measuring agent
