@@ -1,6 +1,7 @@
 """What the zero-delay proxy costs, per polling mode: the latency it adds and the CPU it burns.
 
-The choice behind the proxy's default ``busy_poll_us`` (issue 17, item 7). Against a local
+What the default (learnt spin windows, only with a core to spare) costs against a fixed
+``busy_poll_us`` window (docs/network.md, "Staying awake between segments"). Against a local
 redis-server, one client connection does 16-byte GETs three ways in every round, direct and
 through one proxy per polling mode (``poll=0``, the default, and each ``--polls`` window), the
 modes in a rotated order each round so drift in the machine's state hits all alike:
