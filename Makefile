@@ -64,9 +64,11 @@ $(VENV)/bin/python:
 	$(BIN)/pip install -q -U pip
 
 # cachemark (its engine built by maturin, ~60 s) and its extras' requirements (~25 s) installed side by side:
-# one after the other (`pip install -e '.[all]'`) they took 82 s of a fresh clone's `make run`
+# one after the other (`pip install -e '.[all]'`) they took 82 s of a fresh clone's `make run`. The engine's
+# build through `python -m pip` names the interpreter as bin/python, as `make dist` and the wheel test do: pyo3
+# builds the engine again for another path to the same interpreter (bin/python3, pip's own shebang)
 INSTALL = $(BIN)/python scripts/requirements.py $(1) > $(VENV)/requirements.txt && \
-	{ $(BIN)/pip install -q -e . --no-deps & engine=$$!; \
+	{ $(BIN)/python -m pip install -q -e . --no-deps & engine=$$!; \
 	  $(BIN)/pip install -q -r $(VENV)/requirements.txt || { wait $$engine; exit 1; }; \
 	  wait $$engine; }
 
@@ -83,7 +85,7 @@ $(VENV)/.stamp-test: $(VENV)/bin/python pyproject.toml $(ENGINE_SOURCES)
 # allows) and an sdist, in dist/: `pipx install dist/cachemark-*.whl`
 dist: $(VENV)/bin/python
 	$(BIN)/pip install -q 'maturin>=1.7,<2'
-	$(BIN)/maturin build --release --sdist --out dist
+	$(BIN)/maturin build --release --sdist -i $(BIN)/python --out dist
 
 lint: setup-test
 	$(BIN)/ruff check src tests benchmarks

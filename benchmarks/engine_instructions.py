@@ -77,11 +77,9 @@ def load_cases(path: str = BUDGETS) -> tuple[dict[str, Case], float]:
     return cases, doc["spread"]
 
 
-def child(config: str) -> None:
-    """In valgrind: one engine run of the given config."""
-    from cachemark.engine import run_load
-
-    run_load(json.loads(config))
+# In valgrind: one engine run of the config (argv[1]), by a Python started without its site packages and
+# importing the engine alone — under callgrind each module imported costs seconds, and only the load thread counts.
+CHILD = "import sys; from cachemark._engine import run_load; run_load(sys.argv[1])"
 
 
 def served(servers: list[str], memcached: bool) -> int:
@@ -160,7 +158,7 @@ def count(tree: str, case: Case, servers: Servers, keep: str | None = None) -> t
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
         argv = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
-                sys.executable, os.path.abspath(__file__), "--child", config]
+                sys.executable, "-S", "-c", CHILD, config]
         env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
         before = served(hosts, case.memcached)
         subprocess.run(argv, env=env, check=True, capture_output=True, timeout=600)
@@ -207,9 +205,6 @@ def check(tree: str, cases: dict[str, Case], spread: float, jobs: int) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2])
-        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trees", nargs="+", help="source trees of the builds (the first is the reference)")
     ap.add_argument("--case", action="append", help="a case of the budgets file (repeatable; default: resp_get)")
