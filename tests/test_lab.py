@@ -1,13 +1,15 @@
 """The lab's local servers: they answer, and they are gone after their context ends.
 
 "Gone" means the process no longer exists, its port refuses connections and its
-temp directory is removed — also when the body of the ``with`` raises.
+temp directory is removed — also when the body of the ``with`` raises, or the server was SIGSTOPped.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import time
 
 import pytest
 
@@ -74,6 +76,19 @@ def test_server_stops_when_body_raises(kind: str) -> None:
     with pytest.raises(RuntimeError, match="boom"), server:
         pid, port, tmpdir = server.pid(), server.port, server.tmpdir
         raise RuntimeError("boom")
+    assert_stopped(pid, port, tmpdir)
+
+
+def test_a_stopped_server_stops_without_waiting_for_the_kill() -> None:
+    """A SIGSTOPped server (as fault tests leave one) holds stop()'s SIGTERM until woken: stop() wakes
+    it, so it exits on the signal rather than at the SIGKILL 10 s later."""
+    server = make("redis").start()
+    pid, port, tmpdir = server.pid(), server.port, server.tmpdir
+    os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    server.stop()
+    took = time.monotonic() - started
+    assert took < 5, f"stop() took {took:.1f} s"
     assert_stopped(pid, port, tmpdir)
 
 

@@ -117,7 +117,7 @@ class LocalServer(ABC):
 
     kind: str = "server"
     ready_timeout: float = 20.0
-    stop_signal: int = signal.SIGTERM  # what stop() sends first (SIGKILL after 10 s)
+    stop_signal: int = signal.SIGTERM  # what stop() sends first (SIGKILL after 10 s), then SIGCONT
 
     def __init__(self, **options: Any) -> None:
         self.options = options
@@ -218,6 +218,9 @@ class LocalServer(ABC):
         if proc is not None and proc.poll() is None:
             try:
                 os.killpg(proc.pid, self.stop_signal)
+                # a SIGSTOPped server (a fault test's) holds the signal until woken: wake it, or it waits out
+                # the timeout for SIGKILL; woken after the signal is sent, it resumes only to act on it
+                os.killpg(proc.pid, signal.SIGCONT)
                 proc.wait(timeout=10)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 with _suppress():

@@ -116,6 +116,7 @@ class PostgresServer(LocalServer):
         if proc is not None and proc.poll() is None:
             try:
                 proc.send_signal(signal.SIGINT)
+                os.killpg(proc.pid, signal.SIGCONT)  # a SIGSTOPped one too (as in LocalServer.stop)
                 proc.wait(timeout=10)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
