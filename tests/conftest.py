@@ -1,8 +1,22 @@
-"""Shared fixtures: real local servers from the lab, started once per test session.
+"""Shared fixtures: real local servers from the lab, and the command line as a user runs it.
 
-Servers come from :mod:`cachemark.lab` exactly as ``spawn:`` targets do; a missing
-binary skips the tests that need it (with the reason) instead of failing them.
-Fixtures for further servers (postgres, mysql, s3, ...) go below the marked section.
+Every lab server a test uses comes from :mod:`cachemark.lab` (as ``spawn:`` targets do) through
+the fixtures here, one way for all of them:
+
+- the session's shared servers, started once on first use: ``redis_server``, ``redis_server_auth``,
+  ``redis_cluster_server``, ``memcached_server`` (and ``_2``), ``postgres_server``, ``mysql_server``,
+  ``s3_server``. Tests share them, each under a namespace of its own, and leave them running;
+- ``spawn(kind, **options)``: a private server for one test (``.proc``, ``.port``, ``.url()``), stopped
+  after it: for a test that kills, pauses (SIGSTOP) or restarts its server, or counts what it served;
+- ``spawn_for_file(kind, **options)``: the same, shared by one test file's tests, stopped after the file.
+
+The fixture stops what it started, a SIGSTOPped server too (``LocalServer.stop`` wakes it): no
+try/finally in the tests. A missing binary or library skips the tests that need it, with the
+reason, instead of failing them. Servers started otherwise, each for the reason its docstring
+gives: test_lab.py's (the lab itself under test), test_redis_cluster.py's joining node (a bare
+cluster node, no ``spawn:`` kind), tests/mm1_server.py's (not a lab server: its latencies are
+known in advance) and report_fixtures.py's (run as a script, not under pytest). Runs of
+``spawn:`` targets start theirs, as for a user.
 """
 
 from __future__ import annotations
@@ -33,10 +47,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # them would move the latencies, rates, timeouts and signal races they assert.
     config.addinivalue_line("markers", "serial: times something or races a signal; runs alone, after the rest")
 
-# --- redis / memcached (lab servers) ----------------------------------------------
+
+# --- servers (the lab's) -----------------------------------------------------------
 
 
-def start_server(kind: str, **options: object) -> LocalServer:
+def _start(kind: str, **options: object) -> LocalServer:
     """Start a lab server, or skip the requesting test when its binary is missing."""
     try:
         return server_class(kind)(**options).start()
@@ -44,56 +59,85 @@ def start_server(kind: str, **options: object) -> LocalServer:
         pytest.skip(f"{kind} not available: {exc}")
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[LocalServer]:
-    server = start_server("redis")
-    yield server
-    server.stop()
+def _spawner() -> Iterator[Callable[..., LocalServer]]:
+    """``start(kind, **options)`` for a fixture's scope; every server it started is stopped after."""
+    servers: list[LocalServer] = []
 
+    def start(kind: str, **options: object) -> LocalServer:
+        servers.append(_start(kind, **options))
+        return servers[-1]
 
-@pytest.fixture(scope="session")
-def memcached_server() -> Iterator[LocalServer]:
-    server = start_server("memcached")
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def memcached_server_2() -> Iterator[LocalServer]:
-    """A second memcached, for clients that hash keys over several servers."""
-    server = start_server("memcached")
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def redis_server_auth() -> Iterator[LocalServer]:
-    """A redis that requires the password ``s3cret``."""
-    server = start_server("redis", password="s3cret")
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def redis_cluster_server() -> Iterator[LocalServer]:
-    """A Redis Cluster of three primaries (``spawn:redis-cluster?nodes=3``)."""
-    server = start_server("redis-cluster", nodes=3)
-    yield server
-    server.stop()
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture
 def spawn() -> Iterator[Callable[..., LocalServer]]:
     """``spawn(kind, **options)``: a private server for one test, stopped after it."""
-    servers: list[LocalServer] = []
+    yield from _spawner()
 
-    def start(kind: str, **options: object) -> LocalServer:
-        servers.append(start_server(kind, **options))
-        return servers[-1]
 
-    yield start
-    for server in servers:
-        server.stop()
+@pytest.fixture(scope="module")
+def spawn_for_file() -> Iterator[Callable[..., LocalServer]]:
+    """``spawn_for_file(kind, **options)``: servers shared by one file's tests, stopped after the file."""
+    yield from _spawner()
+
+
+@pytest.fixture(scope="session")
+def _spawn_for_session() -> Iterator[Callable[..., LocalServer]]:
+    yield from _spawner()
+
+
+@pytest.fixture(scope="session")
+def redis_server(_spawn_for_session: Callable[..., LocalServer]) -> LocalServer:
+    return _spawn_for_session("redis")
+
+
+@pytest.fixture(scope="session")
+def memcached_server(_spawn_for_session: Callable[..., LocalServer]) -> LocalServer:
+    return _spawn_for_session("memcached")
+
+
+@pytest.fixture(scope="session")
+def memcached_server_2(_spawn_for_session: Callable[..., LocalServer]) -> LocalServer:
+    """A second memcached, for clients that hash keys over several servers."""
+    return _spawn_for_session("memcached")
+
+
+@pytest.fixture(scope="session")
+def redis_server_auth(_spawn_for_session: Callable[..., LocalServer]) -> LocalServer:
+    """A redis that requires the password ``s3cret``."""
+    return _spawn_for_session("redis", password="s3cret")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_server(_spawn_for_session: Callable[..., LocalServer]) -> LocalServer:
+    """A Redis Cluster of three primaries (``spawn:redis-cluster?nodes=3``)."""
+    return _spawn_for_session("redis-cluster", nodes=3)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(_spawn_for_session: Callable[..., LocalServer]) -> LocalServer:
+    # Tests check behaviour, not durability: skip the fsync per commit to keep them quick.
+    return _spawn_for_session("postgresql", settings={"fsync": "off", "synchronous_commit": "off"})
+
+
+@pytest.fixture(scope="session")
+def mysql_server(_spawn_for_session: Callable[..., LocalServer]) -> LocalServer:
+    # MariaDB likewise: no flush of the log per commit, no sync of the binlog.
+    return _spawn_for_session("mysql", settings={"innodb-flush-log-at-trx-commit": 0, "sync-binlog": 0})
+
+
+@pytest.fixture(scope="session")
+def s3_server(_spawn_for_session: Callable[..., LocalServer]) -> LocalServer:
+    """moto's S3 server."""
+    return _spawn_for_session("s3")
+
+
+# --- per-test keys and directories ----------------------------------------------
 
 
 @pytest.fixture
@@ -108,9 +152,6 @@ def scratch_dir(tmp_path: Path) -> Path:
     path = tmp_path / "cache"
     path.mkdir()
     return path
-
-
-# --- further servers (postgres, mysql, s3, ...) go below -------------------------
 
 
 # --- the command line, as a user runs it -----------------------------------------

@@ -25,7 +25,6 @@ from cachemark.lab import LocalServer, free_port
 from cachemark.target import parse_target
 
 UrlFactory = Callable[[pytest.FixtureRequest, Path], str]
-pytest_plugins = ["tests.fixtures_servers"]
 
 
 def _redis(query: str) -> UrlFactory:

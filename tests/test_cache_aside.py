@@ -26,8 +26,6 @@ from cachemark.target import parse_target
 # The tests that assert a latency, a rate or a wait are marked serial: they run alone (conftest.py).
 # Counts, refusals and the pool's order (a lower bound on a wait) hold under any load.
 
-pytest_plugins = ["tests.fixtures_servers"]
-
 
 def _mean(op: dict, outcome: str) -> float:
     return Histogram.decode(op["histograms"][outcome]).mean

@@ -14,8 +14,6 @@ from cachemark.errors import BackendUnavailable
 from cachemark.lab.base import free_port
 from cachemark.target import parse_target
 
-pytest_plugins = ["tests.fixtures_servers"]
-
 
 def _open(url: str, namespace: str):
     backend = create_backend(parse_target(url), namespace)

@@ -29,8 +29,6 @@ from cachemark.run.runner import run_target
 from cachemark.spec import TagSpec, Workload
 from cachemark.target import parse_target
 
-pytest_plugins = ["tests.fixtures_servers"]
-
 # Small runs that still overflow every limit below (200 keys against 50-100 entries / 50 kB).
 SMALL = Workload(keys=200, value_size="500-1500", key_dist="uniform", mix={"get": 70, "set": 30}, ops=1500,
                  duration=None, warmup=0, workers=2, seed=3)

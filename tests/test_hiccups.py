@@ -26,7 +26,7 @@ from cachemark.report.verdict import Kind, findings
 from cachemark.results import new_document, write_atomic
 from cachemark.run.runner import run_target
 from cachemark.spec import Experiment, Workload
-from conftest import run_cli, start_server  # noqa: E402
+from conftest import run_cli  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 STALL_S = 1.0
@@ -74,14 +74,10 @@ def _run(server, where: Path, name: str, stall: bool) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> tuple[Path, Path]:
+def runs(tmp_path_factory, spawn_for_file) -> tuple[Path, Path]:
     where = tmp_path_factory.mktemp("hiccups")
-    server = start_server("redis")  # our own: the session's shared one is not ours to stop
-    try:
-        return _run(server, where, "stalled", stall=True), _run(server, where, "clean", stall=False)
-    finally:
-        os.kill(server.proc.pid, signal.SIGCONT)
-        server.stop()
+    server = spawn_for_file("redis")  # our own: the session's shared one is not ours to stop
+    return _run(server, where, "stalled", stall=True), _run(server, where, "clean", stall=False)
 
 
 def _outputs(path: Path) -> dict[str, str]:

@@ -28,12 +28,8 @@ KEYS = 200
 
 
 @pytest.fixture(scope="module")
-def sasl_server():
-    from conftest import start_server
-
-    server = start_server("memcached", sasl="1")
-    yield server
-    server.stop()
+def sasl_server(spawn_for_file):
+    return spawn_for_file("memcached", sasl="1")
 
 
 def _counters(server, *names: str) -> dict[str, int]:

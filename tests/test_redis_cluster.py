@@ -18,7 +18,7 @@ import pytest
 
 from cachemark.errors import SpecError
 from cachemark.lab.redis_cluster import ClusterNode, RedisClusterServer, command, slot_ranges
-from conftest import run_cli, start_server  # noqa: F401 - run_cli: the cachemark fixture's
+from conftest import run_cli  # noqa: F401 - run_cli: the cachemark fixture's
 from engine_helpers import need_io
 
 
@@ -36,14 +36,14 @@ def _counts(phase: dict) -> dict[str, tuple[int, int, int]]:
     return {name: (op["count"], op.get("hits", 0), op.get("misses", 0)) for name, op in phase["ops"].items()}
 
 
-def test_lab_forms_a_cluster_of_three_primaries_and_removes_it(cluster):
+def test_lab_forms_a_cluster_of_three_primaries_and_removes_it(cluster, spawn):
     assert cluster.url() == "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in cluster.primaries)
     slots = command(cluster.primaries[1], "CLUSTER", "SLOTS")
     owned = sorted((first, last, node[1]) for first, last, node, *_ in slots)
     assert owned == [(a, b, n.port) for (a, b), n in zip(slot_ranges(3), cluster.primaries, strict=True)]
     assert "cluster_state:ok" in command(cluster.primaries[2], "CLUSTER", "INFO")
     # a private one, to see stop() end every process and remove every directory
-    other = start_server("redis-cluster", nodes=2)
+    other = spawn("redis-cluster", nodes=2)
     dirs, procs = [n.tmpdir for n in other.nodes], [n.proc for n in other.nodes]
     other.stop()
     assert not any(os.path.exists(d) for d in dirs)

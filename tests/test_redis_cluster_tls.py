@@ -31,12 +31,8 @@ def _gets(node: object) -> int:
 
 
 @pytest.fixture(scope="module")
-def tls_cluster():
-    from conftest import start_server
-
-    cluster = start_server("redis-cluster", nodes=3, replicas=1, tls="1")
-    yield cluster
-    cluster.stop()
+def tls_cluster(spawn_for_file):
+    return spawn_for_file("redis-cluster", nodes=3, replicas=1, tls="1")
 
 
 def test_lab_serves_tls_only_and_names_the_ca(tls_cluster):

@@ -25,19 +25,16 @@ from cachemark.run.runner import run_target
 from cachemark.schemes import sentinel_parts
 from cachemark.spec import Workload
 from cachemark.target import check_params, parse_target
-from conftest import start_server
 
 # The failovers race a kill and time the outage: marked serial, they run alone (conftest.py). The tests on
 # the shared lab below (discovery, refusals, a replica handed to the engine) hold under any load.
 
 
 @pytest.fixture(scope="module")
-def sentinel_lab():
+def sentinel_lab(spawn_for_file):
     # shared by tests that run beside others: a stall of a busy host must not pass for a primary down
     # (the default 1 s would fail it over under them); the failover tests spawn labs of their own
-    lab = start_server("redis-sentinel", down_after_ms=30_000)
-    yield lab
-    lab.stop()
+    return spawn_for_file("redis-sentinel", down_after_ms=30_000)
 
 
 def _info(port: int, section: str) -> dict:
@@ -65,7 +62,7 @@ def test_lab_gives_agreed_sentinels_and_a_replicating_pair(sentinel_lab):
         assert master["port"] == str(primary) and master["num-other-sentinels"] == "2" and master["num-slaves"] == "1"
 
 
-def test_url_form_and_its_mistakes():
+def test_url_form_and_its_mistakes(spawn):
     sentinels, service, db = sentinel_parts(parse_target("redis+sentinel://h1,h2:26380/cache/3"))
     assert sentinels == [("h1", 26379), ("h2", 26380)] and service == "cache" and db == 3
     check_params(parse_target("redis+sentinel://h1:26379/mymaster?sentinel_password=x&socket_timeout=1"))
@@ -76,7 +73,7 @@ def test_url_form_and_its_mistakes():
     with pytest.raises(SpecError, match="unknown parameter 'db'"):
         check_params(parse_target("redis+sentinel://h1:26379/mymaster?db=1"))
     with pytest.raises(SpecError, match="down_after_ms"):
-        start_server("redis-sentinel", down_after_ms="soon")
+        spawn("redis-sentinel", down_after_ms="soon")
     shown = parse_target("redis+sentinel://:data-pw@h1,h2/mymaster/0?sentinel_password=sentinel-pw").redacted
     assert "data-pw" not in shown and "sentinel-pw" not in shown
 

@@ -18,7 +18,6 @@ import pytest
 from cachemark.lab import LocalServer
 from cachemark.run.runner import RunOutcome, run_target
 from cachemark.spec import Workload
-from conftest import start_server
 
 distributed_mod = pytest.importorskip("distributed")
 
@@ -36,10 +35,8 @@ def local_cluster() -> Iterator[dist.Cluster]:
 
 
 @pytest.fixture(scope="module")
-def sentinel_lab() -> Iterator[LocalServer]:
-    lab = start_server("redis-sentinel", down_after_ms=30_000)  # a stall of a busy host is no primary down
-    yield lab
-    lab.stop()
+def sentinel_lab(spawn_for_file) -> LocalServer:
+    return spawn_for_file("redis-sentinel", down_after_ms=30_000)  # a stall of a busy host is no primary down
 
 
 def _workload(**fields: object) -> Workload:

@@ -11,8 +11,6 @@ from cachemark.errors import BackendUnavailable
 from cachemark.lab.base import free_port
 from cachemark.target import parse_target
 
-pytest_plugins = ["tests.fixtures_servers"]
-
 
 def _url(server, path: str = "", **params: object) -> str:
     base = server.url()  # s3://cachemark/?endpoint_url=...

@@ -12,8 +12,6 @@ from cachemark.errors import BackendUnavailable
 from cachemark.lab.base import free_port
 from cachemark.target import parse_target
 
-pytest_plugins = ["tests.fixtures_servers"]
-
 
 @pytest.fixture(params=["postgresql", "mysql"])
 def sql_url(request: pytest.FixtureRequest) -> str:

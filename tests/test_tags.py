@@ -18,8 +18,6 @@ from cachemark.backends.tags import with_tags
 from cachemark.errors import SpecError
 from cachemark.target import parse_target
 
-pytest_plugins = ["tests.fixtures_servers"]
-
 TAGS = [f"tag{i}" for i in range(40)]
 
 

@@ -11,8 +11,6 @@ from cachemark.backends import create_backend
 from cachemark.errors import SpecError
 from cachemark.target import parse_target
 
-pytest_plugins = ["tests.fixtures_servers"]
-
 
 def _url(fast: str, slow: str, **params: object) -> str:
     extra = "".join(f"&{k}={v}" for k, v in params.items())
