@@ -23,24 +23,19 @@ import redis
 from cachemark.engine import Histogram, run_load, target_config
 from cachemark.errors import BackendUnavailable, SpecError
 from cachemark.lab.base import free_port
-from engine_helpers import need_io, start_memcached, start_redis, stop
+from io_backends import need_io
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def redis_port():
-    proc, port = start_redis()
-    yield port
-    stop(proc)
+def redis_port(spawn_for_file):
+    return spawn_for_file("redis").port
 
 
 @pytest.fixture(scope="module")
-def mc_ports():
-    servers = [start_memcached(), start_memcached()]
-    yield [port for _, port in servers]
-    for proc, _ in servers:
-        stop(proc)
+def mc_ports(spawn_for_file):
+    return [spawn_for_file("memcached", memory_mb=64).port for _ in range(2)]
 
 
 def contract_value(key: bytes, n: int) -> bytes:
@@ -196,7 +191,7 @@ def test_misses_deletes_and_verify_errors(redis_port):
     check_consistent(get)
 
 
-def test_unreachable_auth_and_bad_config(redis_port):
+def test_unreachable_auth_and_bad_config(redis_port, spawn):
     with pytest.raises(BackendUnavailable, match="cannot connect"):
         run_load(base("resp2", [f"127.0.0.1:{free_port()}"]))
     with pytest.raises(SpecError, match="pipeline"):
@@ -205,17 +200,14 @@ def test_unreachable_auth_and_bad_config(redis_port):
         run_load(base("resp2", [f"127.0.0.1:{redis_port}"], colour="blue"))
     with pytest.raises(SpecError, match="mix op"):
         run_load(base("resp2", [f"127.0.0.1:{redis_port}"], mix=[{"op": "frobnicate"}]))
-    proc, port = start_redis(password="s3cret")
-    try:
-        with pytest.raises(BackendUnavailable, match="authentication"):
-            run_load(base("resp2", [f"127.0.0.1:{port}"]))
-        with pytest.raises(BackendUnavailable, match="authentication"):
-            run_load(base("resp2", [f"127.0.0.1:{port}"], password="wrong"))
-        res = run_load(base("resp3", [f"127.0.0.1:{port}"], password="s3cret", duration_s=0.3, db=3))
-        assert res["ops"]["get"]["hits"] > 0
-        assert redis.Redis(port=port, password="s3cret", db=3).dbsize() == 200
-    finally:
-        stop(proc)
+    port = spawn("redis", password="s3cret").port
+    with pytest.raises(BackendUnavailable, match="authentication"):
+        run_load(base("resp2", [f"127.0.0.1:{port}"]))
+    with pytest.raises(BackendUnavailable, match="authentication"):
+        run_load(base("resp2", [f"127.0.0.1:{port}"], password="wrong"))
+    res = run_load(base("resp3", [f"127.0.0.1:{port}"], password="s3cret", duration_s=0.3, db=3))
+    assert res["ops"]["get"]["hits"] > 0
+    assert redis.Redis(port=port, password="s3cret", db=3).dbsize() == 200
 
 
 @pytest.mark.serial
@@ -276,30 +268,27 @@ def test_large_values_round_trip_whole(redis_port, mc_ports, protocol, io):
 
 @pytest.mark.parametrize("io", ["uring", "epoll"])
 @pytest.mark.serial
-def test_sends_resume_mid_value_after_the_server_stalls(io):
+def test_sends_resume_mid_value_after_the_server_stalls(spawn, io):
     """redis-server is SIGSTOPped while 1 MB SETs are in flight: the socket buffers fill,
     sends come back short and resume in the middle of a value once it runs again. What
     the server ends up holding must still be the contract value of every key."""
     need_io(io)
-    proc, port = start_redis()
-    try:
-        keys = {"count": 6, "prefix": f"cm:stall{io}:"}
-        cfg = base("resp2", [f"127.0.0.1:{port}"], connections=2, pipeline=16, io=io, keys=keys)
-        cfg.update(values={"sizes": [[1_000_000, 1]]}, mix=[{"op": "set"}], duration_s=1.2, timeout_ms=3000)
-        threading.Timer(0.4, proc.send_signal, (signal.SIGSTOP,)).start()
-        resume = threading.Timer(0.7, proc.send_signal, (signal.SIGCONT,))
-        resume.start()
-        res = run_load(cfg)
-        resume.join()
-        set_ = res["ops"]["set"]
-        assert set_["count"] > 10 and set_["errors"] == {}
-        r = redis.Redis(port=port)
-        for i in range(keys["count"]):
-            key = (keys["prefix"] + str(i)).encode()
-            assert r.get(key) == contract_value(key, 1_000_000)
-    finally:
-        proc.send_signal(signal.SIGCONT)
-        stop(proc)
+    server = spawn("redis")
+    proc, port = server.proc, server.port
+    keys = {"count": 6, "prefix": f"cm:stall{io}:"}
+    cfg = base("resp2", [f"127.0.0.1:{port}"], connections=2, pipeline=16, io=io, keys=keys)
+    cfg.update(values={"sizes": [[1_000_000, 1]]}, mix=[{"op": "set"}], duration_s=1.2, timeout_ms=3000)
+    threading.Timer(0.4, proc.send_signal, (signal.SIGSTOP,)).start()
+    resume = threading.Timer(0.7, proc.send_signal, (signal.SIGCONT,))
+    resume.start()
+    res = run_load(cfg)
+    resume.join()
+    set_ = res["ops"]["set"]
+    assert set_["count"] > 10 and set_["errors"] == {}
+    r = redis.Redis(port=port)
+    for i in range(keys["count"]):
+        key = (keys["prefix"] + str(i)).encode()
+        assert r.get(key) == contract_value(key, 1_000_000)
 
 
 # --- memcached ---------------------------------------------------------------------------

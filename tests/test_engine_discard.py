@@ -19,7 +19,7 @@ import socket
 import pytest
 
 from cachemark.engine import run_load
-from engine_helpers import need_io, start_memcached, start_redis, stop
+from io_backends import need_io
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,11 +27,8 @@ BIG, SMALL = 100_000, 300
 
 
 @pytest.fixture(scope="module")
-def servers():
-    (rproc, rport), (mproc, mport) = start_redis(), start_memcached()
-    yield {"redis": rport, "memcached": mport}
-    stop(rproc)
-    stop(mproc)
+def servers(spawn_for_file):
+    return {"redis": spawn_for_file("redis").port, "memcached": spawn_for_file("memcached", memory_mb=64).port}
 
 
 def ask(port: int, request: bytes, end: bytes) -> bytes:

@@ -21,7 +21,7 @@ from cachemark.errors import SpecError
 from cachemark.run.engine_runner import run_engine_phases
 from cachemark.spec import Workload
 from cachemark.target import parse_target
-from engine_helpers import need_io, start_redis, stop
+from io_backends import need_io
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.serial]  # timed: runs alone (conftest.py)
 
@@ -59,24 +59,23 @@ def _engine_config(port: int, **extra) -> dict:
             "keys": {"count": 1000, "prefix": "cm:faults:"}, "mix": [{"op": "get"}], **extra}
 
 
-def _killed_run(config: dict, kill_after: float) -> tuple[dict, float]:
-    """Runs `config` against a private redis-server that is kill -9'd `kill_after` s in;
+def _killed_run(spawn, config: dict, kill_after: float) -> tuple[dict, float]:
+    """Runs `config` against a private redis-server (from `spawn`) that is kill -9'd `kill_after` s in;
     returns the result and how long the run went on after the kill."""
-    proc, port = start_redis()
+    server = spawn("redis")
     killed: list[float] = []
 
     def kill() -> None:
-        proc.send_signal(signal.SIGKILL)
+        server.proc.send_signal(signal.SIGKILL)
         killed.append(time.monotonic())
 
     timer = threading.Timer(kill_after, kill)
     try:
         timer.start()
-        result = run_load(_engine_config(port, **config))
+        result = run_load(_engine_config(server.port, **config))
         ended = time.monotonic()
     finally:
         timer.cancel()
-        stop(proc)
     assert killed, "the run ended before the kill"
     return result, ended - killed[0]
 
@@ -113,34 +112,34 @@ def test_a_killed_server_stops_the_engine_run_and_fails_it(tmp_path, spawn) -> N
     assert phase["wall_s"] < 10
 
 
-def test_on_error_continue_runs_to_the_deadline() -> None:
-    result, after = _killed_run({"duration_s": 3.0, "on_error": "continue"}, kill_after=0.5)
+def test_on_error_continue_runs_to_the_deadline(spawn) -> None:
+    result, after = _killed_run(spawn, {"duration_s": 3.0, "on_error": "continue"}, kill_after=0.5)
     assert result["stopped_on_errors"] is None
     assert result["wall_s"] > 2.8 and after > 2.0
     assert result["ops"]["get"]["errors"]["connection"] > 0
 
 
-def test_on_error_stop_in_the_engine_itself() -> None:
-    result, after = _killed_run({"duration_s": 20.0, "error_grace_s": 1.0}, kill_after=0.5)
+def test_on_error_stop_in_the_engine_itself(spawn) -> None:
+    result, after = _killed_run(spawn, {"duration_s": 20.0, "error_grace_s": 1.0}, kill_after=0.5)
     assert after < 4, f"went on {after:.1f} s after the kill"
     reason = result["stopped_on_errors"]
     assert "connection errors from" in reason and "100 % of ops failed for 1 s" in reason, reason
     assert not result["interrupted"]
 
 
-def test_a_hung_server_stops_the_run_after_its_timeouts() -> None:
+def test_a_hung_server_stops_the_run_after_its_timeouts(spawn) -> None:
     """SIGSTOP: requests time out (0.5 s), reconnects hang in their handshake; the watch
     still sees the failures while a thread is blocked reconnecting, and stops the run."""
-    proc, port = start_redis()
-    pause = threading.Timer(0.5, proc.send_signal, (signal.SIGSTOP,))
+    server = spawn("redis")
+    pause = threading.Timer(0.5, server.proc.send_signal, (signal.SIGSTOP,))
     try:
         pause.start()
         t0 = time.monotonic()
-        result = run_load(_engine_config(port, connections=8, duration_s=20.0, timeout_ms=500, error_grace_s=1.0))
+        result = run_load(_engine_config(server.port, connections=8, duration_s=20.0, timeout_ms=500,
+                                         error_grace_s=1.0))
         took = time.monotonic() - t0
     finally:
         pause.cancel()
-        stop(proc)
     assert took < 5, f"took {took:.1f} s"
     reason = result["stopped_on_errors"]
     assert reason.startswith("timeout errors from") and "failed for 1 s" in reason, reason
@@ -159,11 +158,11 @@ def test_bad_on_error_settings_are_spec_errors() -> None:
 # --- errors counted per op attempted ------------------------------------------------
 
 
-def test_open_loop_counts_every_op_due_while_the_server_is_down() -> None:
+def test_open_loop_counts_every_op_due_while_the_server_is_down(spawn) -> None:
     """2000 ops/s for 4 s, the server killed after 1 s: about 6000 ops fell due while it
     was down, and each is a connection error (not a skipped op)."""
     rate = 2000.0
-    result, outage = _killed_run({"mode": "open", "rate": rate, "duration_s": 4.0, "on_error": "continue"},
+    result, outage = _killed_run(spawn, {"mode": "open", "rate": rate, "duration_s": 4.0, "on_error": "continue"},
                                  kill_after=1.0)
     get = result["ops"]["get"]
     errors = get["errors"]["connection"]
@@ -174,10 +173,10 @@ def test_open_loop_counts_every_op_due_while_the_server_is_down() -> None:
     assert result["missed"] <= 0.02 * rate * 4.0
 
 
-def test_closed_loop_attempts_and_counts_ops_during_the_outage() -> None:
+def test_closed_loop_attempts_and_counts_ops_during_the_outage(spawn) -> None:
     """Each client keeps attempting ops (one reconnect each) rather than sleeping 100 ms
     between tries: far more errors than 10 per client-second."""
-    result, outage = _killed_run({"duration_s": 2.5, "on_error": "continue"}, kill_after=0.5)
+    result, outage = _killed_run(spawn, {"duration_s": 2.5, "on_error": "continue"}, kill_after=0.5)
     errors = result["ops"]["get"]["errors"]["connection"]
     assert errors > 100 * 4 * outage, errors
 
@@ -229,12 +228,12 @@ def test_a_signal_during_warm_up_stops_it(tmp_path, spawn, sig) -> None:
 
 
 @pytest.mark.parametrize("io", ["epoll", "uring"])
-def test_a_storm_of_harmless_signals_costs_no_errors(io) -> None:
+def test_a_storm_of_harmless_signals_costs_no_errors(spawn, io) -> None:
     """SIGUSR1 every millisecond, with a Python handler (installed without SA_RESTART):
     every blocking call of the engine — connects, the handshake, the event loop's waits,
     the canaries after the run — is interrupted over and over, and must simply go on."""
     need_io(io)
-    proc, port = start_redis()
+    port = spawn("redis").port
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
     done = threading.Event()
 
@@ -251,7 +250,6 @@ def test_a_storm_of_harmless_signals_costs_no_errors(io) -> None:
         done.set()
         pester.join()
         signal.signal(signal.SIGUSR1, previous)
-        stop(proc)
     assert not result["interrupted"]
     for name, op in result["ops"].items():
         assert op["count"] > 100 and op["errors"] == {}, (name, op["errors"], result["errors_sample"])
@@ -261,17 +259,12 @@ def test_a_storm_of_harmless_signals_costs_no_errors(io) -> None:
 
 
 @pytest.mark.parametrize("rate", [1e7, 1e8])
-def test_an_impossible_rate_ends_at_the_deadline_with_the_rest_missed(rate) -> None:
-    proc, port = start_redis()
-    try:
-        workload = Workload(keys=1000, rate=rate, duration=0.2, warmup=0, prefill=False, mix={"get": 100},
-                            workers=4)
-        t0 = time.monotonic()
-        [phase] = run_engine_phases(parse_target(f"redis://127.0.0.1:{port}?client=engine"), workload,
-                                    "cm:fast:")
-        took = time.monotonic() - t0
-    finally:
-        stop(proc)
+def test_an_impossible_rate_ends_at_the_deadline_with_the_rest_missed(spawn, rate) -> None:
+    port = spawn("redis").port
+    workload = Workload(keys=1000, rate=rate, duration=0.2, warmup=0, prefill=False, mix={"get": 100}, workers=4)
+    t0 = time.monotonic()
+    [phase] = run_engine_phases(parse_target(f"redis://127.0.0.1:{port}?client=engine"), workload, "cm:fast:")
+    took = time.monotonic() - t0
     assert took < 5, f"a 0.2 s phase took {took:.1f} s"
     sent = phase["ops"]["get"]["count"]
     assert sent > 0 and phase["missed"] > 0
@@ -283,12 +276,9 @@ def test_an_impossible_rate_ends_at_the_deadline_with_the_rest_missed(rate) -> N
 # --- Poisson arrivals -----------------------------------------------------------------
 
 
-def test_poisson_arrivals_keep_the_rate() -> None:
-    proc, port = start_redis()
-    try:
-        result = run_load(_engine_config(port, mode="open", rate=2000.0, duration_s=2.0, arrival="poisson"))
-    finally:
-        stop(proc)
+def test_poisson_arrivals_keep_the_rate(spawn) -> None:
+    port = spawn("redis").port
+    result = run_load(_engine_config(port, mode="open", rate=2000.0, duration_s=2.0, arrival="poisson"))
     count, missed = result["ops"]["get"]["count"], result["missed"]
     assert 3400 <= count + missed <= 4600, (count, missed)  # Poisson: sd of the count is ~63
     assert result["ops"]["get"]["errors"] == {}

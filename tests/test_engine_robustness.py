@@ -15,41 +15,38 @@ import time
 import pytest
 
 from cachemark.engine import Histogram, run_load
-from engine_helpers import need_io, start_redis, stop
+from io_backends import need_io
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.mark.serial
-def test_paused_server_shows_in_corrected_latency_only():
+def test_paused_server_shows_in_corrected_latency_only(spawn):
     """Open loop, 10 s at 2000/s; redis-server is SIGSTOPped for 1 s in the middle.
 
     Requests due during the pause wait for it: measured from their intended send time
     their p99 is close to the pause, while measured from the actual send only the few
     requests in flight at the moment of the pause see it.
     """
-    proc, port = start_redis()
-    try:
-        pause = threading.Timer(3.0, proc.send_signal, (signal.SIGSTOP,))
-        resume = threading.Timer(4.0, proc.send_signal, (signal.SIGCONT,))
-        pause.start()
-        resume.start()
-        res = run_load(
-            {
-                "protocol": "resp2",
-                "servers": [f"127.0.0.1:{port}"],
-                "connections": 10,
-                "mode": "open",
-                "rate": 2000.0,
-                "duration_s": 10.0,
-                "keys": {"count": 1000, "prefix": "cm:pause:"},
-                "mix": [{"op": "get"}],
-                "timeout_ms": 5000,
-            }
-        )
-        resume.join()
-    finally:
-        stop(proc)
+    server = spawn("redis")
+    pause = threading.Timer(3.0, server.proc.send_signal, (signal.SIGSTOP,))
+    resume = threading.Timer(4.0, server.proc.send_signal, (signal.SIGCONT,))
+    pause.start()
+    resume.start()
+    res = run_load(
+        {
+            "protocol": "resp2",
+            "servers": [f"127.0.0.1:{server.port}"],
+            "connections": 10,
+            "mode": "open",
+            "rate": 2000.0,
+            "duration_s": 10.0,
+            "keys": {"count": 1000, "prefix": "cm:pause:"},
+            "mix": [{"op": "get"}],
+            "timeout_ms": 5000,
+        }
+    )
+    resume.join()
     get = res["ops"]["get"]
     assert get["errors"] == {}
     assert 18_000 <= get["count"] <= 20_500

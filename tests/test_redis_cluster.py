@@ -19,7 +19,7 @@ import pytest
 from cachemark.errors import SpecError
 from cachemark.lab.redis_cluster import ClusterNode, RedisClusterServer, command, slot_ranges
 from conftest import run_cli  # noqa: F401 - run_cli: the cachemark fixture's
-from engine_helpers import need_io
+from io_backends import need_io
 
 
 def _stat(node: object, name: str) -> int:

@@ -135,7 +135,7 @@ def test_engine_leaves_a_read_only_replica_for_the_primary_the_sentinels_name(se
     ``-READONLY``: that op is an error, the socket closes, the reconnect asks the Sentinels and
     the writes go on against the primary — one write outage, recovered there."""
     from cachemark.engine import run_load
-    from engine_helpers import need_io
+    from io_backends import need_io
 
     need_io(io)
     primary, replica = sentinel_lab.primary_port(), sentinel_lab.describe()["replica_port"]

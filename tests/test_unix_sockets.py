@@ -19,7 +19,7 @@ import redis
 from cachemark.engine import run_load, target_config
 from cachemark.errors import SpecError
 from cachemark.target import check_params, parse_target
-from engine_helpers import need_io
+from io_backends import need_io
 
 pytestmark = pytest.mark.timeout(300)
 
