@@ -27,7 +27,9 @@ instant its reply was handed to the kernel), so a test can separate the server's
 (sent vs virtual completion) from the client's (client latency vs the server's truth).
 
 Use :class:`MM1Process` from tests: the server runs in a child process with its own GIL, and
-``start()``/``stop()``/``port``/``reset()``/``stats()`` drive it. Run by hand::
+``start()``/``stop()``/``port``/``reset()``/``stats()`` drive it. It is started there, not through
+conftest's ``spawn``: it is no lab server (no ``spawn:`` kind), and its odd behaviour is the point.
+Run by hand::
 
     python tests/mm1_server.py --service-ms 3 --seed 1     # prints the port; Ctrl-C stops
 """

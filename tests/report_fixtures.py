@@ -77,7 +77,8 @@ def slower_doc() -> dict[str, Any]:
 
 
 def regenerate() -> None:
-    """Run the experiments again and rewrite the two files (``python tests/report_fixtures.py``)."""
+    """Run the experiments again and rewrite the two files (``python tests/report_fixtures.py``).
+    A script, not a test: its redis is started here, as conftest's fixtures exist only under pytest."""
     from cachemark.lab.redis import RedisServer
     from cachemark.measure.server_stats import ServerSampler
 

@@ -295,7 +295,8 @@ def _a_slot_in_use(cluster: RedisClusterServer) -> int | None:
 def _joining_node(cluster: RedisClusterServer) -> Iterator[ClusterNode]:
     """A node that has met ``cluster`` and has no slots yet: in no slot map, so a run starts without it.
     Every node knows it before it is used (the one it did not meet learns it by gossip: a migration asked
-    of that one sooner fails with "I don't know about node")."""
+    of that one sooner fails with "I don't know about node"). A bare ClusterNode, started here: no
+    ``spawn:`` kind (so no conftest fixture) starts a node outside a formed cluster."""
     joiner = ClusterNode().start()
     try:
         joiner.node_id = command(joiner, "CLUSTER", "MYID")

@@ -101,19 +101,14 @@ def test_redis_run_counts_hits_bytes_and_cleans_its_namespace(redis_server):
     assert not list(client.scan_iter(match=outcome.backend["namespace"] + "*"))
 
 
-def test_a_server_stopped_mid_run_shows_up_as_errors():
-    from cachemark.lab import spawn_server
-
-    server = spawn_server("redis")
-    try:
-        workload = Workload(keys=100, mix="get=1", duration=3, warmup=0, workers=1)
-        timer = threading.Timer(1.0, server.stop)
-        timer.start()
-        started = time.monotonic()
-        outcome = run_target(server.url() + "?socket_timeout=1", workload)
-        timer.join()
-    finally:
-        server.stop()
+def test_a_server_stopped_mid_run_shows_up_as_errors(spawn):
+    server = spawn("redis")
+    workload = Workload(keys=100, mix="get=1", duration=3, warmup=0, workers=1)
+    timer = threading.Timer(1.0, server.stop)
+    timer.start()
+    started = time.monotonic()
+    outcome = run_target(server.url() + "?socket_timeout=1", workload)
+    timer.join()
     get = _ops(outcome, "get")
     assert get["errors"].get("connection", 0) > 0, get["errors"]
     assert "error" in get["histograms"]
