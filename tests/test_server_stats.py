@@ -77,6 +77,25 @@ def test_redis_evictions_are_the_counter_delta(spawn):
     assert result["evictions"] == after - before
 
 
+def test_a_hung_server_is_not_asked_again_for_the_end_reading(spawn):
+    """A server that let a reading time out (SIGSTOPped: connected, silent) is not asked for the end
+    reading too: that would hold the end of the run for another 5-s timeout and give no figure."""
+    import signal
+
+    server = spawn("redis")
+    # every 4 s: the reading at 4 s times out at 9 s, the next is due at 12 s; stop() comes in between
+    sampler = ServerSampler(server.url(), server.pid(), interval=4).start()
+    os.kill(server.pid(), signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while not any("Timeout" in e for e in sampler.errors) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    asked = time.monotonic()
+    result = sampler.stop(total_ops=0)
+    assert time.monotonic() - asked < 2.5, result["errors"]  # not another 5-s timeout
+    assert any("no end reading" in e for e in result["errors"]), result["errors"]
+    assert "rss_bytes" in sampler.samples[-1]  # the process's own figures are still read
+
+
 def _until_alone(client) -> None:
     """Wait for memcached to retire the lab's readiness probe: it closes a moment after its socket."""
     deadline = time.monotonic() + 5.0

@@ -526,6 +526,7 @@ class ServerSampler:
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
         self._summary: dict[str, Any] | None = None
+        self._unanswered = False  # the last reading timed out: the server is hung, not just slow to connect
 
     @property
     def kind(self) -> str:
@@ -580,14 +581,16 @@ class ServerSampler:
             while next_at <= now:
                 next_at += self.interval
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self, ask_the_server: bool = True) -> dict[str, Any]:
         sample: dict[str, Any] = {"t": round(time.monotonic() - self._t0, 6)}
         source = self._source
-        if source is not None:
+        if source is not None and ask_the_server:
             try:
                 with source.lock:
                     sample.update(source.read())
+                self._unanswered = False
             except Exception as exc:  # noqa: BLE001 — keep sampling /proc; report the first errors
+                self._unanswered = isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
                 if len(self.errors) < 5:
                     self.errors.append(f"{source.kind}: {type(exc).__name__}: {exc}")
         if self.pid:
@@ -617,7 +620,12 @@ class ServerSampler:
         if thread is not None:  # only ever set once the thread has started
             thread.join(timeout=self.interval + 10)
         with self._lock:
-            if started:
+            if started and self._unanswered and self._source is not None:
+                # a server that let the last reading time out (a hung one) is not asked for the end reading:
+                # it would hold the end of the run for another timeout and give no figure either
+                self.samples.append(self._read(ask_the_server=False))
+                self.errors.append(f"{self._source.kind}: no end reading: the server let the one before time out")
+            elif started:
                 self.samples.append(self._read())
             elif self._standby is not None:
                 self.baseline = "connect"
