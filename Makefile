@@ -20,11 +20,13 @@ run: packages-run setup bytecode
 
 # The set-up and the engine's own checks run side by side (-j2): pip, its downloads and the Maven/npm
 # drivers leave a core idle that clippy and the debug build use. -O prints each one's output whole.
+# Then the tests two at a time (2 cores; a file's fixtures once), and alone those that time something or race
+# a signal (marked serial: conftest.py); each pass names its ten slowest tests.
 test: packages-test
 	$(MAKE) -j2 -O --no-print-directory setup-test bytecode engine-check
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m 'not serial'  # two at a time: 2 cores, a file's fixtures once
-	$(BIN)/python -m pytest -q -m serial  # then alone: tests that time something or race a signal (conftest.py)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m 'not serial' --durations=10
+	$(BIN)/python -m pytest -q -m serial --durations=10
 
 # cachemark's own modules compiled once (an up-to-date one is skipped): with PYTHONDONTWRITEBYTECODE set,
 # as in many CI images, every process would otherwise compile them again (~0.3 s per CLI or worker start)
