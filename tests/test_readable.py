@@ -27,6 +27,7 @@ from cachemark.report.data import latency_cell
 from cachemark.report.figures import fmt_latency, fmt_rate
 from cachemark.report.fitted_table import print_fitted
 from cachemark.report.table import COLUMNS, render, rows
+from cachemark.results import as_run
 
 DATA = Path(__file__).parent / "data"
 REPORT_DOC = DATA / "report-doc.json"
@@ -310,7 +311,8 @@ def test_line_progress_prints_at_most_every_few_seconds():
     for step in range(1, 121):  # 12 s of updates, ten a second
         now[0] = step / 10
         progress.update("main", step * 100, None, now[0], 12.0)
-    progress.end("ok", {"phases": [{"wall_s": 12.0, "ops": {"get": {"count": 12_000}}}]})
+    progress.end("ok", as_run({"label": "redis", "status": "ok",
+                               "phases": [{"wall_s": 12.0, "ops": {"get": {"count": 12_000}}}]}))
     assert console.file.getvalue().splitlines() == [
         "redis: starting",
         "redis · main: 5,000 ops · 5.0 s of 12 s",
@@ -323,20 +325,19 @@ def test_line_progress_counts_towards_an_op_target():
     console = Console(file=io.StringIO(), width=80)
     progress = LineProgress(console, "memory", every=0.0)
     progress.update("write", 10, 1000, 0.5, None)
-    progress.end("skipped", {"phases": []})
+    progress.end("skipped", as_run({"label": "memory", "status": "skipped"}))
     assert console.file.getvalue().splitlines()[1:] == ["memory · write: 10 of 1,000 ops · 0.5 s", "memory: skipped"]
 
 
 def test_a_cluster_runs_label_is_printed_cut_escaped_and_never_as_markup():
     from cachemark.cli.agents_table import print_agents
-    from cachemark.run.distributed import DistributedOutcome
 
     label = "[/bold]\x1b[2J" + "y" * 5000  # rich read a title's "[/bold]" as markup: a MarkupError
-    outcome = DistributedOutcome(label=label, target="memory://", dask={"agents": [], "hosts": ["h"]}, phases=[
-        {"name": "main", "agents": [], "workers": 2, "wall_s": 1.0, "client_cpu_s": 0.5,
-         "agents_missing": ["agent 1: never joined"]}])
+    run = as_run({"label": label, "target": "memory://", "status": "failed", "dask": {"agents": [], "hosts": ["h"]},
+                  "phases": [{"name": "main", "agents": [], "workers": 2, "wall_s": 1.0, "client_cpu_s": 0.5,
+                              "agents_missing": ["agent 1: never joined"]}]})
     console = Console(file=io.StringIO(), width=200)
-    print_agents(console, outcome)
+    print_agents(console, run)
     text = console.file.getvalue()
     assert "\x1b" not in text and "[/bold]\\x1b[2Jyyy" in text
     assert all(len(line) <= 200 for line in text.splitlines())

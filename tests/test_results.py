@@ -318,16 +318,28 @@ def test_load_keeps_the_validated_model_and_reports_take_either_form(report_doc,
     assert as_model(loaded).runs == []
 
 
-def test_a_document_in_memory_reads_as_its_file_will() -> None:
-    """A session renders its document before reading it back: a tuple, a NaN (null in the file) or a Path
-    in it reads as the file written from it holds it, not as a refusal."""
-    from cachemark.results import as_model
+def test_a_document_being_built_reads_as_its_file_will(tmp_path) -> None:
+    """A session renders its document before reading it back: the builder's typed document is the one its
+    file holds (a NaN is null there, a tuple a list), validated once on write and kept for the reports.
+    A dict handed to as_model is validated as it is: a NaN in it is refused in one line."""
+    from unittest import mock
 
-    document = json.loads((DATA / "results-closed-server.json").read_text())
-    phase = document["runs"][0]["phases"][0]
+    from cachemark.results import ResultsBuilder, ResultsDocument, as_model
+
+    run = _seed()["runs"][0]
+    phase = run["phases"][0]
     phase["client_cpu_s"], phase["error_samples"] = float("nan"), ("timeout",)
-    typed = as_model(document).runs[0].phases[0]
+    results = ResultsBuilder({"name": "built"}, {"python": "3.11"})
+    results.add_run(run, None, None)
+    typed = results.model.runs[0].phases[0]  # before any write: read back as the file will hold it
     assert typed.client_cpu_s is None and typed.error_samples == ["timeout"]
+    results.write(tmp_path / "r.json")
+    with mock.patch.object(ResultsDocument, "model_validate", wraps=ResultsDocument.model_validate) as validated:
+        saved = results.saved()
+        assert as_model(saved) is results.model and saved == results.document
+    assert validated.call_count == 0
+    with pytest.raises(UserError, match=r"runs\[0\]\.phases\[0\]\.client_cpu_s: expected a finite number"):
+        as_model({"runs": [run]})
     with pytest.raises(UserError, match=r"runs\[0\]\.label: expected a string"):
         as_model({"runs": [{"label": 1, "status": "ok"}]})
 

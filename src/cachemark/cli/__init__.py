@@ -12,7 +12,7 @@ import re
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -30,6 +30,9 @@ from .sources import experiment_from, resolve_source, split_sources
 from .stampede_command import stampede as stampede_command
 from .terminal import make_console
 from .trace_commands import trace_app
+
+if TYPE_CHECKING:
+    from ..results import ResultsDocument
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -79,22 +82,22 @@ def output_paths(out: Path | None) -> tuple[Path | None, Path | None, str | None
     return None, out, fmt
 
 
-def untrusted_runs(document: dict[str, Any]) -> list[str]:
+def untrusted_runs(document: dict[str, Any] | ResultsDocument) -> list[str]:
     """One line per run whose figures are not of a working cache: failed ops, or dropped writes."""
-    from ..results.names import run_name
+    from ..results import as_model
 
     lines = []
-    for run in document["runs"]:
-        if run.get("dropped_writes"):
-            lines.append(f"{run_name(run)}: drops writes: {run['dropped_writes']}")
+    for run in as_model(document).runs:
+        if run.dropped_writes:
+            lines.append(f"{run.name}: drops writes: {run.dropped_writes}")
         kinds: dict[str, int] = {}
-        for phase in run.get("phases", []):
-            for op in phase.get("ops", {}).values():
-                for kind, count in (op.get("errors") or {}).items():
+        for phase in run.phases:
+            for op in phase.ops.values():
+                for kind, count in op.errors.items():
                     kinds[kind] = kinds.get(kind, 0) + count
         if sum(kinds.values()):
             detail = ", ".join(f"{kind} {count:,}" for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]))
-            lines.append(f"{run_name(run)}: {sum(kinds.values()):,} ops failed ({detail})")
+            lines.append(f"{run.name}: {sum(kinds.values()):,} ops failed ({detail})")
     return lines
 
 
@@ -208,6 +211,7 @@ def run(
         from ..run.forkserver import start_early
 
         start_early(experiment.targets)
+    from ..results import as_model
     from ..run.distributed import cluster_session
     from ..scratch import directory as scratch_directory
     from .session import run_experiment
@@ -228,8 +232,8 @@ def run(
 
         outfile.write_text(where_to, render_format(document, fmt), "the report")
         console.print(f"report: {where_to}", markup=False, highlight=False)
-    failed = [run for run in document["runs"] if run["status"] == "failed"]
-    if failed:
+    runs = as_model(document).runs
+    if any(run.status == "failed" for run in runs):
         raise typer.Exit(EXIT_RUN_FAILED)  # each failed run's reason is already on the screen
     untrusted = untrusted_runs(document)
     if untrusted and not allow_errors:
@@ -238,7 +242,7 @@ def run(
         console.print("exit 1: the figures above include failed ops or a cache that keeps nothing "
                       "(--allow-errors exits 0 anyway)", markup=False, highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)
-    if document["runs"] and all(run["status"] == "skipped" for run in document["runs"]):
+    if runs and all(run.status == "skipped" for run in runs):
         console.print("nothing was measured: every target was skipped (see the reasons above)", markup=False,
                       highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from ..backends.base import PSEUDO_OPS
 from ..plan import RunSpec
 from ..report.table import render
+from ..results import LoadedDocument, Run, as_model
 from ..run.experiment import run_experiment as run_all
 from ..run.load_path import ProgressFn
 from ..run.outcome import RunOutcome
@@ -41,7 +42,7 @@ class BarProgress:
         fraction = done / ops if ops else (elapsed / duration if duration else 0.0)
         self.progress.update(self.task, completed=min(fraction, 1.0), detail=f"{phase}: {done:,} ops")
 
-    def end(self, status: str, run: dict[str, Any]) -> None:
+    def end(self, status: str, run: Run) -> None:
         self.progress.update(self.task, completed=1.0, detail=status)
 
 
@@ -64,15 +65,14 @@ class LineProgress:
         if self.clock() - self.last >= self.every:
             self._say(self.line())
 
-    def end(self, status: str, run: dict[str, Any]) -> None:
+    def end(self, status: str, run: Run) -> None:
         """The run's own totals (the last update may already be the next phase's zero)."""
-        phases = run.get("phases") or []
-        if not phases:
+        if not run.phases:
             self._say(f"{self.name}: {status}")
             return
-        ops = sum(op.get("count") or 0 for phase in phases for name, op in (phase.get("ops") or {}).items()
+        ops = sum(op.count for phase in run.phases for name, op in phase.ops.items()
                   if name not in PSEUDO_OPS)  # an origin call is part of a fetch, not an op of its own
-        seconds = sum(phase.get("wall_s") or 0.0 for phase in phases)
+        seconds = sum(phase.wall_s for phase in run.phases)
         self._say(f"{self.name}: {status} · {ops:,} ops in {seconds:.1f} s")
 
     def line(self) -> str:
@@ -128,9 +128,9 @@ class TerminalView:
         self.shown = BarProgress(self.bar, name) if self.bar is not None else LineProgress(self.console, name)
         return self.shown.update
 
-    def run_finished(self, spec: RunSpec, outcome: RunOutcome, run: dict[str, Any], seconds: float) -> None:
-        if getattr(outcome, "dask", None) and outcome.phases:  # a distributed run: its agents
-            print_agents(self.console, outcome)
+    def run_finished(self, spec: RunSpec, outcome: RunOutcome, run: Run, seconds: float) -> None:
+        if run.dask is not None and not run.dask.is_empty and run.phases:  # a distributed run: its agents
+            print_agents(self.console, run)
         if self.shown is not None:
             self.shown.end(outcome.status, run)
         if outcome.status == "interrupted" or self.clock is None:
@@ -143,23 +143,25 @@ class TerminalView:
 
 
 def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: bool = True,
-                   console: Console | None = None) -> tuple[dict[str, Any], Path]:
+                   console: Console | None = None) -> tuple[LoadedDocument, Path]:
     """``cachemark run``'s experiment, drawn on ``console``: its runs, then the table and the lines
-    that say how to read it; Ctrl-C ends it after saving (KeyboardInterrupt, once said where)."""
+    that say how to read it; Ctrl-C ends it after saving (KeyboardInterrupt, once said where).
+    The document comes back with its typed model kept (``results.as_model`` reads it at once)."""
     console = console or Console()
     finished = run_all(experiment, out, calibrate, TerminalView(console))
     document, path = finished.document, finished.path
     render(document, console, title=f"cachemark: {one_line(finished.experiment.name)}")
-    for run in document["runs"]:
-        for phase in run["phases"]:
-            for sample in phase.get("error_samples", [])[:2]:
-                console.print(f"{run['display']}: {sample}", markup=False, highlight=False)
-        if run["status"] == "failed":
-            console.print(f"{run['display']}: failed: {run['reason']}", markup=False, highlight=False)
-    for item in document.get("saturation", []):
-        where = item["saturation"]
-        console.print(f"{item['label']}: " + (f"saturates at {item['param']}={where}" if where is not None
-                                               else f"throughput still rising at the largest {item['param']}"),
+    typed = as_model(document)
+    for run in typed.runs:
+        for phase in run.phases:
+            for sample in phase.error_samples[:2]:
+                console.print(f"{run.name}: {sample}", markup=False, highlight=False)
+        if run.status == "failed":
+            console.print(f"{run.name}: failed: {run.reason}", markup=False, highlight=False)
+    for item in typed.saturation or []:
+        where = item.saturation
+        console.print(f"{item.label}: " + (f"saturates at {item.param}={where}" if where is not None
+                                           else f"throughput still rising at the largest {item.param}"),
                       markup=False, highlight=False)
     if finished.interrupted:
         console.print(f"interrupted: partial results saved to {path}", markup=False, highlight=False)

@@ -25,7 +25,7 @@ def agent_blocks(document: dict[str, Any] | ResultsDocument) -> list[Block]:
             if not agents:
                 continue
             measuring = phase.measuring_agent
-            rows = [_row(a, clocks.get(a.agent)) for a in [*agents, *([measuring.row] if
+            rows = [agent_cells(a, clocks.get(a.agent)) for a in [*agents, *([measuring.row] if
                                                                         measuring and measuring.row else [])]]
             total = sum(a.ops or 0 for a in agents)
             wall = phase.wall_s or 0.0
@@ -46,7 +46,8 @@ def agent_blocks(document: dict[str, Any] | ResultsDocument) -> list[Block]:
     return blocks
 
 
-def _row(agent: AgentRow, clock: DaskAgent | None) -> list[str]:
+def agent_cells(agent: AgentRow, clock: DaskAgent | None) -> list[str]:
+    """One agent's row (the terminal's table after a run draws the same cells)."""
     offset = clock.clock_offset_ms if clock is not None else None
     workers = agent.workers or [0, 0]
     cores, lag = agent.cpu_cores, agent.start_lag_ms

@@ -279,7 +279,9 @@ class DaskAgent(_Record):
     """One agent of a distributed run as the coordinator saw it: its clock against the coordinator's."""
 
     agent: Any = None  # its index, as AgentRow.agent
+    hostname: str | None = None
     clock_offset_ms: Figure | None = None
+    clock_uncertainty_ms: Figure | None = None  # half the round trip the offset was measured over
     clock_skew_flagged: bool | None = None
 
 

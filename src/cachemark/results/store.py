@@ -41,8 +41,8 @@ class LoadedDocument(dict[str, Any]):
 
 
 def as_model(document: dict[str, Any] | ResultsDocument, source: str = "results") -> ResultsDocument:
-    """The typed document of ``document``: itself when typed, the model :func:`load` kept, or one
-    validated now from a dict built in memory (a run's document before it is written; a test's).
+    """The typed document of ``document``: itself when typed, the model :func:`load` (or a builder's
+    write) kept, or one validated now from a JSON dict (a test's; a command's own).
     A dict without ``schema`` is taken as the current one. One-line :class:`UserError` when it does not fit."""
     if isinstance(document, ResultsDocument):
         return document
@@ -51,12 +51,7 @@ def as_model(document: dict[str, Any] | ResultsDocument, source: str = "results"
         return kept
     if "schema" not in document:
         document = {"schema": SCHEMA, **document}
-    try:
-        return validate(document, source)
-    except UserError:
-        # a document as its producer holds it (a tuple, a NaN, a Path): read it as its file holds it, the
-        # document write_atomic checked (NaN is null there: no figure)
-        return validate(json.loads(outfile.json_text(document), parse_constant=_no_figure), source)
+    return validate(document, source)
 
 
 def as_run(run: dict[str, Any] | Run, source: str = "results") -> Run:
@@ -95,18 +90,29 @@ def default_path(directory: str | Path = "results") -> Path:
 
 
 def write_atomic(path: str | Path, document: dict[str, Any]) -> Path:
-    """Write ``document`` as JSON to ``path`` all at once, or leave ``path`` as it was (``outfile``).
+    """Write ``document`` as JSON to ``path`` all at once, or leave ``path`` as it was (``outfile``)."""
+    return write_and_read(path, document)[0]
+
+
+def write_and_read(path: str | Path, document: dict[str, Any]) -> tuple[Path, ResultsDocument]:
+    """Write ``document`` as :func:`write_atomic` does; with the typed document the file now holds.
 
     Validated on write as on load, so a producer's slip shows where it is made, not when a report
     reads the file later. The file is written first either way: a slip must not lose a measurement."""
     text = outfile.json_text(document)
     written = outfile.write_text(path, text, "results")
     try:
-        validate(json.loads(text, parse_constant=_no_figure), one_line(path))
+        model = validate(json.loads(text, parse_constant=_no_figure), one_line(path))
     except UserError as exc:
         # a bug of ours, not the user's input: a crash (exit 70), the file kept for the report
         raise Crash(f"cachemark wrote results its own schema refuses: {exc}") from None
-    return written
+    return written, model
+
+
+def read_back(document: dict[str, Any]) -> ResultsDocument:
+    """The typed document a file written from ``document`` would hold (a NaN is null there, a tuple a
+    list): a document its producer holds, read before it is written."""
+    return validate(json.loads(outfile.json_text(document), parse_constant=_no_figure), "results")
 
 
 # Read whole, then parsed: memory is a few times the file (a 22 MB file of 3,664 runs: 136 MB in all).

@@ -22,7 +22,7 @@ from ..lab.wakeups import fast_wakeups
 from ..measure.fingerprint import calibrate as run_calibration
 from ..measure.fingerprint import fingerprint
 from ..plan import RunSpec, describe, experiment_record, named, plan_runs
-from ..results import ResultsBuilder, default_path
+from ..results import LoadedDocument, ResultsBuilder, Run, default_path
 from ..spec import Experiment
 from .load_path import ProgressFn
 from .outcome import RunOutcome
@@ -46,8 +46,8 @@ class ExperimentView(Protocol):
     def run_started(self, spec: RunSpec, name: str) -> ProgressFn | None:
         """A run starts; what it returns is told the run's progress."""
 
-    def run_finished(self, spec: RunSpec, outcome: RunOutcome, run: dict[str, Any], seconds: float) -> None:
-        """A run ended and was saved (``run``: its record in the results)."""
+    def run_finished(self, spec: RunSpec, outcome: RunOutcome, run: Run, seconds: float) -> None:
+        """A run ended and was saved (``run``: its record in the results, typed)."""
 
 
 class Silent:
@@ -69,7 +69,7 @@ class Silent:
     def run_started(self, spec: RunSpec, name: str) -> ProgressFn | None:
         return None
 
-    def run_finished(self, spec: RunSpec, outcome: RunOutcome, run: dict[str, Any], seconds: float) -> None:
+    def run_finished(self, spec: RunSpec, outcome: RunOutcome, run: Run, seconds: float) -> None:
         pass
 
 
@@ -78,7 +78,7 @@ class Finished:
     """An experiment's end: the saved document, where it is, and whether Ctrl-C cut it short."""
 
     experiment: Experiment  # as named for its title (plan.named)
-    document: dict[str, Any]
+    document: LoadedDocument  # the JSON, with its typed model kept (results.as_model reads it at once)
     path: Path
     interrupted: bool
 
@@ -122,16 +122,16 @@ def _run_all(experiment: Experiment, specs: list[RunSpec], out: Path | None, cal
                 if results.has_runs:
                     results.write(path)
                 raise
-            run = results.add_run(outcome.to_json(), spec.sweep, spec.repeat if experiment.repeat > 1 else None)
+            results.add_run(outcome.to_json(), spec.sweep, spec.repeat if experiment.repeat > 1 else None)
             results.write(path)
-            view.run_finished(spec, outcome, run, time.monotonic() - started)
+            view.run_finished(spec, outcome, results.model.runs[-1], time.monotonic() - started)
             if outcome.status == "interrupted":
                 interrupted = True
                 break
     if experiment.sweep:
         results.summarize_saturation()
         results.write(path)
-    return Finished(experiment, results.document, path, interrupted)
+    return Finished(experiment, results.saved(), path, interrupted)
 
 
 def _proxy_overhead(view: ExperimentView) -> dict[str, Any]:
