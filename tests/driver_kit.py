@@ -56,7 +56,7 @@ def workload(**fields: Any) -> Workload:
 
 
 def op(outcome: Any, name: str) -> dict[str, Any]:
-    return outcome.phases[0]["ops"][name]
+    return outcome.phases[0].ops[name]
 
 
 def plain_client(server: Any) -> Any:

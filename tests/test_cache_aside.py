@@ -37,7 +37,7 @@ def test_fetch_mean_is_the_cache_aside_model_of_its_own_parts():
                         origin="fixed:10ms", duration="3s", warmup="0.5s", workers=2)
     outcome = run_target("memory://?max_entries=800", workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
+    ops = outcome.phases[0].ops
     fetch, origin, get, set_ = ops["fetch"], ops["origin"], ops["get"], ops["set"]
     assert not fetch["errors"] and not origin["errors"]
     hit_ratio = fetch["hits"] / (fetch["hits"] + fetch["misses"])
@@ -50,9 +50,9 @@ def test_fetch_mean_is_the_cache_aside_model_of_its_own_parts():
     measured = fetch["summary"]["mean_us"] * 1000
     assert abs(measured - predicted) / predicted < 0.05, (measured, predicted)
     # the origin's queries per second: its count over the phase's wall time
-    assert origin["summary"]["ops_per_s"] == pytest.approx(origin["count"] / outcome.phases[0]["wall_s"])
+    assert origin["summary"]["ops_per_s"] == pytest.approx(origin["count"] / outcome.phases[0].wall_s)
     # the per-second series counts the load's ops only, not the origin's calls inside them
-    series_ops = sum(s["ops"] for s in outcome.phases[0]["timeseries"])
+    series_ops = sum(s["ops"] for s in outcome.phases[0].timeseries)
     assert series_ops == fetch["count"] + get["count"] + set_["count"]
 
 
@@ -168,7 +168,7 @@ def test_sql_origin_runs_a_real_query(postgres_server, cachemark, tmp_path: Path
                         duration="1s", warmup="0", workers=2, prefill=False)
     outcome = run_target("memory://?max_entries=100", workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
+    ops = outcome.phases[0].ops
     assert not ops["origin"]["errors"] and ops["origin"]["count"] == ops["fetch"]["misses"] > 50
     assert 5e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
 
@@ -186,7 +186,7 @@ def test_a_spawned_postgresql_origin_is_started_for_the_run_and_queried():
                         origin="spawn:postgresql?query=SELECT pg_sleep(0.003)&pool=2", ops=400, prefill=False)
     outcome = run_target("memory://?max_entries=100", workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
+    ops = outcome.phases[0].ops
     assert not ops["origin"]["errors"] and ops["origin"]["count"] == ops["fetch"]["misses"] > 50
     assert 3e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
     assert postgres_processes() == before
@@ -198,7 +198,7 @@ def test_a_failing_origin_fails_the_fetches_and_stops_the_run(postgres_server):
     workload = Workload(keys=100_000, key_dist="uniform", value_size="100", mix="fetch=100", origin=origin,
                         duration="20s", warmup="0", workers=2, prefill=False, error_grace="1s")
     outcome = run_target("memory://?max_entries=1", workload, sample_server=False)
-    phase = outcome.phases[0]
+    phase = outcome.phases[0].to_json()  # as saved
     fetch, origin_op = phase["ops"]["fetch"], phase["ops"]["origin"]
     # each failed origin call is one error on the origin and one on its fetch; the on-error policy still
     # sees only failures (origin records are not counted as the load's ops) and stops the run
@@ -213,7 +213,7 @@ def test_mysql_origin_runs_a_real_query(mysql_server):
                         duration="1s", warmup="0", workers=2, prefill=False)
     outcome = run_target("memory://?max_entries=100", workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
+    ops = outcome.phases[0].ops
     assert not ops["origin"]["errors"] and ops["origin"]["count"] == ops["fetch"]["misses"] > 50
     assert 5e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
 

@@ -107,7 +107,7 @@ def test_python_agents_merge_exactly(local_cluster: dist.Cluster, spawn) -> None
     server = spawn("redis")
     outcome = dist.run_distributed(local_cluster, server.url(), _workload())
     assert outcome.status == "ok", outcome.reason
-    (phase,) = outcome.phases
+    (phase,) = outcome.to_json()["phases"]
     _assert_exact_merge(phase)
     assert phase["ops"]["get"]["hits"] > 0  # prefilled once, by the coordinator
     for op in phase["ops"].values():
@@ -127,7 +127,7 @@ def test_open_loop_rate_is_split(local_cluster: dist.Cluster, spawn) -> None:
     rate, seconds = 400.0, 3.0
     outcome = dist.run_distributed(local_cluster, server.url(), _workload(rate=rate, duration=seconds, workers=4))
     assert outcome.status == "ok", outcome.reason
-    (phase,) = outcome.phases
+    (phase,) = outcome.to_json()["phases"]
     done = sum(op["count"] for op in phase["ops"].values())
     assert abs(done - rate * seconds) <= 0.05 * rate * seconds, done
     assert [a["workers"] for a in phase["agents"]] == [[0, 2], [2, 2]]
@@ -167,7 +167,7 @@ def test_lost_dask_worker_is_named_and_its_agent_stops(local_cluster: dist.Clust
     assert victim and took < 45, took
     assert outcome.status == "failed" and "its Dask worker is gone" in outcome.reason, outcome.reason
     if outcome.phases:
-        (phase,) = outcome.phases
+        (phase,) = outcome.to_json()["phases"]
         assert phase["agents_reported"] == 1 and len(phase["agents_missing"]) == 1
     gone, alive = psutil.wait_procs(victim, timeout=15)
     assert not alive, "the orphaned agent kept running"
@@ -182,7 +182,7 @@ def test_engine_agents_on_cli_cluster(cli_cluster, spawn) -> None:
     finally:
         dist.close(cluster)
     assert outcome.status == "ok", outcome.reason
-    (phase,) = outcome.phases
+    (phase,) = outcome.to_json()["phases"]
     _assert_exact_merge(phase)
     assert outcome.backend["info"]["client"] == "cachemark-engine"
     assert len(outcome.to_json()["dask"]["agents"]) == 2
@@ -198,7 +198,7 @@ def test_measuring_agent_is_reported_apart(cli_cluster, spawn) -> None:
     finally:
         dist.close(cluster)
     assert outcome.status == "ok", outcome.reason
-    (phase,) = outcome.phases
+    (phase,) = outcome.to_json()["phases"]
     measuring = phase["measuring_agent"]
     assert measuring["rate"] == 50
     count = sum(op["count"] for op in measuring["ops"].values())
@@ -258,7 +258,7 @@ def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:
     lost = outcome.to_json()["dask"]["lost"]
     assert len(lost) == 1
     if outcome.phases:  # the other agent's data is kept, and the phase says who is missing
-        (phase,) = outcome.phases
+        (phase,) = outcome.to_json()["phases"]
         assert phase["agents_reported"] == 1 and phase["agents_missing"] == lost
         assert sum(op["count"] for op in phase["ops"].values()) > 0
     # the dead agent's queue and barrier semaphores are unlinked by its resource tracker, which

@@ -333,11 +333,11 @@ def test_hits_and_misses_exactly_as_predicted(name, kind, request):
     assert get["bytes_in"] > 400 * 100 and get["summary"]["p50_us"] > 0
     assert mixed.status == "ok", mixed.reason
     want = predicted(DRIVERS[name], workload(**MIXED))
-    got = {e: {k: o[k] for k in ("count", "hits", "misses")} for e, o in mixed.phases[0]["ops"].items()}
+    got = {e: {k: o[k] for k in ("count", "hits", "misses")} for e, o in mixed.phases[0].ops.items()}
     assert got == want
-    set_ = mixed.phases[0]["ops"]["set"]
-    assert set_["bytes_out"] > set_["count"] * 100 and mixed.phases[0]["ops"]["get"]["bytes_in"] > 0
-    errors = {e: o["errors"] for e, o in mixed.phases[0]["ops"].items() if o["errors"]}
+    set_ = mixed.phases[0].ops["set"]
+    assert set_["bytes_out"] > set_["count"] * 100 and mixed.phases[0].ops["get"]["bytes_in"] > 0
+    errors = {e: o["errors"] for e, o in mixed.phases[0].ops.items() if o["errors"]}
     assert not errors, errors  # every read verified, every write read back (a canary each)
 
 
@@ -409,7 +409,7 @@ def test_a_dropped_write_is_reported_exactly_when_the_server_lost_it(name, kind,
                                                           {"name": "read", "mix": {"get": 1}, "ops": 20}])
     outcome = run_target(with_client(server.url(), name), load)
     assert outcome.status == "ok", outcome.reason
-    set_, get = outcome.phases[0]["ops"]["set"], outcome.phases[1]["ops"]["get"]
+    set_, get = outcome.phases[0].ops["set"], outcome.phases[1].ops["get"]
     dropped = set_["errors"].get("dropped_write", 0)
     assert set_["count"] == 20 and set(set_["errors"]) <= {"dropped_write"}, set_["errors"]
     assert (dropped, get["hits"], get["misses"]) in ((20, 0, 20), (0, 20, 0)), (set_["errors"], get)
@@ -438,7 +438,7 @@ def test_refused_writes_are_server_errors(name, kind, spawn):
     assert set(errors) <= {"server", "timeout", "connection"}, errors
     if kind == "memcached":
         assert sum(errors.values()) == ops, errors  # not one write stored
-    samples = outcome.phases[0]["error_samples"]
+    samples = outcome.phases[0].error_samples
     assert samples and any(s in sample.lower() for sample in samples for s in said), samples
     assert all("\n" not in s for s in samples)
 
@@ -458,7 +458,7 @@ def test_a_server_that_dies_mid_run(name, kind, policy, spawn):
     duration = 6 if policy == "stop" else 1.5  # stop: the run ends ~1 s after the kill, long before 6 s
     outcome = run_killing_the_server(server, with_client(server.url(), name, **timeout), workload(
         mix={"get": 9, "set": 1}, duration=duration, workers=1, prefill=False, error_grace=0.5, on_error=policy))
-    phase = outcome.phases[0]
+    phase = outcome.phases[0].to_json()  # as saved
     if policy == "stop":
         assert outcome.status == "failed", (outcome.status, outcome.reason)
         assert "\n" not in outcome.reason and " errors: 100 % of ops failed for 0.5 s" in outcome.reason, outcome.reason
@@ -525,7 +525,7 @@ def test_open_loop_follows_the_schedule_and_keeps_both_latencies(name, kind, req
     load = workload(mix={"get": 1}, rate=400, duration=0.5, workers=1, keys=50)
     outcome = run_target(with_client(server_of(request, kind).url(), name), load)
     assert outcome.status == "ok", outcome.reason
-    phase = outcome.phases[0]
+    phase = outcome.phases[0].to_json()  # as saved
     get = phase["ops"]["get"]
     spec_phase = load.effective_phases()[0]
     schedule = op_batch(load, spec_phase, 0, "timed", None, spec_phase.duration, spec_phase.rate).at

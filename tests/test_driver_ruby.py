@@ -42,6 +42,6 @@ def test_memory_store_is_per_process_and_file_store_stays_in_the_runs_directory(
     file = run_target(f"file://{tmp_path}?{CLIENT}", _workload(mix={"get": 1, "exists": 1}, ops=400))
     assert file.status == "ok", file.reason
     assert file.backend["info"]["store"] == "ActiveSupport::Cache::FileStore"
-    assert sum(op["hits"] for op in file.phases[0]["ops"].values()) == 400
+    assert sum(op["hits"] for op in file.phases[0].ops.values()) == 400
     assert file.backend["cleanup_removed"] >= 200  # Rails' files, in the run's own directory, removed
     assert [p.name for p in tmp_path.iterdir()] == ["foreign.txt"]

@@ -66,7 +66,7 @@ def test_sql_servers_report_their_own_counters():
 
     workload = Workload(keys=100, mix="get=90,set=10", ops=3000, duration=None, warmup=0, workers=1)
     for url, source in (("spawn:postgresql", "postgresql"), ("spawn:mysql", "mysql")):
-        phase = run_target(url, workload, sample_server=True).phases[0]
+        phase = run_target(url, workload, sample_server=True).to_json()["phases"][0]
         server = phase["server"]
         assert server["source"] == source and not server["errors"]
         # the server's processes (PostgreSQL forks one per client) burned CPU
@@ -87,7 +87,7 @@ def test_django_and_direct_clients_count_the_same_hits_and_misses(redis_server, 
         (memcached_server.url(), f"django://?BACKEND=pymemcache&LOCATION={memcached_location}"),
     ]
     for direct_url, django_url in pairs:
-        direct = run_target(direct_url, workload).phases[0]["ops"]["get"]
-        django = run_target(django_url, workload).phases[0]["ops"]["get"]
+        direct = run_target(direct_url, workload).phases[0].ops["get"]
+        django = run_target(django_url, workload).phases[0].ops["get"]
         assert direct["misses"] > 100  # deletes make real misses, so equality means something
         assert (django["hits"], django["misses"]) == (direct["hits"], direct["misses"])

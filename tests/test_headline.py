@@ -168,7 +168,7 @@ def test_delete_of_a_missing_key_is_a_miss():
 
     workload = Workload(keys=40, key_dist="uniform", mix="set=30,delete=70", ops=2000, duration=None, warmup=0,
                         workers=1, prefill=False)
-    ops = run_target("memory://", workload).phases[0]["ops"]
+    ops = run_target("memory://", workload).phases[0].ops
     delete = ops["delete"]
     assert delete["hits"] > 0 and delete["misses"] > 0  # more deletes than sets: many keys are already gone
     assert delete["hits"] + delete["misses"] == delete["count"]

@@ -98,7 +98,7 @@ def _same_run(url: str) -> dict:
                         value_size="100")
     outcome = run_target(url, workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
-    ops = outcome.phases[0]["ops"]
+    ops = outcome.phases[0].ops
     return {name: (op["count"], op.get("hits", 0), op.get("misses", 0), op.get("errors") or {})
             for name, op in ops.items()}
 

@@ -492,16 +492,74 @@ def test_the_builder_makes_the_document_an_experiment_writes(tmp_path) -> None:
     assert [p["value"] for p in document["saturation"][0]["points"]] == [1, 2, 4]
 
 
-# Modules that still assign into a results document, a run or a phase record (by the names producers give
-# them) outside results/builder.py, and the names they assign through. The list only shrinks:
-# the builder is the one module that changes the document; what is left are phase records, each load path
-# and the monitor assembling its own: a PhaseRecord builder would take them.
-STILL_ASSIGN_INTO_RESULTS = {
-    ("run/agent.py", "phase"), ("run/agent.py", "record"),  # attach(); _merge_keeping_seconds
-    ("run/distributed.py", "record"),  # _merge: the engine's figures, the measuring agent
-    ("run/monitor.py", "phase"),  # attach(): server figures, the timeseries
-    ("run/supervise.py", "record"),  # records(): stopped_on_errors
-}
+def _phase_record(**fields: Any) -> Any:
+    from cachemark.measure.histogram import Histogram
+    from cachemark.results.phase_record import PhaseRecord
+
+    get = {"count": 3, "hits": 2, "misses": 1, "errors": {"timeout": 1}, "bytes_out": 30, "bytes_in": 40,
+           "histograms": {"hit": Histogram.of([1000, 2000]).encode(), "miss": Histogram.of([900]).encode()}}
+    base = {"name": "main", "mode": "closed", "rate": None, "workers": 2, "workers_reported": 2, "wall_s": 1.5,
+            "client_cpu_s": 0.25, "error_samples": ["timeout: no reply"], "ops": {"get": get},
+            "timeseries": [{"t": 0, "ops": 2, "errors": 0}, {"t": 1, "ops": 1, "errors": 1}]}
+    return PhaseRecord(**{**base, **fields})
+
+
+def test_a_phase_record_is_saved_in_its_load_paths_order_and_fits_the_schema() -> None:
+    """Each load path has always written a phase's keys in its own order (report -f json prints them so);
+    a field a path lacks is left out, not written as null; what an agent ships is never saved."""
+    from cachemark.results import Phase
+    from cachemark.results.phase_record import ENGINE, MERGED, WORKERS
+
+    workers = _phase_record(layout=WORKERS)
+    assert list(workers.to_json()) == ["name", "mode", "rate", "workers", "workers_reported", "wall_s",
+                                       "client_cpu_s", "interrupted", "missed", "error_samples", "ops", "timeseries",
+                                       "stopped_on_errors", "server"]
+    engine = _phase_record(layout=ENGINE, workers_reported=None, cluster={"primaries": 3, "moved": 1, "ask": 0},
+                           engine={"protocol": "resp", "threads": 1}, start_wall=5.0)
+    saved = list(engine.to_json())
+    assert saved[:3] == ["cluster", "name", "mode"] and saved[-2:] == ["engine", "server"]
+    driver = _phase_record(layout=MERGED)
+    assert list(driver.to_json())[7:9] == ["interrupted", "stopped_on_errors"] and "agents" not in driver.to_json()
+    for record in (workers, engine, driver):
+        Phase.model_validate(record.to_json())
+        assert not set(record.to_json()) & {"start_wall", "end_wall", "start_lag_s"}
+
+
+def test_a_phase_record_is_changed_only_by_copy() -> None:
+    """The on-error policy, the server monitor and an agent's gate each hand back a changed copy."""
+    import dataclasses
+
+    record = _phase_record()
+    assert record.total_ops == 3 and record.error_kinds() == {"timeout": 1}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.server = {}  # type: ignore[misc]
+    stopped = record.stopped("timeout errors: …")
+    assert stopped.stopped_on_errors == "timeout errors: …" and record.stopped_on_errors is None
+    figures = {"source": "redis", "cpu_us_per_op": 3.5, "cluster": {"primaries": 3, "moved": 4, "ask": 0}}
+    served = record.with_server(figures, [{"t": 1, "server_cpu_pct": 12.0, "net_in_mbps": None},
+                                          {"t": 2, "server_cpu_pct": 9.0}])
+    assert served.server == figures and served.cluster == figures["cluster"]  # redis-py followed them unseen
+    assert served.timeseries == [{"t": 0, "ops": 2, "errors": 0}, {"t": 1, "ops": 1, "errors": 1,
+                                                                   "server_cpu_pct": 12.0},
+                                 {"t": 2, "server_cpu_pct": 9.0}]
+    assert record.timeseries[1] == {"t": 1, "ops": 1, "errors": 1} and record.server is None
+    assert record.with_server(None, []).to_json()["server"] is None
+
+
+def test_an_agents_phase_record_reaches_its_coordinator_whole() -> None:
+    """What an agent ships (its record, where it ran on its clock, how late it started) reads back the
+    same on the coordinator, an engine op's missing counters (a set's hits) read as 0."""
+    from cachemark.results.phase_record import PhaseRecord
+
+    record = _phase_record().on_agent_clock(100.0, 101.5).with_start_lag(0.002)
+    shipped = json.loads(json.dumps(record.to_wire()))
+    assert shipped["start_wall"] == 100.0 and shipped["start_lag_s"] == 0.002
+    assert PhaseRecord.from_wire(shipped) == record
+    engine_set = {"bytes_in": 0, "bytes_out": 10, "count": 1, "errors": {}, "histograms": {}}
+    read = PhaseRecord.from_wire({**shipped, "ops": {"set": engine_set}, "newer_field": 1})
+    assert read.ops["set"] == {**engine_set, "hits": 0, "misses": 0}
+
+
 # The same names holding something that is not a results document, with why.
 NOT_A_RESULTS_DOCUMENT = {
     ("cli/size_command.py", "document"),  # size's own report, not a results file
@@ -541,6 +599,6 @@ def test_only_the_builder_assigns_into_a_results_document() -> None:
     found = {(str(path.relative_to(PACKAGE)), name) for path in sorted(PACKAGE.rglob("*.py"))
              for name in _assigned_through(ast.parse(path.read_text()))}
     assert _assigned_through(ast.parse('document["runs"].append(run)\nrun["display"] = x')) == {"document", "run"}
-    known = STILL_ASSIGN_INTO_RESULTS | NOT_A_RESULTS_DOCUMENT
-    assert found <= known, f"assign through results/builder.py instead: {sorted(found - known)}"
-    assert found >= known, f"gone, delete from STILL_ASSIGN_INTO_RESULTS: {sorted(known - found)}"
+    unknown = sorted(found - NOT_A_RESULTS_DOCUMENT)
+    assert not unknown, f"change a document through results/builder.py, a phase through phase_record.py: {unknown}"
+    assert found >= NOT_A_RESULTS_DOCUMENT, f"gone, delete: {sorted(NOT_A_RESULTS_DOCUMENT - found)}"

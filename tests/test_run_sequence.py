@@ -97,7 +97,7 @@ def test_sentinel_primary_is_sampled_both_ways(local_cluster: dist.Cluster, sent
         assert outcome.dropped_writes is None
         assert isinstance(outcome.backend.get("cleanup_removed"), int), outcome.backend
         assert "cleanup_error" not in outcome.backend
-        (phase,) = outcome.phases
+        (phase,) = outcome.to_json()["phases"]
         server = phase["server"]
         assert server is not None and server["source"] == "redis", (type(outcome).__name__, server)
         assert server["server_commands"], server  # the run's commands, counted where they ran

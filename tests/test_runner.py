@@ -15,7 +15,7 @@ from cachemark.workload.ops import OpStream
 
 
 def _ops(outcome, name):
-    return outcome.phases[0]["ops"][name]
+    return outcome.phases[0].ops[name]
 
 
 def test_lru_misses_are_exactly_what_an_lru_predicts():
@@ -56,7 +56,7 @@ def test_open_loop_completes_the_asked_rate():
     outcome = run_target("memory://", workload)
     count = _ops(outcome, "get")["count"]
     assert 3800 <= count <= 4200, count
-    phase = outcome.phases[0]
+    phase = outcome.phases[0].to_json()  # as saved
     assert phase["mode"] == "open"
     get = phase["ops"]["get"]
     assert set(get["histograms_uncorrected"]) == set(get["histograms"])
@@ -66,7 +66,7 @@ def test_open_loop_completes_the_asked_rate():
 
 def test_workers_merge_to_the_same_counts_as_the_sum_of_their_parts():
     outcome = run_target("memory://", Workload(keys=500, ops=20_000, duration=None, warmup=0, workers=2))
-    ops = outcome.phases[0]["ops"]
+    ops = outcome.phases[0].ops
     assert sum(op["count"] for op in ops.values()) == 20_000
     for op in ops.values():
         total = sum(Histogram.decode(h).total for h in op["histograms"].values())
@@ -114,7 +114,7 @@ def test_a_server_stopped_mid_run_shows_up_as_errors(spawn):
     assert "error" in get["histograms"]
     assert time.monotonic() - started < 20
     # every op after the stop failed: no fast successes once the server is gone
-    series = outcome.phases[0]["timeseries"]
+    series = outcome.phases[0].timeseries
     assert series[-1]["errors"] == series[-1]["ops"] > 0
 
 
@@ -224,14 +224,14 @@ def test_engine_and_python_clients_answer_in_one_schema(redis_server):
     engine = run_target(redis_server.url() + "?client=engine&connections=4", workload)
     assert engine.backend["info"]["client"] == "cachemark-engine"
     for outcome in (python, engine):
-        ops = outcome.phases[0]["ops"]
+        ops = outcome.phases[0].ops
         assert list(ops) == ["get", "set"]
         assert sum(op["count"] for op in ops.values()) == 4000
         get = ops["get"]
         assert get["misses"] == 0 and get["hits"] == get["count"]  # prefilled, and nothing deletes
         assert get["bytes_in"] == 100 * get["hits"]
         assert get["summary"]["p50_us"] > 0 and get["errors"] == {}
-        assert outcome.phases[0]["server"]["source"] == "redis"
+        assert outcome.phases[0].server["source"] == "redis"
 
 
 def test_memcached_cleanup_removes_the_counters_of_an_incr_phase(memcached_server):

@@ -155,17 +155,28 @@ def summary_from_result(op: dict[str, Any], wall_s: float, corrected: bool = Tru
 def merge_timeseries(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Merge per-worker per-second entries by second: ops and errors add, histograms merge. Each
     second keeps its slowest op (``max_us``): where in the phase a stall happened (report/verdict.py)."""
-    seconds: dict[int, dict[str, Any]] = {}
-    for series in parts:
-        for entry in series:
-            into = seconds.setdefault(entry["t"], {"t": entry["t"], "ops": 0, "errors": 0, "_h": Histogram()})
-            into["ops"] += entry["ops"]
-            into["errors"] += entry["errors"]
-            into["_h"].add(Histogram.decode(entry["histogram"]))
     out = []
-    for t in sorted(seconds):
-        entry = seconds[t]
-        hist = entry.pop("_h")
+    for entry, hist in _by_second(parts):
         p50, p99 = hist.percentiles((50.0, 99.0))
         out.append({**entry, "p50_us": p50 / 1000, "p99_us": p99 / 1000, "max_us": hist.max / 1000})
     return out
+
+
+def merge_seconds(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per-worker per-second entries merged by second, each with its histogram still encoded: what an
+    agent ships, so its coordinator merges agents' seconds exactly (never their percentiles)."""
+    return [{**entry, "histogram": hist.encode()} for entry, hist in _by_second(parts)]
+
+
+def _by_second(parts: list[list[dict[str, Any]]]) -> list[tuple[dict[str, Any], Histogram]]:
+    """Each second's ops and errors added over ``parts`` and its latencies merged, in time order."""
+    seconds: dict[int, tuple[dict[str, Any], Histogram]] = {}
+    for series in parts:
+        for entry in series:
+            if entry["t"] not in seconds:
+                seconds[entry["t"]] = ({"t": entry["t"], "ops": 0, "errors": 0}, Histogram())
+            counts, hist = seconds[entry["t"]]
+            counts["ops"] += entry["ops"]
+            counts["errors"] += entry["errors"]
+            hist.add(Histogram.decode(entry["histogram"]))
+    return [seconds[t] for t in sorted(seconds)]

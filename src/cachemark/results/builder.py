@@ -4,8 +4,8 @@ An experiment (run/experiment.py) starts a document from the environment and the
 run, adds each run's record as it ends (with its sweep point, its repeat and the name every report
 shows), the network proxy's own overhead, and a sweep's saturation; it writes the document after
 each change (validated on write: the typed document of the file is kept for the session's reports).
-Nothing else assigns into a results document, so its shape is decided here once (tests/test_results.py
-scans src/ for such assignments).
+Nothing else assigns into a results document, so its shape is decided here once, as a phase's is in
+:mod:`.phase_record` (tests/test_results.py scans src/ for such assignments).
 """
 
 from __future__ import annotations

@@ -36,10 +36,13 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..procs import stat_fields
 from .messages import death
+
+if TYPE_CHECKING:
+    from ..results.phase_record import PhaseRecord
 
 BEAT_S = 1.0  # how often the task tells the coordinator it is alive (and its ops done)
 GROUP_GRACE_S = 2.0  # how long a dead agent's resource tracker has to clean up (`_end_group`)
@@ -295,13 +298,15 @@ class Gate:
     def phase_ended(self, index: int, total_ops: int) -> None:
         self.out("ended", phase=index, ops=total_ops)
 
-    def attach(self, index: int, phase: dict[str, Any]) -> None:
-        phase["server"] = None  # the coordinator samples the server once, not every agent
-        if "start_wall" not in phase:  # the engine path: it starts right after the gate opens
+    def attach(self, index: int, record: PhaseRecord) -> PhaseRecord:
+        """The record goes to the coordinator (which samples the server once, not every agent), with
+        how late this agent started it; the engine path's starts right after the gate opens."""
+        if record.start_wall is None:
             start = self.started.get(index, time.time())
-            phase["start_wall"], phase["end_wall"] = start, start + phase["wall_s"]
-        phase["start_lag_s"] = self.lag.get(index)
-        self.out("phase", phase=index, record=phase)
+            record = record.on_agent_clock(start, start + record.wall_s)
+        record = record.with_start_lag(self.lag.get(index))
+        self.out("phase", phase=index, record=record.to_wire())
+        return record
 
     def stop_all(self) -> None:
         pass
@@ -314,36 +319,24 @@ def _cpu_total() -> float:
 
 
 def _merge_keeping_seconds(merge: Any) -> Any:
-    """The Python workers' phase merge (run/load_workers.py), plus what the coordinator needs for an exact merge across
-    agents: the per-second series with their histograms, and the phase's start and end on
-    this host's wall clock (from the workers' monotonic clock: CLOCK_MONOTONIC is one clock
-    for every process of a host)."""
+    """The Python workers' phase merge (run/load_workers.py), plus what the coordinator needs for an exact
+    merge across agents: the per-second series with their histograms, and the phase's start and end on
+    this host's wall clock (from the workers' monotonic clock: CLOCK_MONOTONIC is one clock for every
+    process of a host)."""
 
-    def merged(phase: Any, parts: list[Any], workload: Any) -> dict[str, Any]:
-        record = merge(phase, parts, workload)
-        seconds: dict[int, dict[str, Any]] = {}
-        from ..measure.histogram import Histogram
+    def merged(phase: Any, parts: list[Any], workload: Any) -> PhaseRecord:
+        from ..measure.summary import merge_seconds
 
-        for part in parts:
-            for entry in part.timeseries:
-                into = seconds.setdefault(entry["t"], {"t": entry["t"], "ops": 0, "errors": 0, "_h": Histogram()})
-                into["ops"] += entry["ops"]
-                into["errors"] += entry["errors"]
-                into["_h"].add(Histogram.decode(entry["histogram"]))
-        record["timeseries"] = [
-            {"t": s["t"], "ops": s["ops"], "errors": s["errors"], "histogram": s["_h"].encode()}
-            for s in (seconds[t] for t in sorted(seconds))
-        ]
         wall_now, mono_now = time.time(), time.perf_counter_ns()
-        record["start_wall"] = wall_now - (mono_now - min(p.start_ns for p in parts)) / 1e9
-        record["end_wall"] = wall_now - (mono_now - max(p.end_ns for p in parts)) / 1e9
-        record["workers"] = len(parts)
-        return record
+        start_wall = wall_now - (mono_now - min(p.start_ns for p in parts)) / 1e9
+        end_wall = wall_now - (mono_now - max(p.end_ns for p in parts)) / 1e9
+        seconds = merge_seconds([part.timeseries for part in parts])
+        return merge(phase, parts, workload).on_agent_clock(start_wall, end_wall, seconds)
 
     return merged
 
 
-def _python_path(spec: dict[str, Any], gate: Gate, out: _Out) -> tuple[list[dict[str, Any]], str, str]:
+def _python_path(spec: dict[str, Any], gate: Gate, out: _Out) -> tuple[list[PhaseRecord], str, str]:
     from ..spec import Workload
     from ..target import parse_target
     from .worker import WorkerTask
@@ -356,7 +349,7 @@ def _python_path(spec: dict[str, Any], gate: Gate, out: _Out) -> tuple[list[dict
     return supervise(tasks, workload, gate, out)
 
 
-def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[list[dict[str, Any]], str, str]:
+def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[list[PhaseRecord], str, str]:
     """The Python workers of this agent's slice of *global* worker indices (the shared board
     has a slot per global worker; deaths are told by worker id), with progress once a second.
     Returns (phase records, status, reason)."""
@@ -375,7 +368,7 @@ def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[l
     return got.records(workload, gate, _merge_keeping_seconds(merge_phase)), status, reason
 
 
-def _engine_path(spec: dict[str, Any], gate: Gate) -> list[dict[str, Any]]:
+def _engine_path(spec: dict[str, Any], gate: Gate) -> list[PhaseRecord]:
     from ..spec import Workload
     from ..target import parse_target
     from .engine_runner import run_engine_phases

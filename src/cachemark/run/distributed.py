@@ -34,6 +34,7 @@ from typing import Any
 from ..errors import Crash, PrefillFailed, UserError
 from ..measure.histogram import Histogram
 from ..measure.summary import merge_ops, merge_timeseries
+from ..results.phase_record import MERGED, PhaseRecord
 from ..spec import Workload
 from ..target import Target, split_query
 from ..textfile import one_line
@@ -229,7 +230,7 @@ class _Agent:
     last_seen: float = 0.0
     ready: set[int] = field(default_factory=set)
     ended: set[int] = field(default_factory=set)
-    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    records: dict[int, PhaseRecord] = field(default_factory=dict)
     lags: dict[int, float] = field(default_factory=dict)
     done_ops: int = 0
     cpu_s: float | None = None
@@ -565,12 +566,7 @@ class _Run:
         elif event == "beat":
             a.done_ops = m.get("done", a.done_ops)
         elif event == "phase":
-            record = m["record"]
-            for op in record.get("ops", {}).values():  # the engine leaves out counters it has no use for
-                for counter in ("count", "hits", "misses", "bytes_out", "bytes_in"):
-                    op.setdefault(counter, 0)
-                op.setdefault("errors", {})
-            a.records[m["phase"]] = record
+            a.records[m["phase"]] = PhaseRecord.from_wire(m["record"])
             a.ended.add(m["phase"])
         elif event == "status":
             a.status, a.reason = m["status"], m["reason"]
@@ -595,8 +591,7 @@ class _Run:
             parts = [(a, a.records[k]) for a in load if k in a.records]
             if not parts:
                 continue
-            merged.append(self._merge(k, phase, parts))
-            self.monitor.attach(k, merged[-1])
+            merged.append(self.monitor.attach(k, self._merge(k, phase, parts)))
         outcome.phases = merged
         outcome.dask = self._dask_record()
         if crashes and not merged:
@@ -620,66 +615,64 @@ class _Run:
             a = next(a for a in self.agents if a.status == "failed")
             outcome.status, outcome.reason = "failed", f"{a.name}: {a.reason}"
 
-    def _coordinator_time(self, a: _Agent, wall: float) -> float:
+    def _coordinator_time(self, a: _Agent, wall: float | None) -> float:
+        assert wall is not None  # an agent's gate sends where each phase began and ended on its clock
         return wall - a.offset_s
 
-    def _merge(self, k: int, phase: Any, parts: list[tuple[_Agent, dict[str, Any]]]) -> dict[str, Any]:
-        starts = [self._coordinator_time(a, r["start_wall"]) for a, r in parts]
-        ends = [self._coordinator_time(a, r["end_wall"]) for a, r in parts]
+    def _merge(self, k: int, phase: Any, parts: list[tuple[_Agent, PhaseRecord]]) -> PhaseRecord:
+        starts = [self._coordinator_time(a, r.start_wall) for a, r in parts]
+        ends = [self._coordinator_time(a, r.end_wall) for a, r in parts]
         wall_s = max(ends) - min(starts)
-        ops = merge_ops([r["ops"] for _, r in parts], wall_s)
         series = []
         for (_, r), start in zip(parts, starts):  # aligned on the coordinator's start of the phase
             shift = int((start - self.go[k]) // 1) if start > self.go[k] else 0
-            series.append([{**s, "t": s["t"] + shift} for s in r.get("timeseries", []) if "histogram" in s])
-        record: dict[str, Any] = {
-            "name": phase.name,
-            "mode": "open" if phase.rate else "closed",
-            "rate": phase.rate,
-            "workers": self.workload.workers,
-            "workers_reported": sum(r.get("workers_reported", r.get("workers", 0)) or 0 for _, r in parts),
-            "wall_s": wall_s,
-            "client_cpu_s": sum(r["client_cpu_s"] for _, r in parts),
-            "interrupted": any(r.get("interrupted") for _, r in parts),
-            "stopped_on_errors": next((r["stopped_on_errors"] for _, r in parts if r.get("stopped_on_errors")), None),
-            "missed": sum(r.get("missed", 0) for _, r in parts),
-            "error_samples": [s for _, r in parts for s in r.get("error_samples", [])][:5],
-            "ops": ops,
-            "timeseries": merge_timeseries(series) if series else [],
-            "agents": [self._agent_row(a, r) for a, r in parts],
-            "agents_reported": len(parts),
-            "agents_missing": [a.name for a in self.agents
-                               if a.role == "load" and k not in a.records],
-        }
-        engines = [r["engine"] for _, r in parts if r.get("engine")]
-        if engines:
-            record["engine"] = {**engines[0], "connections": sum(e.get("connections") or 0 for e in engines),
-                                "wire_bytes_out": sum(e.get("wire_bytes_out") or 0 for e in engines),
-                                "wire_bytes_in": sum(e.get("wire_bytes_in") or 0 for e in engines)}
-        measuring = [(a, a.records[k]) for a in self.agents if a.role == "measure" and k in a.records]
-        if measuring:
-            a, r = measuring[0]
-            record["measuring_agent"] = {
-                "agent": a.index, "rate": self.spec.measure_rate, "wall_s": r["wall_s"],
-                "ops": merge_ops([r["ops"]], r["wall_s"]), "row": self._agent_row(a, r),
-            }
-        return record
+            series.append([{**s, "t": s["t"] + shift} for s in r.timeseries if "histogram" in s])
+        return PhaseRecord(
+            name=phase.name,
+            mode="open" if phase.rate else "closed",
+            rate=phase.rate,
+            workers=self.workload.workers,
+            workers_reported=sum(r.workers if r.workers_reported is None else r.workers_reported for _, r in parts),
+            wall_s=wall_s,
+            client_cpu_s=sum(r.client_cpu_s for _, r in parts),
+            interrupted=any(r.interrupted for _, r in parts),
+            stopped_on_errors=next((r.stopped_on_errors for _, r in parts if r.stopped_on_errors), None),
+            missed=sum(r.missed for _, r in parts),
+            error_samples=[s for _, r in parts for s in r.error_samples][:5],
+            ops=merge_ops([r.ops for _, r in parts], wall_s),
+            timeseries=merge_timeseries(series) if series else [],
+            agents=[self._agent_row(a, r) for a, r in parts],
+            agents_reported=len(parts),
+            agents_missing=[a.name for a in self.agents if a.role == "load" and k not in a.records],
+            engine=_engines([r.engine for _, r in parts if r.engine]),
+            measuring_agent=self._measuring(k),
+            layout=MERGED,
+        )
 
-    def _agent_row(self, a: _Agent, r: dict[str, Any]) -> dict[str, Any]:
-        count = sum(op["count"] for op in r["ops"].values())
-        wall = r["wall_s"] or 0.0
+    def _measuring(self, k: int) -> dict[str, Any] | None:
+        """The measuring agent's share of phase ``k`` (its latencies apart from the load), if it sent one."""
+        measuring = [(a, a.records[k]) for a in self.agents if a.role == "measure" and k in a.records]
+        if not measuring:
+            return None
+        a, r = measuring[0]
+        return {"agent": a.index, "rate": self.spec.measure_rate, "wall_s": r.wall_s,
+                "ops": merge_ops([r.ops], r.wall_s), "row": self._agent_row(a, r)}
+
+    def _agent_row(self, a: _Agent, r: PhaseRecord) -> dict[str, Any]:
+        count = r.total_ops
+        wall = r.wall_s or 0.0
         return {
             "agent": a.index, "role": a.role, "host": a.host, "hostname": a.hostname, "worker": a.worker,
             "workers": [a.first, a.count], "ops": count, "ops_per_s": count / wall if wall else 0.0,
-            "wall_s": wall, "client_cpu_s": r["client_cpu_s"],
-            "cpu_cores": r["client_cpu_s"] / wall if wall else None,
-            "hits": sum(op.get("hits", 0) for op in r["ops"].values()),
-            "misses": sum(op.get("misses", 0) for op in r["ops"].values()),
-            "missed": r.get("missed", 0), "start_lag_ms": _ms(r.get("start_lag_s")),
-            "schedule_lag_us": schedule_lag_us(r["ops"]),
+            "wall_s": wall, "client_cpu_s": r.client_cpu_s,
+            "cpu_cores": r.client_cpu_s / wall if wall else None,
+            "hits": sum(op.get("hits", 0) for op in r.ops.values()),
+            "misses": sum(op.get("misses", 0) for op in r.ops.values()),
+            "missed": r.missed, "start_lag_ms": _ms(r.start_lag_s),
+            "schedule_lag_us": schedule_lag_us(r.ops),
             # the agent's own counters and encoded histograms: the merge above is their exact sum
             "op_results": {name: {k: v for k, v in op.items() if k not in ("summary", "summary_uncorrected")}
-                           for name, op in r["ops"].items()},
+                           for name, op in r.ops.items()},
         }
 
     def _dask_record(self) -> dict[str, Any]:
@@ -709,6 +702,15 @@ def skewed(offset_s: float, rtt_s: float) -> bool:
     """A clock offset known to exceed 1 ms: beyond the estimate's own uncertainty (half the
     round trip: the path there and the path back need not take equal times)."""
     return abs(offset_s) - rtt_s / 2 > SKEW_FLAG_S
+
+
+def _engines(engines: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The agents' engines as one: the first one's settings, their connections and wire bytes added."""
+    if not engines:
+        return None
+    return {**engines[0], "connections": sum(e.get("connections") or 0 for e in engines),
+            "wire_bytes_out": sum(e.get("wire_bytes_out") or 0 for e in engines),
+            "wire_bytes_in": sum(e.get("wire_bytes_in") or 0 for e in engines)}
 
 
 def _ms(seconds: float | None) -> float | None:

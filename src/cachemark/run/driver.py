@@ -31,6 +31,7 @@ from ..errors import BackendMissing, BackendUnavailable, PrefillFailed, Unsuppor
 from ..measure.histogram import COUNTS_LEN, Histogram, bucket_indexes
 from ..measure.recorder import ERROR, Recorder
 from ..measure.summary import merge_ops, merge_timeseries
+from ..results.phase_record import MERGED, PhaseRecord
 from ..schemes import scheme
 from ..spec import Phase, Workload
 from ..target import Target
@@ -39,6 +40,7 @@ from ..workload.ops import OpStream, mix_entries, split_ops, stream_seed
 from ..workload.replay import load_share
 from .driver_protocol import SCHEMA_FILE
 from .driver_protocol import load as load_protocol
+from .error_policy import stopped_reason
 from .messages import death
 from .worker import arrival_gaps
 
@@ -432,13 +434,13 @@ def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload
                                ops=merge_ops([p for p, _ in parts], max(r["wall_ns"] for r, _ in replies) / 1e9),
                                series=merge_timeseries([s for _, s in parts]))
         if monitor is not None:
-            monitor.phase_ended(index, sum(op["count"] for op in record["ops"].values()))
-            monitor.attach(index, record)
+            monitor.phase_ended(index, record.total_ops)
+            record = monitor.attach(index, record)
         outcome.phases.append(record)
-        if record["interrupted"]:
+        if record.interrupted:
             outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
             return
-        if record["stopped_on_errors"]:
+        if record.stopped_on_errors:
             return
 
 
@@ -499,34 +501,25 @@ def _go(drivers: list[DriverProcess], batches: list[OpBatch], entries: list[str]
 
 
 def _phase_record(phase: Phase, workload: Workload, replies: list[dict[str, Any]], ops: dict[str, Any] | None = None,
-                  series: list[dict[str, Any]] | None = None, interrupted: bool = False) -> dict[str, Any]:
-    stopped = any(r.get("stopped_on_errors") for r in replies)
-    ops = ops or {}
-    samples = [s for r in replies for s in r.get("error_samples") or []][:5]
-    reason = None
-    if stopped:
-        kinds: dict[str, int] = {}
-        for op in ops.values():
-            for kind, count in (op.get("errors") or {}).items():
-                kinds[kind] = kinds.get(kind, 0) + count
-        kind = max(kinds, key=kinds.__getitem__) if kinds else "op"
-        reason = (f"{kind} errors: 100 % of ops failed for {workload.error_grace:g} s, so the run stopped "
-                  f"(--on-error continue runs on)" + (f"; last: {samples[-1]}" if samples else ""))
-    return {
-        "name": phase.name,
-        "mode": "open" if phase.rate else "closed",
-        "rate": phase.rate,
-        "workers": workload.workers,
-        "workers_reported": len(replies),
-        "wall_s": max((r["wall_ns"] for r in replies), default=0) / 1e9,
-        "client_cpu_s": sum(float(r.get("cpu_s", 0.0)) for r in replies),
-        "interrupted": interrupted or any(r.get("interrupted") for r in replies),
-        "stopped_on_errors": reason,
-        "missed": sum(int(r.get("missed", 0)) for r in replies),
-        "error_samples": samples,
-        "ops": ops,
-        "timeseries": series or [],
-    }
+                  series: list[dict[str, Any]] | None = None, interrupted: bool = False) -> PhaseRecord:
+    record = PhaseRecord(
+        name=phase.name,
+        mode="open" if phase.rate else "closed",
+        rate=phase.rate,
+        workers=workload.workers,
+        workers_reported=len(replies),
+        wall_s=max((r["wall_ns"] for r in replies), default=0) / 1e9,
+        client_cpu_s=sum(float(r.get("cpu_s", 0.0)) for r in replies),
+        interrupted=interrupted or any(r.get("interrupted") for r in replies),
+        missed=sum(int(r.get("missed", 0)) for r in replies),
+        error_samples=[s for r in replies for s in r.get("error_samples") or []][:5],
+        ops=ops or {},
+        timeseries=series or [],
+        layout=MERGED,
+    )
+    if any(r.get("stopped_on_errors") for r in replies):  # the driver applied the on-error policy itself
+        return record.stopped(stopped_reason(record, workload.error_grace))
+    return record
 
 
 __all__ = ["DRIVERS", "DriverFailed", "DriverProcess", "driver_for", "run_driver_phases"]

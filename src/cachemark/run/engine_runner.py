@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import BackendUnavailable, PrefillFailed, UnsupportedOp
 from ..measure.outage import merge_outages
 from ..measure.summary import MergedOp, summaries
+from ..results.phase_record import ENGINE, PhaseRecord
 from ..schemes import find_scheme
 from ..spec import Phase, Workload
 from ..target import Target
@@ -84,8 +85,8 @@ def phase_config(target: Target, workload: Workload, phase: Phase, namespace: st
     return config
 
 
-def run_engine_phases(target: Target, workload: Workload, namespace: str, monitor: Any = None) -> list[dict[str, Any]]:
-    """Every phase of ``workload`` on the engine, as phase dicts of the results schema.
+def run_engine_phases(target: Target, workload: Workload, namespace: str, monitor: Any = None) -> list[PhaseRecord]:
+    """Every phase of ``workload`` on the engine, as phase records of the results schema.
 
     Prefill and warm-up run as separate, discarded engine calls, so the server sampler
     (``monitor``) sees exactly the timed part, as it does for the Python workers.
@@ -116,9 +117,8 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
         total = sum(op["count"] for op in result["ops"].values())
         if monitor is not None:
             monitor.phase_ended(index, total)
-        phases.append(_phase_record(phase, config, result, _our_ops(phase, workload, result)))
-        if monitor is not None:
-            monitor.attach(index, phases[-1])
+        record = _phase_record(phase, config, result, _our_ops(phase, workload, result))
+        phases.append(monitor.attach(index, record) if monitor is not None else record)
         if _cut_short(result):
             break
     return phases
@@ -202,23 +202,25 @@ def _our_ops(phase: Phase, workload: Workload, result: dict[str, Any]) -> dict[s
     return {name: {**op, **summaries(MergedOp.from_saved(op), wall_s)} for name, op in ordered}
 
 
-def _phase_record(phase: Phase, config: dict[str, Any], result: dict[str, Any], ops: dict[str, Any]) -> dict[str, Any]:
-    cluster = {"cluster": result["cluster"]} if result.get("cluster") else {}
+def _phase_record(phase: Phase, config: dict[str, Any], result: dict[str, Any], ops: dict[str, Any]) -> PhaseRecord:
     # the engine's threads' windows are on perf_counter_ns's clock, as the Python workers' are
     outages = merge_outages([result.get("write_outages") or []], result.get("start_ns", 0))
-    return cluster | ({"write_outages": outages} if outages else {}) | {
-        "name": phase.name,
-        "mode": config["mode"],
-        "rate": phase.rate,
-        "workers": config.get("threads", 1),
-        "wall_s": result["wall_s"],
-        "client_cpu_s": result["client_cpu_s"],
-        "interrupted": result.get("interrupted", False),
-        "stopped_on_errors": result.get("stopped_on_errors"),
-        "missed": result.get("missed", 0),
-        "error_samples": result.get("errors_sample", [])[:5],
-        "ops": ops,
-        "timeseries": result.get("timeseries", []),
-        "engine": {k: config.get(k) for k in ("protocol", "threads", "connections", "pipeline")}
+    return PhaseRecord(
+        name=phase.name,
+        mode=config["mode"],
+        rate=phase.rate,
+        workers=config.get("threads", 1),
+        wall_s=result["wall_s"],
+        client_cpu_s=result["client_cpu_s"],
+        interrupted=result.get("interrupted", False),
+        stopped_on_errors=result.get("stopped_on_errors"),
+        missed=result.get("missed", 0),
+        error_samples=result.get("errors_sample", [])[:5],
+        ops=ops,
+        timeseries=result.get("timeseries", []),
+        cluster=result.get("cluster") or None,
+        write_outages=outages or None,
+        engine={k: config.get(k) for k in ("protocol", "threads", "connections", "pipeline")}
         | {"wire_bytes_out": result.get("wire_bytes_out"), "wire_bytes_in": result.get("wire_bytes_in")},
-    }
+        layout=ENGINE,
+    )

@@ -13,8 +13,8 @@ the policy stops it, so a failover is measured, not cut short.
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from ..results.phase_record import PhaseRecord
 from ..schemes import find_scheme
 from ..spec import Workload
 from ..target import Target
@@ -57,15 +57,18 @@ class ErrorWatch:
             return False
         return now - max(self.last_ok, self.failing_since) >= self.grace
 
-    def reason(self, phase: dict[str, Any], since_wall: float) -> str:
+    def reason(self, phase: PhaseRecord, since_wall: float) -> str:
         """``connection errors from 12:01:03: only failures for 2 s (last: …)``, from the merged phase."""
-        kinds: dict[str, int] = {}
-        for op in phase["ops"].values():
-            for kind, count in (op.get("errors") or {}).items():
-                kinds[kind] = kinds.get(kind, 0) + count
-        kind = max(kinds, key=kinds.__getitem__) if kinds else "op"
-        since = time.strftime("%H:%M:%S", time.localtime(since_wall))
-        last = phase["error_samples"][-1] if phase.get("error_samples") else ""
-        grace = f"{self.grace:g}" if self.grace is not None else "?"
-        return (f"{kind} errors from {since}: 100 % of ops failed for {grace} s, so the run stopped "
-                f"(--on-error continue runs on)" + (f"; last: {last}" if last else ""))
+        return stopped_reason(phase, self.grace, since_wall)
+
+
+def stopped_reason(phase: PhaseRecord, grace: float | None, since_wall: float | None = None) -> str:
+    """Why the on-error policy stopped ``phase``: the kind of error most of its failed ops ended in,
+    since when (if known), for how long only failures came in, and the last error."""
+    kinds = phase.error_kinds()
+    kind = max(kinds, key=kinds.__getitem__) if kinds else "op"
+    since = "" if since_wall is None else f" from {time.strftime('%H:%M:%S', time.localtime(since_wall))}"
+    seconds = f"{grace:g}" if grace is not None else "?"
+    last = phase.error_samples[-1] if phase.error_samples else ""
+    return (f"{kind} errors{since}: 100 % of ops failed for {seconds} s, so the run stopped "
+            "(--on-error continue runs on)" + (f"; last: {last}" if last else ""))

@@ -24,5 +24,5 @@ class NativeEngine(LoadPath):
             outcome.phases = run_engine_phases(run.target, run.workload, run.namespace, run.monitor)
         except PrefillFailed as exc:  # named by the user's URL, as the workers' refusals are
             raise PrefillFailed(f"{outcome.target}: {exc}") from None
-        if any(p["interrupted"] for p in outcome.phases):
+        if any(p.interrupted for p in outcome.phases):
             outcome.status, outcome.reason = "interrupted", INTERRUPTED

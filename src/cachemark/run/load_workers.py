@@ -12,6 +12,7 @@ from typing import Any
 
 from ..measure.outage import merge_outages
 from ..measure.summary import merge_ops, merge_timeseries
+from ..results.phase_record import WORKERS, PhaseRecord
 from ..spec import Workload
 from ..workload.origin import remove_pool
 from .load_path import LoadPath, ProgressFn, Run
@@ -57,25 +58,24 @@ def progress_tick(progress: ProgressFn | None, workload: Workload) -> Tick | Non
     return tick
 
 
-def merge_phase(phase: Any, parts: list[PhaseReport], workload: Workload) -> dict[str, Any]:
+def merge_phase(phase: Any, parts: list[PhaseReport], workload: Workload) -> PhaseRecord:
     """One phase's record from its workers' reports (an agent adds what the coordinator needs)."""
     start = min(p.start_ns for p in parts)
     end = max(p.end_ns for p in parts)
     wall_s = (end - start) / 1e9
-    ops = merge_ops([p.ops for p in parts], wall_s)
-    outages = merge_outages([p.write_outages for p in parts], start)
-    return {
-        "name": phase.name,
-        "mode": "open" if phase.rate else "closed",
-        "rate": phase.rate,
-        "workers": workload.workers,
-        "workers_reported": len(parts),
-        "wall_s": wall_s,
-        "client_cpu_s": sum(p.cpu_s for p in parts),
-        "interrupted": any(p.interrupted for p in parts),
-        "missed": sum(p.missed for p in parts),
-        "error_samples": [s for p in parts for s in p.error_samples][:5],
-        "ops": ops,
-        "timeseries": merge_timeseries([p.timeseries for p in parts]),
-        **({"write_outages": outages} if outages else {}),
-    }
+    return PhaseRecord(
+        name=phase.name,
+        mode="open" if phase.rate else "closed",
+        rate=phase.rate,
+        workers=workload.workers,
+        workers_reported=len(parts),
+        wall_s=wall_s,
+        client_cpu_s=sum(p.cpu_s for p in parts),
+        interrupted=any(p.interrupted for p in parts),
+        missed=sum(p.missed for p in parts),
+        error_samples=[s for p in parts for s in p.error_samples][:5],
+        ops=merge_ops([p.ops for p in parts], wall_s),
+        timeseries=merge_timeseries([p.timeseries for p in parts]),
+        write_outages=merge_outages([p.write_outages for p in parts], start) or None,
+        layout=WORKERS,
+    )

@@ -2,7 +2,7 @@
 
 The runner tells a :class:`PhaseMonitor` when a phase is coming (its sampler connects),
 when it starts (the start reading) and when it ends (the end reading and the summary);
-the monitor then puts the server's figures on the phase and into its per-second series.
+the monitor then hands back the phase with the server's figures and their per-second series.
 
 The runner calls from two threads (a clock thread at the workers' barrier announces and
 starts phases; the main thread ends them), so the monitor owns the ordering:
@@ -28,6 +28,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..results.phase_record import PhaseRecord
     from ..target import Target
 
 
@@ -132,24 +133,13 @@ class PhaseMonitor:
         if source is not None:
             source.close()
 
-    def attach(self, index: int, phase: dict[str, Any]) -> None:
-        """Put the server figures on the phase and its per-second series (aligned at phase start)."""
+    def attach(self, index: int, record: PhaseRecord) -> PhaseRecord:
+        """The phase with its server figures and their per-second series (aligned at phase start)."""
         server = self.results.get(index)
         if server is None or server.get("source") == "none":
-            phase["server"] = None
-            return
+            return record.with_server(None, [])
         from ..measure.server_stats import timeseries
 
-        phase["server"] = server
-        if server.get("cluster") and "cluster" not in phase:
-            # the Python path's client (redis-py) follows redirects unseen: the nodes counted them
-            phase["cluster"] = server["cluster"]
-        series = phase.setdefault("timeseries", [])
-        by_second = {entry["t"]: entry for entry in series}
-        for row in timeseries(server):
-            second = max(0, round(row["t"]) - 1)  # the sample at t=1.0 covers second 0
-            if second not in by_second:  # e.g. the engine keeps no client-side series
-                by_second[second] = {"t": second}
-                series.append(by_second[second])
-            by_second[second].update({k: v for k, v in row.items() if k != "t" and v is not None})
-        series.sort(key=lambda entry: entry["t"])
+        # the sample at t=1.0 covers second 0
+        series = [{**row, "t": max(0, round(row["t"]) - 1)} for row in timeseries(server)]
+        return record.with_server(server, series)

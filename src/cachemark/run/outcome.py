@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..results.phase_record import PhaseRecord
 from ..target import scrub
 
 INTERRUPTED = "stopped by Ctrl-C; results cover what ran"
@@ -25,20 +26,20 @@ class RunOutcome:
     backend: dict[str, Any] = field(default_factory=dict)
     server: dict[str, Any] | None = None
     network: dict[str, Any] | None = None
-    phases: list[dict[str, Any]] = field(default_factory=list)
+    phases: list[PhaseRecord] = field(default_factory=list)
     dropped_writes: str | None = None  # the write-then-read probe's finding (run/write_probe.py)
 
     def to_json(self) -> dict[str, Any]:
         # scrub: client exceptions in reason/error_samples may echo a DSN or a password
         return scrub({
             "label": self.label, "target": self.target, "status": self.status, "reason": self.reason,
-            "backend": self.backend, "server": self.server, "network": self.network, "phases": self.phases,
-            "dropped_writes": self.dropped_writes,
+            "backend": self.backend, "server": self.server, "network": self.network,
+            "phases": [p.to_json() for p in self.phases], "dropped_writes": self.dropped_writes,
         })
 
 
 def fail_on_errors(outcome: RunOutcome) -> None:
     """A phase the on-error policy stopped fails the run (exit 1), with its reason."""
-    stopped = [p["stopped_on_errors"] for p in outcome.phases if p.get("stopped_on_errors")]
+    stopped = [p.stopped_on_errors for p in outcome.phases if p.stopped_on_errors]
     if stopped:
         outcome.status, outcome.reason = "failed", stopped[0]

@@ -24,6 +24,7 @@ from typing import Any
 from ..backends.base import PSEUDO_OPS
 from ..errors import Crash, UserError
 from ..procs import tasks_left
+from ..results.phase_record import PhaseRecord
 from ..spec import Workload
 from .error_policy import ErrorWatch
 from .forkserver import context
@@ -59,16 +60,16 @@ class Supervised:
         return "ok", ""
 
     def records(self, workload: Workload, monitor: Any,
-                merge: Callable[[Any, list[PhaseReport], Workload], dict[str, Any]]) -> list[dict[str, Any]]:
+                merge: Callable[[Any, list[PhaseReport], Workload], PhaseRecord]) -> list[PhaseRecord]:
         """Each phase that reported as one record (``merge``), with why the on-error policy
         stopped it, handed to ``monitor.attach`` (server figures, or the coordinator)."""
         phases = workload.effective_phases()
         records = []
         for i in sorted(self.per_phase):
             record = merge(phases[i], self.per_phase[i], workload)
-            record["stopped_on_errors"] = self.watch.reason(record, self.halted[i]) if i in self.halted else None
-            monitor.attach(i, record)
-            records.append(record)
+            if i in self.halted:
+                record = record.stopped(self.watch.reason(record, self.halted[i]))
+            records.append(monitor.attach(i, record))
         return records
 
 

@@ -1,0 +1,146 @@
+"""One timed phase's record, as every load path makes it: the one place a phase is built and changed.
+
+Python workers (run/load_workers.py), the native engine (run/engine_runner.py), a driver in another
+stack (run/driver.py) and a distributed run's coordinator (run/distributed.py) each make a
+:class:`PhaseRecord` from what they measured; the on-error policy, the server monitor and an
+agent's gate then hand back a changed copy (:meth:`~PhaseRecord.stopped`,
+:meth:`~PhaseRecord.with_server`, …), never a dict changed in place. :meth:`~PhaseRecord.to_json`
+is the phase as the results file keeps it (schema.Phase, with the keys each path has always
+written, in its order); :meth:`~PhaseRecord.to_wire` adds what an agent ships to its coordinator.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from .schema import Phase
+
+# The order a results file keeps a phase's keys in, per load path (report -f json prints them so).
+WORKERS = ("name", "mode", "rate", "workers", "workers_reported", "wall_s", "client_cpu_s", "interrupted", "missed",
+           "error_samples", "ops", "timeseries", "write_outages", "stopped_on_errors", "server", "cluster")
+ENGINE = ("cluster", "write_outages", "name", "mode", "rate", "workers", "wall_s", "client_cpu_s", "interrupted",
+          "stopped_on_errors", "missed", "error_samples", "ops", "timeseries", "engine", "server")
+# a driver's phases and a distributed run's merged ones (the driver has no agents)
+MERGED = ("name", "mode", "rate", "workers", "workers_reported", "wall_s", "client_cpu_s", "interrupted",
+          "stopped_on_errors", "missed", "error_samples", "ops", "timeseries", "agents", "agents_reported",
+          "agents_missing", "engine", "measuring_agent", "server", "cluster")
+
+# Saved beside schema.Phase's fields (a phase keeps fields it does not name): no report reads them.
+SAVED_EXTRAS = frozenset({"workers_reported", "agents_reported", "engine"})
+# Saved only where the path has them: absent, not null, when there are none.
+OPTIONAL = frozenset({"workers_reported", "write_outages", "cluster", "engine", "agents", "agents_reported",
+                      "agents_missing", "measuring_agent"})
+# What an agent ships to its coordinator beside the record, for the exact merge; never saved.
+IN_FLIGHT = ("start_wall", "end_wall", "start_lag_s")
+# An op's counters an agent's engine leaves out when it has no use for them (a set's hits).
+_COUNTERS = ("count", "hits", "misses", "bytes_out", "bytes_in")
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """One timed phase: schema.Phase's fields, what some paths save beside them, and (in flight
+    only) where an agent's phase ran on its wall clock. Ops, series and server figures are the
+    file's own JSON (encoded histograms): they go to the file as they came."""
+
+    name: str
+    mode: str  # closed | open
+    rate: float | None
+    workers: int
+    wall_s: float
+    client_cpu_s: float
+    interrupted: bool = False
+    stopped_on_errors: str | None = None  # the on-error policy ended the phase: why
+    missed: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    ops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timeseries: list[dict[str, Any]] = field(default_factory=list)
+    server: dict[str, Any] | None = None
+    workers_reported: int | None = None
+    write_outages: list[dict[str, Any]] | None = None
+    cluster: dict[str, Any] | None = None  # Redis Cluster's figures
+    engine: dict[str, Any] | None = None  # the engine's protocol, threads, connections and wire bytes
+    agents: list[dict[str, Any]] | None = None
+    agents_reported: int | None = None
+    agents_missing: list[str] | None = None
+    measuring_agent: dict[str, Any] | None = None
+    start_wall: float | None = None
+    end_wall: float | None = None
+    start_lag_s: float | None = None
+    layout: tuple[str, ...] = field(default=WORKERS, compare=False)
+
+    @property
+    def total_ops(self) -> int:
+        return sum(op["count"] for op in self.ops.values())
+
+    def error_kinds(self) -> Counter[str]:
+        """Failed ops by kind, over every op: what the on-error policy names as the cause."""
+        kinds: Counter[str] = Counter()
+        for op in self.ops.values():
+            kinds.update(op.get("errors") or {})
+        return kinds
+
+    def stopped(self, reason: str) -> PhaseRecord:
+        """The on-error policy ended this phase, for ``reason``."""
+        return replace(self, stopped_on_errors=reason)
+
+    def with_server(self, figures: dict[str, Any] | None, series: list[dict[str, Any]]) -> PhaseRecord:
+        """The server's figures for the phase (None: not sampled) and its per-second series, joined to the
+        client's seconds (``t`` the second it covers); a Redis Cluster's redirects from its nodes when the
+        client counted none (redis-py follows them unseen)."""
+        if figures is None:
+            return replace(self, server=None)
+        by_second = {entry["t"]: dict(entry) for entry in self.timeseries}
+        for row in series:
+            shown = {k: v for k, v in row.items() if k != "t" and v is not None}
+            by_second[row["t"]] = {**by_second.get(row["t"], {"t": row["t"]}), **shown}
+        cluster = self.cluster if self.cluster is not None else figures.get("cluster") or None
+        return replace(self, server=figures, cluster=cluster,
+                       timeseries=[by_second[t] for t in sorted(by_second)])
+
+    def on_agent_clock(self, start_wall: float, end_wall: float,
+                       seconds: list[dict[str, Any]] | None = None) -> PhaseRecord:
+        """Where the phase ran on an agent's wall clock (the coordinator aligns agents by it) and, from
+        Python workers, its seconds with their histograms (the coordinator merges those exactly)."""
+        return replace(self, start_wall=start_wall, end_wall=end_wall,
+                       timeseries=self.timeseries if seconds is None else seconds)
+
+    def with_start_lag(self, lag_s: float | None) -> PhaseRecord:
+        """How late the phase started on an agent after the coordinator's start time (None: unknown)."""
+        return replace(self, start_lag_s=lag_s)
+
+    def to_json(self) -> dict[str, Any]:
+        """The phase as the results file keeps it."""
+        return {name: getattr(self, name) for name in self.layout
+                if name not in OPTIONAL or getattr(self, name) is not None}
+
+    def to_wire(self) -> dict[str, Any]:
+        """The record an agent ships to its coordinator: as saved, and where it ran on the agent's clock."""
+        return self.to_json() | {name: getattr(self, name) for name in IN_FLIGHT}
+
+    @classmethod
+    def from_wire(cls, shipped: dict[str, Any]) -> PhaseRecord:
+        """An agent's record (:meth:`to_wire`) as its coordinator reads it: each op with every counter
+        (0 where the engine left one out), so agents' ops add up."""
+        known = {f.name for f in fields(cls)} - {"layout"}
+        values = {name: value for name, value in shipped.items() if name in known}
+        values["ops"] = {name: _with_counters(op) for name, op in (shipped.get("ops") or {}).items()}
+        return cls(**values)
+
+
+def _with_counters(op: dict[str, Any]) -> dict[str, Any]:
+    missing = {counter: 0 for counter in _COUNTERS if counter not in op}
+    return op | missing | ({} if "errors" in op else {"errors": {}})
+
+
+def _check_layouts() -> None:
+    """Every key a layout saves is one schema.Phase names or one of the extras it keeps."""
+    known = set(Phase.model_fields) | SAVED_EXTRAS
+    for layout in (WORKERS, ENGINE, MERGED):
+        unknown = set(layout) - known
+        if unknown:
+            raise TypeError(f"a phase layout saves keys schema.Phase does not know: {sorted(unknown)}")
+
+
+_check_layouts()
