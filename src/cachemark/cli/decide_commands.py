@@ -61,17 +61,16 @@ def cost(
     from ..analysis.cost import cost_of, load_prices
     from ..report.advice_report import cost_block
     from ..report.verdict import reading_warnings
-    from ..results import load as load_results
+    from ..results import read as read_results
 
     for value, name in ((load, "--load"), (data_gb, "--data-gb")):
         if value is not None and not 0 < value < math.inf:
             raise UserError(f"{name} {value:g}: must be a finite number > 0")
     table = load_prices(prices)
-    document = load_results(results)
+    document = read_results(results)
     runs = {}
-    for run in document.get("runs", []):
-        if run.get("status") in ("ok", "interrupted"):
-            runs.setdefault(str(run.get("label")), run)
+    for run in document.measured_runs:
+        runs.setdefault(run.label, run)
     costs = []
     for item in price:
         label, sep, offering = item.partition("=")

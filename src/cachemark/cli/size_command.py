@@ -249,13 +249,12 @@ def _value_sample(chunks: Any, limit: int = 200_000) -> Any:
 
 
 def _latencies(path: Path, label: str | None, targets: tuple[float, ...], compute: Any) -> tuple[Any, str]:
-    from ..results import load
+    from ..results import read
 
-    document = load(path)
-    runs = [r for r in document.get("runs", []) if label is None or r.get("label") == label]
+    runs = [r for r in read(path).runs if label is None or r.label == label]
     if not runs:
         raise UserError(f"{path}: no run labelled {label!r}")
     found = compute(runs[0], targets)
     if found is None:
-        raise UserError(f"{path}: {runs[0]['label']} has no get with both hits and misses to learn latency from")
-    return found, runs[0]["label"]
+        raise UserError(f"{path}: {runs[0].label} has no get with both hits and misses to learn latency from")
+    return found, runs[0].label
