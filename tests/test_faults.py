@@ -1,6 +1,11 @@
 """Faults end a run the way a user needs: a dead server stops it (failed, exit 1), a refused
 prefill is one line (exit 2), a bug of ours is a crash (exit 70, traceback in a file), and
-SIGTERM/SIGHUP clean up like Ctrl-C (exit 130). Real servers, killed for real."""
+SIGTERM/SIGHUP clean up like Ctrl-C (exit 130). Real servers, killed for real.
+
+Serial (run alone) are the cases that race a signal against start-up (Ctrl-C at any moment, in a
+finalizer, during a worker's crash) or check what a killed run leaves in /dev/shm and the scratch
+directory, which a test beside them would add to; the rest act once the timed phase is under way and
+allow seconds where a second is needed, so they hold on a busy host."""
 
 from __future__ import annotations
 
@@ -57,7 +62,6 @@ def _results(path: Path) -> dict:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.serial
 def test_a_killed_server_stops_the_run_and_fails_it(tmp_path, spawn, workers) -> None:
     server = spawn("redis")
     proc = _start(["run", "-t", server.url(), "--duration", "30s", "--warmup", "0", "--no-calibrate",
@@ -100,7 +104,6 @@ def test_a_hung_server_stops_the_run_after_its_timeouts(tmp_path, spawn) -> None
 
 
 @pytest.mark.parametrize("allow_errors", [True, False])
-@pytest.mark.serial
 def test_on_error_continue_runs_to_the_deadline_with_errors_in_the_series(tmp_path, spawn, allow_errors) -> None:
     server = spawn("redis")
     proc = _start(["run", "-t", server.url(), "--duration", "3s", "--warmup", "0", "--no-calibrate",
@@ -315,7 +318,6 @@ def test_a_server_spawned_by_a_run_killed_outright_stops_too(tmp_path, kind, pro
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-@pytest.mark.serial
 def test_sigterm_and_sighup_stop_spawned_servers_and_save_partial_results(tmp_path, sig) -> None:
     proc = _start(["run", "-t", "spawn:redis", "--duration", "30s", "--warmup", "0", "--no-calibrate",
                    "--workers", "2", "-o", "out.json"], tmp_path)
