@@ -20,12 +20,13 @@ run: packages-run setup bytecode
 
 # The set-up and the engine's own checks run side by side (-j2): pip, its downloads and the Maven/npm
 # drivers leave a core idle that clippy and the debug build use. -O prints each one's output whole.
-# Then the tests two at a time (2 cores; a file's fixtures once), and alone those that time something or race
-# a signal (marked serial: conftest.py); each pass names its ten slowest tests.
+# Then the tests three at a time (a file's fixtures once; on 2 cores, as the tests wait on servers and
+# subprocesses about a third of the time: 334 s against 412 s two at a time), and alone those that time
+# something or race a signal (marked serial: conftest.py); each pass names its ten slowest tests.
 test: packages-test
 	$(MAKE) -j2 -O --no-print-directory setup-test bytecode engine-check
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m 'not serial' --durations=10
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile -m 'not serial' --durations=10
 	$(BIN)/python -m pytest -q -m serial --durations=10
 
 # cachemark's own modules compiled once (an up-to-date one is skipped): with PYTHONDONTWRITEBYTECODE set,

@@ -43,7 +43,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # `make test` runs the other tests two at a time (pytest-xdist), then these alone: a test beside
+    # `make test` runs the other tests three at a time (pytest-xdist), then these alone: a test beside
     # them would move the latencies, rates, timeouts and signal races they assert.
     config.addinivalue_line("markers", "serial: times something or races a signal; runs alone, after the rest")
 
