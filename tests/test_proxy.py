@@ -16,7 +16,6 @@ import time
 import pytest
 
 from cachemark.errors import SpecError
-from cachemark.lab.base import free_port
 from cachemark.lab.network import PROFILES, NetworkProfile, parse_bandwidth_bps, parse_network
 from cachemark.lab.proxy import echo_server, measure_overhead, start_proxy
 from cachemark.lab.wakeups import QOS_DEVICE, fast_wakeups
@@ -392,16 +391,17 @@ def test_bad_config_is_a_value_error_naming_the_field(echo):
 
 
 def test_upstream_down_resets_the_client():
-    dead = free_port()
-    with Proxy(f"127.0.0.1:{dead}") as proxy:
-        s = socket.create_connection((proxy.host, proxy.port))
-        s.settimeout(5)
-        with pytest.raises((ConnectionResetError, BrokenPipeError)):
-            s.sendall(b"x")
-            if s.recv(16) == b"":
-                raise ConnectionResetError
-        assert proxy.stats()["upstream_errors"] == 1
-        s.close()
+    with socket.socket() as held:  # bound, never listening: refuses every connection, and no one else takes it
+        held.bind(("127.0.0.1", 0))
+        with Proxy(f"127.0.0.1:{held.getsockname()[1]}") as proxy:
+            s = socket.create_connection((proxy.host, proxy.port))
+            s.settimeout(5)
+            with pytest.raises((ConnectionResetError, BrokenPipeError)):
+                s.sendall(b"x")
+                if s.recv(16) == b"":
+                    raise ConnectionResetError
+            assert proxy.stats()["upstream_errors"] == 1
+            s.close()
 
 
 def test_overhead_is_measured_and_small():
