@@ -8,7 +8,7 @@ from cachemark.errors import SpecError
 from cachemark.spec import Phase, Workload
 from cachemark.workload.keys import KeyChooser, KeyDist
 from cachemark.workload.ops import OpStream, split_ops
-from cachemark.workload.values import ValueSizes, make_value, value_header, value_matches
+from cachemark.workload.values import MAX_VALUE_SIZE, ValueSizes, make_value, value_header, value_matches
 
 
 def test_uniform_keys_pass_chi_square():
@@ -67,6 +67,18 @@ def test_values_verify_only_for_their_own_key_and_length():
     assert not value_matches(value_header("cm:x:2"), value)
     assert not value_matches(header, value[:-1] + b"#")
     assert value_matches(header, make_value(header, 5))
+
+
+def test_values_of_any_size_up_to_the_largest_are_whole():
+    """The filler values are cut from grows on demand: a value longer than any seen so far verifies
+    when read first (another process wrote it), and is made whole."""
+    header = value_header("cm:x:1")
+    filler = bytes(0x21 + (i % 94) for i in range(94)) * (MAX_VALUE_SIZE // 94 + 1)
+    for size in (70_000, 3 * 1024 * 1024, MAX_VALUE_SIZE):
+        written_elsewhere = header + filler[12:size]
+        assert value_matches(header, written_elsewhere)
+        assert not value_matches(header, written_elsewhere[:-1] + b" ")
+        assert make_value(header, size) == written_elsewhere
 
 
 @pytest.mark.parametrize(("spec", "sizes", "kind"), [

@@ -16,8 +16,17 @@ import numpy as np
 from ..errors import SpecError
 
 MAX_VALUE_SIZE = 64 * 1024 * 1024
-_FILLER = bytes(0x21 + (i % 94) for i in range(94)) * (MAX_VALUE_SIZE // 94 + 1)
-_FILLER_VIEW = memoryview(_FILLER)
+_PATTERN = bytes(0x21 + (i % 94) for i in range(94))
+# The filler values are cut from, grown to the largest value asked for so far: every process
+# imports this module, and building all 64 MiB up front cost each one 50 ms and 64 MiB.
+_filler = _PATTERN * (64 * 1024 // len(_PATTERN) + 1)
+_filler_view = memoryview(_filler)
+
+
+def _grow_filler(size: int) -> None:
+    global _filler, _filler_view
+    _filler = _PATTERN * (max(size, 2 * len(_filler)) // len(_PATTERN) + 1)
+    _filler_view = memoryview(_filler)
 
 
 def value_header(key: str) -> bytes:
@@ -28,14 +37,18 @@ def make_value(header: bytes, size: int) -> bytes:
     """The value for the key whose :func:`value_header` is ``header``, ``size`` bytes long."""
     if size <= 12:
         return header[:size]
-    return header + _FILLER[12:size]
+    if size > len(_filler):
+        _grow_filler(size)
+    return header + _filler[12:size]
 
 
 def value_matches(header: bytes, value: bytes) -> bool:
     size = len(value)
     if size <= 12:
         return value == header[:size]
-    return value[:12] == header and _FILLER_VIEW[12:size] == value[12:]
+    if size > len(_filler):
+        _grow_filler(size)
+    return value[:12] == header and _filler_view[12:size] == value[12:]
 
 
 @dataclass(frozen=True)
