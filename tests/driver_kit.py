@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from cachemark.errors import BackendMissing
+from cachemark.measure.summary import OpRecord
 from cachemark.run.driver import DRIVERS, DriverFailed, DriverProcess
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
@@ -55,7 +56,7 @@ def workload(**fields: Any) -> Workload:
     return Workload(**(base | fields))
 
 
-def op(outcome: Any, name: str) -> dict[str, Any]:
+def op(outcome: Any, name: str) -> OpRecord:
     return outcome.phases[0].ops[name]
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from cachemark.errors import SpecError, UnsupportedOp
 from cachemark.measure.histogram import Histogram
+from cachemark.measure.summary import OpRecord
 from cachemark.run.engine_runner import engine_mix
 from cachemark.run.runner import run_target
 from cachemark.run.worker import Worker, WorkerTask
@@ -27,8 +28,8 @@ from cachemark.target import parse_target
 # Counts, refusals and the pool's order (a lower bound on a wait) hold under any load.
 
 
-def _mean(op: dict, outcome: str) -> float:
-    return Histogram.decode(op["histograms"][outcome]).mean
+def _mean(op: OpRecord, outcome: str) -> float:
+    return Histogram.decode(op.histograms[outcome]).mean
 
 
 @pytest.mark.serial
@@ -39,21 +40,21 @@ def test_fetch_mean_is_the_cache_aside_model_of_its_own_parts():
     assert outcome.status == "ok", outcome.reason
     ops = outcome.phases[0].ops
     fetch, origin, get, set_ = ops["fetch"], ops["origin"], ops["get"], ops["set"]
-    assert not fetch["errors"] and not origin["errors"]
-    hit_ratio = fetch["hits"] / (fetch["hits"] + fetch["misses"])
+    assert not fetch.errors and not origin.errors
+    hit_ratio = fetch.hits / (fetch.hits + fetch.misses)
     assert 0.75 <= hit_ratio <= 0.85  # an LRU of 800 entries over 1,000 uniform keys
     # every miss called the origin once; nothing else did
-    assert origin["count"] == fetch["misses"]
-    assert abs(Histogram.decode(origin["histograms"]["ok"]).percentile(50) - 10e6) <= 1e6
+    assert origin.count == fetch.misses
+    assert abs(Histogram.decode(origin.histograms["ok"]).percentile(50) - 10e6) <= 1e6
     predicted = hit_ratio * _mean(fetch, "hit") + (1 - hit_ratio) * (
         _mean(get, "miss") + _mean(origin, "ok") + _mean(set_, "ok"))
-    measured = fetch["summary"]["mean_us"] * 1000
+    measured = fetch.summary.mean_us * 1000
     assert abs(measured - predicted) / predicted < 0.05, (measured, predicted)
     # the origin's queries per second: its count over the phase's wall time
-    assert origin["summary"]["ops_per_s"] == pytest.approx(origin["count"] / outcome.phases[0].wall_s)
+    assert origin.summary.ops_per_s == pytest.approx(origin.count / outcome.phases[0].wall_s)
     # the per-second series counts the load's ops only, not the origin's calls inside them
     series_ops = sum(s["ops"] for s in outcome.phases[0].timeseries)
-    assert series_ops == fetch["count"] + get["count"] + set_["count"]
+    assert series_ops == fetch.count + get.count + set_.count
 
 
 @pytest.mark.serial
@@ -169,8 +170,8 @@ def test_sql_origin_runs_a_real_query(postgres_server, cachemark, tmp_path: Path
     outcome = run_target("memory://?max_entries=100", workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
     ops = outcome.phases[0].ops
-    assert not ops["origin"]["errors"] and ops["origin"]["count"] == ops["fetch"]["misses"] > 50
-    assert 5e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
+    assert not ops["origin"].errors and ops["origin"].count == ops["fetch"].misses > 50
+    assert 5e6 <= Histogram.decode(ops["origin"].histograms["ok"]).percentile(50) <= 9e6
 
 
 @pytest.mark.serial
@@ -187,8 +188,8 @@ def test_a_spawned_postgresql_origin_is_started_for_the_run_and_queried():
     outcome = run_target("memory://?max_entries=100", workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
     ops = outcome.phases[0].ops
-    assert not ops["origin"]["errors"] and ops["origin"]["count"] == ops["fetch"]["misses"] > 50
-    assert 3e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
+    assert not ops["origin"].errors and ops["origin"].count == ops["fetch"].misses > 50
+    assert 3e6 <= Histogram.decode(ops["origin"].histograms["ok"]).percentile(50) <= 9e6
     assert postgres_processes() == before
 
 
@@ -214,8 +215,8 @@ def test_mysql_origin_runs_a_real_query(mysql_server):
     outcome = run_target("memory://?max_entries=100", workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
     ops = outcome.phases[0].ops
-    assert not ops["origin"]["errors"] and ops["origin"]["count"] == ops["fetch"]["misses"] > 50
-    assert 5e6 <= Histogram.decode(ops["origin"]["histograms"]["ok"]).percentile(50) <= 9e6
+    assert not ops["origin"].errors and ops["origin"].count == ops["fetch"].misses > 50
+    assert 5e6 <= Histogram.decode(ops["origin"].histograms["ok"]).percentile(50) <= 9e6
 
 
 def _origin_p50(origin: str) -> float:
@@ -225,8 +226,8 @@ def _origin_p50(origin: str) -> float:
     worker.backend.open()
     result = worker.run_phase(workload.effective_phases()[0], 100, None).result()
     worker.origin.close()
-    assert result["origin"]["count"] == result["fetch"]["misses"] == 100
-    return Histogram.decode(result["origin"]["histograms"]["ok"]).percentile(50)
+    assert result["origin"].count == result["fetch"].misses == 100
+    return Histogram.decode(result["origin"].histograms["ok"]).percentile(50)
 
 
 @pytest.mark.serial

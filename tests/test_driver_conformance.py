@@ -329,15 +329,15 @@ def test_hits_and_misses_exactly_as_predicted(name, kind, request):
     prefilled, mixed = runs["prefilled"], runs["mixed"]
     assert prefilled.status == "ok", prefilled.reason
     get = op(prefilled, "get")
-    assert (get["count"], get["hits"], get["misses"], get["errors"]) == (400, 400, 0, {})
-    assert get["bytes_in"] > 400 * 100 and get["summary"]["p50_us"] > 0
+    assert (get.count, get.hits, get.misses, get.errors) == (400, 400, 0, {})
+    assert get.bytes_in > 400 * 100 and get.summary.p50_us > 0
     assert mixed.status == "ok", mixed.reason
     want = predicted(DRIVERS[name], workload(**MIXED))
-    got = {e: {k: o[k] for k in ("count", "hits", "misses")} for e, o in mixed.phases[0].ops.items()}
+    got = {e: {"count": o.count, "hits": o.hits, "misses": o.misses} for e, o in mixed.phases[0].ops.items()}
     assert got == want
     set_ = mixed.phases[0].ops["set"]
-    assert set_["bytes_out"] > set_["count"] * 100 and mixed.phases[0].ops["get"]["bytes_in"] > 0
-    errors = {e: o["errors"] for e, o in mixed.phases[0].ops.items() if o["errors"]}
+    assert set_.bytes_out > set_.count * 100 and mixed.phases[0].ops["get"].bytes_in > 0
+    errors = {e: o.errors for e, o in mixed.phases[0].ops.items() if o.errors}
     assert not errors, errors  # every read verified, every write read back (a canary each)
 
 
@@ -410,9 +410,9 @@ def test_a_dropped_write_is_reported_exactly_when_the_server_lost_it(name, kind,
     outcome = run_target(with_client(server.url(), name), load)
     assert outcome.status == "ok", outcome.reason
     set_, get = outcome.phases[0].ops["set"], outcome.phases[1].ops["get"]
-    dropped = set_["errors"].get("dropped_write", 0)
-    assert set_["count"] == 20 and set(set_["errors"]) <= {"dropped_write"}, set_["errors"]
-    assert (dropped, get["hits"], get["misses"]) in ((20, 0, 20), (0, 20, 0)), (set_["errors"], get)
+    dropped = set_.errors.get("dropped_write", 0)
+    assert set_.count == 20 and set(set_.errors) <= {"dropped_write"}, set_.errors
+    assert (dropped, get.hits, get.misses) in ((20, 0, 20), (0, 20, 0)), (set_.errors, get)
 
 
 @every_target
@@ -433,8 +433,8 @@ def test_refused_writes_are_server_errors(name, kind, spawn):
                                        workers=1, on_error="continue"))
     assert outcome.status == "ok", outcome.reason
     set_ = op(outcome, "set")
-    errors = set_["errors"]
-    assert set_["count"] == ops and errors.get("server", 0) >= least, errors
+    errors = set_.errors
+    assert set_.count == ops and errors.get("server", 0) >= least, errors
     assert set(errors) <= {"server", "timeout", "connection"}, errors
     if kind == "memcached":
         assert sum(errors.values()) == ops, errors  # not one write stored
@@ -550,7 +550,7 @@ def test_a_password_is_used_and_a_bad_one_is_one_line_exit_2(name, kind, request
         server = request.getfixturevalue("redis_server_auth")
         outcome = run_target(with_client(server.url(), name), workload(mix={"get": 1}, ops=100, workers=1, keys=50))
         assert outcome.status == "ok", outcome.reason
-        assert (op(outcome, "get")["hits"], op(outcome, "get")["errors"]) == (100, {})
+        assert (op(outcome, "get").hits, op(outcome, "get").errors) == (100, {})
         wrong = server.url().replace("s3cret", "wrong")
     else:
         server = server_of(request, kind)

@@ -62,7 +62,7 @@ def test_file_store_stays_in_the_runs_directory(tmp_path):
     file = run_target(f"file://{tmp_path}?{CLIENT}", _workload(mix={"get": 1, "exists": 1}, ops=400))
     assert file.status == "ok", file.reason
     assert file.backend["info"]["store"] == "Symfony\\Component\\Cache\\Adapter\\FilesystemAdapter"
-    assert sum(op["hits"] for op in file.phases[0].ops.values()) == 400
+    assert sum(op.hits for op in file.phases[0].ops.values()) == 400
     assert file.backend["cleanup_removed"] >= 200  # Symfony's files, in the run's own directory, removed
     assert [p.name for p in tmp_path.iterdir()] == ["foreign.txt"]
 
@@ -74,18 +74,18 @@ def test_tagged_mixed_run_with_clean(kind, request, tmp_path):
                                         tags={"pool": 30, "min_per_key": 0, "max_per_key": 4}))
     assert outcome.status == "ok", outcome.reason
     ops = outcome.phases[0].ops
-    assert sum(op["count"] for op in ops.values()) == 1200
-    clean_errors = sum(ops["clean"]["errors"].values()) if kind == "memcached" else 0
+    assert sum(op.count for op in ops.values()) == 1200
+    clean_errors = sum(ops["clean"].errors.values()) if kind == "memcached" else 0
     if clean_errors:
         # Seen once in CI (2026-11-23, under load): Symfony's MemcachedAdapter said 'Failed to delete key
         # "t2 tags "' while two workers invalidated tags; the client's own failure, counted as it should be
         samples = outcome.phases[0].error_samples
-        assert clean_errors <= 0.05 * ops["clean"]["count"] and all("Failed to delete key" in m for m in samples)
-    assert all(not op["errors"] for name, op in ops.items() if not (clean_errors and name == "clean")), \
+        assert clean_errors <= 0.05 * ops["clean"].count and all("Failed to delete key" in m for m in samples)
+    assert all(not op.errors for name, op in ops.items() if not (clean_errors and name == "clean")), \
         outcome.phases[0].error_samples
     get = ops["get"]
-    assert get["hits"] > 0 and get["misses"] > 0  # untagged keys still hit; cleaned ones miss
-    assert ops["clean"]["count"] > 0 and ops["clean"]["hits"] == ops["clean"]["misses"] == 0
+    assert get.hits > 0 and get.misses > 0  # untagged keys still hit; cleaned ones miss
+    assert ops["clean"].count > 0 and ops["clean"].hits == ops["clean"].misses == 0
     ns = outcome.backend["namespace"]
     if kind == "redis":  # items and Symfony's tag sets, all under the namespace (the client's prefix)
         client = redis.Redis.from_url(request.getfixturevalue("redis_server").url())

@@ -89,5 +89,5 @@ def test_django_and_direct_clients_count_the_same_hits_and_misses(redis_server, 
     for direct_url, django_url in pairs:
         direct = run_target(direct_url, workload).phases[0].ops["get"]
         django = run_target(django_url, workload).phases[0].ops["get"]
-        assert direct["misses"] > 100  # deletes make real misses, so equality means something
-        assert (django["hits"], django["misses"]) == (direct["hits"], direct["misses"])
+        assert direct.misses > 100  # deletes make real misses, so equality means something
+        assert (django.hits, django.misses) == (direct.hits, direct.misses)

@@ -170,10 +170,10 @@ def test_delete_of_a_missing_key_is_a_miss():
                         workers=1, prefill=False)
     ops = run_target("memory://", workload).phases[0].ops
     delete = ops["delete"]
-    assert delete["hits"] > 0 and delete["misses"] > 0  # more deletes than sets: many keys are already gone
-    assert delete["hits"] + delete["misses"] == delete["count"]
-    assert delete["hits"] <= ops["set"]["count"]  # a delete can only find what a set put there
-    assert Histogram.decode(delete["histograms"]["miss"]).total == delete["misses"]
+    assert delete.hits > 0 and delete.misses > 0  # more deletes than sets: many keys are already gone
+    assert delete.hits + delete.misses == delete.count
+    assert delete.hits <= ops["set"].count  # a delete can only find what a set put there
+    assert Histogram.decode(delete.histograms["miss"]).total == delete.misses
 
 
 def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path, cachemark):

@@ -99,8 +99,7 @@ def _same_run(url: str) -> dict:
     outcome = run_target(url, workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
     ops = outcome.phases[0].ops
-    return {name: (op["count"], op.get("hits", 0), op.get("misses", 0), op.get("errors") or {})
-            for name, op in ops.items()}
+    return {name: (op.count, op.hits or 0, op.misses or 0, op.errors) for name, op in ops.items()}
 
 
 @pytest.mark.parametrize("client", ["", "?client=engine&threads=1&connections=1"])

@@ -423,7 +423,7 @@ NOT_THE_RESULTS = {
     ("report/verdict.py", 'elif isinstance(spec.get("ops"), int) and done < spec["ops"]:'),
     ("report/verdict.py", "budget.append(Finding(Kind.BUDGET, f\"{where}: {done:,} of the {spec['ops']:,} ops "
                           "planned were done\","),
-    ("run/engine_runner.py", 'total = sum(op["count"] for op in result["ops"].values())'),  # the engine's answer
+    # the engine's answer, read into op records
     ("run/engine_runner.py", 'renamed = {ours.get(name, name): op for name, op in result["ops"].items()}'),
     ("spec.py", 'data["ops"] = phase.ops if phase.ops is not None else (None if phase.duration else self.ops)'),  # spec
 }
@@ -448,25 +448,25 @@ def test_the_summary_measure_computes_is_the_one_the_schema_reads() -> None:
     """measure/ computes an op's figures (OpFigures); results/ reads them back (OpSummary): same fields,
     same order. Merged ops carry nothing private into the file (no ``_merged``): counters, encoded
     histograms and the summaries, the uncorrected one only in open loop."""
-    from dataclasses import fields
+    from dataclasses import fields, replace
 
     from cachemark.measure.histogram import Histogram
-    from cachemark.measure.summary import MergedOp, OpFigures, merge_ops, summarize
+    from cachemark.measure.summary import MergedOp, OpFigures, OpRecord, merge_ops, summarize
     from cachemark.results import OpSummary
 
     assert [f.name for f in fields(OpFigures)] == list(OpSummary.model_fields)
-    closed = {"count": 2, "hits": 1, "misses": 1, "errors": {"timeout": 1}, "bytes_out": 3, "bytes_in": 4,
-              "histograms": {"hit": Histogram.of([1000]).encode(), "miss": Histogram.of([3000]).encode()}}
-    opened = {**closed, "histograms_uncorrected": {"hit": Histogram.of([500]).encode()}}
+    closed = OpRecord(count=2, hits=1, misses=1, errors={"timeout": 1}, bytes_out=3, bytes_in=4,
+                      histograms={"hit": Histogram.of([1000]).encode(), "miss": Histogram.of([3000]).encode()})
+    opened = replace(closed, histograms_uncorrected={"hit": Histogram.of([500]).encode()})
     merged = merge_ops([{"get": closed}, {"get": opened}], wall_s=2.0)["get"]
-    assert list(merged) == ["count", "hits", "misses", "errors", "bytes_out", "bytes_in", "histograms",
-                            "histograms_uncorrected", "summary", "summary_uncorrected"]
-    assert merged["summary"] == summarize(MergedOp.from_saved(merged), 2.0).as_json()
-    assert merged["summary"]["ops_per_s"] == 2.0 and merged["summary"]["hit_ratio"] == 0.5
-    assert merged["summary"]["error_count"] == 2
-    assert OpSummary.model_validate(merged["summary"]).p99_us == merged["summary"]["p99_us"]
-    assert "summary_uncorrected" not in merge_ops([{"get": closed}], wall_s=2.0)["get"]
-    assert "summary" not in merge_ops([{"get": closed}])["get"]  # no wall time: nothing to summarise over
+    assert list(merged.to_json()) == ["count", "hits", "misses", "errors", "bytes_out", "bytes_in", "histograms",
+                                      "histograms_uncorrected", "summary", "summary_uncorrected"]
+    assert merged.summary == summarize(MergedOp.of(merged), 2.0)
+    assert merged.summary.ops_per_s == 2.0 and merged.summary.hit_ratio == 0.5
+    assert merged.summary.error_count == 2 and merged.errors == {"timeout": 2}
+    assert OpSummary.model_validate(merged.to_json()["summary"]).p99_us == merged.summary.p99_us
+    assert merge_ops([{"get": closed}], wall_s=2.0)["get"].summary_uncorrected is None
+    assert merge_ops([{"get": closed}])["get"].summary is None  # no wall time: nothing to summarise over
 
 
 def test_the_builder_makes_the_document_an_experiment_writes(tmp_path) -> None:
@@ -498,10 +498,11 @@ def test_the_builder_makes_the_document_an_experiment_writes(tmp_path) -> None:
 
 def _phase_record(**fields: Any) -> Any:
     from cachemark.measure.histogram import Histogram
+    from cachemark.measure.summary import OpRecord
     from cachemark.results.phase_record import PhaseRecord
 
-    get = {"count": 3, "hits": 2, "misses": 1, "errors": {"timeout": 1}, "bytes_out": 30, "bytes_in": 40,
-           "histograms": {"hit": Histogram.of([1000, 2000]).encode(), "miss": Histogram.of([900]).encode()}}
+    get = OpRecord(count=3, hits=2, misses=1, errors={"timeout": 1}, bytes_out=30, bytes_in=40,
+                   histograms={"hit": Histogram.of([1000, 2000]).encode(), "miss": Histogram.of([900]).encode()})
     base = {"name": "main", "mode": "closed", "rate": None, "workers": 2, "workers_reported": 2, "wall_s": 1.5,
             "client_cpu_s": 0.25, "error_samples": ["timeout: no reply"], "ops": {"get": get},
             "timeseries": [{"t": 0, "ops": 2, "errors": 0}, {"t": 1, "ops": 1, "errors": 1}]}
@@ -553,6 +554,7 @@ def test_a_phase_record_is_changed_only_by_copy() -> None:
 def test_an_agents_phase_record_reaches_its_coordinator_whole() -> None:
     """What an agent ships (its record, where it ran on its clock, how late it started) reads back the
     same on the coordinator, an engine op's missing counters (a set's hits) read as 0."""
+    from cachemark.measure.summary import OpRecord
     from cachemark.results.phase_record import PhaseRecord
 
     record = _phase_record().on_agent_clock(100.0, 101.5).with_start_lag(0.002)
@@ -561,7 +563,41 @@ def test_an_agents_phase_record_reaches_its_coordinator_whole() -> None:
     assert PhaseRecord.from_wire(shipped) == record
     engine_set = {"bytes_in": 0, "bytes_out": 10, "count": 1, "errors": {}, "histograms": {}}
     read = PhaseRecord.from_wire({**shipped, "ops": {"set": engine_set}, "newer_field": 1})
-    assert read.ops["set"] == {**engine_set, "hits": 0, "misses": 0}
+    assert read.ops["set"] == OpRecord(count=1, hits=0, misses=0, bytes_out=10)
+    assert list(read.ops["set"].to_json()) == [*engine_set, "hits", "misses"]
+
+
+def test_a_phase_records_ops_keep_their_producers_key_order_to_the_file_and_back() -> None:
+    """Python workers, drivers and a distributed run save an op in MergedOp's order; the engine's ops
+    keep the engine's own (a write without hits and misses). An agent's ops read back the same, in the
+    same order, a write's uncounted hits and misses as 0, after the rest."""
+    from cachemark.measure.histogram import Histogram
+    from cachemark.measure.summary import OpRecord, merge_ops
+    from cachemark.results import Phase
+    from cachemark.results.phase_record import ENGINE, MERGED, WORKERS, PhaseRecord
+
+    hit, error = {"hit": Histogram.of([1000]).encode()}, {"error": Histogram.of([9000]).encode()}
+    merged = merge_ops([{"get": OpRecord(count=1, hits=1, histograms=hit, histograms_uncorrected=hit)},
+                        {"set": OpRecord(count=1, errors={"timeout": 1}, histograms=error)}], wall_s=1.0)
+    engine_get = {"bytes_in": 5, "bytes_out": 3, "count": 1, "errors": {}, "histograms": hit,
+                  "histograms_uncorrected": hit, "hits": 1, "misses": 0}
+    engine_set = {"bytes_in": 0, "bytes_out": 9, "count": 1, "errors": {"timeout": 1}, "histograms": error}
+    engine = {"get": OpRecord.from_json(engine_get).summarized(1.0),
+              "set": OpRecord.from_json(engine_set).summarized(1.0)}
+    counters = ["count", "hits", "misses", "errors", "bytes_out", "bytes_in", "histograms"]
+    in_merged_order = {"get": [*counters, "histograms_uncorrected", "summary", "summary_uncorrected"],
+                       "set": [*counters, "summary"]}
+    in_engines_order = {"get": [*engine_get, "summary", "summary_uncorrected"], "set": [*engine_set, "summary"]}
+    for layout, ops, order in ((WORKERS, merged, in_merged_order), (MERGED, merged, in_merged_order),
+                               (ENGINE, engine, in_engines_order)):
+        record = _phase_record(layout=layout, ops=ops)
+        saved = record.to_json()
+        Phase.model_validate(saved)
+        assert {name: list(op) for name, op in saved["ops"].items()} == order
+        read = PhaseRecord.from_wire(json.loads(json.dumps(record.to_wire())))
+        assert read.ops == {name: op.with_every_counter() for name, op in ops.items()}
+        assert list(read.ops["get"].to_json().items()) == list(saved["ops"]["get"].items())
+    assert list(read.ops["set"].to_json().items()) == [*saved["ops"]["set"].items(), ("hits", 0), ("misses", 0)]
 
 
 # The same names holding something that is not a results document, with why.

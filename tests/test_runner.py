@@ -8,7 +8,7 @@ import pytest
 
 from cachemark.errors import UnsupportedOp, UserError
 from cachemark.measure.histogram import Histogram
-from cachemark.measure.summary import merge_ops
+from cachemark.measure.summary import OpRecord, merge_ops
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
 from cachemark.workload.ops import OpStream
@@ -47,14 +47,14 @@ def test_lru_misses_are_exactly_what_an_lru_predicts():
             else:
                 put(k)
     get = _ops(outcome, "get")
-    assert (get["hits"], get["misses"]) == (hits, misses)
+    assert (get.hits, get.misses) == (hits, misses)
     assert misses > 500  # 100 of 1100 keys never fit: the cache really is too small
 
 
 def test_open_loop_completes_the_asked_rate():
     workload = Workload(keys=1000, mix="get=1", rate=2000, duration=2, warmup=0, workers=2)
     outcome = run_target("memory://", workload)
-    count = _ops(outcome, "get")["count"]
+    count = _ops(outcome, "get").count
     assert 3800 <= count <= 4200, count
     phase = outcome.phases[0].to_json()  # as saved
     assert phase["mode"] == "open"
@@ -67,21 +67,21 @@ def test_open_loop_completes_the_asked_rate():
 def test_workers_merge_to_the_same_counts_as_the_sum_of_their_parts():
     outcome = run_target("memory://", Workload(keys=500, ops=20_000, duration=None, warmup=0, workers=2))
     ops = outcome.phases[0].ops
-    assert sum(op["count"] for op in ops.values()) == 20_000
+    assert sum(op.count for op in ops.values()) == 20_000
     for op in ops.values():
-        total = sum(Histogram.decode(h).total for h in op["histograms"].values())
-        assert total == op["count"]
+        total = sum(Histogram.decode(h).total for h in op.histograms.values())
+        assert total == op.count
 
 
 def test_merge_ops_adds_histograms_and_counters():
     parts = []
     for values in ([1000, 2000], [3000]):
         hist = Histogram.of(values).encode()
-        parts.append({"get": {"count": len(values), "hits": len(values), "misses": 0, "errors": {"timeout": 1},
-                              "bytes_out": 1, "bytes_in": 2, "histograms": {"hit": hist}}})
+        parts.append({"get": OpRecord(count=len(values), hits=len(values), misses=0, errors={"timeout": 1},
+                                      bytes_out=1, bytes_in=2, histograms={"hit": hist})})
     merged = merge_ops(parts)["get"]
-    assert merged["count"] == 3 and merged["errors"] == {"timeout": 2} and merged["bytes_in"] == 4
-    assert Histogram.decode(merged["histograms"]["hit"]).total == 3
+    assert merged.count == 3 and merged.errors == {"timeout": 2} and merged.bytes_in == 4
+    assert Histogram.decode(merged.histograms["hit"]).total == 3
 
 
 def test_redis_run_counts_hits_bytes_and_cleans_its_namespace(redis_server):
@@ -92,10 +92,10 @@ def test_redis_run_counts_hits_bytes_and_cleans_its_namespace(redis_server):
     workload = Workload(keys=200, value_size=100, mix="get=80,set=20", ops=2000, duration=None, warmup=0)
     outcome = run_target(redis_server.url(), workload)
     get, set_ = _ops(outcome, "get"), _ops(outcome, "set")
-    assert get["hits"] + get["misses"] == get["count"] > 0
-    assert get["misses"] == 0  # prefilled, nothing deletes
-    assert get["bytes_in"] == 100 * get["hits"]
-    assert set_["bytes_out"] >= 100 * set_["count"]
+    assert get.hits + get.misses == get.count > 0
+    assert get.misses == 0  # prefilled, nothing deletes
+    assert get.bytes_in == 100 * get.hits
+    assert set_.bytes_out >= 100 * set_.count
     assert outcome.backend["info"]["server_version"]
     assert client.get("someone-elses-key") == b"keep me"
     assert not list(client.scan_iter(match=outcome.backend["namespace"] + "*"))
@@ -110,8 +110,8 @@ def test_a_server_stopped_mid_run_shows_up_as_errors(spawn):
     outcome = run_target(server.url() + "?socket_timeout=1", workload)
     timer.join()
     get = _ops(outcome, "get")
-    assert get["errors"].get("connection", 0) > 0, get["errors"]
-    assert "error" in get["histograms"]
+    assert get.errors.get("connection", 0) > 0, get.errors
+    assert "error" in get.histograms
     assert time.monotonic() - started < 20
     # every op after the stop failed: no fast successes once the server is gone
     series = outcome.phases[0].timeseries
@@ -123,10 +123,10 @@ def test_silently_dropped_writes_are_errors(memcached_server):
     workload = Workload(keys=5, value_size="2m", mix="set=1", ops=20, duration=None, warmup=0, workers=1,
                         prefill=False, verify_writes=1)
     outcome = run_target(memcached_server.url() + "?noreply=true", workload)
-    assert _ops(outcome, "set")["errors"].get("dropped_write", 0) == 20
+    assert _ops(outcome, "set").errors.get("dropped_write", 0) == 20
     fine = workload.model_copy(update={"value_size": "1000"})
     outcome = run_target(memcached_server.url() + "?noreply=true", fine)
-    assert _ops(outcome, "set")["errors"] == {}
+    assert _ops(outcome, "set").errors == {}
 
 
 def test_reads_are_verified(redis_server):
@@ -151,7 +151,7 @@ def test_reads_are_verified(redis_server):
     finally:
         stop.set()
         thread.join()
-    assert _ops(outcome, "get")["errors"].get("verify", 0) > 0
+    assert _ops(outcome, "get").errors.get("verify", 0) > 0
 
 
 def test_unreachable_target_is_a_user_error():
@@ -211,8 +211,8 @@ def test_a_network_profile_slows_every_op_by_its_round_trip(redis_server):
     workload = Workload(keys=20, mix="get=1", ops=40, duration=None, warmup=0, workers=1)
     outcome = run_target(redis_server.url(), workload, network=profile)
     get = _ops(outcome, "get")
-    assert get["count"] == 40 and get["errors"] == {}
-    hist = Histogram.decode(get["histograms"]["hit"])
+    assert get.count == 40 and get.errors == {}
+    hist = Histogram.decode(get.histograms["hit"])
     assert hist.min >= 5_000_000  # every op waited at least the emulated round trip
     assert outcome.network["profile"] == profile.name and outcome.network["proxied"]
     assert outcome.network["proxy_stats"][0]["connections_total"] >= 1
@@ -226,11 +226,11 @@ def test_engine_and_python_clients_answer_in_one_schema(redis_server):
     for outcome in (python, engine):
         ops = outcome.phases[0].ops
         assert list(ops) == ["get", "set"]
-        assert sum(op["count"] for op in ops.values()) == 4000
+        assert sum(op.count for op in ops.values()) == 4000
         get = ops["get"]
-        assert get["misses"] == 0 and get["hits"] == get["count"]  # prefilled, and nothing deletes
-        assert get["bytes_in"] == 100 * get["hits"]
-        assert get["summary"]["p50_us"] > 0 and get["errors"] == {}
+        assert get.misses == 0 and get.hits == get.count  # prefilled, and nothing deletes
+        assert get.bytes_in == 100 * get.hits
+        assert get.summary.p50_us > 0 and get.errors == {}
         assert outcome.phases[0].server["source"] == "redis"
 
 
@@ -242,7 +242,7 @@ def test_memcached_cleanup_removes_the_counters_of_an_incr_phase(memcached_serve
     workload = Workload(keys=20, ops=200, duration=None, warmup=0, workers=1,
                         phases=[Phase(name="count", mix={"incr": 1})])
     outcome = run_target(memcached_server.url(), workload)
-    assert _ops(outcome, "incr")["count"] == 200
+    assert _ops(outcome, "incr").count == 200
     client = Client(("127.0.0.1", memcached_server.port))
     namespace = outcome.backend["namespace"]
     assert all(client.get(f"{namespace}n:{i}") is None for i in range(20))

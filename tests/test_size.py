@@ -65,7 +65,7 @@ def test_a_live_run_against_an_lru_memory_cache_matches_che_within_001(share) ->
     outcome = run_target(f"memory://?max_entries={int(100_000 * share)}", workload, sample_server=False)
     assert outcome.status == "ok", outcome.reason
     fetch = outcome.phases[0].ops["fetch"]
-    assert fetch["hits"] / fetch["count"] == pytest.approx(CHE_TABLE[(0.99, share)], abs=0.01)
+    assert fetch.hits / fetch.count == pytest.approx(CHE_TABLE[(0.99, share)], abs=0.01)
 
 
 def test_lru_fifo_and_sieve_equal_libcachesim_on_the_same_stream() -> None:

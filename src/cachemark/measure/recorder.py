@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .histogram import COUNTS_LEN, Histogram, bucket_indexes
+from .summary import OpRecord
 
 OK, HIT, MISS, ERROR = 0, 1, 2, 3
 OUTCOMES = ("ok", "hit", "miss", "error")
@@ -84,30 +85,27 @@ class Recorder:
         counts += np.bincount(codes * COUNTS_LEN + buckets, minlength=counts.size).reshape(counts.shape)
         return buckets
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> dict[str, OpRecord]:
         """Per entry: counts, encoded histograms, bytes and errors (docs/contracts.md)."""
         self.flush()
-        out: dict[str, Any] = {}
+        out: dict[str, OpRecord] = {}
         for i, name in enumerate(self.entries):
             rows = self.counts[i * 4 : i * 4 + 4]
             per_outcome = rows.sum(axis=1)
-            op: dict[str, Any] = {
-                "count": int(per_outcome.sum()),
-                "hits": int(per_outcome[HIT]),
-                "misses": int(per_outcome[MISS]),
-                "errors": dict(self.errors[i]),
-                "bytes_out": self.bytes_out[i],
-                "bytes_in": self.bytes_in[i],
-                "histograms": {
-                    OUTCOMES[o]: Histogram(rows[o].copy()).encode() for o in range(4) if per_outcome[o]
-                },
-            }
+            uncorrected = None
             if self.counts_uncorrected is not None:
                 rows_u = self.counts_uncorrected[i * 4 : i * 4 + 4]
-                op["histograms_uncorrected"] = {
-                    OUTCOMES[o]: Histogram(rows_u[o].copy()).encode() for o in range(4) if per_outcome[o]
-                }
-            out[name] = op
+                uncorrected = {OUTCOMES[o]: Histogram(rows_u[o].copy()).encode() for o in range(4) if per_outcome[o]}
+            out[name] = OpRecord(
+                count=int(per_outcome.sum()),
+                hits=int(per_outcome[HIT]),
+                misses=int(per_outcome[MISS]),
+                errors=dict(self.errors[i]),
+                bytes_out=self.bytes_out[i],
+                bytes_in=self.bytes_in[i],
+                histograms={OUTCOMES[o]: Histogram(rows[o].copy()).encode() for o in range(4) if per_outcome[o]},
+                histograms_uncorrected=uncorrected,
+            )
         return out
 
     def series(self) -> list[dict[str, Any]]:

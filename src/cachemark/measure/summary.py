@@ -1,10 +1,11 @@
-"""Merging per-worker op results and summarising them (ops/s, hit ratio, percentiles).
+"""One op's result (:class:`OpRecord`), merging per-worker op results and summarising them
+(ops/s, hit ratio, percentiles).
 
-Workers, drivers and agents each report an op's counters and encoded histograms; a
-:class:`MergedOp` adds them up exactly (histograms merged, never percentiles) and
-:func:`summarize` computes the op's :class:`OpFigures` from it — the one place a summary is
-computed, whether a run just ended or a report recomputes one for a file that lacks it.
-``OpFigures`` are the results file's ``summary``: results/schema.py's ``OpSummary`` reads
+Workers, drivers, the engine and agents each hand on an op's counters and encoded histograms as
+an :class:`OpRecord`; a :class:`MergedOp` adds them up exactly (histograms merged, never
+percentiles) and :func:`summarize` computes the op's :class:`OpFigures` from it — the one place
+a summary is computed, whether a run just ended or a report recomputes one for a file that lacks
+it. ``OpFigures`` are the results file's ``summary``: results/schema.py's ``OpSummary`` reads
 the same fields back (a test keeps the two in step). They live here, not there, because
 measure is the lower layer: it computes figures, results owns how a file is checked.
 """
@@ -12,7 +13,7 @@ measure is the lower layer: it computes figures, results owns how a file is chec
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .histogram import Histogram
@@ -42,6 +43,66 @@ class OpFigures:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class OpRecord:
+    """One op's result as every producer hands it on (the Python workers' recorder, a driver's,
+    the engine's, an agent's): counters, errors by kind, histograms by outcome (encoded) and,
+    over a phase's wall time, its summaries. Its dict form exists only in a file and on the wire
+    (:meth:`to_json`, :meth:`from_json`)."""
+
+    count: int
+    hits: int | None = 0  # None: not counted (the engine counts hits and misses only for reads)
+    misses: int | None = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    bytes_out: int = 0
+    bytes_in: int = 0
+    histograms: dict[str, str] = field(default_factory=dict)
+    histograms_uncorrected: dict[str, str] | None = None  # open loop: from the actual send
+    summary: OpFigures | None = None
+    summary_uncorrected: OpFigures | None = None
+    # the keys it was read with (the engine's own order): saved first, in that order, so a file
+    # keeps each producer's layout; the others follow in field order
+    order: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def from_json(cls, op: dict[str, Any]) -> OpRecord:
+        """An op result as JSON (the engine's answer, an agent's wire record); a key it does not know is ignored."""
+        return cls(
+            count=op.get("count", 0), hits=op.get("hits"), misses=op.get("misses"),
+            errors=dict(op.get("errors") or {}), bytes_out=op.get("bytes_out", 0), bytes_in=op.get("bytes_in", 0),
+            histograms=dict(op.get("histograms") or {}), histograms_uncorrected=op.get("histograms_uncorrected"),
+            summary=_figures(op.get("summary")), summary_uncorrected=_figures(op.get("summary_uncorrected")),
+            order=tuple(op),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The op as the results file keeps it: what it has (a None is left out), in its producer's order."""
+        saved = {name: _as_json(getattr(self, name)) for name in _SAVED if getattr(self, name) is not None}
+        return {name: saved[name] for name in self.order if name in saved} | saved
+
+    def with_every_counter(self) -> OpRecord:
+        """Hits and misses as 0 where the engine did not count them (a set's), so agents' ops add up."""
+        return replace(self, hits=self.hits or 0, misses=self.misses or 0)
+
+    def summarized(self, wall_s: float) -> OpRecord:
+        """With its summaries over ``wall_s`` (the engine's ops come without)."""
+        summary, uncorrected = _summaries(MergedOp.of(self), wall_s)
+        return replace(self, summary=summary, summary_uncorrected=uncorrected)
+
+
+_SAVED = tuple(f.name for f in fields(OpRecord) if f.name != "order")
+
+
+def _figures(saved: dict[str, Any] | None) -> OpFigures | None:
+    return OpFigures(**saved) if saved else None
+
+
+def _as_json(value: Any) -> Any:
+    if isinstance(value, OpFigures):
+        return value.as_json()
+    return dict(value) if isinstance(value, dict) else value
+
+
 @dataclass
 class MergedOp:
     """One op's results added up over the workers that ran it: its counters, and its histograms
@@ -57,34 +118,32 @@ class MergedOp:
     histograms_uncorrected: dict[str, Histogram] = field(default_factory=dict)  # open loop: from the actual send
 
     @classmethod
-    def from_saved(cls, op: dict[str, Any]) -> MergedOp:
-        """One op result as saved (histograms encoded), e.g. read back from a results file."""
+    def of(cls, op: OpRecord) -> MergedOp:
+        """One op result on its own, e.g. to summarise it."""
         merged = cls()
         merged.add(op)
         return merged
 
-    def add(self, op: dict[str, Any]) -> None:
-        """Add one worker's op result (histograms encoded) to this one."""
-        self.count += op["count"]
-        self.hits += op.get("hits", 0)
-        self.misses += op.get("misses", 0)
-        self.bytes_out += op.get("bytes_out", 0)
-        self.bytes_in += op.get("bytes_in", 0)
-        self.errors.update(op.get("errors") or {})
-        _add_encoded(self.histograms, op.get("histograms") or {})
-        _add_encoded(self.histograms_uncorrected, op.get("histograms_uncorrected") or {})
+    def add(self, op: OpRecord) -> None:
+        """Add one worker's op result to this one."""
+        self.count += op.count
+        self.hits += op.hits or 0
+        self.misses += op.misses or 0
+        self.bytes_out += op.bytes_out
+        self.bytes_in += op.bytes_in
+        self.errors.update(op.errors)
+        _add_encoded(self.histograms, op.histograms)
+        _add_encoded(self.histograms_uncorrected, op.histograms_uncorrected or {})
 
-    def saved(self, wall_s: float | None = None) -> dict[str, Any]:
-        """The op result as the results file keeps it; over ``wall_s``, with its summaries too."""
-        result: dict[str, Any] = {
-            "count": self.count, "hits": self.hits, "misses": self.misses, "errors": dict(self.errors),
-            "bytes_out": self.bytes_out, "bytes_in": self.bytes_in, "histograms": _encoded(self.histograms),
-        }
-        if self.histograms_uncorrected:
-            result["histograms_uncorrected"] = _encoded(self.histograms_uncorrected)
-        if wall_s is not None:
-            result.update(summaries(self, wall_s))
-        return result
+    def record(self, wall_s: float | None = None) -> OpRecord:
+        """The op result added up; over ``wall_s``, with its summaries too."""
+        summary, uncorrected = _summaries(self, wall_s) if wall_s is not None else (None, None)
+        return OpRecord(
+            count=self.count, hits=self.hits, misses=self.misses, errors=dict(self.errors),
+            bytes_out=self.bytes_out, bytes_in=self.bytes_in, histograms=_encoded(self.histograms),
+            histograms_uncorrected=_encoded(self.histograms_uncorrected) if self.histograms_uncorrected else None,
+            summary=summary, summary_uncorrected=uncorrected,
+        )
 
 
 def _add_encoded(into: dict[str, Histogram], encoded: dict[str, str]) -> None:
@@ -100,14 +159,14 @@ def _encoded(histograms: dict[str, Histogram]) -> dict[str, str]:
     return {outcome: hist.encode() for outcome, hist in sorted(histograms.items())}
 
 
-def merge_ops(parts: list[dict[str, Any]], wall_s: float | None = None) -> dict[str, dict[str, Any]]:
-    """The ``ops`` of several workers (same phase) merged into one phase's op results, as saved;
-    over the phase's ``wall_s``, each with its summaries (``summary``, ``summary_uncorrected``)."""
+def merge_ops(parts: list[dict[str, OpRecord]], wall_s: float | None = None) -> dict[str, OpRecord]:
+    """The ``ops`` of several workers (same phase) merged into one phase's op results; over the
+    phase's ``wall_s``, each with its summaries (``summary``, ``summary_uncorrected``)."""
     merged: dict[str, MergedOp] = {}
     for part in parts:
         for name, op in part.items():
             merged.setdefault(name, MergedOp()).add(op)
-    return {name: op.saved(wall_s) for name, op in merged.items()}
+    return {name: op.record(wall_s) for name, op in merged.items()}
 
 
 def latency_histogram(histograms: dict[str, Histogram]) -> Histogram:
@@ -139,17 +198,15 @@ def summarize(op: MergedOp, wall_s: float, uncorrected: bool = False) -> OpFigur
     )
 
 
-def summaries(op: MergedOp, wall_s: float) -> dict[str, dict[str, Any]]:
+def _summaries(op: MergedOp, wall_s: float) -> tuple[OpFigures, OpFigures | None]:
     """An op result's ``summary``, and ``summary_uncorrected`` where it has those histograms (open loop)."""
-    out = {"summary": summarize(op, wall_s).as_json()}
-    if op.histograms_uncorrected:
-        out["summary_uncorrected"] = summarize(op, wall_s, uncorrected=True).as_json()
-    return out
+    uncorrected = summarize(op, wall_s, uncorrected=True) if op.histograms_uncorrected else None
+    return summarize(op, wall_s), uncorrected
 
 
-def summary_from_result(op: dict[str, Any], wall_s: float, corrected: bool = True) -> dict[str, Any]:
-    """Recompute a summary from a saved op result (e.g. after loading a results file)."""
-    return summarize(MergedOp.from_saved(op), wall_s, uncorrected=not corrected).as_json()
+def summary_from_result(op: OpRecord, wall_s: float, corrected: bool = True) -> dict[str, Any]:
+    """Recompute a summary for an op read back from a results file that lacks one."""
+    return summarize(MergedOp.of(op), wall_s, uncorrected=not corrected).as_json()
 
 
 def merge_timeseries(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:

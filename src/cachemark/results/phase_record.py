@@ -7,6 +7,8 @@ agent's gate then hand back a changed copy (:meth:`~PhaseRecord.stopped`,
 :meth:`~PhaseRecord.with_server`, …), never a dict changed in place. :meth:`~PhaseRecord.to_json`
 is the phase as the results file keeps it (schema.Phase, with the keys each path has always
 written, in its order); :meth:`~PhaseRecord.to_wire` adds what an agent ships to its coordinator.
+Its ops are typed (measure's :class:`~cachemark.measure.summary.OpRecord`) until then: those two and
+:meth:`~PhaseRecord.from_wire` are where they become JSON and are read back.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ..measure.summary import OpRecord
 from .schema import Phase
 
 # The order a results file keeps a phase's keys in, per load path (report -f json prints them so).
@@ -34,15 +37,13 @@ OPTIONAL = frozenset({"workers_reported", "write_outages", "cluster", "engine", 
                       "agents_missing", "measuring_agent"})
 # What an agent ships to its coordinator beside the record, for the exact merge; never saved.
 IN_FLIGHT = ("start_wall", "end_wall", "start_lag_s")
-# An op's counters an agent's engine leaves out when it has no use for them (a set's hits).
-_COUNTERS = ("count", "hits", "misses", "bytes_out", "bytes_in")
 
 
 @dataclass(frozen=True)
 class PhaseRecord:
     """One timed phase: schema.Phase's fields, what some paths save beside them, and (in flight
-    only) where an agent's phase ran on its wall clock. Ops, series and server figures are the
-    file's own JSON (encoded histograms): they go to the file as they came."""
+    only) where an agent's phase ran on its wall clock. Ops are typed (histograms encoded); series
+    and server figures are the file's own JSON: they go to the file as they came."""
 
     name: str
     mode: str  # closed | open
@@ -54,7 +55,7 @@ class PhaseRecord:
     stopped_on_errors: str | None = None  # the on-error policy ended the phase: why
     missed: int = 0
     error_samples: list[str] = field(default_factory=list)
-    ops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ops: dict[str, OpRecord] = field(default_factory=dict)
     timeseries: list[dict[str, Any]] = field(default_factory=list)
     server: dict[str, Any] | None = None
     workers_reported: int | None = None
@@ -72,13 +73,13 @@ class PhaseRecord:
 
     @property
     def total_ops(self) -> int:
-        return sum(op["count"] for op in self.ops.values())
+        return sum(op.count for op in self.ops.values())
 
     def error_kinds(self) -> Counter[str]:
         """Failed ops by kind, over every op: what the on-error policy names as the cause."""
         kinds: Counter[str] = Counter()
         for op in self.ops.values():
-            kinds.update(op.get("errors") or {})
+            kinds.update(op.errors)
         return kinds
 
     def stopped(self, reason: str) -> PhaseRecord:
@@ -112,8 +113,14 @@ class PhaseRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The phase as the results file keeps it."""
-        return {name: getattr(self, name) for name in self.layout
+        return {name: self._saved(name) for name in self.layout
                 if name not in OPTIONAL or getattr(self, name) is not None}
+
+    def _saved(self, name: str) -> Any:
+        """One field as the file keeps it: the ops become JSON here, the rest already is."""
+        if name == "ops":
+            return {op_name: op.to_json() for op_name, op in self.ops.items()}
+        return getattr(self, name)
 
     def to_wire(self) -> dict[str, Any]:
         """The record an agent ships to its coordinator: as saved, and where it ran on the agent's clock."""
@@ -125,13 +132,9 @@ class PhaseRecord:
         (0 where the engine left one out), so agents' ops add up."""
         known = {f.name for f in fields(cls)} - {"layout"}
         values = {name: value for name, value in shipped.items() if name in known}
-        values["ops"] = {name: _with_counters(op) for name, op in (shipped.get("ops") or {}).items()}
+        values["ops"] = {name: OpRecord.from_json(op).with_every_counter()
+                         for name, op in (shipped.get("ops") or {}).items()}
         return cls(**values)
-
-
-def _with_counters(op: dict[str, Any]) -> dict[str, Any]:
-    missing = {counter: 0 for counter in _COUNTERS if counter not in op}
-    return op | missing | ({} if "errors" in op else {"errors": {}})
 
 
 def _check_layouts() -> None:

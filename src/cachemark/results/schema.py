@@ -120,11 +120,11 @@ class OpResult(_Record):
             return saved  # type: ignore[return-value]
         key = (not uncorrected, wall_s)
         if key not in self._recomputed:
-            from ..measure.summary import summary_from_result
+            from ..measure.summary import OpRecord, summary_from_result
 
-            as_saved = {"count": self.count, "hits": self.hits, "misses": self.misses, "errors": self.errors,
-                        "histograms": self.histograms, "histograms_uncorrected": self.histograms_uncorrected or {}}
-            figures = summary_from_result(as_saved, wall_s, corrected=not uncorrected)
+            read = OpRecord(count=self.count, hits=self.hits, misses=self.misses, errors=self.errors,
+                            histograms=self.histograms, histograms_uncorrected=self.histograms_uncorrected)
+            figures = summary_from_result(read, wall_s, corrected=not uncorrected)
             self._recomputed[key] = OpSummary.model_construct(**figures)
         return self._recomputed[key]
 

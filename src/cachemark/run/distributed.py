@@ -28,12 +28,12 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import Crash, PrefillFailed, UserError
 from ..measure.histogram import Histogram
-from ..measure.summary import merge_ops, merge_timeseries
+from ..measure.summary import OpRecord, merge_ops, merge_timeseries
 from ..results.phase_record import MERGED, PhaseRecord
 from ..spec import Workload
 from ..target import Target, split_query
@@ -655,8 +655,9 @@ class _Run:
         if not measuring:
             return None
         a, r = measuring[0]
+        ops = merge_ops([r.ops], r.wall_s)
         return {"agent": a.index, "rate": self.spec.measure_rate, "wall_s": r.wall_s,
-                "ops": merge_ops([r.ops], r.wall_s), "row": self._agent_row(a, r)}
+                "ops": {name: op.to_json() for name, op in ops.items()}, "row": self._agent_row(a, r)}
 
     def _agent_row(self, a: _Agent, r: PhaseRecord) -> dict[str, Any]:
         count = r.total_ops
@@ -666,12 +667,12 @@ class _Run:
             "workers": [a.first, a.count], "ops": count, "ops_per_s": count / wall if wall else 0.0,
             "wall_s": wall, "client_cpu_s": r.client_cpu_s,
             "cpu_cores": r.client_cpu_s / wall if wall else None,
-            "hits": sum(op.get("hits", 0) for op in r.ops.values()),
-            "misses": sum(op.get("misses", 0) for op in r.ops.values()),
+            "hits": sum(op.hits or 0 for op in r.ops.values()),
+            "misses": sum(op.misses or 0 for op in r.ops.values()),
             "missed": r.missed, "start_lag_ms": _ms(r.start_lag_s),
             "schedule_lag_us": schedule_lag_us(r.ops),
             # the agent's own counters and encoded histograms: the merge above is their exact sum
-            "op_results": {name: {k: v for k, v in op.items() if k not in ("summary", "summary_uncorrected")}
+            "op_results": {name: replace(op, summary=None, summary_uncorrected=None).to_json()
                            for name, op in r.ops.items()},
         }
 
@@ -717,16 +718,16 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 
-def schedule_lag_us(ops: dict[str, Any]) -> float | None:
+def schedule_lag_us(ops: dict[str, OpRecord]) -> float | None:
     """Open loop: the mean time an op waited behind its schedule — the corrected latency's mean
     (from the intended start) less the uncorrected one's (from the actual send)."""
     corrected, uncorrected = Histogram(), Histogram()
     for op in ops.values():
-        if not op.get("histograms_uncorrected"):
+        if not op.histograms_uncorrected:
             return None
-        for encoded in op.get("histograms", {}).values():
+        for encoded in op.histograms.values():
             corrected.add(Histogram.decode(encoded))
-        for encoded in op["histograms_uncorrected"].values():
+        for encoded in op.histograms_uncorrected.values():
             uncorrected.add(Histogram.decode(encoded))
     if not corrected.total:
         return None

@@ -30,7 +30,7 @@ from ..driver_registry import DRIVERS, DRIVERS_DIR, DriverSpec
 from ..errors import BackendMissing, BackendUnavailable, PrefillFailed, UnsupportedOp
 from ..measure.histogram import COUNTS_LEN, Histogram, bucket_indexes
 from ..measure.recorder import ERROR, Recorder
-from ..measure.summary import merge_ops, merge_timeseries
+from ..measure.summary import OpRecord, merge_ops, merge_timeseries
 from ..results.phase_record import MERGED, PhaseRecord
 from ..schemes import scheme
 from ..spec import Phase, Workload
@@ -291,7 +291,7 @@ def op_batch(workload: Workload, phase: Phase, worker: int, purpose: str, limit:
 
 
 def worker_result(entries: list[str], batch: OpBatch, reply: dict[str, Any], blob: bytes
-                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                  ) -> tuple[dict[str, OpRecord], list[dict[str, Any]]]:
     """One driver's ``done``: per-entry op results (docs/contracts.md) and its per-second series."""
     count = int(reply["count"])
     if len(blob) != 17 * count:
@@ -500,7 +500,8 @@ def _go(drivers: list[DriverProcess], batches: list[OpBatch], entries: list[str]
     return replies
 
 
-def _phase_record(phase: Phase, workload: Workload, replies: list[dict[str, Any]], ops: dict[str, Any] | None = None,
+def _phase_record(phase: Phase, workload: Workload, replies: list[dict[str, Any]],
+                  ops: dict[str, OpRecord] | None = None,
                   series: list[dict[str, Any]] | None = None, interrupted: bool = False) -> PhaseRecord:
     record = PhaseRecord(
         name=phase.name,

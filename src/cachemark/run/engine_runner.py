@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import BackendUnavailable, PrefillFailed, UnsupportedOp
 from ..measure.outage import merge_outages
-from ..measure.summary import MergedOp, summaries
+from ..measure.summary import OpRecord
 from ..results.phase_record import ENGINE, PhaseRecord
 from ..schemes import find_scheme
 from ..spec import Phase, Workload
@@ -114,10 +114,11 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
             monitor.phase_coming(index)
             monitor.phase_started(index)
         result = run_load(config)
-        total = sum(op["count"] for op in result["ops"].values())
+        ops = _our_ops(phase, workload, result)
         if monitor is not None:
-            monitor.phase_ended(index, total)
-        record = _phase_record(phase, config, result, _our_ops(phase, workload, result))
+            monitor.phase_ended(index, sum(op.count for op in ops.values()))
+        summarized = {name: op.summarized(result["wall_s"]) for name, op in ops.items()}
+        record = _phase_record(phase, config, result, summarized)
         phases.append(monitor.attach(index, record) if monitor is not None else record)
         if _cut_short(result):
             break
@@ -190,19 +191,18 @@ def _refusal(config: dict[str, Any], result: dict[str, Any]) -> str:
     return f"{server} refused {shown} during prefill ({refused:,} of {keys:,} writes refused): {sample}"
 
 
-def _our_ops(phase: Phase, workload: Workload, result: dict[str, Any]) -> dict[str, Any]:
-    """The result's ops under the Python workers' names and order (the engine says mget for
-    get_many), each with its summary."""
-    wall_s = result["wall_s"]
+def _our_ops(phase: Phase, workload: Workload, result: dict[str, Any]) -> dict[str, OpRecord]:
+    """The result's ops, read once, under the Python workers' names and order (the engine says mget
+    for get_many); each keeps the engine's own keys, in its order, and its encoded histograms."""
     ours = {engine: name for name, engine in ENGINE_OPS.items()}
     order = list(phase.mix or workload.mix)
     renamed = {ours.get(name, name): op for name, op in result["ops"].items()}
     ordered = sorted(renamed.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)
-    # the engine's own encoded histograms are kept as they are: only the summaries are added
-    return {name: {**op, **summaries(MergedOp.from_saved(op), wall_s)} for name, op in ordered}
+    return {name: OpRecord.from_json(op) for name, op in ordered}
 
 
-def _phase_record(phase: Phase, config: dict[str, Any], result: dict[str, Any], ops: dict[str, Any]) -> PhaseRecord:
+def _phase_record(phase: Phase, config: dict[str, Any], result: dict[str, Any],
+                  ops: dict[str, OpRecord]) -> PhaseRecord:
     # the engine's threads' windows are on perf_counter_ns's clock, as the Python workers' are
     outages = merge_outages([result.get("write_outages") or []], result.get("start_ns", 0))
     return PhaseRecord(

@@ -11,6 +11,8 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..measure.summary import OpRecord
+
 FatalKind = Literal["user", "crash", "killed"]  # killed: by a signal (the OOM killer, a user)
 
 
@@ -23,7 +25,7 @@ class PhaseReport:
     start_ns: int
     end_ns: int
     cpu_s: float
-    ops: dict[str, Any]  # op name -> OpResult (histograms encoded)
+    ops: dict[str, OpRecord]  # by op name (histograms encoded)
     interrupted: bool
     missed: int  # open loop: ops due before the deadline that were never sent
     error_samples: list[str]

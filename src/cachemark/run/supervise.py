@@ -133,7 +133,7 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
             if tick is not None:
                 tick(current, sum(board.done))
             if len(got.per_phase.get(current, [])) == n:
-                monitor.phase_ended(current, sum(op["count"] for part in got.per_phase[current]
+                monitor.phase_ended(current, sum(op.count for part in got.per_phase[current]
                                                  for name, op in part.ops.items() if name not in PSEUDO_OPS))
                 current += 1
                 board.reset()
