@@ -191,6 +191,21 @@ def test_misses_deletes_and_verify_errors(redis_port):
     check_consistent(get)
 
 
+def test_engines_sharing_a_namespace_keep_their_canaries_apart(redis_port):
+    """A distributed run's engine agents share one namespace: each writes, reads back and deletes
+    100 canaries at the same moment, and none reads another's delete as its own dropped write."""
+    cfg = base("resp2", [f"127.0.0.1:{redis_port}"], duration_s=0.3, verify_fraction=1.0,
+               mix=[{"op": "set"}], connections=2)
+    for _ in range(4):
+        results: list[dict] = []
+        engines = [threading.Thread(target=lambda into=results: into.append(run_load(cfg))) for _ in range(3)]
+        for engine in engines:
+            engine.start()
+        for engine in engines:
+            engine.join(timeout=30)
+        assert [r["ops"]["set"]["errors"] for r in results] == [{}] * 3, [r["errors_sample"] for r in results]
+
+
 def test_unreachable_auth_and_bad_config(redis_port, spawn):
     with pytest.raises(BackendUnavailable, match="cannot connect"):
         run_load(base("resp2", [f"127.0.0.1:{free_port()}"]))

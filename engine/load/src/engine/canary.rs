@@ -1,7 +1,9 @@
 //! Dropped-write canaries: after the timed phase, a few private keys
-//! (`prefix + "verify:" + n`) are written, read back at once and deleted over connections
-//! of their own, blocking and untimed; one that does not come back intact counts as a
-//! `dropped_write` error of `set`.
+//! (`prefix + "verify:" + tag + ":" + n`) are written, read back at once and deleted over
+//! connections of their own, blocking and untimed; one that does not come back intact counts
+//! as a `dropped_write` error of `set`. The tag is the run's own, drawn at random: engines
+//! sharing a namespace (a distributed run's agents) would otherwise write, read and delete
+//! the same canaries, and one's delete would read as the other's dropped write.
 
 use super::conn::{connect, read_some};
 use super::stream::Stream;
@@ -22,11 +24,21 @@ pub(super) fn canary_count(sets: u64, verify_fraction: f64) -> usize {
     ((sets as f64 * verify_fraction).ceil() as usize).min(MAX_CANARIES)
 }
 
-/// The canaries' key prefix: the run's own, then `verify:` (canary n is `prefix + n`).
-pub(super) fn canary_prefix(prefix: &[u8]) -> Vec<u8> {
+/// The canaries' key prefix: the run's own, then `verify:` and this run's tag (canary n is
+/// `prefix + n`).
+pub(super) fn canary_prefix(prefix: &[u8], tag: u32) -> Vec<u8> {
     let mut p = prefix.to_vec();
-    p.extend_from_slice(b"verify:");
+    p.extend_from_slice(format!("verify:{tag:08x}:").as_bytes());
     p
+}
+
+/// A tag no other engine run sharing the namespace is likely to draw: the clock's
+/// nanoseconds and this process's id, mixed.
+fn run_tag() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    Rng::new(nanos ^ (u64::from(std::process::id()) << 32)).next_u64() as u32
 }
 
 fn request<'a>(
@@ -60,7 +72,7 @@ pub(super) fn canaries(
     let mut msgs = Vec::new();
     let timeout = Duration::from_nanos(plan.timeout_ns);
     let mut conns: Vec<Option<Stream>> = (0..plan.servers.len()).map(|_| None).collect();
-    let prefix = canary_prefix(&plan.prefix);
+    let prefix = canary_prefix(&plan.prefix, run_tag());
     let (mut kb, mut tmp, mut out) = (Vec::new(), Vec::new(), OutBuf::default());
     let op = |kind| OpPlan {
         name: String::new(),
@@ -164,11 +176,17 @@ mod tests {
 
     #[test]
     fn canary_keys_live_under_the_run_prefix() {
-        let prefix = canary_prefix(b"cm:3f9a2c:");
-        assert_eq!(prefix, b"cm:3f9a2c:verify:");
+        let prefix = canary_prefix(b"cm:3f9a2c:", 0xbeef);
+        assert_eq!(prefix, b"cm:3f9a2c:verify:0000beef:");
         let mut key = Vec::new();
         key_bytes(&mut key, &prefix, &[], Kind::Get, 17);
-        assert_eq!(key, b"cm:3f9a2c:verify:17");
+        assert_eq!(key, b"cm:3f9a2c:verify:0000beef:17");
+    }
+
+    #[test]
+    fn two_runs_draw_different_tags() {
+        let tags: std::collections::HashSet<u32> = (0..64).map(|_| run_tag()).collect();
+        assert!(tags.len() > 60, "{} distinct of 64", tags.len());
     }
 
     #[test]
