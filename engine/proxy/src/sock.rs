@@ -13,7 +13,7 @@ use std::os::fd::AsRawFd;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-use crate::timer::now_ns;
+use crate::timer::{now_ns, realtime_ns};
 
 // SO_TIMESTAMPNS(_OLD) / SCM_TIMESTAMPNS on the "generic" Linux ABI (x86, x86_64, arm,
 // aarch64, riscv): a struct timespec of CLOCK_REALTIME. Other ABIs fall back to
@@ -26,16 +26,6 @@ use crate::timer::now_ns;
     target_arch = "riscv64"
 ))]
 const SO_TIMESTAMPNS: libc::c_int = 35;
-
-fn realtime_ns() -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
-}
 
 pub struct Sock {
     fd: AsyncFd<TcpStream>,

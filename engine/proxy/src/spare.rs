@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use crate::timer::now_ns;
+use crate::timer::{now_ns, thread_cpu_ns};
 
 /// How long one sample spans: `/proc/stat` counts in 10 ms ticks, so shorter is noise.
 pub const SAMPLE_NS: u64 = 50_000_000;
@@ -146,16 +146,6 @@ fn busy_of(text: &[u8]) -> Option<u64> {
         return None;
     }
     Some(v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

@@ -12,14 +12,33 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock every arrival and release time uses.
-pub fn now_ns() -> u64 {
+/// One of the kernel's clocks, as it reads now.
+fn read_clock(clock: libc::clockid_t) -> libc::timespec {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: clock_gettime writes into the timespec we own; the clocks asked for always exist.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock every arrival and release time uses.
+pub fn now_ns() -> u64 {
+    let ts = read_clock(libc::CLOCK_MONOTONIC);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_REALTIME in nanoseconds: the kernel's receive timestamps, trace times (epoch µs) and
+/// absolute TTLs (unix times) are on it.
+pub fn realtime_ns() -> i128 {
+    let ts = read_clock(libc::CLOCK_REALTIME);
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+/// The calling thread's CPU time in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let ts = read_clock(libc::CLOCK_THREAD_CPUTIME_ID);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -1,6 +1,7 @@
 //! What the RESP and memcached parsers share: the parse outcome, the request a parser
 //! recognised, what its reply will look like, and line and number helpers.
 use super::format::Rec;
+use crate::timer::realtime_ns;
 
 /// A request or reply larger than this is not buffered: the connection stops being parsed.
 pub const MAX_MESSAGE: usize = 512 * 1024 * 1024;
@@ -56,17 +57,6 @@ pub fn rec(t_us: i64, client: u32, op: u8, key: &[u8], value_size: i64, ttl_s: u
         ttl_s,
         client,
     }
-}
-
-/// CLOCK_REALTIME in ns: trace times are epoch µs, and absolute TTLs are unix times.
-pub fn realtime_ns() -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
 /// Now, in unix seconds (to turn an absolute expiry into a TTL).

@@ -4,11 +4,11 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::format::Rec;
-use super::parse::{find_line, realtime_ns, Bad, Expect, Request, MAX_MESSAGE};
+use super::parse::{find_line, Bad, Expect, Request, MAX_MESSAGE};
 use super::stream::Stream;
 use super::tap::{Event, Tap, Tapped};
 use super::{memcached, resp};
-use crate::timer::now_ns;
+use crate::timer::{now_ns, realtime_ns};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Protocol {
