@@ -21,13 +21,16 @@ run: packages-run setup bytecode
 # The set-up and the engine's own checks run side by side (-j2): pip, its downloads and the Maven/npm
 # drivers leave a core idle that clippy and the debug build use. -O prints each one's output whole.
 # Then the tests three at a time (a file's fixtures once; on 2 cores, as the tests wait on servers and
-# subprocesses about a third of the time: 334 s against 412 s two at a time), and alone those that time
-# something or race a signal (marked serial: conftest.py); each pass names its ten slowest tests.
+# subprocesses about a third of the time: 334 s against 412 s two at a time), those that race a kill, a
+# failover or a signal two at a time (marked serial: they mostly wait), and last, by itself, each test
+# that times a latency, a rate or a schedule (marked alone; conftest.py says why). Each pass names its
+# ten slowest tests.
 test: packages-test
 	$(MAKE) -j2 -O --no-print-directory setup-test bytecode engine-check
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n 3 --dist loadfile -m 'not serial' --durations=10
-	$(BIN)/python -m pytest -q -m serial --durations=10
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile -m 'not serial and not alone' --durations=10
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m serial --durations=10
+	$(BIN)/python -m pytest -q -m alone --durations=10
 
 # cachemark's own modules compiled once (an up-to-date one is skipped): with PYTHONDONTWRITEBYTECODE set,
 # as in many CI images, every process would otherwise compile them again (~0.3 s per CLI or worker start)

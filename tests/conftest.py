@@ -43,9 +43,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # `make test` runs the other tests three at a time (pytest-xdist), then these alone: a test beside
-    # them would move the latencies, rates, timeouts and signal races they assert.
-    config.addinivalue_line("markers", "serial: times something or races a signal; runs alone, after the rest")
+    # `make test` runs the other tests three at a time (pytest-xdist), then the serial ones two at a time,
+    # then the timed ones alone. Three at a time keep both cores busy: a failover, a kill or a signal
+    # raced there would move the timeouts and windows it asserts. The serial ones mostly wait (on a
+    # node timeout, a stall, a signal's moment: a third of a core each on average), so two of them
+    # side by side leave each its core. A test that times a latency, a rate or a schedule against
+    # ground truth has nothing beside it.
+    config.addinivalue_line("markers", "serial: races a signal, a kill or a failover; runs beside one other at most")
+    config.addinivalue_line("markers", "alone: times a latency, a rate or a schedule; runs by itself, last")
 
 
 # --- servers (the lab's) -----------------------------------------------------------

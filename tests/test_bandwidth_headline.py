@@ -21,7 +21,7 @@ from cachemark.report.blocks import to_markdown
 from cachemark.report.data import LOW_SAMPLES_MARK, phase_rows
 from cachemark.report.thresholds import LOW_HIT_RATIO, bandwidth_headline, compute
 
-pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+pytestmark = pytest.mark.alone  # timed: runs alone (conftest.py)
 
 pytest_plugins = ["report_fixtures"]
 TITLE = "Bandwidth and server CPU by value size (B) (reference 001)"

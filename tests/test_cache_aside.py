@@ -24,7 +24,7 @@ from cachemark.run.worker import Worker, WorkerTask
 from cachemark.spec import Workload, build_experiment
 from cachemark.target import parse_target
 
-# The tests that assert a latency, a rate or a wait are marked serial: they run alone (conftest.py).
+# The tests that assert a latency, a rate or a wait are marked serial: away from the parallel load (conftest.py).
 # Counts, refusals and the pool's order (a lower bound on a wait) hold under any load.
 
 

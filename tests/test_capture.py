@@ -52,7 +52,7 @@ def op_counts(recs: np.ndarray) -> dict[str, int]:
     return {OPS[op]: int(n) for op, n in enumerate(np.bincount(recs["op"], minlength=len(OPS))) if n}
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_a_captured_run_replays_on_another_backend_with_its_ops_keys_and_timing(tmp_path, redis_server,
                                                                                  memcached_server):
     # 1. A cachemark run (open loop, Poisson arrivals, cold cache) against Redis, through the recorder.

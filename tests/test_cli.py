@@ -104,7 +104,7 @@ def test_ctrl_c_while_the_command_still_imports_ends_quietly(monkeypatch, capsys
     assert capsys.readouterr().err == "cachemark: interrupted\n"
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_network_profiles_print_the_percent_of_baseline_table(tmp_path, cachemark):
     result = cachemark("run", "-t", "spawn:redis", "-t", "spawn:memcached", "--network", "same-host,cross-region",
                        "--keys", "50", "--duration", "1", "--warmup", "0", "--no-calibrate", "-o", "net.json",
@@ -117,7 +117,7 @@ def test_network_profiles_print_the_percent_of_baseline_table(tmp_path, cachemar
     assert far and all(r["phases"][0]["ops"]["get"]["summary"]["p50_us"] > 60_000 for r in far)
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_the_proxy_overhead_is_measured_and_reported_beside_every_network_figure(tmp_path, cachemark):
     # The emulated network's figures include the proxy's own cost: a run behind a profile measures it
     # once (direct vs through a no-delay proxy) and states it in the result and in every report.

@@ -243,7 +243,7 @@ def test_the_gate_command_exits_1_after_writing_every_format(report_doc, slower_
     assert plain.exit_code == 0 and json.loads(plain.stdout)["gate"] is None
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_the_gate_on_two_real_runs_fires_when_the_proxy_slows_one(redis_server, tmp_path, cachemark):
     # The CI recipe, as a user runs it: the same short workload against one redis-server
     # twice, the second through the network proxy with 20 ms added per round trip.

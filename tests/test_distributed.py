@@ -31,8 +31,9 @@ distributed_mod = pytest.importorskip("distributed")
 
 from cachemark.run import distributed as dist  # noqa: E402
 
-# Timed tests and the ones that kill or signal a process are marked serial (run alone, conftest.py);
-# the exact merges and the command line's refusals are correct under any load and run with the rest.
+# Tests that time a rate or count what a killed run left in /dev/shm are marked alone, the ones that
+# kill or signal a process serial (conftest.py); the exact merges and the command line's refusals are
+# correct under any load and run with the rest.
 
 ROOT = Path(__file__).parent.parent
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -121,7 +122,7 @@ def test_python_agents_merge_exactly(local_cluster: dist.Cluster, spawn) -> None
     assert phase["timeseries"] and client_ops == sum(a["ops"] for a in phase["agents"])
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_open_loop_rate_is_split(local_cluster: dist.Cluster, spawn) -> None:
     server = spawn("redis")
     rate, seconds = 400.0, 3.0
@@ -188,7 +189,7 @@ def test_engine_agents_on_cli_cluster(cli_cluster, spawn) -> None:
     assert len(outcome.to_json()["dask"]["agents"]) == 2
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_measuring_agent_is_reported_apart(cli_cluster, spawn) -> None:
     address, _ = cli_cluster
     server = spawn("redis")
@@ -218,7 +219,7 @@ def test_measuring_agent_is_reported_apart(cli_cluster, spawn) -> None:
     assert f"| {' | '.join(load)} |" in to_block_markdown(block) and "(measure)" in to_html(block)
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:
     import psutil
 

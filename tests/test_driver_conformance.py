@@ -11,7 +11,7 @@ message a driver sends against the schema on every run.
 
 Servers are the session's (conftest.py), shared by the cases; a case that kills or limits its server
 spawns its own. Runs are short (no warm-up, hundreds of ops or sub-second durations). The open-loop case
-times a schedule and is ``serial`` (`make test` runs it alone, after the rest); the others hold on a busy
+times a schedule and is marked ``alone`` (`make test` runs it by itself, last); the others hold on a busy
 host: a Ctrl-C is sent once the timed phase has served its reads, a dying server's run stops on its errors
 long before the deadline it is checked against.
 """
@@ -517,7 +517,7 @@ def test_ctrl_c_exits_130_and_keeps_valid_partial_results(name, kind, request, t
 
 
 @every_target
-@pytest.mark.serial
+@pytest.mark.alone
 def test_open_loop_follows_the_schedule_and_keeps_both_latencies(name, kind, request):
     """Every op the schedule has due before the deadline is sent or counted as missed (a stalled host
     leaves some unsent: they are missed, not dropped); latency from the intended start and the sent one."""

@@ -225,7 +225,7 @@ def test_unreachable_auth_and_bad_config(redis_port, spawn):
     assert redis.Redis(port=port, password="s3cret", db=3).dbsize() == 200
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_open_loop_paces_and_reports_both_latencies(redis_port):
     cfg = base("resp2", [f"127.0.0.1:{redis_port}"], mode="open", rate=2000.0, duration_s=2.0, connections=4)
     res = run_load(cfg)

@@ -23,7 +23,7 @@ from cachemark.spec import Workload
 from cachemark.target import parse_target
 from io_backends import need_io
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.serial]  # timed: runs alone (conftest.py)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.serial]  # kills and signals (conftest.py)
 
 
 def _cachemark(args: list[str], cwd: Path) -> subprocess.Popen:

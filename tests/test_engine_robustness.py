@@ -20,7 +20,7 @@ from io_backends import need_io
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_paused_server_shows_in_corrected_latency_only(spawn):
     """Open loop, 10 s at 2000/s; redis-server is SIGSTOPped for 1 s in the middle.
 

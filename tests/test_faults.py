@@ -226,7 +226,7 @@ def test_a_saved_crash_report_is_the_whole_traceback_line_by_line(tmp_path, monk
 
 
 @pytest.mark.parametrize("client", [None, "ruby-activesupport"])
-@pytest.mark.serial
+@pytest.mark.alone
 def test_a_run_killed_outright_takes_its_workers_with_it(tmp_path, spawn, client) -> None:
     """``kill -9`` of cachemark itself (the OOM killer, a user): its workers — Python clients, or the
     drivers of another stack's — stop loading the user's server at once, and nothing of the run
@@ -291,7 +291,7 @@ def _spawned_server(proc: subprocess.Popen, program: str = "redis-server") -> tu
 
 
 @pytest.mark.parametrize(("kind", "program"), [("redis", "redis-server"), ("postgresql", "postgres")])
-@pytest.mark.serial
+@pytest.mark.alone
 def test_a_server_spawned_by_a_run_killed_outright_stops_too(tmp_path, kind, program) -> None:
     """``kill -9`` of cachemark: the server it spawned gets the SIGTERM cachemark can no longer
     send (a parent-death signal), instead of running on, unowned, on the user's machine — also

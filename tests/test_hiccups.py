@@ -92,7 +92,7 @@ def _outputs(path: Path) -> dict[str, str]:
     return out
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_a_stalled_server_is_a_hiccup_naming_the_run_the_second_and_the_size(runs):
     stalled, _ = runs
     document = json.loads(stalled.read_text())
@@ -116,7 +116,7 @@ def test_a_stalled_server_is_a_hiccup_naming_the_run_the_second_and_the_size(run
     assert f'<p class="note">- {html.escape(line)}</p>' in shown["html"]
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_a_clean_run_of_the_same_shape_has_none(runs):
     _, clean = runs
     document = json.loads(clean.read_text())
@@ -127,7 +127,7 @@ def test_a_clean_run_of_the_same_shape_has_none(runs):
         assert "hiccup" not in text, name
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_advise_and_cost_carry_the_hiccup_beside_the_figures(runs):
     stalled, clean = runs
     (stalled.parent / "needs.toml").write_text("[needs]\np99_ms = { get = 1000.0 }\napp_servers = 2\n")

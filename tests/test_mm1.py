@@ -41,7 +41,7 @@ from cachemark.engine import run_load, target_config
 from cachemark.errors import SpecError
 from mm1_server import MM1Process, ServerStats, fine_timer_slack, realtime, sleep_until
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.serial]  # timed: runs alone (conftest.py)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.alone]  # timed: runs alone (conftest.py)
 
 RHO = 0.8
 S = 0.003  # cachemark runs: the transport's ~0.1–0.3 ms stays a few % of p50 (3.47·S)

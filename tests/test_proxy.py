@@ -20,7 +20,7 @@ from cachemark.lab.network import PROFILES, NetworkProfile, parse_bandwidth_bps,
 from cachemark.lab.proxy import echo_server, measure_overhead, start_proxy
 from cachemark.lab.wakeups import QOS_DEVICE, fast_wakeups
 
-pytestmark = pytest.mark.serial  # timed: runs alone (conftest.py)
+pytestmark = pytest.mark.alone  # timed: runs alone (conftest.py)
 
 redis = pytest.importorskip("redis")
 _engine = pytest.importorskip("cachemark._engine")

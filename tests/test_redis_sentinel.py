@@ -26,7 +26,7 @@ from cachemark.schemes import sentinel_parts
 from cachemark.spec import Workload
 from cachemark.target import check_params, parse_target
 
-# The failovers race a kill and time the outage: marked serial, they run alone (conftest.py). The tests on
+# The failovers race a kill and time the outage: marked serial, away from the parallel load (conftest.py). The tests on
 # the shared lab below (discovery, refusals, a replica handed to the engine) hold under any load.
 
 

@@ -17,9 +17,9 @@ from cachemark.run.monitor import PhaseMonitor
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
 
-# The samplers' intervals and the start/stop races are timed: those tests are marked serial and run alone
-# (conftest.py). Runs whose figures are checked for shape only (kept, never negative) and the pure summaries
-# run with the rest.
+# The samplers' intervals and the start/stop races are timed: those tests are marked serial, away from
+# the parallel load (conftest.py). Runs whose figures are checked for shape only (kept, never negative)
+# and the pure summaries run with the rest.
 
 SIZE = 1000
 N = 2000

@@ -8,8 +8,9 @@ import pytest
 
 from cachemark.run.stampede import _group_calls, run_stampede
 
-# The λ·Δ counts and latencies against ground truth are timed: marked serial, they run alone
-# (conftest.py). Refusals, and runs that assert no count a stall could change, run with the rest.
+# The λ·Δ counts against ground truth, and a run on time over every transport, are marked alone; the
+# protected strategies' counts and latencies, serial (conftest.py). Refusals, and runs that assert no
+# count a stall could change, run with the rest.
 
 RATE, DELTA, TTL = 200.0, 0.05, 1.0  # λ·Δ = 10
 
@@ -19,7 +20,7 @@ def redis_url(redis_server):
     return redis_server.url()
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_unprotected_expiry_sends_about_lambda_delta_clients_to_the_origin(redis_url) -> None:
     result = run_stampede(redis_url, "none", RATE, DELTA, TTL, duration_s=5.5, clients=16)
     assert result.expiries >= 4
@@ -107,7 +108,7 @@ def test_a_stampede_experiment_runs_through_cachemark_run(tmp_path, cachemark) -
 
 
 @pytest.mark.parametrize("spawned", ["spawn:redis?tls=1", "spawn:redis?unix=1", "spawn:memcached?unix=1"])
-@pytest.mark.serial  # reads sent on time: at load 24 TLS clients sent 2 of 94 (the rest missed)
+@pytest.mark.alone  # reads sent on time: at load 24 TLS clients sent 2 of 94 (the rest missed)
 def test_every_server_the_row_allows_runs_a_stampede(spawned) -> None:
     """rediss://, redis+unix:// and memcached+unix:// (once refused or unreachable): the clients connect
     through the target's endpoint, with its TLS options and its socket."""

@@ -125,7 +125,7 @@ def test_the_real_ranking_is_the_ratio_of_the_p50s(real_run):
     assert "`--repeat 3`" in " ".join(block.notes)
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_repeats_give_the_factor_its_noise(tmp_path):
     result = run_cli("run", "-t", "memory://", "-t", "spawn:redis", "--duration", "0.5s", "--warmup", "0",
                      "--no-calibrate", "--repeat", "3", "-o", "r.json", cwd=tmp_path)
