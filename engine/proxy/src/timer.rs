@@ -13,6 +13,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 /// One of the kernel's clocks, as it reads now.
+#[inline]
 fn read_clock(clock: libc::clockid_t) -> libc::timespec {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -105,8 +105,10 @@ pub fn encode_meta(out: &mut OutBuf, req: &Request, kb: &mut Vec<u8>) -> usize {
     klen
 }
 
-/// `head key tail\r\n`.
-#[inline]
+/// `head key tail\r\n`. Always inlined: each call's head and tail are constants, so their copies
+/// become a few stores; left to the compiler, a change elsewhere in the crate once made it an
+/// out-of-line call with four memcpy calls (+5 % instructions per memcached request).
+#[inline(always)]
 fn line(out: &mut Vec<u8>, head: &[u8], key: &[u8], tail: &[u8]) {
     out.extend_from_slice(head);
     out.extend_from_slice(key);
