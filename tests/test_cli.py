@@ -104,6 +104,47 @@ def test_ctrl_c_while_the_command_still_imports_ends_quietly(monkeypatch, capsys
     assert capsys.readouterr().err == "cachemark: interrupted\n"
 
 
+@pytest.fixture
+def cli_in_process(monkeypatch):
+    """cachemark's main in this process, its signal handlers, hooks and title put back afterwards."""
+    from cachemark import cli, proctitle
+
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    monkeypatch.setattr(cli._Signals, "received", False)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    monkeypatch.setattr(proctitle, "hide_secrets", lambda: None)
+    yield cli
+    for number, handler in handlers.items():
+        signal.signal(number, handler)
+
+
+def test_a_ctrl_c_a_library_raised_as_its_own_error_ends_as_an_interrupt(cli_in_process, monkeypatch, capsys):
+    """pydantic, building a model's validator when a Ctrl-C lands, raises a SchemaError that only names the
+    KeyboardInterrupt: that is the user's Ctrl-C (one line, exit 130), not a crash of ours. The same error
+    without a signal received is one."""
+    def building_a_model() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+        raise ValueError('Error building "model" validator:\n  KeyboardInterrupt: ')
+
+    monkeypatch.setattr(cli_in_process, "_app", building_a_model)
+    with pytest.raises(SystemExit) as ended:
+        cli_in_process.main()
+    assert ended.value.code == 130 and capsys.readouterr().err == "cachemark: interrupted\n"
+
+    monkeypatch.setattr(cli_in_process._Signals, "received", False)
+    def a_bug() -> None:
+        raise ValueError("KeyboardInterrupt")
+
+    monkeypatch.setattr(cli_in_process, "_app", a_bug)
+    with pytest.raises(SystemExit) as ended:
+        cli_in_process.main()
+    assert ended.value.code == 70 and "crash (a bug in cachemark" in capsys.readouterr().err
+
+
 @pytest.mark.alone
 def test_network_profiles_print_the_percent_of_baseline_table(tmp_path, cachemark):
     result = cachemark("run", "-t", "spawn:redis", "-t", "spawn:memcached", "--network", "same-host,cross-region",

@@ -364,12 +364,15 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path) -> None:
         os.killpg(proc.pid, signal.SIGINT)
         sent = time.monotonic()
         _, stderr = proc.communicate(timeout=60)
-        outcomes.append((delay, proc.returncode, round(time.monotonic() - sent, 1), "Traceback" in stderr))
+        before_us = proc.returncode == 1 and "Traceback" in stderr and not re.search(r'File ".*/cachemark/', stderr)
+        outcomes.append((delay, -signal.SIGINT if before_us else proc.returncode, round(time.monotonic() - sent, 1),
+                         "Traceback" in stderr and not before_us))
         if "Traceback" in stderr:
             outcomes.append(stderr[-600:])  # shown by the assertion below
-    # Known, rare (about 1 in 40 tries, on a loaded machine): a Ctrl-C during start-up or the
-    # calibration, before any server or worker exists, ends the process by the signal itself
-    # (-2, nothing printed). Nothing is left behind then; the cause is not found yet.
+    # Known, rare (about 1 in 40 tries, on a loaded machine): the first moment can land while the
+    # interpreter itself still starts, before any code of cachemark's runs: before Python's own
+    # handler is in place the signal ends the process (-2, nothing printed), during runpy's imports
+    # their traceback does (exit 1, counted as the same). Nothing exists yet to leave behind.
     ended = [o for o in outcomes if isinstance(o, tuple)]
     assert all(o[1] in (130, -signal.SIGINT) and o[2] < 5 and not o[3] for o in ended), str(outcomes)
     assert sum(o[1] == 130 for o in ended) >= len(ended) - 1, str(outcomes)

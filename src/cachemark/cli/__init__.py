@@ -353,8 +353,28 @@ def _app() -> None:
     sys.exit(code if isinstance(code, int) else 0)  # typer.Exit's code: returned, not raised, here
 
 
+class _Signals:
+    """Whether a Ctrl-C, SIGTERM or SIGHUP has reached this process."""
+
+    received = False
+
+
 def _interrupt_on(signum: int, frame: Any) -> None:
+    _Signals.received = True
     raise KeyboardInterrupt  # the path Ctrl-C takes: workers stopped, servers and temp dirs removed
+
+
+def _an_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C that a library caught and raised as an error of its own: pydantic,
+    building a model's validator when the signal lands, raises a SchemaError that only names it."""
+    if not _Signals.received:
+        return False
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt) or "KeyboardInterrupt" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def main() -> None:
@@ -363,8 +383,8 @@ def main() -> None:
     from ..proctitle import hide_secrets
 
     hide_secrets()  # `ps` shows other users our command line: its target URLs redacted
-    # `timeout`, a CI cancel or a closed terminal must clean up like Ctrl-C does
-    for name in ("SIGTERM", "SIGHUP"):
+    # `timeout`, a CI cancel or a closed terminal must clean up like Ctrl-C does; each is noted as it comes
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         signal.signal(getattr(signal, name), _interrupt_on)
     from ..interrupts import redeliver_interrupts
 
@@ -382,6 +402,9 @@ def main() -> None:
         print("cachemark: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 — a bug of ours: one line, the traceback kept in a file
+        if _an_interrupt(exc):
+            print("cachemark: interrupted", file=sys.stderr)
+            sys.exit(EXIT_INTERRUPTED)
         from ..crash import crash_line
 
         if _debug_requested():
