@@ -249,6 +249,111 @@ def test_the_golden_transcript(name, kind, request):
         forget(server, namespace, load.keys)
 
 
+# -- a phase in segments (x-segments) ------------------------------------------------------
+
+
+def go_in_segments(d: DriverProcess, entries: list[list[str]], segments: list[tuple[list[int], list[int], list[int]]],
+                   go: dict[str, Any], at: list[int] | None = None) -> list[tuple[dict[str, Any], bytes]]:
+    """cachemark's side of x-segments, by hand: segment 0 before go (loaded), segment 1 right after go,
+    segment k+2 when part k comes; every reply until done, checked against the schema."""
+    full = jsonschema.Draft202012Validator(SCHEMA)
+    starts = np.cumsum([0] + [len(s[0]) for s in segments])
+
+    def send(k: int) -> None:
+        e, keys, sizes = segments[k]
+        msg = {"type": "ops", "entries": entries, "count": len(e), "schedule": at is not None,
+               "more": k + 1 < len(segments)}
+        blob = ops_blob(e, keys, sizes)
+        if at is not None:
+            blob += np.array(at[starts[k]:starts[k + 1]], dtype="<u8").tobytes()
+        assert full.is_valid(msg)
+        d.send(msg, blob)
+
+    send(0)
+    d.check(d.recv(60)[0], "loaded")
+    d.send(go)
+    if len(segments) > 1:
+        send(1)
+    replies = []
+    while True:
+        reply, blob = d.recv(60)
+        assert full.is_valid(reply), (reply, [e.message for e in full.iter_errors(reply)])
+        assert len(blob) == SPEC.blob_size(reply), reply
+        replies.append((reply, blob))
+        if reply["type"] != "part":
+            d.check(reply, "done")
+            return replies
+        parts = len(replies)
+        if parts + 1 < len(segments):
+            send(parts + 1)
+
+
+GO = {"type": "go", "duration_s": None, "cycle": False, "verify_reads": 1.0, "verify_writes": 0.0,
+      "stop_after_failing_s": None}
+
+
+@every_target
+def test_a_phase_in_segments_runs_every_op_once_in_order_on_its_schedule(name, kind, request):
+    """Three segments (x-segments): one part per segment but the last, whose ops come in done, each op's
+    outcome where the model says (writes in one segment, read in the next), every op sent at or after its
+    due time counted from go (not from its segment's start); the exchange goes on after done."""
+    needs_driver(name)
+    server = server_of(request, kind)
+    namespace = f"cm:{uuid.uuid4().hex[:8]}:"
+    load = workload(keys=20, value_size=100, workers=1)
+    d = by_hand(name, with_client(server.url(), name), load, namespace)
+    try:
+        segments = [([0] * 10, list(range(10)), [100] * 10),  # set 0..9
+                    ([1] * 20, list(range(20)), [100] * 20),  # get 0..19: 10 hits, 10 misses
+                    ([0] * 5 + [1] * 10, [*range(10, 15), *range(10, 20)], [100] * 15)]  # set 10..14, get 10..19
+        at = [i * 2_000_000 for i in range(45)]  # every 2 ms, counted from go across the segments
+        replies = go_in_segments(d, [["set"], ["get"]], segments, GO, at)
+        assert [r["type"] for r, _ in replies] == ["part", "part", "done"], replies
+        assert [r["count"] for r, _ in replies] == [10, 20, 15]
+        got = [outcomes(r, b) for r, b in replies]
+        assert got == [["ok"] * 10, ["hit"] * 10 + ["miss"] * 10, ["ok"] * 5 + ["hit"] * 5 + ["miss"] * 5], got
+        sent = np.concatenate([np.frombuffer(b[r["count"]:9 * r["count"]], dtype="<u8") for r, b in replies])
+        assert (sent.astype(np.int64) >= np.array(at)).all() and sent[-1] >= 88_000_000, sent
+        done = replies[-1][0]
+        assert (done["missed"], done["interrupted"], done["stopped_on_errors"]) == (0, False, False)
+        assert 88e6 <= done["wall_ns"] < 30e9
+        d.request({"type": "ops", "entries": [["get"]], "count": 3, "schedule": False},
+                  ops_blob([0, 0, 0], [0, 5, 19], [100] * 3), expect="loaded")
+        again, blob = d.request(GO, expect="done")
+        assert outcomes(again, blob) == ["hit", "hit", "miss"]
+    finally:
+        d.close()
+        forget(server, namespace, load.keys)
+
+
+@pytest.mark.parametrize("name", drivers())
+def test_a_driver_stopping_inside_a_segment_discards_the_one_sent_ahead(name):
+    """The deadline falls inside segment 1 while segment 2 waits in the driver's stdin (sent ahead when
+    part 0 came): the driver reads it, drops it and sends done with segment 1's ops; the next batch it
+    is given is run as it is, not mistaken for the dropped one."""
+    needs_driver(name)
+    load = workload(keys=100, value_size=100)
+    d = by_hand(name, with_client("redis://127.0.0.1:1", name), load, "cm:00000000:", scheme=None)
+    try:
+        segments = [([0] * 20, list(range(20)), [100] * 20), ([0] * 20, list(range(20)), [100] * 20),
+                    ([0] * 20, list(range(20)), [100] * 20)]
+        at = [i * 1_000_000 for i in range(20)] + [200_000_000 + i * 20_000_000 for i in range(20)] + [
+            1_000_000_000 + i for i in range(20)]  # segment 1 runs 0.2-0.58 s; the deadline is at 0.3 s
+        replies = go_in_segments(d, [["get"]], segments, dict(GO, duration_s=0.3), at)
+        assert [r["type"] for r, _ in replies] == ["part", "done"], replies
+        done, blob = replies[-1]
+        # due at 0.2 … 0.28 s: sent, or (on a stalled host) missed; the one due at 0.3 s is past the deadline
+        assert done["count"] >= 1 and done["count"] + done["missed"] == 5, done
+        assert set(outcomes(done, blob)) == {"miss"} and 0.2e9 <= done["wall_ns"] < 10e9
+        d.request({"type": "ops", "entries": [["get"]], "count": 7, "schedule": False},
+                  ops_blob([0] * 7, list(range(7)), [100] * 7), expect="loaded")
+        again, blob = d.request(GO, expect="done")
+        assert again["count"] == 7 and outcomes(again, blob) == ["miss"] * 7
+        assert d.request({"type": "bye"}, expect="bye")
+    finally:
+        d.close()
+
+
 # -- a seeded run, predicted exactly ------------------------------------------------------
 
 # per (driver, kind): two runs and every message of them, shared by the cases that read them
@@ -600,7 +705,8 @@ def test_a_missing_runtime_skips_the_run_with_one_line(name, request, monkeypatc
 @pytest.mark.parametrize("name", drivers())
 def test_the_null_client_cycles_until_sigint_and_leaves_on_eof(name):
     """``scheme: null`` (no server: the driver's own loop on a do-nothing client): every read misses, fast;
-    a cycling batch runs until SIGINT, then reports what ran; EOF on stdin ends the driver (exit 0)."""
+    a cycling batch runs until SIGINT, a part per pass, then reports the last pass; EOF on stdin ends the
+    driver (exit 0)."""
     needs_driver(name)
     load = workload(keys=100, value_size=100)
     d = by_hand(name, with_client("redis://127.0.0.1:1", name), load, "cm:00000000:", scheme=None)
@@ -617,9 +723,14 @@ def test_the_null_client_cycles_until_sigint_and_leaves_on_eof(name):
                 "stop_after_failing_s": None})
         time.sleep(0.5)
         d.proc.send_signal(signal.SIGINT)
-        done, blob = d.recv(15)
-        assert done["type"] == "done" and done["interrupted"] and done["count"] > n, done
-        assert 0.1 < done["wall_ns"] / 1e9 < 10 and set(outcomes(done, blob)) == {"miss"}
+        replies = []  # a part per pass through the batch (x-segments), then done with the last pass's ops
+        while not replies or replies[-1][0]["type"] == "part":
+            replies.append(d.recv(15))
+        done, blob = replies[-1]
+        assert done["type"] == "done" and done["interrupted"] and done["count"] <= n, done
+        assert len(replies) > 1 and all(r["count"] == n for r, _ in replies[:-1]), [r for r, _ in replies]
+        assert 0.1 < done["wall_ns"] / 1e9 < 10
+        assert all(set(outcomes(r, b)) <= {"miss"} for r, b in replies)
         d.proc.stdin.close()  # EOF: the driver leaves quietly
         assert d.proc.wait(10) == 0
     finally:

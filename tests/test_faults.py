@@ -40,7 +40,12 @@ def _wait_for_ops(server, minimum: int = 2000, timeout: float = 30) -> None:
 
     client = redis.Redis(host="127.0.0.1", port=server.port)
     deadline = time.monotonic() + timeout
-    while client.info("stats")["total_commands_processed"] < minimum:
+    while True:
+        try:  # a server found by its process may not listen yet: refused until it does
+            if client.info("stats")["total_commands_processed"] >= minimum:
+                break
+        except redis.ConnectionError:
+            pass
         assert time.monotonic() < deadline, "the run never got going"
         time.sleep(0.1)
     client.close()

@@ -44,7 +44,7 @@ from .error_policy import stopped_reason
 from .messages import death
 from .worker import arrival_gaps
 
-PROTOCOL = 1  # drivers/protocol/protocol.json's x-version: every message, both ways, is described there
+PROTOCOL = 2  # drivers/protocol/protocol.json's x-version: every message, both ways, is described there
 # A closed-loop phase bounded by time only gets this many pre-generated ops per worker,
 # which the driver cycles through until the deadline.
 CYCLE_OPS = 100_000
