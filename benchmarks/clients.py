@@ -30,9 +30,9 @@ from cachemark.run.driver import (
     DriverFailed,
     DriverProcess,
     DriverSpec,
+    PhaseTally,
     op_batch,
     setup_message,
-    worker_result,
 )
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
@@ -111,7 +111,9 @@ def protocol_of(spec: DriverSpec, args: argparse.Namespace) -> list[float]:
             t2 = time.perf_counter()
             reply, blob = driver.request({"type": "go", "verify_reads": 0.0, "verify_writes": 0.0}, expect="done")
             t3 = time.perf_counter()
-            worker_result(["get"], batch, reply, blob)
+            tally = PhaseTally(["get"], open_loop=False)
+            tally.fold(batch, reply, blob)
+            tally.result(reply)
             t4 = time.perf_counter()
             loop = reply["wall_ns"] / 1e9
             rows.append(((t1 - t0), (t2 - t1), loop, (t3 - t2) - loop, (t4 - t3)))

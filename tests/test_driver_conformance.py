@@ -354,6 +354,58 @@ def test_a_driver_stopping_inside_a_segment_discards_the_one_sent_ahead(name):
         d.close()
 
 
+#: One phase of ``requests`` gets through driver argv[1]'s do-nothing client, fed in segments by cachemark's
+#: own loop (run/driver.py's _go, as a replay is fed); prints the ops counted, then the peak RSS of this
+#: process and of the driver (VmHWM: each process's own).
+_SEGMENTED_PHASE = """
+import sys
+import numpy as np
+from cachemark.run import driver as d
+from cachemark.spec import Workload
+from cachemark.target import parse_target
+
+def peak(pid):
+    return next(int(ln.split()[1]) * 1024 for ln in open(f"/proc/{pid}/status") if ln.startswith("VmHWM:"))
+
+name, requests = sys.argv[1], int(sys.argv[2])
+load = Workload(keys=100_000, key_dist="uniform", value_size=100, mix={"get": 1}, workers=1, warmup=0)
+proc = d.DriverProcess(d.DRIVERS[name], 0)
+proc.recv(60)
+setup = d.setup_message(parse_target("redis://127.0.0.1:1?client=" + name), load, "cm:00000000:", 0)
+proc.request(dict(setup, scheme=None), expect="ready")
+
+def segments():
+    for start in range(0, requests, d.SEGMENT_OPS):
+        n = min(d.SEGMENT_OPS, requests - start)
+        yield np.zeros(n, "u1"), (np.arange(start, start + n) % 100_000).astype("<u4"), np.full(n, 100, "<u4"), None
+
+[(done, tally)] = d._go([proc], [d.OpFeed(segments(), requests, False)], ["get"], load, None)
+ops, _ = tally.result(done)
+driver = peak(proc.proc.pid)
+proc.close()
+print(ops["get"].count, peak("self"), driver)
+"""
+
+
+@pytest.mark.parametrize("name", drivers())
+def test_a_long_phase_takes_the_memory_of_a_short_one(name):
+    """10× the requests (a replay's share, a long schedule) through a driver: cachemark's peak and the
+    driver's within a few MiB of the shorter run's (sent whole, the longer phase's ops and results took
+    17 bytes a request each way: ~150 MiB more on each side here)."""
+    needs_driver(name)
+    small, large = (1_000_000, 10_000_000) if name.startswith("go-") else (200_000, 2_000_000)
+    peaks = {}
+    for requests in (small, large):
+        result = subprocess.run([sys.executable, "-c", _SEGMENTED_PHASE, name, str(requests)], capture_output=True,
+                                text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        count, own, driver = map(int, result.stdout.split())
+        assert count == requests
+        peaks[requests] = own, driver
+    grown = [peaks[large][i] - peaks[small][i] for i in (0, 1)]
+    assert grown[0] < 16 * 2**20 and grown[1] < 24 * 2**20, (name, peaks)
+
+
 # -- a seeded run, predicted exactly ------------------------------------------------------
 
 # per (driver, kind): two runs and every message of them, shared by the cases that read them
@@ -361,6 +413,7 @@ _SEEDED: dict[tuple[str, str], dict[str, Any]] = {}
 # two drivers, an untimed warm-up batch (a JIT's) before the timed one; then one driver, from an empty cache,
 # every op, a TTL, every read verified and every write read back
 PREFILLED = {"keys": 200, "mix": {"get": 1}, "ops": 400, "workers": 2, "warmup_ops": 100}
+SEGMENT_OPS = 128  # the seeded runs' segments (x-segments): the mixed run's 600 ops in five
 MIXED = {"keys": 40, "mix": {"get": 4, "set": 2, "delete": 1, "exists": 1, "exists+get": 1, "get_many": 1},
          "ops": 600, "workers": 1, "prefill": False, "verify_writes": 1.0, "get_many_count": 3, "ttl": 60}
 
@@ -374,7 +427,7 @@ def seeded(name: str, kind: str, request: Any) -> dict[str, Any]:
     server = server_of(request, kind)
     foreign = write_foreign(server)
     messages: list[tuple[str, int, dict[str, Any], bytes]] = []  # (direction, which process, message, done's blob)
-    send, recv = DriverProcess.send, DriverProcess.recv
+    post, take = DriverProcess.post, DriverProcess.take  # every message either way passes one of them
     processes: dict[int, int] = {}  # id(DriverProcess) -> its number (ids of ended ones may come again)
 
     def which(process: DriverProcess, msg: dict[str, Any]) -> int:
@@ -382,19 +435,22 @@ def seeded(name: str, kind: str, request: Any) -> dict[str, Any]:
             processes[id(process)] = len(processes) + sum(1 for _ in messages)
         return processes[id(process)]
 
-    def sending(self, msg, blob=b"", timeout=driver_mod.REPLY_TIMEOUT_S):
+    def sending(self, msg, blob=b""):
         messages.append(("to_driver", which(self, msg), dict(msg, blob=len(blob)) if blob else msg, b""))
-        return send(self, msg, blob, timeout)
+        return post(self, msg, blob)
 
-    def receiving(self, timeout):
-        msg, blob = recv(self, timeout)
-        messages.append(("from_driver", which(self, msg), msg, blob if msg.get("type") == "done" else b""))
-        return msg, blob
+    def receiving(self):
+        if (message := take(self)) is not None:
+            msg, blob = message
+            results = msg.get("type") in ("part", "done")
+            messages.append(("from_driver", which(self, msg), msg, blob if results else b""))
+        return message
 
     url = with_client(server.url(), name)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(DriverProcess, "send", sending)
-        patch.setattr(DriverProcess, "recv", receiving)
+        patch.setattr(driver_mod, "SEGMENT_OPS", SEGMENT_OPS)  # the phases in segments, predicted across them
+        patch.setattr(DriverProcess, "post", sending)
+        patch.setattr(DriverProcess, "take", receiving)
         prefilled = run_target(url, workload(**PREFILLED))
         mixed = run_target(url, workload(**MIXED))
     _SEEDED[(name, kind)] = result = {"prefilled": prefilled, "mixed": mixed, "messages": messages,
@@ -466,19 +522,30 @@ def test_every_message_follows_the_protocol(name, kind, request):
         wrong = [e.message for e in full.iter_errors(msg)]
         assert not wrong and SPEC.problem(msg, direction) is None, (direction, msg, wrong)
         assert int(msg.get("blob") or 0) == SPEC.blob_size(msg), msg
-        if msg["type"] == "done":
+        if msg["type"] in ("part", "done"):
             base = SPEC.outcomes["error_base"]
             codes = np.frombuffer(blob[:msg["count"]], dtype="u1")
             assert (codes < base + len(msg["error_kinds"])).all(), msg
-            assert len(msg["bytes_in"]) == len(msg["bytes_out"]) and len(blob) == SPEC.blob_size(msg)
+            assert len(blob) == SPEC.blob_size(msg)
+            assert msg["type"] == "part" or len(msg["bytes_in"]) == len(msg["bytes_out"])
         by_process.setdefault(process, []).append((direction, msg))
     assert len(by_process) == PREFILLED["workers"] + MIXED["workers"]
+    segmented = 0
     for exchange in by_process.values():
         assert exchange[0][1]["type"] == "hello" and exchange[0][0] == "from_driver"
-        asked = [m["type"] for d, m in exchange if d == "to_driver"]
-        answered = [m["type"] for d, m in exchange[1:] if d == "from_driver"]
+        # during go (x-segments): a segment sent ahead per part that comes back, none answered
+        going, ahead, parts, asked, answered = False, 0, 0, [], []
+        for direction, m in exchange[1:]:
+            if going and m["type"] in ("ops", "part"):
+                ahead, parts = ahead + (m["type"] == "ops"), parts + (m["type"] == "part")
+                continue
+            (asked if direction == "to_driver" else answered).append(m["type"])
+            going = m["type"] == "go" or (going and m["type"] != "done")
         assert answered == [SPEC.answers[t] for t in asked], (asked, answered)
         assert asked[0] == "setup" and asked[-1] == "bye"
+        assert ahead == parts, (ahead, parts)  # every segment was run: each but the first announced by a part
+        segmented += parts
+    assert segmented >= (MIXED["ops"] - 1) // SEGMENT_OPS  # the seeded runs went in segments
 
 
 @every_target

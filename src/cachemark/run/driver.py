@@ -2,16 +2,19 @@
 
 A driver (``drivers/<stack>/``) is the application's own client — Rails.cache in Ruby, say —
 running cachemark's op stream natively. This module owns the Python side of the driver
-protocol (docs/drivers.md): it starts one driver process per worker, hands each its
-pre-generated ops before the clock starts, says ``go`` to all together, and turns the
-per-op outcomes and latencies they send back (binary arrays) into the same phase dicts
-the Python workers and the engine produce. Every exchange has a deadline: a driver that
-dies or hangs ends the run as failed, with one line saying which and why, never as a hang.
+protocol (docs/drivers.md): it starts one driver process per worker, hands each the first
+segment of its pre-generated ops before the clock starts, says ``go`` to all together, feeds
+each the next segment ahead while it runs, and folds the per-op outcomes and latencies they
+send back a segment at a time (binary arrays) into the same phase records the Python workers
+and the engine produce — so a phase of 10⁷ ops takes the memory of one of 10⁵ on both sides.
+Every exchange has a deadline: a driver that dies or hangs ends the run as failed, with one
+line saying which and why, never as a hang.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -20,6 +23,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +52,9 @@ PROTOCOL = 2  # drivers/protocol/protocol.json's x-version: every message, both 
 # A closed-loop phase bounded by time only gets this many pre-generated ops per worker,
 # which the driver cycles through until the deadline.
 CYCLE_OPS = 100_000
+SEGMENT_OPS = 32_768  # a phase goes to a driver in segments of this many ops (x-segments): ~0.6 MB each way
+PIPE_BYTES = 1 << 20  # both pipes widened to this (Linux's default limit), so a segment or a part fits whole
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 HELLO_TIMEOUT_S = 30.0
 REPLY_TIMEOUT_S = 60.0  # setup, ops upload, bye; plus per-op allowances for prefill and go
 INTERRUPT_TIMEOUT_S = 10.0  # after Ctrl-C: how long a driver may take to report what it ran
@@ -91,39 +98,59 @@ class DriverProcess:
                                f"{exc.strerror or exc}") from None
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.inp, self.out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
-        os.set_blocking(self.inp, False)
-        os.set_blocking(self.out, False)
+        for fd in (self.inp, self.out):
+            os.set_blocking(fd, False)
+            with contextlib.suppress(OSError):  # a segment and a part fit whole (x-segments); the kernel may say no
+                fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
         self.buf = bytearray()
+        self.outbox = bytearray()
         self.stage = "hello"
 
     # -- framing ------------------------------------------------------------------
     def send(self, msg: dict[str, Any], blob: bytes = b"", timeout: float = REPLY_TIMEOUT_S) -> None:
+        """``msg`` (and its blob) written whole, within ``timeout``."""
         self.stage = msg["type"]
-        header = dict(msg, blob=len(blob)) if blob else msg
-        view = memoryview(json.dumps(header).encode() + b"\n" + blob)
+        self.post(msg, blob)
         deadline = time.monotonic() + timeout
-        while view:
+        while self.outbox:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([], [self.inp], [], remaining)[1]:
                 raise self._failed(f"did not take {msg['type']!r} within {timeout:g} s", hung=True)
-            try:
-                view = view[os.write(self.inp, view):]
-            except BlockingIOError:
-                continue
-            except (BrokenPipeError, ConnectionResetError):
-                raise self._failed(f"exited before taking {msg['type']!r}") from None
+            self.flush()
+
+    def post(self, msg: dict[str, Any], blob: bytes = b"") -> None:
+        """Queue ``msg`` (and its blob) for :meth:`flush`: how a segment goes ahead while the driver runs."""
+        header = dict(msg, blob=len(blob)) if blob else msg
+        self.outbox += json.dumps(header).encode() + b"\n" + blob
+
+    def flush(self) -> None:
+        """Write what the pipe takes now of what is queued."""
+        try:
+            del self.outbox[:os.write(self.inp, self.outbox)]
+        except BlockingIOError:
+            pass
+        except (BrokenPipeError, ConnectionResetError):
+            raise self._failed(f"exited before taking {self.stage!r}") from None
 
     def recv(self, timeout: float) -> tuple[dict[str, Any], bytes]:
         deadline = time.monotonic() + timeout
-        while (end := self.buf.find(b"\n")) < 0:
-            self._fill(deadline, timeout)
+        while (message := self.take()) is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self.out], [], [], remaining)[0]:
+                raise self._failed(f"did not answer {self.stage!r} within {timeout:g} s", hung=True)
+            self.fill()
+        return message
+
+    def take(self) -> tuple[dict[str, Any], bytes] | None:
+        """The next whole message (and its blob) read so far, checked against the protocol; None: not yet."""
+        if (end := self.buf.find(b"\n")) < 0:
+            return None
         try:
             msg = json.loads(self.buf[:end])
         except ValueError:
             line = one_line(bytes(self.buf[:end]).decode(errors="replace"), 120)
             raise self._failed(f"sent a line that is not JSON: {line}") from None
-        del self.buf[:end + 1]
-        # every message a driver sends, checked against the protocol's schema (a few per phase, none per op)
+        # every message a driver sends, checked against the protocol's schema (a few per segment, none per op)
         if (problem := self.protocol.problem(msg)) is not None:
             what = msg.get("type") if isinstance(msg, dict) else None
             raise self._failed(f"broke the protocol ({SCHEMA_FILE.as_posix()}): "
@@ -132,18 +159,16 @@ class DriverProcess:
         if size != (expected := self.protocol.blob_size(msg)) and "x-blob" in self.protocol.defs[msg["type"]]:
             raise self._failed(f"broke the protocol ({SCHEMA_FILE.as_posix()}): {msg['type']!r} with a blob of "
                                f"{size} bytes, not {expected}", hung=True)
-        while len(self.buf) < size:
-            self._fill(deadline, timeout)
-        blob = bytes(self.buf[:size])
-        del self.buf[:size]
+        if len(self.buf) < end + 1 + size:  # the blob is still coming (the header is read again then)
+            return None
+        blob = bytes(self.buf[end + 1:end + 1 + size])
+        del self.buf[:end + 1 + size]
         return msg, blob
 
-    def _fill(self, deadline: float, timeout: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([self.out], [], [], remaining)[0]:
-            raise self._failed(f"did not answer {self.stage!r} within {timeout:g} s", hung=True)
+    def fill(self) -> None:
+        """Read what the driver has written (EOF: it exited)."""
         try:
-            chunk = os.read(self.out, 1 << 20)
+            chunk = os.read(self.out, PIPE_BYTES)
         except BlockingIOError:
             return
         if not chunk:
@@ -245,13 +270,18 @@ def setup_message(target: Target, workload: Workload, namespace: str, worker: in
 
 @dataclass
 class OpBatch:
-    """One worker's pre-generated ops for one phase (or its warm-up)."""
+    """One segment of one worker's pre-generated ops for one phase (or its warm-up), x-segments."""
 
     entries: np.ndarray  # u8: index into the mix entries
     keys: np.ndarray  # u32: key id
     sizes: np.ndarray  # u32: value size
     at: np.ndarray | None  # u64: intended send time, ns after go (open loop)
     cycle: bool  # closed loop bounded by time: the driver repeats the batch until the deadline
+    more: bool = False  # another segment follows during go
+
+    def message(self, entries: list[str]) -> dict[str, Any]:
+        return {"type": "ops", "entries": [e.split("+") for e in entries], "count": len(self.entries),
+                "schedule": self.at is not None, "more": self.more}
 
     def blob(self) -> bytes:
         parts = [self.entries.astype("u1").tobytes(), self.keys.astype("<u4").tobytes(),
@@ -261,89 +291,165 @@ class OpBatch:
         return b"".join(parts)
 
 
-def op_batch(workload: Workload, phase: Phase, worker: int, purpose: str, limit: int | None,
-             duration: float | None, rate: float | None) -> OpBatch:
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]  # entries, keys, sizes, at
+
+
+class OpFeed:
+    """One worker's ops for one phase, a segment of at most SEGMENT_OPS at a time (x-segments): neither
+    cachemark nor the driver holds a whole phase, however long its trace share or schedule."""
+
+    def __init__(self, segments: Iterator[Columns], total: int, cycle: bool) -> None:
+        self._segments, self.total, self.cycle = segments, total, cycle
+        self._next: Columns | None = next(segments, None)
+        if self._next is None:  # an empty phase is one empty segment: the exchange stays the same
+            self._next = (np.zeros(0, "u1"), np.zeros(0, "<u4"), np.zeros(0, "<u4"), None)
+
+    def next(self) -> OpBatch | None:
+        """The next segment, saying whether another follows; None after the last."""
+        current = self._next
+        if current is None:
+            return None
+        self._next = next(self._segments, None)
+        return OpBatch(*current, cycle=self.cycle, more=self._next is not None)
+
+    def due_before(self, deadline_ns: int) -> int:
+        """Ops of the segments not handed out yet that are due before ``deadline_ns`` after go: missed
+        when the phase ended first (read through, a segment at a time)."""
+        due = 0
+        while self._next is not None:
+            at = self._next[3]
+            due += 0 if at is None else int((at < deadline_ns).sum())
+            self._next = next(self._segments, None)
+        return due
+
+
+def op_feed(workload: Workload, phase: Phase, worker: int, purpose: str, limit: int | None,
+            duration: float | None, rate: float | None) -> OpFeed:
     workers = workload.workers
     if workload.trace is not None and workload.trace.prepared and purpose == "timed":  # a recorded trace
         share = load_share(workload.trace.prepared, worker)
-        return OpBatch(share.entries, share.keys, share.sizes, share.at_ns if rate is not None else None, False)
-    cycle = False
+        return OpFeed(_replayed(share, rate is not None), len(share), False)
     if rate is not None and duration and limit is None:
         limit = math.ceil(rate / workers * duration) + 1  # every op due before the deadline
-    if limit is None:
-        limit, cycle = CYCLE_OPS, True
-    chunks = list(OpStream(workload, phase, worker, workers, max(limit, 1), purpose).batches())
-    entries = np.concatenate([np.asarray(c[0], dtype=np.uint8) for c in chunks])[:limit]
-    keys = np.concatenate([np.asarray(c[1], dtype=np.uint32) for c in chunks])[:limit]
-    sizes = np.concatenate([np.asarray(c[2], dtype=np.uint32) for c in chunks])[:limit]
-    at = None
+    if limit is None:  # one batch of CYCLE_OPS, repeated until the deadline
+        return OpFeed(_generated(workload, phase, worker, purpose, CYCLE_OPS, None, CYCLE_OPS), CYCLE_OPS, True)
+    return OpFeed(_generated(workload, phase, worker, purpose, limit, rate), limit, False)
+
+
+def op_batch(workload: Workload, phase: Phase, worker: int, purpose: str, limit: int | None,
+             duration: float | None, rate: float | None) -> OpBatch:
+    """The whole phase in one batch (what the feed hands out, joined): for tests and benchmarks."""
+    feed = op_feed(workload, phase, worker, purpose, limit, duration, rate)
+    segments = []
+    while (segment := feed.next()) is not None:
+        segments.append(segment)
+    at = [s.at for s in segments]
+    return OpBatch(*(np.concatenate([getattr(s, name) for s in segments]) for name in ("entries", "keys", "sizes")),
+                   None if at[0] is None else np.concatenate(at), feed.cycle)  # type: ignore[arg-type]
+
+
+def _replayed(share: Any, schedule: bool) -> Iterator[Columns]:
+    names = ("entries", "keys", "sizes", "at_ns") if schedule else ("entries", "keys", "sizes")
+    for block in share.columns.blocks(SEGMENT_OPS, names):
+        yield block["entries"], block["keys"], block["sizes"], block.get("at_ns")
+
+
+def _generated(workload: Workload, phase: Phase, worker: int, purpose: str, limit: int, rate: float | None,
+               segment: int | None = None) -> Iterator[Columns]:
+    """``limit`` ops of the phase's mix, in segments (with their due times in open loop)."""
+    segment = segment or SEGMENT_OPS
+    gaps = None
     if rate is not None:
-        interval = int(1e9 * workers / rate)
+        interval = int(1e9 * workload.workers / rate)
         rng = stream_seed(workload.seed, phase.name, worker, purpose + "/arrivals")
         gaps = arrival_gaps(phase.arrival or workload.arrival, interval, rng)
-        at = np.zeros(limit, dtype=np.uint64)
-        if limit > 1:
-            at[1:] = np.cumsum(np.fromiter((next(gaps) for _ in range(limit - 1)), dtype=np.int64, count=limit - 1))
-    return OpBatch(entries, keys, sizes, at, cycle)
+    due = 0  # the next op's due time
+
+    def cut(columns: list[np.ndarray], n: int) -> Columns:
+        nonlocal due
+        at = None
+        if gaps is not None:
+            step = np.fromiter((next(gaps) for _ in range(n)), dtype=np.int64, count=n)
+            at = (due + np.concatenate([[0], np.cumsum(step[:-1])])).astype(np.uint64)
+            due += int(step.sum())
+        return columns[0][:n], columns[1][:n], columns[2][:n], at
+
+    held = [np.zeros(0, np.uint8), np.zeros(0, np.uint32), np.zeros(0, np.uint32)]
+    for chunk in (OpStream(workload, phase, worker, workload.workers, limit, purpose).batches() if limit else ()):
+        held = [np.concatenate([h, np.asarray(c, dtype=h.dtype)]) for h, c in zip(held, chunk, strict=True)]
+        if len(held[0]) >= segment:
+            yield cut(held, segment)
+            held = [h[segment:] for h in held]
+    if len(held[0]):
+        yield cut(held, len(held[0]))
 
 
 # -- what it sends back -----------------------------------------------------------
 
 
-def worker_result(entries: list[str], batch: OpBatch, reply: dict[str, Any], blob: bytes
-                  ) -> tuple[dict[str, OpRecord], list[dict[str, Any]]]:
-    """One driver's ``done``: per-entry op results (docs/contracts.md) and its per-second series."""
-    count = int(reply["count"])
-    if len(blob) != 17 * count:
-        raise DriverFailed(f"results of {len(blob)} bytes for {count} ops (expected {17 * count})")
-    outcome = np.frombuffer(blob, dtype=np.uint8, count=count).astype(np.int64)
-    starts = np.frombuffer(blob[count:9 * count], dtype="<u8").astype(np.int64)
-    service = np.frombuffer(blob[9 * count:], dtype="<u8").astype(np.int64)
-    n = len(batch.entries)
-    index = np.arange(count) % max(n, 1)
-    entry = batch.entries[index].astype(np.int64) if count else np.zeros(0, dtype=np.int64)
-    if np.any(entry >= len(entries)):
-        raise DriverFailed("results name an op entry that was not sent")
-    codes = entry * 4 + np.minimum(outcome, ERROR)
-    open_loop = batch.at is not None
-    recorder = Recorder(entries, open_loop=open_loop)
-    if open_loop:
-        assert batch.at is not None
-        corrected = np.maximum(starts + service - batch.at[index].astype(np.int64), service)
-        Recorder._add(recorder.counts, codes, corrected)  # type: ignore[arg-type]
-        Recorder._add(recorder.counts_uncorrected, codes, service)  # type: ignore[arg-type]
-        latency = corrected
-    else:
-        Recorder._add(recorder.counts, codes, service)  # type: ignore[arg-type]
+class PhaseTally:
+    """One driver's results for one phase, folded a part at a time (x-segments) into its histograms and
+    per-second series: what it keeps does not grow with the phase."""
+
+    def __init__(self, entries: list[str], open_loop: bool) -> None:
+        self.entries = entries
+        self.recorder = Recorder(entries, open_loop=open_loop)
+        self.seconds: dict[int, tuple[int, int, np.ndarray]] = {}  # second → ops, errors, successes' counts
+        self.ran = 0
+
+    def fold(self, segment: OpBatch, reply: dict[str, Any], blob: bytes) -> None:
+        """A ``part`` or ``done``: op i is the segment's op i (mod its length when it cycles)."""
+        count = int(reply["count"])
+        n = len(segment.entries)
+        if len(blob) != 17 * count or (count > n and not segment.cycle):
+            raise DriverFailed(f"results of {len(blob)} bytes for {count} ops of a segment of {n}")
+        outcome = np.frombuffer(blob, dtype=np.uint8, count=count).astype(np.int64)
+        starts = np.frombuffer(blob[count:9 * count], dtype="<u8").astype(np.int64)
+        service = np.frombuffer(blob[9 * count:], dtype="<u8").astype(np.int64)
+        index = np.arange(count) % max(n, 1)
+        entry = segment.entries[index].astype(np.int64) if count else np.zeros(0, dtype=np.int64)
+        if np.any(entry >= len(self.entries)):
+            raise DriverFailed("results name an op entry that was not sent")
+        codes = entry * 4 + np.minimum(outcome, ERROR)
+        recorder = self.recorder
         latency = service
-    kinds = list(reply.get("error_kinds") or [])
-    failed = outcome >= ERROR
-    for code in np.unique(outcome[failed]).tolist():
-        kind = kinds[code - ERROR] if code - ERROR < len(kinds) else f"kind{code - ERROR}"
-        for e, c in enumerate(np.bincount(entry[outcome == code], minlength=len(entries)).tolist()):
-            if c:
-                recorder.errors[e][kind] += c
-    for e, kind, c in reply.get("extra_errors") or []:
-        if 0 <= int(e) < len(entries):
-            recorder.errors[int(e)][str(kind)] += int(c)
-    recorder.bytes_in = [int(b) for b in reply.get("bytes_in") or [0] * len(entries)]
-    recorder.bytes_out = [int(b) for b in reply.get("bytes_out") or [0] * len(entries)]
-    return recorder.result(), _series(starts + service, latency, failed)
+        if segment.at is not None:  # open loop: from the intended start, and from the sent one
+            latency = np.maximum(starts + service - segment.at[index].astype(np.int64), service)
+            Recorder._add(recorder.counts_uncorrected, codes, service)  # type: ignore[arg-type]
+        Recorder._add(recorder.counts, codes, latency)  # type: ignore[arg-type]
+        kinds = list(reply.get("error_kinds") or [])
+        failed = outcome >= ERROR
+        for code in np.unique(outcome[failed]).tolist():
+            kind = kinds[code - ERROR] if code - ERROR < len(kinds) else f"kind{code - ERROR}"
+            for e, c in enumerate(np.bincount(entry[outcome == code], minlength=len(self.entries)).tolist()):
+                if c:
+                    recorder.errors[e][kind] += c
+        self._fold_seconds((starts + service) // 1_000_000_000, latency, failed)
+        self.ran += count
 
+    def _fold_seconds(self, second: np.ndarray, latency: np.ndarray, failed: np.ndarray) -> None:
+        for t in np.unique(second).tolist():
+            mask = second == t
+            ok = mask & ~failed
+            ops, errors, counts = self.seconds.get(t, (0, 0, np.zeros(COUNTS_LEN, dtype=np.int64)))
+            if ok.any():
+                counts = counts + np.bincount(bucket_indexes(latency[ok]), minlength=COUNTS_LEN)
+            self.seconds[t] = (ops + int(mask.sum()), errors + int((mask & failed).sum()), counts)
 
-def _series(ends: np.ndarray, latency: np.ndarray, failed: np.ndarray) -> list[dict[str, Any]]:
-    """Per second of the phase (by completion): ops, errors and the successes' latencies."""
-    if not len(ends):
-        return []
-    second = ends // 1_000_000_000
-    out = []
-    for t in range(int(second.max()) + 1):
-        mask = second == t
-        ok = mask & ~failed
-        counts = np.bincount(bucket_indexes(latency[ok]), minlength=COUNTS_LEN) if ok.any() else None
-        out.append({"t": t, "ops": int(mask.sum()), "errors": int((mask & failed).sum()),
-                    "histogram": Histogram(counts).encode()})
-    return out
+    def result(self, done: dict[str, Any]) -> tuple[dict[str, OpRecord], list[dict[str, Any]]]:
+        """The phase's op results (docs/contracts.md) and per-second series, once ``done`` is folded."""
+        recorder = self.recorder
+        for e, kind, c in done.get("extra_errors") or []:
+            if 0 <= int(e) < len(self.entries):
+                recorder.errors[int(e)][str(kind)] += int(c)
+        recorder.bytes_in = [int(b) for b in done.get("bytes_in") or [0] * len(self.entries)]
+        recorder.bytes_out = [int(b) for b in done.get("bytes_out") or [0] * len(self.entries)]
+        series = []
+        for t in range(max(self.seconds, default=-1) + 1):  # every second, by completion
+            ops, errors, counts = self.seconds.get(t, (0, 0, np.zeros(COUNTS_LEN, dtype=np.int64)))
+            series.append({"t": t, "ops": ops, "errors": errors,
+                           "histogram": Histogram(counts).encode()})
+        return recorder.result(), series
 
 
 # -- the run ----------------------------------------------------------------------
@@ -421,15 +527,15 @@ def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload
         if phase.warmup_ops or (phase.warmup and phase.warmup_ops is None):
             n = len(drivers)
             limits = [split_ops(phase.warmup_ops, w, n) for w in range(n)]
-            _go(drivers, [op_batch(workload, phase, w, "warmup", limits[w], phase.warmup, None)
+            _go(drivers, [op_feed(workload, phase, w, "warmup", limits[w], phase.warmup, None)
                           for w in range(n)], entries, workload, None if phase.warmup_ops else phase.warmup)
-        batches = [op_batch(workload, phase, w, "timed", split_ops(phase.ops, w, len(drivers)), phase.duration,
-                            phase.rate) for w in range(len(drivers))]
+        feeds = [op_feed(workload, phase, w, "timed", split_ops(phase.ops, w, len(drivers)), phase.duration,
+                         phase.rate) for w in range(len(drivers))]
         if monitor is not None:
             monitor.phase_coming(index)
             monitor.phase_started(index)
-        replies = _go(drivers, batches, entries, workload, phase.duration)
-        parts = [worker_result(entries, b, reply, blob) for b, (reply, blob) in zip(batches, replies, strict=True)]
+        replies = _go(drivers, feeds, entries, workload, phase.duration)
+        parts = [tally.result(done) for done, tally in replies]
         record = _phase_record(phase, workload, [r for r, _ in replies],
                                ops=merge_ops([p for p, _ in parts], max(r["wall_ns"] for r, _ in replies) / 1e9),
                                series=merge_timeseries([s for _, s in parts]))
@@ -466,38 +572,100 @@ def _prefill(drivers: list[DriverProcess], target: Target, workload: Workload, s
     return any(r.get("interrupted") for r, _ in replies)
 
 
-def _go(drivers: list[DriverProcess], batches: list[OpBatch], entries: list[str], workload: Workload,
-        duration: float | None) -> list[tuple[dict[str, Any], bytes]]:
-    """Upload every worker's ops, then ``go`` to all at once; their ``done`` replies."""
-    for d, batch in zip(drivers, batches, strict=True):
-        d.send({"type": "ops", "entries": [e.split("+") for e in entries], "count": len(batch.entries),
-                "schedule": batch.at is not None}, batch.blob())
+class _Going:
+    """One driver during ``go``: the segment it runs, the one sent ahead, its deadline, its tally."""
+
+    def __init__(self, driver: DriverProcess, feed: OpFeed, first: OpBatch, tally: PhaseTally) -> None:
+        self.driver, self.feed, self.running, self.tally = driver, feed, first, tally
+        self.ahead: OpBatch | None = None
+        self.deadline = 0.0
+        self.done: dict[str, Any] | None = None
+
+    def send_ahead(self, entries: list[str]) -> None:
+        if self.running.more and not self.running.cycle:
+            self.ahead = self.feed.next()
+            if self.ahead is not None:
+                self.driver.post(self.ahead.message(entries), self.ahead.blob())
+
+
+def _go(drivers: list[DriverProcess], feeds: list[OpFeed], entries: list[str], workload: Workload,
+        duration: float | None) -> list[tuple[dict[str, Any], PhaseTally]]:
+    """Every worker's first segment, then ``go`` to all at once; then, until each ``done``, the next
+    segments fed ahead and each ``part`` folded (x-segments). Each driver's ``done`` and its tally."""
+    going = []
+    for d, feed in zip(drivers, feeds, strict=True):
+        first = feed.next()
+        assert first is not None
+        d.send(first.message(entries), first.blob())
+        going.append(_Going(d, feed, first, PhaseTally(entries, first.at is not None)))
     for d in drivers:
         d.check(d.recv(REPLY_TIMEOUT_S)[0], "loaded")
     go = {"type": "go", "duration_s": duration, "verify_reads": workload.verify_reads,
           "verify_writes": workload.verify_writes,
           "stop_after_failing_s": workload.error_grace if workload.on_error == "stop" else None}
-    for d, batch in zip(drivers, batches, strict=True):
-        d.send(dict(go, cycle=batch.cycle))
-    replies = []
+    started = time.monotonic()
+    for g in going:
+        g.driver.send(dict(go, cycle=g.feed.cycle))
+        g.send_ahead(entries)
+        g.deadline = _deadline(g.running, started, duration)
     interrupted = False
-    for d, batch in zip(drivers, batches, strict=True):
-        schedule = float(batch.at[-1]) / 1e9 if batch.at is not None and len(batch.at) else 0.0
-        budget = REPLY_TIMEOUT_S + (duration or 0.0) + schedule + (
-            0.0 if batch.cycle else PER_OP_TIMEOUT_S * len(batch.entries))
-        while True:
-            try:
-                reply = d.recv(INTERRUPT_TIMEOUT_S if interrupted else budget)
-                break
-            except KeyboardInterrupt:
-                # Ctrl-C: every driver stops its loop (SIGINT) and reports what it ran, as workers do
+    while running := [g for g in going if g.done is None]:
+        try:
+            now = time.monotonic()
+            for g in running:
+                if now > g.deadline:
+                    raise g.driver._failed(f"did not answer 'go' within {now - started:.0f} s", hung=True)
+            readable, writable, _ = select.select([g.driver.out for g in running],
+                                                  [g.driver.inp for g in running if g.driver.outbox], [],
+                                                  max(0.0, min(g.deadline for g in running) - now))
+            for g in running:
+                if g.driver.inp in writable:
+                    g.driver.flush()
+                if g.driver.out in readable:
+                    g.driver.fill()
+                    while g.done is None and (message := g.driver.take()) is not None:
+                        _received(g, *message, entries, started, duration)
+        except KeyboardInterrupt:
+            # Ctrl-C: every driver stops its loop (SIGINT) and reports what it ran, as workers do
+            if not interrupted:
                 interrupted = True
-                for other in drivers:
+                for g in going:
                     with contextlib.suppress(OSError):
-                        other.proc.send_signal(signal.SIGINT)
-        d.check(reply[0], "done")
-        replies.append(reply)
-    return replies
+                        g.driver.proc.send_signal(signal.SIGINT)
+            for g in going:
+                g.deadline = min(g.deadline, time.monotonic() + INTERRUPT_TIMEOUT_S)
+    return [(g.done, g.tally) for g in going]  # type: ignore[misc]
+
+
+def _received(g: _Going, reply: dict[str, Any], blob: bytes, entries: list[str], started: float,
+              duration: float | None) -> None:
+    if reply.get("type") != "part":
+        g.driver.check(reply, "done")
+        g.tally.fold(g.running, reply, blob)
+        if g.running.at is not None and duration is not None:  # the segments never run: their due ops, missed
+            deadline_ns = int(duration * 1e9)
+            ahead = 0 if g.ahead is None or g.ahead.at is None else int((g.ahead.at < deadline_ns).sum())
+            reply = dict(reply, missed=int(reply.get("missed", 0)) + ahead + g.feed.due_before(deadline_ns))
+        g.done = reply
+        return
+    if not (g.running.more or g.running.cycle):
+        raise g.driver._failed("sent a part after its last segment", hung=True)
+    g.tally.fold(g.running, reply, blob)
+    if not g.running.cycle:
+        assert g.ahead is not None
+        g.running = g.ahead
+        g.send_ahead(entries)
+        g.deadline = _deadline(g.running, started, duration)
+
+
+def _deadline(segment: OpBatch, started: float, duration: float | None) -> float:
+    """When a driver that runs ``segment`` must have answered (part or done): its schedule or a generous
+    bound per op, and the phase's duration, each with the reply allowance."""
+    if segment.cycle:
+        return started + (duration or 0.0) + REPLY_TIMEOUT_S
+    due = float(segment.at[-1]) / 1e9 if segment.at is not None and len(segment.at) else 0.0
+    by_ops = max(time.monotonic(), started + due) + PER_OP_TIMEOUT_S * len(segment.entries) + REPLY_TIMEOUT_S
+    return by_ops if duration is None else min(by_ops, started + duration + REPLY_TIMEOUT_S)
 
 
 def _phase_record(phase: Phase, workload: Workload, replies: list[dict[str, Any]],
