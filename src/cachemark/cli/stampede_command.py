@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import UserError
-from ..target import Target, parse_target
+from ..target import parse_target
 from .terminal import make_console
+
+if TYPE_CHECKING:
+    from ..run.stampede import StampedeParams
 
 
 def stampede(
@@ -39,7 +42,7 @@ DEFAULTS = {"strategy": "none,lock,xfetch,swr", "rate": 200.0, "recompute": "50m
             "clients": 16, "beta": 1.0, "seed": 0}
 
 
-def stampede_params(data: dict) -> dict:
+def stampede_params(data: dict) -> StampedeParams:
     """An experiment's ``[stampede]`` table (or the command's flags) with defaults, checked: one line if wrong."""
     from ..spec import parse_duration
 
@@ -47,7 +50,7 @@ def stampede_params(data: dict) -> dict:
     if unknown:
         raise UserError(f"[stampede]: unknown field {unknown[0]!r}; fields: {', '.join(STAMPEDE_KEYS)}")
     params = {**DEFAULTS, **data}
-    from ..run.stampede import STRATEGIES
+    from ..run.stampede import STRATEGIES, StampedeParams
 
     strategies = [s.strip() for s in str(params["strategy"]).split(",") if s.strip()]
     unknown = [s for s in strategies if s not in STRATEGIES]
@@ -64,16 +67,18 @@ def stampede_params(data: dict) -> dict:
     duration_s = parse_duration(params["duration"], "duration")
     if not (0 < delta_s < ttl_s and 0 < duration_s <= 3600):
         raise UserError("--recompute must be shorter than --ttl, and --duration within (0, 1h]")
-    return {"strategies": strategies, "rate": rate, "delta_s": delta_s, "ttl_s": ttl_s, "duration_s": duration_s,
-            "clients": clients, "beta": beta, "seed": int(params["seed"])}
+    return StampedeParams(strategies, rate, delta_s, ttl_s, duration_s, clients, beta, int(params["seed"]))
 
 
 def run_stampedes(targets: list[str], data: dict, markdown: bool = False) -> None:
-    """Every strategy against every target (spawned servers started and stopped here), one block per target."""
+    """Every strategy against every target, one block per target. Each target goes through the run
+    sequence (run/sequence.py) as a run's does: a spawned server started and stopped, the URL and its
+    credentials tried, a write probed, the hot keys removed however it ends."""
+    from ..errors import BackendMissing
     from ..report.blocks import to_markdown, to_rich
     from ..report.stampede_report import stampede_block
-    from ..run.provide import provide
-    from ..run.stampede import run_stampede, supported
+    from ..run.sequence import run_sequence
+    from ..run.stampede import STAMPEDE_WORKLOAD, Stampedes, supported
 
     p = stampede_params(data)
     console = make_console()
@@ -81,27 +86,15 @@ def run_stampedes(targets: list[str], data: dict, markdown: bool = False) -> Non
         target = parse_target(url)
         shown = target.redacted  # a password never printed
         supported(target)  # its row says whether stampedes run on it: one line before a server is spawned
-        with provide(target) as (reachable, _servers):
-            _preflight(reachable)
-            results = []
-            for name in p["strategies"]:
-                with console.status(f"{shown}: {name} for {p['duration_s']:g} s"):
-                    results.append(run_stampede(reachable.url, name, p["rate"], p["delta_s"], p["ttl_s"],
-                                                p["duration_s"], p["clients"], p["beta"], p["seed"]))
-        block = stampede_block(shown, results, p["rate"], p["delta_s"], p["ttl_s"], p["clients"])
+        load = Stampedes(p, lambda name, shown=shown: console.status(f"{shown}: {name} for {p.duration_s:g} s"))
+        outcome = run_sequence(target, STAMPEDE_WORKLOAD, load, sample_server=False)
+        if outcome.status == "skipped":  # a server to spawn is not installed
+            raise BackendMissing(outcome.reason)
+        block = stampede_block(shown, outcome.stampedes, p.rate, p.delta_s, p.ttl_s, p.clients)
         if markdown:
             console.print(to_markdown(block), markup=False, highlight=False)
         else:
             to_rich(block, console)
-
-
-def _preflight(target: Target) -> None:
-    """The server reached, the credentials taken and the protocol spoken — as `run` checks them, through
-    the scheme's own backend: a server that is down, a wrong password or another protocol is one line."""
-    from ..backends import create_backend
-    from ..run.stampede import supported
-
-    supported(target)  # redis:// or memcached:// (one line otherwise), before any connection
-    backend = create_backend(target, "cm:stampede:")
-    backend.open()
-    backend.close()
+        for note in (outcome.dropped_writes, outcome.backend.get("cleanup_error")):
+            if note:
+                console.print(f"{shown}: {note}", markup=False, highlight=False)

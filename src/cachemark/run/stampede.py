@@ -22,10 +22,15 @@ Each client is a thread with its own connection (the server's work releases the 
 reads follow a Poisson schedule of λ/N per client. The origin is a sleep of Δ, counted.
 Reported: origin calls per expiry (calls grouped into the expiry they answer), read
 latency percentiles (the spike) and errors.
+
+:class:`Stampedes` is the load path (run/load_path.py) that runs the strategies inside the run
+sequence, as every run does: the target provided, checked and probed first, the hot key and its
+lock under the run's own namespace, removed however the run ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import socket
@@ -33,20 +38,20 @@ import struct
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UserError
 from ..measure.histogram import Histogram
 from ..schemes import find_scheme, scheme, spawned_as
+from ..spec import Workload
 from ..target import Endpoint, Target, parse_target
 from ..wire import LineReader
+from .load_path import LoadPath, Run
+from .outcome import RunOutcome
 
 STRATEGIES = ("none", "lock", "xfetch", "swr", "meta")
-# one namespace per process, as runs have: never a key that could be someone else's
-_NAMESPACE = f"cm:{uuid.uuid4().hex[:8]}:stampede:"
-KEY = _NAMESPACE + "hot"
-LOCK = _NAMESPACE + "lock"
 
 
 @dataclass
@@ -216,36 +221,52 @@ def _connect(url: str) -> Any:
     return lambda: client(server)
 
 
+@dataclass(frozen=True)
+class HotKey:
+    """The hot key and its lock, under a namespace of their own: never a key that could be someone else's."""
+
+    namespace: str
+
+    @property
+    def key(self) -> str:
+        return self.namespace + "hot"
+
+    @property
+    def lock(self) -> str:
+        return self.namespace + "lock"
+
+
 class _Client:
     """One application server thread: reads the hot key on its schedule, by one strategy."""
 
     def __init__(self, connect: Any, strategy: str, origin: _Origin, ttl_s: float, beta: float, rng: random.Random,
-                 lock_ttl_s: float) -> None:
+                 lock_ttl_s: float, hot: HotKey) -> None:
         self.connect = connect  # a revalidation in the background needs a connection of its own
         self.conn, self.strategy, self.origin, self.ttl_s = connect(), strategy, origin, ttl_s
         self.beta, self.rng, self.lock_ttl_s = beta, rng, lock_ttl_s
+        self.key, self.lock = hot.key, hot.lock
         self.stale = 0
 
     def read(self) -> None:
         getattr(self, f"_{self.strategy}")()
 
     def _none(self) -> None:
-        if self.conn.get(KEY) is None:
-            self.conn.set(KEY, self.origin.compute(), self.ttl_s)
+        if self.conn.get(self.key) is None:
+            self.conn.set(self.key, self.origin.compute(), self.ttl_s)
 
     def _lock(self) -> None:
-        while self.conn.get(KEY) is None:
-            if self.conn.add(LOCK, b"1", self.lock_ttl_s):
+        while self.conn.get(self.key) is None:
+            if self.conn.add(self.lock, b"1", self.lock_ttl_s):
                 try:
-                    if self.conn.get(KEY) is None:  # the last holder may have just stored it
-                        self.conn.set(KEY, self.origin.compute(), self.ttl_s)
+                    if self.conn.get(self.key) is None:  # the last holder may have just stored it
+                        self.conn.set(self.key, self.origin.compute(), self.ttl_s)
                 finally:
-                    self.conn.delete(LOCK)
+                    self.conn.delete(self.lock)
                 return
             time.sleep(0.002)  # someone else recomputes: wait for the value
 
     def _xfetch(self) -> None:
-        blob = self.conn.get(KEY)
+        blob = self.conn.get(self.key)
         now = time.time()
         if blob is not None:
             value, delta, expiry = _unpack(blob)
@@ -254,12 +275,12 @@ class _Client:
             # the rule picked this reader; the λ·δ readers during its recomputation would be picked
             # too (the value still looks as old), so the first to ask takes a lock and the rest
             # go on serving the value, which has not expired yet
-            if not self.conn.add(LOCK, b"1", self.lock_ttl_s):
+            if not self.conn.add(self.lock, b"1", self.lock_ttl_s):
                 return
             try:
                 self._xfetch_store()
             finally:
-                self.conn.delete(LOCK)
+                self.conn.delete(self.lock)
             return
         self._xfetch_store()
 
@@ -268,17 +289,17 @@ class _Client:
         value = self.origin.compute()
         delta = time.monotonic() - start
         # the key outlives its logical expiry a little, so early refreshes find it
-        self.conn.set(KEY, _pack(value, delta, time.time() + self.ttl_s), self.ttl_s + 10 * delta + 1)
+        self.conn.set(self.key, _pack(value, delta, time.time() + self.ttl_s), self.ttl_s + 10 * delta + 1)
 
     def _swr(self) -> None:
-        blob = self.conn.get(KEY)
+        blob = self.conn.get(self.key)
         now = time.time()
         if blob is not None:
             _, _, soft = _unpack(blob)
             if now < soft:
                 return
             self.stale += 1
-            if self.conn.add(LOCK, b"1", self.lock_ttl_s):  # one reader revalidates; all are served stale
+            if self.conn.add(self.lock, b"1", self.lock_ttl_s):  # one reader revalidates; all are served stale
                 threading.Thread(target=self._revalidate, daemon=True).start()
             return
         self._revalidate(hold_lock=False)
@@ -286,23 +307,23 @@ class _Client:
     def _revalidate(self, hold_lock: bool = True) -> None:
         conn = self.connect() if hold_lock else self.conn
         try:
-            blob = conn.get(KEY)
+            blob = conn.get(self.key)
             if hold_lock and blob is not None and time.time() < _unpack(blob)[2]:
-                conn.delete(LOCK)  # the last holder revalidated it just now
+                conn.delete(self.lock)  # the last holder revalidated it just now
                 return
             value = self.origin.compute()
-            conn.set(KEY, _pack(value, self.origin.delay_s, time.time() + self.ttl_s), self.ttl_s * 3)
+            conn.set(self.key, _pack(value, self.origin.delay_s, time.time() + self.ttl_s), self.ttl_s * 3)
             if hold_lock:
-                conn.delete(LOCK)
+                conn.delete(self.lock)
         finally:
             if hold_lock:
                 conn.close()
 
     def _meta(self) -> None:
-        value, flags = self.conn.meta_get(KEY, vivify_s=max(1, math.ceil(self.lock_ttl_s)),
+        value, flags = self.conn.meta_get(self.key, vivify_s=max(1, math.ceil(self.lock_ttl_s)),
                                           recache_s=max(1, math.floor(self.ttl_s / 4)))
         if "W" in flags:  # the server picked this client to recompute (a miss, or the TTL ran low)
-            self.conn.meta_set(KEY, self.origin.compute(), self.ttl_s)
+            self.conn.meta_set(self.key, self.origin.compute(), self.ttl_s)
         elif "X" in flags or "Z" in flags or not value:
             self.stale += 1  # served the stale value (or nothing yet) while the winner recomputes
 
@@ -321,10 +342,12 @@ def _group_calls(calls: list[float], ttl_s: float) -> list[int]:
 
 
 def run_stampede(url: str, strategy: str, rate: float, recompute_s: float, ttl_s: float, duration_s: float,
-                 clients: int = 16, beta: float = 1.0, seed: int = 0) -> StampedeResult:
-    """Measure one strategy: ``clients`` threads reading the hot key at ``rate`` reads/s in all."""
+                 clients: int = 16, beta: float = 1.0, seed: int = 0, namespace: str | None = None) -> StampedeResult:
+    """Measure one strategy: ``clients`` threads reading the hot key at ``rate`` reads/s in all (its key
+    and lock under ``namespace``; by default one of its own)."""
     if strategy not in STRATEGIES:
         raise UserError(f"strategy {strategy!r}: choose from {', '.join(STRATEGIES)}")
+    hot = HotKey(namespace or f"cm:{uuid.uuid4().hex[:8]}:stampede:")
     connect = _connect(url)
     origin = _Origin(recompute_s)
     first = connect()
@@ -334,12 +357,12 @@ def run_stampede(url: str, strategy: str, rate: float, recompute_s: float, ttl_s
     # the hot key exists when the clients start: every origin call answers an expiry, not a cold start
     value = b"v" * 100
     if strategy == "meta":
-        first.meta_set(KEY, value, ttl_s)
+        first.meta_set(hot.key, value, ttl_s)
     elif strategy in ("xfetch", "swr"):
         keep = ttl_s * 3 if strategy == "swr" else ttl_s + 10 * recompute_s + 1
-        first.set(KEY, _pack(value, recompute_s, time.time() + ttl_s), keep)
+        first.set(hot.key, _pack(value, recompute_s, time.time() + ttl_s), keep)
     else:
-        first.set(KEY, value, ttl_s)
+        first.set(hot.key, value, ttl_s)
     first.close()
     latencies: list[int] = []
     errors = [0]
@@ -352,7 +375,7 @@ def run_stampede(url: str, strategy: str, rate: float, recompute_s: float, ttl_s
     def client_loop(index: int) -> None:
         rng = random.Random(seed * 1000 + index)  # the schedule: the same for every strategy
         client = _Client(connect, strategy, origin, ttl_s, beta, random.Random(seed * 1000 + index + 500),
-                         lock_ttl_s=max(1.0, 10 * recompute_s))
+                         lock_ttl_s=max(1.0, 10 * recompute_s), hot=hot)
         mine: list[int] = []
         failed = missed = 0
         due = start + rng.expovariate(rate / clients)
@@ -389,8 +412,8 @@ def run_stampede(url: str, strategy: str, rate: float, recompute_s: float, ttl_s
     time.sleep(recompute_s * 2)  # a revalidation in the background finishes, then everything is removed
     cleanup = connect()
     try:
-        cleanup.delete(KEY)
-        cleanup.delete(LOCK)
+        cleanup.delete(hot.key)
+        cleanup.delete(hot.lock)
     finally:
         cleanup.close()
     calls = [t for t in origin.calls if t < deadline]
@@ -398,3 +421,50 @@ def run_stampede(url: str, strategy: str, rate: float, recompute_s: float, ttl_s
     return StampedeResult(strategy, parse_target(url).redacted, duration_s, len(latencies), len(calls), len(groups),
                           groups, Histogram.of(latencies), errors[0], stale[0], missed=unsent[0],
                           scheduled=len(latencies) + errors[0] + unsent[0])
+
+
+# -- in the run sequence ----------------------------------------------------------------------
+
+
+@dataclass
+class StampedeOutcome(RunOutcome):
+    stampedes: list[StampedeResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StampedeParams:
+    strategies: list[str]
+    rate: float
+    delta_s: float
+    ttl_s: float
+    duration_s: float
+    clients: int
+    beta: float
+    seed: int
+
+
+class Stampedes(LoadPath):
+    """Every strategy in turn against the sequence's target: the run's "phases"."""
+
+    outcome_class = StampedeOutcome
+
+    def __init__(self, params: StampedeParams, starting: Callable[[str], Any] | None = None) -> None:
+        self.params, self.starting = params, starting  # starting(strategy): a context the CLI shows progress in
+
+    def check(self, target: Target, workload: Workload, capabilities: dict[str, Any], network: Any) -> None:
+        supported(target)
+        if "meta" in self.params.strategies and scheme(target.scheme).family != "memcache":
+            raise UserError("strategy meta is memcached's meta protocol: it needs a memcached:// target")
+
+    def run_phases(self, run: Run) -> None:
+        p = self.params
+        assert isinstance(run.outcome, StampedeOutcome)
+        for name in p.strategies:
+            with self.starting(name) if self.starting else contextlib.nullcontext():
+                run.outcome.stampedes.append(run_stampede(
+                    run.target.url, name, p.rate, p.delta_s, p.ttl_s, p.duration_s, p.clients, p.beta, p.seed,
+                    namespace=f"{run.namespace}stampede:{name}:"))
+
+
+#: What the sequence checks and probes before the strategies run: the reads and writes they make.
+STAMPEDE_WORKLOAD = Workload(keys=1, mix={"get": 1, "set": 1}, prefill=False, workers=1, warmup=0)
