@@ -1,17 +1,20 @@
 package main
 
-// The timed loop ("go" → "done"): each op timed with the monotonic clock around the client
-// calls only; keys, values, verification and bookkeeping stay outside the clock.
+// The timed loop ("go" → "part"s → "done"): each op timed with the monotonic clock around the
+// client calls only; keys, values, verification and bookkeeping stay outside the clock, and so do
+// the segment boundaries, where results go back and the next segment is read (x-segments).
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// Outcome codes in "done"; 3+j is an error of kind errorKinds[j].
+// Outcome codes in "part" and "done"; 3+j is an error of kind error_kinds[j].
 const (
 	outOK   = 0
 	outHit  = 1
@@ -32,8 +35,8 @@ const (
 var opcodes = map[string]opcode{"get": opGet, "set": opSet, "delete": opDelete, "exists": opExists,
 	"get_many": opGetMany}
 
-// batch is one "ops" message: the entries (each one or more steps, timed as one unit) and
-// the ops, column by column.
+// batch is one "ops" message, a whole batch or one segment of it: the entries (each one or
+// more steps, timed as one unit) and the ops, column by column.
 type batch struct {
 	entries [][]opcode
 	names   []string
@@ -41,6 +44,7 @@ type batch struct {
 	key     []uint32
 	size    []uint32
 	at      []uint64 // open loop: when to send each op, ns after "go"; nil otherwise
+	more    bool     // another segment follows during "go" (x-segments)
 }
 
 type goMsg struct {
@@ -106,7 +110,8 @@ type entryKind struct {
 	kind  string
 }
 
-// run holds one "go": its counters, samples and results.
+// run holds one "go": its counters and samples (the whole go), and the results of the ops run
+// since the last "part" (the current segment, or pass through a cycling batch).
 type run struct {
 	d        *driver
 	kinds    []string
@@ -224,17 +229,11 @@ func cpuSeconds() float64 {
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
-// goLoop runs the loaded batch and sends "done".
-func (d *driver) goLoop(msg goMsg) {
-	b := d.batch
-	n := len(b.entry)
-	r := &run{d: d, kinds: []string{"verify", "dropped_write"}, extra: map[entryKind]int{},
-		bytesIn: make([]int64, len(b.entries)), bytesOut: make([]int64, len(b.entries)),
-		outcome: make([]byte, 0, n), start: make([]uint64, 0, n), latency: make([]uint64, 0, n)}
-	writes := make([]bool, len(b.entries))
-	verifiable := make([]bool, len(b.entries))
-	many := make([]bool, len(b.entries))
-	for e, steps := range b.entries {
+// entryFlags says of each entry whether it writes, ends in a read that can be verified, and
+// reads many keys (get_many).
+func entryFlags(entries [][]opcode) (writes, verifiable, many []bool) {
+	writes, verifiable, many = make([]bool, len(entries)), make([]bool, len(entries)), make([]bool, len(entries))
+	for e, steps := range entries {
 		for _, op := range steps {
 			writes[e] = writes[e] || op == opSet
 			many[e] = many[e] || op == opGetMany
@@ -242,95 +241,178 @@ func (d *driver) goLoop(msg goMsg) {
 		last := steps[len(steps)-1]
 		verifiable[e] = last == opGet || last == opGetMany
 	}
+	return writes, verifiable, many
+}
+
+// reserve makes room for a segment's results (n ops) and the counters of its entries.
+func (r *run) reserve(n, entries int) {
+	if cap(r.outcome) < n {
+		r.outcome, r.start, r.latency = make([]byte, 0, n), make([]uint64, 0, n), make([]uint64, 0, n)
+	}
+	for len(r.bytesIn) < entries {
+		r.bytesIn, r.bytesOut = append(r.bytesIn, 0), append(r.bytesOut, 0)
+	}
+}
+
+// results lays out the ops run since the last "part" (their count, and the blob of "part" and
+// "done": outcome, start_ns, latency_ns) and forgets them.
+func (r *run) results() (int, []byte) {
+	count := len(r.outcome)
+	blob := make([]byte, 0, 17*count)
+	blob = append(blob, r.outcome...)
+	for _, s := range r.start {
+		blob = binary.LittleEndian.AppendUint64(blob, s)
+	}
+	for _, l := range r.latency {
+		blob = binary.LittleEndian.AppendUint64(blob, l)
+	}
+	r.outcome, r.start, r.latency = r.outcome[:0], r.start[:0], r.latency[:0]
+	return count, blob
+}
+
+// readSegment reads the "ops" message cachemark sent ahead during "go" (x-segments); nil when
+// the go ends there: cachemark has gone, or it sent something else (answered with an error).
+func (d *driver) readSegment() *message {
+	msg, err := d.conn.read()
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil // cachemark went away: serve sees the EOF too
+	case err != nil:
+		d.conn.sendError("protocol", err.Error())
+		return nil
+	case msg.Type != "ops":
+		d.conn.sendError("protocol", fmt.Sprintf("expected the next segment's ops during go, not %q", msg.Type))
+		return nil
+	}
+	return msg
+}
+
+// goLoop runs the loaded batch and sends "done". A batch in segments (x-segments) sends a
+// "part" at the end of each segment with more and reads the next one (already waiting in stdin,
+// answered by nothing); a cycling batch sends a "part" at the end of every pass. Only the
+// current segment and its results are held; stdin is read only at those boundaries, and once
+// more by a go that stops inside a segment with more (the one sent ahead, dropped).
+func (d *driver) goLoop(msg goMsg) {
+	b := d.batch
+	n := len(b.entry)
+	segmented := b.more
+	r := &run{d: d, kinds: []string{"verify", "dropped_write"}, extra: map[entryKind]int{}}
+	r.reserve(n, len(b.entries))
+	writes, verifiable, many := entryFlags(b.entries)
 	readEvery, writeEvery := every(msg.VerifyReads), every(msg.VerifyWrites)
-	cycle := msg.Cycle && b.at == nil && n > 0
 	var grace time.Duration = -1
 	if msg.StopAfterFailingS != nil {
 		grace = seconds(*msg.StopAfterFailingS)
 	}
 	reads, written, missed := 0, 0, 0
-	stopped := false
+	stopped := false // by the error policy
+	halted := false  // by the deadline, SIGINT or the error policy: no more ops, no more parts
 	var failingSince time.Duration = -1
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 
 	cpu0 := cpuSeconds()
-	t := time.Now() // monotonic: every duration below is measured from it
+	t := time.Now() // monotonic: every duration below is measured from it, across segments
 	deadline := time.Duration(-1)
 	if msg.DurationS != nil {
 		deadline = seconds(*msg.DurationS)
 	}
 	i := 0
-	for cycle || i < n {
-		j := i
-		if cycle {
-			j = i % n
-		}
-		e, k := int(b.entry[j]), int(b.key[j])
-		key := d.work.key(k)
-		var value []byte
-		if writes[e] {
-			value = d.work.value(key, int(b.size[j]))
-		}
-		if many[e] {
-			for m := range d.manyKeys {
-				d.manyKeys[m] = d.work.key((k + m) % len(d.work.keys))
+	for {
+		for i < n {
+			e, k := int(b.entry[i]), int(b.key[i])
+			key := d.work.key(k)
+			var value []byte
+			if writes[e] {
+				value = d.work.value(key, int(b.size[i]))
 			}
-		}
-		if b.at != nil {
-			due := time.Duration(b.at[j])
-			if deadline >= 0 && due >= deadline {
-				break
-			}
-			if wait := due - time.Since(t); wait > 0 {
-				timer.Reset(wait)
-				select {
-				case <-timer.C:
-				case <-interrupted:
-					timer.Stop()
+			if many[e] {
+				for m := range d.manyKeys {
+					d.manyKeys[m] = d.work.key((k + m) % len(d.work.keys))
 				}
-				if stopRequested() {
+			}
+			if b.at != nil {
+				due := time.Duration(b.at[i])
+				if deadline >= 0 && due >= deadline {
+					halted = true
+					break
+				}
+				if wait := due - time.Since(t); wait > 0 {
+					timer.Reset(wait)
+					select {
+					case <-timer.C:
+					case <-interrupted:
+						timer.Stop()
+					}
+					if stopRequested() {
+						halted = true
+						break
+					}
+				}
+			}
+			verify := false
+			if readEvery > 0 && verifiable[e] {
+				if reads++; reads >= readEvery {
+					reads, verify = 0, true
+				}
+			}
+
+			t0 := time.Since(t)
+			res := d.call(b.entries[e], key, value)
+			t1 := time.Since(t)
+
+			code := r.check(e, k, res, verify)
+			r.bytesOut[e] += int64(res.sent)
+			r.outcome = append(r.outcome, code)
+			r.start = append(r.start, uint64(t0))
+			r.latency = append(r.latency, uint64(t1-t0))
+			i++
+			if code < outErr {
+				failingSince = -1
+				if writeEvery > 0 && writes[e] && code == outOK {
+					if written++; written >= writeEvery {
+						written = 0
+						r.canary(e, int(b.size[i-1]))
+					}
+				}
+			} else {
+				if failingSince < 0 {
+					failingSince = t1
+				}
+				if grace >= 0 && t1-failingSince >= grace {
+					stopped, halted = true, true
 					break
 				}
 			}
-		}
-		verify := false
-		if readEvery > 0 && verifiable[e] {
-			if reads++; reads >= readEvery {
-				reads, verify = 0, true
-			}
-		}
-
-		t0 := time.Since(t)
-		res := d.call(b.entries[e], key, value)
-		t1 := time.Since(t)
-
-		code := r.check(e, k, res, verify)
-		r.bytesOut[e] += int64(res.sent)
-		r.outcome = append(r.outcome, code)
-		r.start = append(r.start, uint64(t0))
-		r.latency = append(r.latency, uint64(t1-t0))
-		i++
-		if code < outErr {
-			failingSince = -1
-			if writeEvery > 0 && writes[e] && code == outOK {
-				if written++; written >= writeEvery {
-					written = 0
-					r.canary(e, int(b.size[j]))
-				}
-			}
-		} else {
-			if failingSince < 0 {
-				failingSince = t1
-			}
-			if grace >= 0 && t1-failingSince >= grace {
-				stopped = true
+			if stopRequested() || (deadline >= 0 && t1 >= deadline) {
+				halted = true
 				break
 			}
 		}
-		if stopRequested() || (deadline >= 0 && t1 >= deadline) {
+		cycle := msg.Cycle && b.at == nil && n > 0
+		if halted || !(b.more || cycle) {
 			break
 		}
+		// the end of a segment with more, or of a pass through a cycling batch: its results go back
+		count, blob := r.results()
+		d.conn.send(map[string]any{"type": "part", "count": count, "error_kinds": r.kinds}, blob)
+		if b.more {
+			next := d.readSegment()
+			if next == nil {
+				d.batch = nil
+				return
+			}
+			nb, bad := d.parseOps(next)
+			if bad != nil {
+				d.batch = nil
+				d.conn.sendError(bad.kind, bad.message)
+				return
+			}
+			b, n, d.batch = nb, len(nb.entry), nb
+			writes, verifiable, many = entryFlags(b.entries)
+			r.reserve(n, len(b.entries))
+		}
+		i = 0
 	}
 	wall := time.Since(t)
 	if b.at != nil && deadline >= 0 && i < n {
@@ -341,16 +423,14 @@ func (d *driver) goLoop(msg goMsg) {
 		}
 	}
 	cpu := cpuSeconds() - cpu0
+	if segmented {
+		d.batch = nil // its segments are gone: a batch in segments runs once
+	}
+	if halted && b.more && d.readSegment() == nil { // the segment sent ahead: dropped
+		return
+	}
 
-	count := len(r.outcome)
-	blob := make([]byte, 0, 17*count)
-	blob = append(blob, r.outcome...)
-	for _, s := range r.start {
-		blob = binary.LittleEndian.AppendUint64(blob, s)
-	}
-	for _, l := range r.latency {
-		blob = binary.LittleEndian.AppendUint64(blob, l)
-	}
+	count, blob := r.results()
 	extra := [][3]any{}
 	for ek, c := range r.extra {
 		extra = append(extra, [3]any{ek.entry, ek.kind, c})

@@ -1,7 +1,8 @@
 // cachemark-driver runs cachemark's op stream through a Go cache client, as a Go
 // application uses it: go-redis (redis://, rediss://, valkey://) or gomemcache (memcached://).
-// It speaks the driver protocol of docs/drivers.md on stdin/stdout; cachemark pre-generates
-// the ops, this program only runs the timed loop and hands back per-op outcomes and latencies.
+// It speaks the driver protocol of docs/drivers.md (version 2) on stdin/stdout; cachemark
+// pre-generates the ops, this program only runs the timed loop and hands back per-op outcomes
+// and latencies, a segment at a time when the phase comes in segments.
 //
 //	cachemark-driver go-redis|gomemcache
 package main
@@ -19,7 +20,7 @@ import (
 	"sync/atomic"
 )
 
-const protocol = 1
+const protocol = 2
 
 const (
 	goRedisModule     = "github.com/redis/go-redis/v9"
@@ -211,15 +212,31 @@ func (d *driver) prefill(msg *message) {
 		"error_sample": sample, "interrupted": stopRequested()}, nil)
 }
 
+// refusal is an answer's error message: its kind and its one line.
+type refusal struct{ kind, message string }
+
+// loadOps answers "ops" before "go": the batch, or its first segment, kept for the next "go".
 func (d *driver) loadOps(msg *message) {
+	b, bad := d.parseOps(msg)
+	if bad != nil {
+		d.conn.sendError(bad.kind, bad.message)
+		return
+	}
+	d.batch = b
+	d.conn.send(map[string]any{"type": "loaded", "count": len(b.entry)}, nil)
+}
+
+// parseOps reads an "ops" message: a whole batch, or one segment of it (more: another follows
+// during "go", x-segments).
+func (d *driver) parseOps(msg *message) (*batch, *refusal) {
 	var o struct {
 		Entries  [][]string `json:"entries"`
 		Count    int        `json:"count"`
 		Schedule bool       `json:"schedule"`
+		More     bool       `json:"more"`
 	}
 	if err := msg.decode(&o); err != nil || d.work == nil {
-		d.conn.sendError("protocol", "ops: expected setup first and entries")
-		return
+		return nil, &refusal{"protocol", "ops: expected setup first and entries"}
 	}
 	n := o.Count
 	want := 9 * n
@@ -227,10 +244,9 @@ func (d *driver) loadOps(msg *message) {
 		want = 17 * n
 	}
 	if len(msg.blob) != want {
-		d.conn.sendError("protocol", fmt.Sprintf("ops: a blob of %d bytes for %d ops", len(msg.blob), n))
-		return
+		return nil, &refusal{"protocol", fmt.Sprintf("ops: a blob of %d bytes for %d ops", len(msg.blob), n)}
 	}
-	b := &batch{entry: msg.blob[:n], key: u32s(msg.blob, n, n), size: u32s(msg.blob, 5*n, n)}
+	b := &batch{entry: msg.blob[:n], key: u32s(msg.blob, n, n), size: u32s(msg.blob, 5*n, n), more: o.More}
 	var unknown []string
 	for _, steps := range o.Entries {
 		var codes []opcode
@@ -248,14 +264,12 @@ func (d *driver) loadOps(msg *message) {
 		b.names = append(b.names, strings.Join(steps, "+"))
 	}
 	if len(unknown) > 0 {
-		d.conn.sendError("unsupported", fmt.Sprintf("%s does not run %s", driverName(d.client),
-			strings.Join(unknown, ", ")))
-		return
+		return nil, &refusal{"unsupported", fmt.Sprintf("%s does not run %s", driverName(d.client),
+			strings.Join(unknown, ", "))}
 	}
 	for i := range n {
 		if int(b.entry[i]) >= len(b.entries) || int(b.key[i]) >= len(d.work.keys) {
-			d.conn.sendError("protocol", fmt.Sprintf("ops: op %d names an entry or key that does not exist", i))
-			return
+			return nil, &refusal{"protocol", fmt.Sprintf("ops: op %d names an entry or key that does not exist", i)}
 		}
 	}
 	if o.Schedule {
@@ -264,6 +278,5 @@ func (d *driver) loadOps(msg *message) {
 			b.at[i] = binary.LittleEndian.Uint64(msg.blob[9*n+8*i:])
 		}
 	}
-	d.batch = b
-	d.conn.send(map[string]any{"type": "loaded", "count": n}, nil)
+	return b, nil
 }
