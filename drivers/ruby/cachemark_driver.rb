@@ -6,12 +6,16 @@
 # It speaks the driver protocol of docs/drivers.md on stdin/stdout: one JSON line per
 # message, and when a message has "blob": N, exactly N raw bytes after its newline
 # (little-endian integer arrays). cachemark pre-generates the op stream; this program only
-# runs the timed loop and hands back per-op outcomes and latencies in bulk.
+# runs the timed loop and hands back per-op outcomes and latencies in bulk. Protocol 2: a phase
+# comes in segments (protocol.json's x-segments) — the first "ops" before "go", and while a
+# segment that says "more" runs, the next one already waits in stdin; at its end the driver
+# sends that segment's results as a "part" and reads the next (a cycling batch: a part per
+# pass). So it holds one segment and its results, and reads stdin only between segments.
 
 require "json"
 require "zlib"
 
-PROTOCOL = 1
+PROTOCOL = 2
 NAME = "ruby-activesupport"
 OK, HIT, MISS, ERR = 0, 1, 2, 3
 
@@ -270,19 +274,26 @@ class Driver
   end
 
   def load_ops(msg)
-    n = msg.fetch("count")
-    blob = msg["_blob"]
     @entries = msg.fetch("entries")
     unknown = @entries.flatten - %w[get set delete exists get_many]
     unless unknown.empty?
       return send_msg("type" => "error", "kind" => "unsupported",
                       "message" => "#{NAME} does not run #{unknown.uniq.join(', ')}")
     end
+    segment(msg)
+    send_msg("type" => "loaded", "count" => @op_entry.size)
+  end
+
+  # One batch or segment (x-segments): its arrays replace the last one's, so one segment is held.
+  def segment(msg)
+    n = msg.fetch("count")
+    blob = msg["_blob"]
+    @entries = msg.fetch("entries")
     @op_entry = blob.byteslice(0, n).unpack("C*")
     @op_key = blob.byteslice(n, 4 * n).unpack("L<*")
     @op_size = blob.byteslice(5 * n, 4 * n).unpack("L<*")
     @op_at = msg["schedule"] ? blob.byteslice(9 * n, 8 * n).unpack("Q<*") : nil
-    send_msg("type" => "loaded", "count" => n)
+    @more = msg["more"] == true # another segment follows during go, sent ahead
   end
 
   # -- the ops: each returns an outcome code (OK, HIT, MISS, or an error code) ---------------
@@ -380,17 +391,14 @@ class Driver
     @extra[[entry, error_kind(e)]] += 1
   end
 
+  # Runs the batch, a segment (or a pass through a cycling batch) at a time: between two, the
+  # segment's results go out as a part and the next segment is read (x-segments); the timed loop
+  # itself never touches stdin or stdout.
   def go(msg)
     clock = Process::CLOCK_MONOTONIC
-    n = @op_entry.size
-    entries, op_key, op_size, op_at = @entries, @op_key, @op_size, @op_at
-    fns = entries.map { |steps| handler(steps) }
-    names = entries.map { |steps| steps.join("+") }
-    writes = entries.map { |steps| steps.include?("set") }
-    verifiable = entries.map { |steps| steps.last == "get" || steps.last == "get_many" }
     read_every = msg.fetch("verify_reads", 0).to_f.positive? ? (1 / msg["verify_reads"].to_f).to_i : 0
     write_every = msg.fetch("verify_writes", 0).to_f.positive? ? (1 / msg["verify_writes"].to_f).to_i : 0
-    cycle = msg["cycle"] && !op_at
+    cycle = msg["cycle"] && !@op_at
     grace = msg["stop_after_failing_s"] ? (msg["stop_after_failing_s"].to_f * 1e9).to_i : nil
     keys = @work.keys
     work = @work
@@ -398,90 +406,126 @@ class Driver
     @samples = []
     @extra = Hash.new(0)
     @bytes_in = @bytes_out = 0
-    bytes_in = Array.new(entries.size, 0)
-    bytes_out = Array.new(entries.size, 0)
-    outcomes = []
-    starts = []
-    lats = []
+    entries = nil
+    bytes_in = []
+    bytes_out = []
     reads = writes_done = 0
     missed = 0
     stopped = false
+    halt = false # stopped inside the segment: the deadline, SIGINT or the error policy
     cpu0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
     start = Process.clock_gettime(clock, :nanosecond)
     deadline = msg["duration_s"] ? start + (msg["duration_s"].to_f * 1e9).to_i : nil
     last_ok = start
     failing_since = nil
-    i = 0
-    while cycle || i < n
-      j = cycle ? i % n : i
-      e = @op_entry[j]
-      k = op_key[j]
-      key = keys[k]
-      value = writes[e] ? work.value(k, op_size[j]) : nil
-      if op_at
-        due = start + op_at[j]
-        break if deadline && due >= deadline
+    while true # one segment, or one pass through a cycling batch, at a time (not loop: no block scope)
+      if entries != @entries # the first segment (the next ones of a phase have the same entries)
+        entries = @entries
+        fns = entries.map { |steps| handler(steps) }
+        names = entries.map { |steps| steps.join("+") }
+        writes = entries.map { |steps| steps.include?("set") }
+        verifiable = entries.map { |steps| steps.last == "get" || steps.last == "get_many" }
+        bytes_in.fill(0, bytes_in.size...entries.size)
+        bytes_out.fill(0, bytes_out.size...entries.size)
+      end
+      n = @op_entry.size
+      op_entry, op_key, op_size, op_at = @op_entry, @op_key, @op_size, @op_at
+      outcomes = []
+      starts = []
+      lats = []
+      i = 0
+      while i < n
+        e = op_entry[i]
+        k = op_key[i]
+        key = keys[k]
+        value = writes[e] ? work.value(k, op_size[i]) : nil
+        if op_at
+          due = start + op_at[i] # at_ns: counted from go, across the segments
+          if deadline && due >= deadline
+            halt = true
+            break
+          end
 
-        now = Process.clock_gettime(clock, :nanosecond)
-        sleep((due - now) / 1e9) if due > now
-      end
-      verify = false
-      if read_every.positive? && verifiable[e]
-        reads += 1
-        if reads >= read_every
-          reads = 0
-          verify = true
+          now = Process.clock_gettime(clock, :nanosecond)
+          sleep((due - now) / 1e9) if due > now
         end
-      end
-      @entry_name = names[e]
-      @bytes_in = @bytes_out = 0
-      @many_names = nil
-      t0 = Process.clock_gettime(clock, :nanosecond)
-      begin
-        code = fns[e].call(key, k, value, verify)
-        err = cache.last_error
-      rescue StandardError => ex
-        err = ex
-      end
-      t1 = Process.clock_gettime(clock, :nanosecond)
-      if err
-        cache.last_error = nil
-        kind = error_kind(err)
-        sample(kind, "#{err.class}: #{err.message}")
-        code = kind_code(kind)
-      end
-      bytes_in[e] += @bytes_in
-      bytes_out[e] += @bytes_out
-      bytes_out[e] += @many_names.sum(&:bytesize) if @many_names
-      outcomes << code
-      starts << (t0 - start)
-      lats << (t1 - t0)
-      i += 1
-      if code < ERR
-        last_ok = t1
-        failing_since = nil
-        if write_every.positive? && writes[e] && code == OK
-          writes_done += 1
-          if writes_done >= write_every
-            writes_done = 0
-            canary(e, op_size[j])
+        verify = false
+        if read_every.positive? && verifiable[e]
+          reads += 1
+          if reads >= read_every
+            reads = 0
+            verify = true
           end
         end
-      else
-        failing_since ||= t1
-        if grace && t1 - [last_ok, failing_since].max >= grace
-          stopped = true
+        @entry_name = names[e]
+        @bytes_in = @bytes_out = 0
+        @many_names = nil
+        t0 = Process.clock_gettime(clock, :nanosecond)
+        begin
+          code = fns[e].call(key, k, value, verify)
+          err = cache.last_error
+        rescue StandardError => ex
+          err = ex
+        end
+        t1 = Process.clock_gettime(clock, :nanosecond)
+        if err
+          cache.last_error = nil
+          kind = error_kind(err)
+          sample(kind, "#{err.class}: #{err.message}")
+          code = kind_code(kind)
+        end
+        bytes_in[e] += @bytes_in
+        bytes_out[e] += @bytes_out
+        bytes_out[e] += @many_names.sum(&:bytesize) if @many_names
+        outcomes << code
+        starts << (t0 - start)
+        lats << (t1 - t0)
+        i += 1
+        if code < ERR
+          last_ok = t1
+          failing_since = nil
+          if write_every.positive? && writes[e] && code == OK
+            writes_done += 1
+            if writes_done >= write_every
+              writes_done = 0
+              canary(e, op_size[i - 1])
+            end
+          end
+        else
+          failing_since ||= t1
+          if grace && t1 - [last_ok, failing_since].max >= grace
+            stopped = halt = true
+            break
+          end
+        end
+        if $stop || (deadline && t1 >= deadline)
+          halt = true
           break
         end
       end
-      break if $stop
-      break if deadline && t1 >= deadline
+      # The end of a segment with more, or of a pass: its results go out, and the loop goes on.
+      break if halt || !(@more || (cycle && n.positive?))
+
+      send_msg({ "type" => "part", "count" => outcomes.size, "error_kinds" => @kinds },
+               outcomes.pack("C*") + starts.pack("Q<*") + lats.pack("Q<*"))
+      next unless @more # cycling: the next pass through the same batch
+
+      nxt = read_msg # sent ahead: already waiting in stdin
+      unless nxt["type"] == "ops"
+        return send_msg("type" => "error", "kind" => "protocol",
+                        "message" => "expected the next segment ('ops') during go, got #{nxt['type'].inspect}")
+      end
+      segment(nxt) # replaces this segment's arrays: no "loaded" during go
     end
     finish = Process.clock_gettime(clock, :nanosecond)
     if op_at && deadline && i < n
-      missed = op_at[i..].count { |at| start + at < deadline }
+      missed = op_at[i..].count { |at| start + at < deadline } # this segment's; cachemark adds the rest
     end
     cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu0
+    # Stopped inside a segment with more: cachemark sent the next one ahead; read it and drop it
+    # before done, so the next exchange starts clean.
+    read_msg if halt && @more
+    @more = false
     blob = outcomes.pack("C*") + starts.pack("Q<*") + lats.pack("Q<*")
     send_msg({ "type" => "done", "count" => outcomes.size, "wall_ns" => finish - start, "cpu_s" => cpu,
                "error_kinds" => @kinds, "extra_errors" => @extra.map { |(en, kd), c| [en, kd, c] },
