@@ -9,7 +9,11 @@ declare(strict_types=1);
 // docs/drivers.md on stdin/stdout: one JSON line per message, and when a message has
 // "blob": N, exactly N raw bytes after its newline (little-endian integer arrays).
 // cachemark pre-generates the op stream; this program only runs the timed loop and hands
-// back per-op outcomes and latencies in bulk.
+// back per-op outcomes and latencies in bulk. Protocol 2: a phase comes in segments (ops with
+// "more": true has another after it, sent ahead during go, so it already waits in stdin); at
+// the end of each such segment, and of each pass through a cycling batch, the results go back
+// as a "part" and the next segment replaces the last, so memory holds one segment and its
+// results, never the whole phase. stdin is read during go only at those boundaries.
 
 use Psr\Log\AbstractLogger;
 use Symfony\Component\Cache\Adapter\AdapterInterface;
@@ -21,7 +25,7 @@ use Symfony\Component\Cache\Adapter\RedisTagAwareAdapter;
 use Symfony\Component\Cache\Adapter\TagAwareAdapter;
 use Symfony\Component\Cache\CacheItem;
 
-const PROTOCOL = 1;
+const PROTOCOL = 2;
 const NAME = 'php-symfony';
 const OK = 0;
 const HIT = 1;
@@ -368,6 +372,7 @@ final class Driver
     private array $opKey = [];
     private array $opSize = [];
     private ?array $opAt = null;
+    private bool $more = false; // the ops in memory are a segment with another after it (sent during go)
     private array $samples = [];
     private array $extra = [];
     private string $entryName = '';
@@ -488,28 +493,48 @@ final class Driver
             'interrupted' => self::$stop]);
     }
 
+    /** The first (or only) segment of a batch, before go: answered by loaded. */
     private function loadOps(array $msg): void
+    {
+        $error = $this->takeOps($msg);
+        send_msg($error === null ? ['type' => 'loaded', 'count' => count($this->opEntry)]
+            : ['type' => 'error', 'kind' => 'unsupported', 'message' => $error]);
+    }
+
+    /** An ops message (a batch or one segment of it) in place of the last one; why not, when it cannot run. */
+    private function takeOps(array $msg): ?string
     {
         $n = (int) $msg['count'];
         $blob = $msg['_blob'];
         $this->entries = $msg['entries'];
+        $this->more = false;
         $known = ['get', 'set', 'delete', 'exists', 'get_many', 'clean'];
         $unknown = array_values(array_unique(array_diff(array_merge(...$this->entries), $known)));
         if ($unknown) {
-            send_msg(['type' => 'error', 'kind' => 'unsupported',
-                'message' => NAME . ' does not run ' . implode(', ', $unknown)]);
-            return;
+            return NAME . ' does not run ' . implode(', ', $unknown);
         }
         if ($this->tagSpec === null && in_array('clean', array_merge(...$this->entries), true)) {
-            send_msg(['type' => 'error', 'kind' => 'unsupported',
-                'message' => NAME . ' runs clean only in a tagged workload']);
-            return;
+            return NAME . ' runs clean only in a tagged workload';
         }
         $this->opEntry = $n ? array_values(unpack('C*', substr($blob, 0, $n))) : [];
         $this->opKey = $n ? array_values(unpack('V*', substr($blob, $n, 4 * $n))) : [];
         $this->opSize = $n ? array_values(unpack('V*', substr($blob, 5 * $n, 4 * $n))) : [];
         $this->opAt = !empty($msg['schedule']) && $n ? array_values(unpack('P*', substr($blob, 9 * $n, 8 * $n))) : null;
-        send_msg(['type' => 'loaded', 'count' => $n]);
+        $this->more = !empty($msg['more']);
+        return null;
+    }
+
+    /** Per entry of the mix: prep, run, name, whether it writes, whether its read is verified. */
+    private function handlers(): array
+    {
+        $preps = $runs = $names = $writes = $verifiable = [];
+        foreach ($this->entries as $e => $steps) {
+            [$preps[$e], $runs[$e]] = $this->handler($steps);
+            $names[$e] = implode('+', $steps);
+            $writes[$e] = in_array('set', $steps, true);
+            $verifiable[$e] = in_array(end($steps), ['get', 'get_many'], true);
+        }
+        return [$preps, $runs, $names, $writes, $verifiable];
     }
 
     // -- the ops: for each step, prep (untimed: key, item, tag) and run (the timed adapter call) --
@@ -653,103 +678,127 @@ final class Driver
 
     private function go(array $msg): void
     {
-        $n = count($this->opEntry);
-        $opEntry = $this->opEntry;
-        $opKey = $this->opKey;
-        $opSize = $this->opSize;
-        $opAt = $this->opAt;
-        $preps = $runs = $names = $writes = $verifiable = [];
-        foreach ($this->entries as $e => $steps) {
-            [$preps[$e], $runs[$e]] = $this->handler($steps);
-            $names[$e] = implode('+', $steps);
-            $writes[$e] = in_array('set', $steps, true);
-            $verifiable[$e] = in_array(end($steps), ['get', 'get_many'], true);
-        }
+        [$preps, $runs, $names, $writes, $verifiable] = $this->handlers();
+        $entries = $this->entries;
         $readEvery = ($msg['verify_reads'] ?? 0) > 0 ? (int) (1 / $msg['verify_reads']) : 0;
         $writeEvery = ($msg['verify_writes'] ?? 0) > 0 ? (int) (1 / $msg['verify_writes']) : 0;
-        $cycle = !empty($msg['cycle']) && $opAt === null && $n > 0;
         $grace = isset($msg['stop_after_failing_s']) ? (int) ($msg['stop_after_failing_s'] * 1e9) : null;
         $store = $this->store;
         $this->samples = [];
         $this->extra = [];
-        $bytesIn = array_fill(0, count($this->entries), 0);
-        $bytesOut = array_fill(0, count($this->entries), 0);
-        $outcomes = $starts = $lats = [];
+        $bytesIn = array_fill(0, count($entries), 0);
+        $bytesOut = array_fill(0, count($entries), 0);
         $reads = $writesDone = $missed = 0;
-        $stopped = false;
+        $stopped = $halted = false;
         $cpu0 = self::cpuSeconds();
         $start = hrtime(true);
         $deadline = isset($msg['duration_s']) ? $start + (int) ($msg['duration_s'] * 1e9) : null;
         $lastOk = $start;
         $failingSince = null;
-        $i = 0;
-        while ($cycle || $i < $n) {
-            $j = $cycle ? $i % $n : $i;
-            $e = $opEntry[$j];
-            $k = $opKey[$j];
-            $out = 0;
-            $arg = $preps[$e]($k, $opSize[$j], $out);
-            if ($opAt !== null) {
-                $due = $start + $opAt[$j];
-                if ($deadline !== null && $due >= $deadline) {
+        // one segment (or one pass through a cycling batch) per turn; at_ns counts from go throughout
+        for (;;) {
+            $opEntry = $this->opEntry;
+            $opKey = $this->opKey;
+            $opSize = $this->opSize;
+            $opAt = $this->opAt;
+            $n = count($opEntry);
+            $cycle = !empty($msg['cycle']) && $opAt === null && $n > 0;
+            $outcomes = $starts = $lats = []; // this segment's (this pass's) results only
+            $i = 0;
+            while ($i < $n) {
+                $e = $opEntry[$i];
+                $k = $opKey[$i];
+                $out = 0;
+                $arg = $preps[$e]($k, $opSize[$i], $out);
+                if ($opAt !== null) {
+                    $due = $start + $opAt[$i];
+                    if ($deadline !== null && $due >= $deadline) {
+                        $halted = true;
+                        break;
+                    }
+                    $wait = $due - hrtime(true);
+                    if ($wait > 0) {
+                        time_nanosleep(intdiv($wait, 1_000_000_000), $wait % 1_000_000_000);
+                    }
+                }
+                $verify = false;
+                if ($readEvery > 0 && $verifiable[$e] && ++$reads >= $readEvery) {
+                    $reads = 0;
+                    $verify = true;
+                }
+                $this->got = null;
+                $thrown = null;
+                $t0 = hrtime(true);
+                try {
+                    $code = $runs[$e]($arg);
+                } catch (Throwable $ex) {
+                    $thrown = $ex;
+                    $code = REFUSED;
+                }
+                $t1 = hrtime(true);
+                // everything below is outside the clock
+                $this->entryName = $names[$e];
+                if ($thrown !== null || $code === REFUSED || $store->log->message !== null) {
+                    [$kind, $text] = $store->takeError($thrown, $code === REFUSED);
+                    $this->sample($kind, $text);
+                    $code = $this->kindCode($kind);
+                }
+                $got = $this->got;
+                if ($got !== null) {
+                    $bytesIn[$e] += self::size($got);
+                    if ($verify && $code === HIT && !$this->validRead($k, $got)) {
+                        $code = $this->kindCode('verify');
+                    }
+                }
+                $bytesOut[$e] += $out - $this->unsent;
+                $this->unsent = 0;
+                $outcomes[] = $code;
+                $starts[] = $t0 - $start;
+                $lats[] = $t1 - $t0;
+                $i++;
+                if ($code < ERR) {
+                    $lastOk = $t1;
+                    $failingSince = null;
+                    if ($writeEvery > 0 && $writes[$e] && $code === OK && ++$writesDone >= $writeEvery) {
+                        $writesDone = 0;
+                        $this->canary($e, $opSize[$i - 1]);
+                    }
+                } else {
+                    $failingSince ??= $t1;
+                    if ($grace !== null && $t1 - max($lastOk, $failingSince) >= $grace) {
+                        $stopped = $halted = true;
+                        break;
+                    }
+                }
+                if (self::$stop || ($deadline !== null && $t1 >= $deadline)) {
+                    $halted = true;
                     break;
                 }
-                $wait = $due - hrtime(true);
-                if ($wait > 0) {
-                    time_nanosleep(intdiv($wait, 1_000_000_000), $wait % 1_000_000_000);
-                }
             }
-            $verify = false;
-            if ($readEvery > 0 && $verifiable[$e] && ++$reads >= $readEvery) {
-                $reads = 0;
-                $verify = true;
-            }
-            $this->got = null;
-            $thrown = null;
-            $t0 = hrtime(true);
-            try {
-                $code = $runs[$e]($arg);
-            } catch (Throwable $ex) {
-                $thrown = $ex;
-                $code = REFUSED;
-            }
-            $t1 = hrtime(true);
-            // everything below is outside the clock
-            $this->entryName = $names[$e];
-            if ($thrown !== null || $code === REFUSED || $store->log->message !== null) {
-                [$kind, $text] = $store->takeError($thrown, $code === REFUSED);
-                $this->sample($kind, $text);
-                $code = $this->kindCode($kind);
-            }
-            $got = $this->got;
-            if ($got !== null) {
-                $bytesIn[$e] += self::size($got);
-                if ($verify && $code === HIT && !$this->validRead($k, $got)) {
-                    $code = $this->kindCode('verify');
-                }
-            }
-            $bytesOut[$e] += $out - $this->unsent;
-            $this->unsent = 0;
-            $outcomes[] = $code;
-            $starts[] = $t0 - $start;
-            $lats[] = $t1 - $t0;
-            $i++;
-            if ($code < ERR) {
-                $lastOk = $t1;
-                $failingSince = null;
-                if ($writeEvery > 0 && $writes[$e] && $code === OK && ++$writesDone >= $writeEvery) {
-                    $writesDone = 0;
-                    $this->canary($e, $opSize[$j]);
-                }
-            } else {
-                $failingSince ??= $t1;
-                if ($grace !== null && $t1 - max($lastOk, $failingSince) >= $grace) {
-                    $stopped = true;
-                    break;
-                }
-            }
-            if (self::$stop || ($deadline !== null && $t1 >= $deadline)) {
+            if ($halted || (!$this->more && !$cycle)) {
                 break;
+            }
+            // the segment (the pass) ran to its end and another follows: its results as a part, and
+            // then the next segment, which cachemark sent ahead (no loaded during go); a cycling
+            // batch runs its pass again
+            send_msg(['type' => 'part', 'count' => $n, 'error_kinds' => $this->kinds],
+                self::results($outcomes, $starts, $lats));
+            $outcomes = $starts = $lats = []; // held no longer than their part
+            if ($this->more) {
+                $opEntry = $opKey = $opSize = $opAt = null; // nor the segment that ended, once the next comes
+                $next = read_msg();
+                $error = ($next['type'] ?? null) === 'ops' ? $this->takeOps($next)
+                    : 'expected the next ops segment during go, got ' . json_encode($next['type'] ?? null);
+                if ($error !== null) {
+                    send_msg(['type' => 'error', 'kind' => 'protocol', 'message' => NAME . ": $error"]);
+                    return;
+                }
+                if ($this->entries !== $entries) { // a segment with a mix of its own (cachemark sends one per phase)
+                    [$preps, $runs, $names, $writes, $verifiable] = $this->handlers();
+                    $entries = $this->entries;
+                    $bytesIn += array_fill(0, count($entries), 0);
+                    $bytesOut += array_fill(0, count($entries), 0);
+                }
             }
         }
         $finish = hrtime(true);
@@ -758,17 +807,24 @@ final class Driver
                 $missed += $start + $opAt[$x] < $deadline ? 1 : 0;
             }
         }
+        if ($halted && $this->more) {
+            // stopped inside a segment with another after it: that one, sent ahead, waits in stdin;
+            // it is read and dropped so the next message read is cachemark's next request
+            read_msg();
+            $this->more = false;
+        }
         $cpu = self::cpuSeconds() - $cpu0;
         $extra = [];
         foreach ($this->extra as $key => $count) {
             [$entry, $kind] = explode("\0", (string) $key, 2);
             $extra[] = [(int) $entry, $kind, $count];
         }
+        // the blob: the ops run since the last part; everything else: the whole go
         send_msg(['type' => 'done', 'count' => count($outcomes), 'wall_ns' => $finish - $start, 'cpu_s' => $cpu,
             'error_kinds' => $this->kinds, 'extra_errors' => $extra, 'error_samples' => $this->samples,
             'bytes_in' => $bytesIn, 'bytes_out' => $bytesOut, 'missed' => $missed, 'stopped_on_errors' => $stopped,
             'interrupted' => self::$stop],
-            self::pack('C', $outcomes) . self::pack('P', $starts) . self::pack('P', $lats));
+            self::results($outcomes, $starts, $lats));
     }
 
     /** A hit's value(s) checked against the value format; a failure is sampled. */
@@ -794,6 +850,12 @@ final class Driver
             $bytes += is_string($value) ? strlen($value) : 0;
         }
         return $bytes;
+    }
+
+    /** part's and done's blob: outcome u8[n], start_ns u64[n], latency_ns u64[n] */
+    private static function results(array $outcomes, array $starts, array $lats): string
+    {
+        return self::pack('C', $outcomes) . self::pack('P', $starts) . self::pack('P', $lats);
     }
 
     private static function pack(string $format, array $values): string
