@@ -377,7 +377,7 @@ def _generated(workload: Workload, phase: Phase, worker: int, purpose: str, limi
     held = [np.zeros(0, np.uint8), np.zeros(0, np.uint32), np.zeros(0, np.uint32)]
     for chunk in (OpStream(workload, phase, worker, workload.workers, limit, purpose).batches() if limit else ()):
         held = [np.concatenate([h, np.asarray(c, dtype=h.dtype)]) for h, c in zip(held, chunk, strict=True)]
-        if len(held[0]) >= segment:
+        while len(held[0]) >= segment:
             yield cut(held, segment)
             held = [h[segment:] for h in held]
     if len(held[0]):
