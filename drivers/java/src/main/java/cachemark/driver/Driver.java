@@ -15,9 +15,13 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.locks.LockSupport;
 
-/** One driver process = one cachemark worker: one client, one connection, ops one at a time. */
+/**
+ * One driver process = one cachemark worker: one client, one connection, ops one at a time.
+ * A phase's ops come in segments (protocol 2, x-segments): the driver holds the current one and
+ * its results only, and reads stdin during go only at a segment's end.
+ */
 final class Driver {
-    static final int PROTOCOL = 1;
+    static final int PROTOCOL = 2;
     static final int OK = 0, HIT = 1, MISS = 2, ERR = 3;
     private static final int REFUSED = -1; // a write the server answered "not stored"
     private static final int GET = 0, SET = 1, DELETE = 2, EXISTS = 3, GET_MANY = 4;
@@ -37,12 +41,8 @@ final class Driver {
     private int many;
     private int canaries;
 
-    // the loaded batch
-    private List<int[]> entries = List.of();
-    private byte[] opEntry = new byte[0];
-    private int[] opKey = new int[0];
-    private int[] opSize = new int[0];
-    private long[] opAt;
+    // the loaded batch, or the current segment of a phase
+    private Segment segment = Segment.EMPTY;
 
     // per go: error kinds seen (outcome 3 + index), samples, canary errors
     private final List<String> kinds = new ArrayList<>(List.of("verify", "dropped_write"));
@@ -149,12 +149,37 @@ final class Driver {
                 "interrupted", stop));
     }
 
+    /**
+     * One ops message: a whole batch, or one segment of a phase (x-segments), with what the loop
+     * wants to know of each entry worked out once, outside the clock.
+     */
+    private record Segment(int[][] entries, String[] names, boolean[] writes, boolean[] verifiable,
+                           boolean[] multi, int steps, byte[] entry, int[] key, int[] size, long[] at,
+                           boolean more) {
+        static final Segment EMPTY = new Segment(new int[0][], new String[0], new boolean[0], new boolean[0],
+                new boolean[0], 1, new byte[0], new int[0], new int[0], null, false);
+
+        int count() {
+            return entry.length;
+        }
+    }
+
     private void load(Map<String, Object> msg, byte[] blob) throws IOException {
+        Segment loaded = parse(msg, blob);
+        if (loaded != null) {
+            segment = loaded;
+            wire.send(message("type", "loaded", "count", loaded.count()));
+        }
+    }
+
+    /** An ops message's segment, or null once it is answered with an error (an op this driver does not run). */
+    private Segment parse(Map<String, Object> msg, byte[] blob) throws IOException {
         int n = Setup.number(msg.get("count"), 0).intValue();
-        List<int[]> parsed = new ArrayList<>();
+        List<?> listed = (List<?>) msg.get("entries");
+        int[][] entries = new int[listed.size()][];
         List<String> unknown = new ArrayList<>();
-        for (Object entry : (List<?>) msg.get("entries")) {
-            List<?> steps = (List<?>) entry;
+        for (int e = 0; e < entries.length; e++) {
+            List<?> steps = (List<?>) listed.get(e);
             int[] codes = new int[steps.size()];
             for (int s = 0; s < codes.length; s++) {
                 codes[s] = OPS.indexOf(String.valueOf(steps.get(s)));
@@ -162,57 +187,60 @@ final class Driver {
                     unknown.add(String.valueOf(steps.get(s)));
                 }
             }
-            parsed.add(codes);
+            entries[e] = codes;
         }
         if (!unknown.isEmpty()) {
             wire.send(error("unsupported", name + " does not run " + String.join(", ", unknown)));
-            return;
+            return null;
+        }
+        String[] names = new String[entries.length];
+        boolean[] writes = new boolean[entries.length];
+        boolean[] verifiable = new boolean[entries.length];
+        boolean[] multi = new boolean[entries.length];
+        int most = 1;
+        for (int e = 0; e < entries.length; e++) {
+            int[] steps = entries[e];
+            names[e] = String.join("+", Arrays.stream(steps).mapToObj(OPS::get).toList());
+            writes[e] = Arrays.stream(steps).anyMatch(s -> s == SET);
+            int last = steps[steps.length - 1];
+            verifiable[e] = last == GET || last == GET_MANY;
+            multi[e] = Arrays.stream(steps).anyMatch(s -> s == GET_MANY);
+            most = Math.max(most, steps.length);
         }
         ByteBuffer in = ByteBuffer.wrap(blob).order(ByteOrder.LITTLE_ENDIAN);
-        entries = parsed;
-        opEntry = Arrays.copyOf(blob, n);
-        opKey = new int[n];
-        opSize = new int[n];
+        byte[] opEntry = Arrays.copyOf(blob, n);
+        int[] opKey = new int[n];
+        int[] opSize = new int[n];
         for (int i = 0; i < n; i++) {
             opKey[i] = in.getInt(n + 4 * i);
             opSize[i] = in.getInt(5 * n + 4 * i);
         }
-        opAt = null;
+        long[] opAt = null;
         if (Boolean.TRUE.equals(msg.get("schedule"))) {
             opAt = new long[n];
             for (int i = 0; i < n; i++) {
                 opAt[i] = in.getLong(9 * n + 8 * i);
             }
         }
-        wire.send(message("type", "loaded", "count", n));
+        return new Segment(entries, names, writes, verifiable, multi, most, opEntry, opKey, opSize, opAt,
+                Boolean.TRUE.equals(msg.get("more")));
     }
 
     // -- the timed loop -----------------------------------------------------------------
 
-    /** Results of the ops run so far, grown as a cycling phase runs on. */
+    /** The results of the current segment (or pass through a cycling batch): sent in its part, then reused. */
     private static final class Results {
-        byte[] outcome;
-        long[] start;
-        long[] latency;
-        int count;
+        byte[] outcome = new byte[0];
+        long[] start = new long[0];
+        long[] latency = new long[0];
 
-        Results(int capacity) {
-            outcome = new byte[Math.max(capacity, 16)];
-            start = new long[outcome.length];
-            latency = new long[outcome.length];
-        }
-
-        void add(int code, long sent, long took) {
-            if (count == outcome.length) {
-                int grown = (int) Math.min(Integer.MAX_VALUE - 16L, 2L * count);
-                outcome = Arrays.copyOf(outcome, grown);
-                start = Arrays.copyOf(start, grown);
-                latency = Arrays.copyOf(latency, grown);
+        /** Room for a segment of n ops (never more than the largest segment seen). */
+        void fit(int n) {
+            if (outcome.length < n) {
+                outcome = new byte[n];
+                start = new long[n];
+                latency = new long[n];
             }
-            outcome[count] = (byte) code;
-            start[count] = sent;
-            latency[count] = took;
-            count++;
         }
     }
 
@@ -221,38 +249,28 @@ final class Driver {
         return f > 0 ? (int) (1 / f) : 0;
     }
 
+    /**
+     * Runs the loaded segment and, while it says "more", the segments that follow it (each waiting in
+     * stdin: cachemark sends one ahead), a part at the end of each; a cycling batch runs pass after pass,
+     * a part at the end of each. done holds the ops since the last part, and the whole go in its other fields.
+     */
     private void go(Map<String, Object> msg) throws IOException {
-        int n = opEntry.length;
-        int e0 = entries.size();
-        String[] names = new String[e0];
-        boolean[] writes = new boolean[e0];
-        boolean[] verifiable = new boolean[e0];
-        boolean[] multi = new boolean[e0];
-        for (int e = 0; e < e0; e++) {
-            int[] steps = entries.get(e);
-            names[e] = String.join("+", Arrays.stream(steps).mapToObj(OPS::get).toList());
-            writes[e] = Arrays.stream(steps).anyMatch(s -> s == SET);
-            int last = steps[steps.length - 1];
-            verifiable[e] = last == GET || last == GET_MANY;
-            multi[e] = Arrays.stream(steps).anyMatch(s -> s == GET_MANY);
-        }
+        Segment seg = segment;
         int readEvery = every(msg.get("verify_reads"));
         int writeEvery = every(msg.get("verify_writes"));
-        long[] at = opAt;
-        boolean cycle = Boolean.TRUE.equals(msg.get("cycle")) && at == null && n > 0;
+        boolean cycling = Boolean.TRUE.equals(msg.get("cycle"));
         long grace = msg.get("stop_after_failing_s") instanceof Number g ? (long) (g.doubleValue() * 1e9) : -1;
         samples = new ArrayList<>();
         extra = new LinkedHashMap<>();
-        long[] bytesIn = new long[e0];
-        long[] bytesOut = new long[e0];
-        Results results = new Results(cycle ? 1 << 16 : n);
+        long[] bytesIn = new long[seg.entries().length];
+        long[] bytesOut = new long[seg.entries().length];
+        Results results = new Results();
         Key[] keys = work.keys;
         Key[] manyKeys = new Key[many];
         byte[][] manyValues = new byte[many][];
-        // each step's answer, read after the clock stops
-        Object[] answers = new Object[entries.stream().mapToInt(steps -> steps.length).max().orElse(1)];
         int reads = 0, writesDone = 0;
-        boolean stopped = false;
+        boolean stopped = false; // by the error policy
+        boolean halted = false; // the deadline, SIGINT or the error policy ended the go inside a segment
 
         long cpu0 = cpuNanos();
         long start = System.nanoTime();
@@ -260,92 +278,144 @@ final class Driver {
                 : Long.MAX_VALUE;
         long lastOk = start;
         long failingSince = -1;
-        int i = 0;
-        while ((cycle || i < n) && results.count < Integer.MAX_VALUE - 16) {
-            int j = cycle ? i % n : i;
-            int e = opEntry[j] & 0xFF;
-            int k = opKey[j];
-            Key key = keys[k];
-            byte[] value = writes[e] ? work.value(k, opSize[j]) : null;
-            if (multi[e]) {
-                for (int m = 0; m < many; m++) {
-                    manyKeys[m] = keys[(k + m) % keys.length];
+        int n;
+        int i;
+        long[] at;
+        while (true) {
+            // one segment, or one pass through a cycling batch: its arrays in locals for the loop
+            n = seg.count();
+            at = seg.at();
+            boolean cycle = cycling && at == null && n > 0;
+            int[][] entries = seg.entries();
+            String[] names = seg.names();
+            boolean[] writes = seg.writes();
+            boolean[] verifiable = seg.verifiable();
+            boolean[] multi = seg.multi();
+            byte[] opEntry = seg.entry();
+            int[] opKey = seg.key();
+            int[] opSize = seg.size();
+            // each step's answer, read after the clock stops
+            Object[] answers = new Object[seg.steps()];
+            if (bytesIn.length < entries.length) {
+                bytesIn = Arrays.copyOf(bytesIn, entries.length);
+                bytesOut = Arrays.copyOf(bytesOut, entries.length);
+            }
+            results.fit(n);
+            byte[] outcomes = results.outcome;
+            long[] starts = results.start;
+            long[] latencies = results.latency;
+            i = 0;
+            while (i < n) {
+                int e = opEntry[i] & 0xFF;
+                int k = opKey[i];
+                Key key = keys[k];
+                byte[] value = writes[e] ? work.value(k, opSize[i]) : null;
+                if (multi[e]) {
+                    for (int m = 0; m < many; m++) {
+                        manyKeys[m] = keys[(k + m) % keys.length];
+                    }
                 }
-            }
-            if (at != null) {
-                long due = start + at[j];
-                if (due >= deadline) {
-                    break;
+                if (at != null) {
+                    long due = start + at[i];
+                    if (due >= deadline) {
+                        halted = true;
+                        break;
+                    }
+                    waitUntil(due);
                 }
-                waitUntil(due);
-            }
-            boolean verify = false;
-            if (readEvery > 0 && verifiable[e] && ++reads >= readEvery) {
-                reads = 0;
-                verify = true;
-            }
-            int[] steps = entries.get(e);
-            int ran = 0;
-            int code;
-            Throwable failure = null;
-            long t0 = System.nanoTime();
-            long t1;
-            try {
-                code = MISS;
-                // a sequence (exists+get) is one timed unit; a "no" from exists ends it as a miss
-                while (ran < steps.length) {
-                    code = step(steps[ran], key, value, manyKeys, answers, ran);
-                    ran++;
-                    if (code == REFUSED || (steps[ran - 1] == EXISTS && code != HIT)) {
+                boolean verify = false;
+                if (readEvery > 0 && verifiable[e] && ++reads >= readEvery) {
+                    reads = 0;
+                    verify = true;
+                }
+                int[] steps = entries[e];
+                int ran = 0;
+                int code;
+                Throwable failure = null;
+                long t0 = System.nanoTime();
+                long t1;
+                try {
+                    code = MISS;
+                    // a sequence (exists+get) is one timed unit; a "no" from exists ends it as a miss
+                    while (ran < steps.length) {
+                        code = step(steps[ran], key, value, manyKeys, answers, ran);
+                        ran++;
+                        if (code == REFUSED || (steps[ran - 1] == EXISTS && code != HIT)) {
+                            break;
+                        }
+                    }
+                    t1 = System.nanoTime();
+                } catch (Exception ex) {
+                    t1 = System.nanoTime();
+                    failure = ex;
+                    code = ERR;
+                }
+                entryName = names[e];
+                if (failure != null) {
+                    String kind = Errors.kind(failure);
+                    sample(kind, Errors.describe(failure));
+                    code = kindCode(kind);
+                } else {
+                    code = settle(steps, ran, code, k, key, verify, answers, manyKeys, manyValues, bytesIn, e);
+                }
+                // the key (get_many: every key) of each step sent, the failing one included, and a write's value
+                long sent = value == null ? 0 : value.length;
+                for (int s = 0, sentSteps = Math.min(steps.length, ran + (failure != null ? 1 : 0)); s < sentSteps; s++) {
+                    if (steps[s] == GET_MANY) {
+                        for (Key m : manyKeys) {
+                            sent += m.bytes().length;
+                        }
+                    } else {
+                        sent += key.bytes().length;
+                    }
+                }
+                bytesOut[e] += sent;
+                outcomes[i] = (byte) code;
+                starts[i] = t0 - start;
+                latencies[i] = t1 - t0;
+                i++;
+                if (code < ERR) {
+                    lastOk = t1;
+                    failingSince = -1;
+                    if (writeEvery > 0 && writes[e] && code == OK && ++writesDone >= writeEvery) {
+                        writesDone = 0;
+                        canary(e, opSize[i - 1]);
+                    }
+                } else {
+                    if (failingSince < 0) {
+                        failingSince = t1;
+                    }
+                    if (grace >= 0 && t1 - Math.max(lastOk, failingSince) >= grace) {
+                        stopped = true;
+                        halted = true;
                         break;
                     }
                 }
-                t1 = System.nanoTime();
-            } catch (Exception ex) {
-                t1 = System.nanoTime();
-                failure = ex;
-                code = ERR;
-            }
-            entryName = names[e];
-            if (failure != null) {
-                String kind = Errors.kind(failure);
-                sample(kind, Errors.describe(failure));
-                code = kindCode(kind);
-            } else {
-                code = settle(steps, ran, code, k, key, verify, answers, manyKeys, manyValues, bytesIn, e);
-            }
-            // the key (get_many: every key) of each step sent, the failing one included, and a write's value
-            long sent = value == null ? 0 : value.length;
-            for (int s = 0, sentSteps = Math.min(steps.length, ran + (failure != null ? 1 : 0)); s < sentSteps; s++) {
-                if (steps[s] == GET_MANY) {
-                    for (Key m : manyKeys) {
-                        sent += m.bytes().length;
-                    }
-                } else {
-                    sent += key.bytes().length;
-                }
-            }
-            bytesOut[e] += sent;
-            results.add(code, t0 - start, t1 - t0);
-            i++;
-            if (code < ERR) {
-                lastOk = t1;
-                failingSince = -1;
-                if (writeEvery > 0 && writes[e] && code == OK && ++writesDone >= writeEvery) {
-                    writesDone = 0;
-                    canary(e, opSize[j]);
-                }
-            } else {
-                if (failingSince < 0) {
-                    failingSince = t1;
-                }
-                if (grace >= 0 && t1 - Math.max(lastOk, failingSince) >= grace) {
-                    stopped = true;
+                if (stop || t1 >= deadline) {
+                    halted = true;
                     break;
                 }
             }
-            if (stop || t1 >= deadline) {
+            if (halted || !(seg.more() || cycle)) {
                 break;
+            }
+            // the segment's (or pass's) end: its results go in a part, then the next segment or pass
+            send(message("type", "part", "count", n, "error_kinds", kinds, "blob", 17L * n), results, n);
+            if (seg.more()) {
+                Wire.Message next = wire.read();
+                if (next == null) {
+                    return; // cachemark went away
+                }
+                if (!next.type().equals("ops")) {
+                    wire.send(error("protocol", "expected the next ops segment during go, got "
+                            + Json.write(next.type())));
+                    return;
+                }
+                seg = parse(next.fields(), next.blob());
+                if (seg == null) {
+                    return;
+                }
+                segment = seg;
             }
         }
         long finish = System.nanoTime();
@@ -356,14 +426,25 @@ final class Driver {
             }
         }
         double cpu = (cpuNanos() - cpu0) / 1e9;
+        if (halted && seg.more()) {
+            // stopped inside a segment that has a successor: cachemark sent that one ahead; drop it
+            if (wire.read() == null) {
+                return;
+            }
+        }
         List<List<Object>> extraErrors = new ArrayList<>();
         extra.forEach((entryKind, count) -> extraErrors.add(List.of(entryKind.get(0), entryKind.get(1), count)));
-        int count = results.count;
-        Map<String, Object> done = message("type", "done", "count", count, "wall_ns", finish - start, "cpu_s", cpu,
+        int count = i;
+        send(message("type", "done", "count", count, "wall_ns", finish - start, "cpu_s", cpu,
                 "error_kinds", kinds, "extra_errors", extraErrors, "error_samples", samples,
                 "bytes_in", Arrays.stream(bytesIn).boxed().toList(), "bytes_out", Arrays.stream(bytesOut).boxed().toList(),
-                "missed", missed, "stopped_on_errors", stopped, "interrupted", stop, "blob", 17L * count);
-        OutputStream out = wire.header(done);
+                "missed", missed, "stopped_on_errors", stopped, "interrupted", stop, "blob", 17L * count),
+                results, count);
+    }
+
+    /** part or done: its header line, then the first count results (outcome, start_ns, latency_ns). */
+    private void send(Map<String, Object> header, Results results, int count) throws IOException {
+        OutputStream out = wire.header(header);
         out.write(results.outcome, 0, count);
         writeLongs(out, results.start, count);
         writeLongs(out, results.latency, count);
