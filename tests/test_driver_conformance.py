@@ -390,20 +390,24 @@ print(ops["get"].count, peak("self"), driver)
 @pytest.mark.parametrize("name", drivers())
 def test_a_long_phase_takes_the_memory_of_a_short_one(name):
     """10× the requests (a replay's share, a long schedule) through a driver: cachemark's peak and the
-    driver's within a few MiB of the shorter run's (sent whole, the longer phase's ops and results took
-    17 bytes a request each way: ~150 MiB more on each side here)."""
+    driver's within a few MiB of the shorter run's (sent whole, 1.8·10⁶ more requests took ~200 MiB more on
+    each side through Ruby; 9·10⁶ more through Go, 1.3 GiB in cachemark). 10⁶ → 10⁷ requests through the
+    fastest driver, 2·10⁵ → 2·10⁶ through the others (each ~4 s). A JVM grows its heap with the garbage it
+    makes, not only with what it holds, unless capped: the Java driver runs with a 64 MiB heap here, which
+    the old whole batch alone would overflow."""
     needs_driver(name)
     small, large = (1_000_000, 10_000_000) if name.startswith("go-") else (200_000, 2_000_000)
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": "-Xmx64m"} if name.startswith("java-") else None
     peaks = {}
     for requests in (small, large):
         result = subprocess.run([sys.executable, "-c", _SEGMENTED_PHASE, name, str(requests)], capture_output=True,
-                                text=True, timeout=300)
+                                text=True, timeout=300, env=env)
         assert result.returncode == 0, result.stderr[-2000:]
         count, own, driver = map(int, result.stdout.split())
         assert count == requests
         peaks[requests] = own, driver
     grown = [peaks[large][i] - peaks[small][i] for i in (0, 1)]
-    assert grown[0] < 16 * 2**20 and grown[1] < 24 * 2**20, (name, peaks)
+    assert grown[0] < 16 * 2**20 and grown[1] < 32 * 2**20, (name, peaks)  # Ruby's heap: ~18 MiB
 
 
 # -- a seeded run, predicted exactly ------------------------------------------------------

@@ -125,3 +125,38 @@ def test_what_the_row_refuses_is_one_line_before_any_server_starts(tmp_path, cac
         result = cachemark("stampede", "-t", url, "--duration", "0.5s", cwd=tmp_path)
         assert result.returncode == 2 and "stamped" in result.stderr, (url, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_stampede_stopped_by_ctrl_c_leaves_no_key_behind(tmp_path, spawn) -> None:
+    """The strategies run in the run sequence (run/sequence.py): however they end, the run's namespace is
+    removed — here a hot key with a 60-s TTL, the stampede stopped by Ctrl-C while it is read. Another
+    application's key on the same server is kept."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import redis
+
+    server = spawn("redis")
+    client = redis.Redis(host="127.0.0.1", port=server.port)
+    client.set("app:session:1", b"theirs")
+    proc = subprocess.Popen([sys.executable, "-m", "cachemark", "stampede", "-t", server.url(), "--strategy", "none",
+                             "--ttl", "60s", "--recompute", "10ms", "--duration", "60s", "--clients", "2"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not [k for k in client.scan_iter(match="cm:*") if k.endswith(b":hot")]:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.05)
+        time.sleep(0.3)  # the clients are reading it
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert list(client.scan_iter(match="cm:*")) == []  # old: the hot key stayed for its TTL
+    assert client.get("app:session:1") == b"theirs"
