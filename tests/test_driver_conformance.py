@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -354,37 +355,7 @@ def test_a_driver_stopping_inside_a_segment_discards_the_one_sent_ahead(name):
         d.close()
 
 
-#: One phase of ``requests`` gets through driver argv[1]'s do-nothing client, fed in segments by cachemark's
-#: own loop (run/driver.py's _go, as a replay is fed); prints the ops counted, then the peak RSS of this
-#: process and of the driver (VmHWM: each process's own).
-_SEGMENTED_PHASE = """
-import sys
-import numpy as np
-from cachemark.run import driver as d
-from cachemark.spec import Workload
-from cachemark.target import parse_target
-
-def peak(pid):
-    return next(int(ln.split()[1]) * 1024 for ln in open(f"/proc/{pid}/status") if ln.startswith("VmHWM:"))
-
-name, requests = sys.argv[1], int(sys.argv[2])
-load = Workload(keys=100_000, key_dist="uniform", value_size=100, mix={"get": 1}, workers=1, warmup=0)
-proc = d.DriverProcess(d.DRIVERS[name], 0)
-proc.recv(60)
-setup = d.setup_message(parse_target("redis://127.0.0.1:1?client=" + name), load, "cm:00000000:", 0)
-proc.request(dict(setup, scheme=None), expect="ready")
-
-def segments():
-    for start in range(0, requests, d.SEGMENT_OPS):
-        n = min(d.SEGMENT_OPS, requests - start)
-        yield np.zeros(n, "u1"), (np.arange(start, start + n) % 100_000).astype("<u4"), np.full(n, 100, "<u4"), None
-
-[(done, tally)] = d._go([proc], [d.OpFeed(segments(), requests, False)], ["get"], load, None)
-ops, _ = tally.result(done)
-driver = peak(proc.proc.pid)
-proc.close()
-print(ops["get"].count, peak("self"), driver)
-"""
+MEMORY_BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "driver_memory.py"  # one phase: its peaks
 
 
 @pytest.mark.parametrize("name", drivers())
@@ -400,8 +371,8 @@ def test_a_long_phase_takes_the_memory_of_a_short_one(name):
     env = {**os.environ, "JAVA_TOOL_OPTIONS": "-Xmx64m"} if name.startswith("java-") else None
     peaks = {}
     for requests in (small, large):
-        result = subprocess.run([sys.executable, "-c", _SEGMENTED_PHASE, name, str(requests)], capture_output=True,
-                                text=True, timeout=300, env=env)
+        result = subprocess.run([sys.executable, str(MEMORY_BENCHMARK), "--one", name, str(requests)],
+                                capture_output=True, text=True, timeout=300, env=env)  # each in a fresh process
         assert result.returncode == 0, result.stderr[-2000:]
         count, own, driver = map(int, result.stdout.split())
         assert count == requests
