@@ -70,3 +70,29 @@ def test_a_driver_that_breaks_the_protocol_fails_the_run_in_one_line(monkeypatch
     assert outcome.status == "failed" and error in outcome.reason and "\n" not in outcome.reason, outcome.reason
     assert outcome.reason.startswith("driver ruby-activesupport (worker 0) ")
     assert time.monotonic() - started < 20
+
+
+def test_a_phase_stopped_early_counts_the_ops_of_segments_never_run_as_missed():
+    """x-segments: a driver that stops at the deadline counts what its own segment left unsent; cachemark
+    adds the ops due before the deadline of the segment it had sent ahead (which the driver dropped) and
+    of those it never sent — not the ones due after it."""
+    import numpy as np
+
+    class Stub:  # only what _received asks of a driver process
+        def check(self, reply, expect):
+            assert reply["type"] == expect
+
+    def segment(i: int):  # ten ops 10 ms apart: segment i is due from 0.1·i s
+        at = np.arange(10 * i, 10 * i + 10, dtype=np.uint64) * 10_000_000
+        return np.zeros(10, "u1"), np.arange(10, dtype="<u4"), np.full(10, 100, "<u4"), at
+
+    feed = driver_mod.OpFeed(iter([segment(i) for i in range(5)]), 50, False)
+    going = driver_mod._Going(Stub(), feed, feed.next(), driver_mod.PhaseTally(["get"], open_loop=True))
+    going.ahead = feed.next()  # segment 1, sent ahead when segment 0 started
+    count = 4  # the driver ran four ops of segment 0 and says the other six, due before 0.25 s, are missed
+    blob = bytes([1] * count) + np.arange(count, dtype="<u8").tobytes() + np.full(count, 1000, "<u8").tobytes()
+    done = {"type": "done", "count": count, "missed": 6, "wall_ns": 250_000_000}
+    driver_mod._received(going, done, blob, ["get"], time.monotonic(), duration=0.25)
+    # + segment 1 (0.10-0.19 s: all 10) + segment 2 (0.20-0.29 s: 5 before 0.25 s); segments 3 and 4 are later
+    assert going.done["missed"] == 6 + 10 + 5
+    assert going.tally.ran == count

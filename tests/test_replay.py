@@ -86,6 +86,21 @@ def test_a_replay_runs_the_traces_ops_in_each_keys_order(tmp_path, redis_server,
     assert calls["set"] >= expected["set"]  # the server saw every recorded write (and the probe's few)
 
 
+def test_a_replay_through_a_driver_runs_every_request_in_segments(tmp_path, redis_server):
+    """100,000 recorded requests on two Go drivers: each share (~50,000) goes in two segments (x-segments,
+    docs/drivers.md), and every request runs once, in its key's order: the trace's own counts and hits."""
+    from driver_kit import needs_driver, with_client
+
+    expected = write_trace(tmp_path / "t.cmtrace", requests=100_000, keys=5_000)
+    url = with_client(redis_server.url(), needs_driver("go-redis"))
+    result = run_cli("run", "-t", url, "--trace", "t.cmtrace", "--speed", "0", "--workers", "2",
+                     "--no-calibrate", "-o", "out.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ops = json.loads((tmp_path / "out.json").read_text())["runs"][0]["phases"][0]["ops"]
+    assert {op: ops[op]["count"] for op in ops} == {op: expected[op] for op in ("get", "set", "delete")}
+    assert ops["get"]["hits"] == expected["hits"]
+
+
 def _server_times(client: redis.Redis, count: int, namespace_seen: list[str], times: list[float]) -> None:
     """Redis MONITOR: the server's own timestamp of every replayed command (the ground truth of when it was sent)."""
     with client.monitor() as monitor:
