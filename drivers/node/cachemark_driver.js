@@ -4,7 +4,10 @@
 // It speaks the driver protocol of docs/drivers.md on stdin/stdout: one JSON line per
 // message, and when a message has "blob": N, exactly N raw bytes after its newline
 // (little-endian integer arrays). cachemark pre-generates the ops; this program only runs
-// the timed loop and hands back per-op outcomes and latencies in bulk.
+// the timed loop and hands back per-op outcomes and latencies in bulk. A phase comes in
+// segments (protocol 2, x-segments): the first `ops` before `go`; when it says "more", the
+// next is already waiting in stdin when a segment ends, and the segment's results go back
+// as a `part` before it runs, so only one segment and its results are ever held here.
 //
 //   node cachemark_driver.js <ioredis|redis|memjs>
 'use strict';
@@ -14,7 +17,7 @@ const os = require('node:os');
 const path = require('node:path');
 const zlib = require('node:zlib');
 
-const PROTOCOL = 1;
+const PROTOCOL = 2;
 const OK = 0, HIT = 1, MISS = 2, ERR = 3;
 const LIBS = { ioredis: 'node-ioredis', redis: 'node-redis', memjs: 'node-memjs' };
 const lib = process.argv[2];
@@ -41,21 +44,27 @@ function writeAll(buf) {
   }
 }
 
-function send(msg, blob) {
-  if (blob) msg.blob = blob.length;
+// The blob, when there is one: its arrays, written back to back (no copy joins them).
+function send(msg, ...blob) {
+  if (blob.length) msg.blob = blob.reduce((sum, array) => sum + array.length, 0);
   writeAll(Buffer.from(JSON.stringify(msg) + '\n'));
-  if (blob) writeAll(blob);
+  for (const array of blob) writeAll(array);
 }
 
-// stdin is a stream: chunks are kept until a whole line and its whole blob have arrived.
+// stdin is a stream: its bytes are copied into one buffer, kept from message to message (moved
+// to its front, or grown, when full), until a whole line and its whole blob are in. A blob is a
+// view of that buffer, good until its reader awaits: every reader copies what it keeps at once.
+// During `go` the segment cachemark sends ahead piles up here, untouched until the running
+// segment ends and takes it (Batch.turn). Nothing per segment is left for the GC.
 class Input {
   constructor(stream) {
-    this.chunks = [];
-    this.size = 0;
+    this.buf = Buffer.allocUnsafe(1 << 16);
+    this.begin = 0; // the first byte not taken yet
+    this.end = 0; // past the last byte read
     this.ended = false;
     this.wake = null;
-    this.header = null; // the line of a message whose blob is still arriving
-    stream.on('data', (chunk) => { this.chunks.push(chunk); this.size += chunk.length; this.notify(); });
+    this.header = null; // the line of a message whose blob is still arriving (offsets from begin)
+    stream.on('data', (chunk) => { this.append(chunk); this.notify(); });
     stream.on('end', () => { this.ended = true; this.notify(); });
     stream.on('error', () => { this.ended = true; this.notify(); });
   }
@@ -64,29 +73,35 @@ class Input {
     if (this.wake) { const wake = this.wake; this.wake = null; wake(); }
   }
 
-  joined() {
-    if (this.chunks.length > 1) this.chunks = [Buffer.concat(this.chunks, this.size)];
-    return this.chunks[0] || Buffer.alloc(0);
+  append(chunk) {
+    if (this.end + chunk.length > this.buf.length) { // no room after the bytes held
+      const held = this.end - this.begin;
+      const into = held + chunk.length <= this.buf.length ? this.buf
+        : Buffer.allocUnsafe(Math.max(2 * this.buf.length, held + chunk.length));
+      this.buf.copy(into, 0, this.begin, this.end);
+      this.buf = into;
+      this.begin = 0;
+      this.end = held;
+    }
+    chunk.copy(this.buf, this.end);
+    this.end += chunk.length;
   }
 
   async next() { // {msg, blob}, or null at EOF
     for (;;) {
       if (this.header === null) {
-        const buf = this.joined();
-        const nl = buf.indexOf(10);
+        const nl = this.buf.subarray(this.begin, this.end).indexOf(10);
         if (nl >= 0) {
-          const msg = JSON.parse(buf.toString('utf8', 0, nl));
+          const msg = JSON.parse(this.buf.toString('utf8', this.begin, this.begin + nl));
           this.header = { msg, start: nl + 1, end: nl + 1 + (msg.blob > 0 ? msg.blob : 0) };
         }
       }
-      // a large blob comes in many chunks: they are joined once, when all have arrived
-      if (this.header !== null && this.size >= this.header.end) {
+      if (this.header !== null && this.end - this.begin >= this.header.end) {
         const { msg, start, end } = this.header;
-        const buf = this.joined();
+        const blob = this.buf.subarray(this.begin + start, this.begin + end);
         this.header = null;
-        this.chunks = end < buf.length ? [buf.subarray(end)] : [];
-        this.size = buf.length - end;
-        return { msg, blob: buf.subarray(start, end) };
+        this.begin += end;
+        return { msg, blob };
       }
       if (this.ended) return null;
       await new Promise((resolve) => { this.wake = resolve; });
@@ -94,19 +109,14 @@ class Input {
   }
 }
 
-// Little-endian arrays out of a blob (copied: a subarray's offset may not be aligned).
+// Little-endian arrays out of a blob, copied byte for byte (a subarray's offset may not be aligned).
 if (os.endianness() !== 'LE') throw new Error('cachemark driver: a little-endian machine is assumed');
-function u8(blob, off, n) { return new Uint8Array(blob.subarray(off, off + n)); }
-function u32(blob, off, n) {
-  const out = new Uint32Array(n);
-  Buffer.from(out.buffer).set(blob.subarray(off, off + 4 * n));
-  return out;
+function copyInto(array, blob, off, n) {
+  const bytes = n * array.BYTES_PER_ELEMENT;
+  new Uint8Array(array.buffer, array.byteOffset, bytes).set(blob.subarray(off, off + bytes));
+  return array;
 }
-function u64(blob, off, n) {
-  const out = new BigUint64Array(n);
-  Buffer.from(out.buffer).set(blob.subarray(off, off + 8 * n));
-  return out;
-}
+function u32(blob, off, n) { return copyInto(new Uint32Array(n), blob, off, n); }
 
 // -- versions -----------------------------------------------------------------------
 
@@ -480,18 +490,34 @@ class Driver {
   }
 
   loadOps(msg, blob) {
+    const refusal = this.segment(msg, blob);
+    if (refusal) return send({ type: 'error', kind: 'unsupported', message: refusal });
+    send({ type: 'loaded', count: msg.count });
+  }
+
+  // One `ops` message: a whole batch, or one segment of a phase ("more": another follows
+  // during go). It is copied over the last one, into the same arrays (grown for a longer one):
+  // one segment is held, and nothing per segment is left for the GC. A refusal's text, or null.
+  segment(msg, blob) {
     const n = msg.count;
     const known = new Set(['get', 'set', 'delete', 'exists', 'get_many']);
     const unknown = [...new Set(msg.entries.flat().filter((op) => !known.has(op)))];
-    if (unknown.length) {
-      return send({ type: 'error', kind: 'unsupported', message: `${NAME} does not run ${unknown.join(', ')}` });
+    if (unknown.length) return `${NAME} does not run ${unknown.join(', ')}`;
+    if (!this.opEntry || this.opEntry.length < n) {
+      this.opEntry = new Uint8Array(n);
+      this.opKey = new Uint32Array(n);
+      this.opSize = new Uint32Array(n);
+      this.atNs = null;
     }
+    if (msg.schedule && !this.atNs) this.atNs = new BigUint64Array(this.opEntry.length);
     this.entries = msg.entries;
-    this.opEntry = u8(blob, 0, n);
-    this.opKey = u32(blob, n, n);
-    this.opSize = u32(blob, 5 * n, n);
-    this.opAt = msg.schedule ? u64(blob, 9 * n, n) : null;
-    send({ type: 'loaded', count: n });
+    this.count = n;
+    copyInto(this.opEntry, blob, 0, n);
+    copyInto(this.opKey, blob, n, n);
+    copyInto(this.opSize, blob, 5 * n, n);
+    this.opAt = msg.schedule ? copyInto(this.atNs, blob, 9 * n, n) : null;
+    this.more = Boolean(msg.more);
+    return null;
   }
 
   // -- the ops: each takes the op's context and answers an outcome code; what it read is
@@ -526,57 +552,60 @@ class Driver {
     };
   }
 
-  // The timed loop. Its bookkeeping lives in Batch's plain methods: V8 optimizes a long-running
-  // async function only from its next call on, a hot plain function at once.
+  // The timed loop, one segment (or one pass through a cycling batch) at a time; between them,
+  // outside the clock, turn() sends the part and takes the next segment. Its bookkeeping lives
+  // in Batch's plain methods: V8 optimizes a long-running async function only from its next
+  // call on, a hot plain function at once.
   async go(msg) {
     const batch = new Batch(this, msg);
     const c = batch.c;
-    while (batch.next()) {
-      if (batch.due !== null) await sleepUntil(batch.due);
-      else if ((batch.i & 1023) === 1023) await new Promise(setImmediate); // a SIGINT gets in even with no I/O
-      const fn = batch.fns[batch.e];
-      let code = OK, error = null;
-      const t0 = process.hrtime.bigint();
-      try {
-        code = await fn(c);
-      } catch (err) {
-        error = err;
+    do {
+      while (batch.next()) {
+        if (batch.due !== null) await sleepUntil(batch.due);
+        else if ((batch.i & 1023) === 1023) await new Promise(setImmediate); // a SIGINT gets in even with no I/O
+        const fn = batch.fns[batch.e];
+        let code = OK, error = null;
+        const t0 = process.hrtime.bigint();
+        try {
+          code = await fn(c);
+        } catch (err) {
+          error = err;
+        }
+        const t1 = process.hrtime.bigint();
+        if (batch.record(code, error, t0, t1)) {
+          batch.over = true;
+          break;
+        }
+        if (batch.canaryDue) await batch.canary();
       }
-      const t1 = process.hrtime.bigint();
-      if (batch.record(code, error, t0, t1)) break;
-      if (batch.canaryDue) await batch.canary();
-    }
-    const [done, blob] = batch.done();
-    send(done, blob);
+    } while (!batch.over && await batch.turn());
+    // Stopped inside a segment with more: the one cachemark sent ahead is read and dropped first.
+    if (batch.more && !batch.gone) await batch.discard();
+    if (batch.gone) return; // EOF mid-go: cachemark went away, serve() leaves
+    const [done, blob] = batch.results();
+    send(done, ...blob);
   }
 }
 
-// One `go`: the op stream's cursor, each op's context, and the results so far.
+// One `go`: the current segment's ops and its cursor, each op's context, the segment's results
+// so far, and the whole go's counts.
 class Batch {
   constructor(driver, msg) {
-    Object.assign(this, { driver, work: driver.work, client: driver.client, entries: driver.entries,
-      opEntry: driver.opEntry, opKey: driver.opKey, opSize: driver.opSize, opAt: driver.opAt });
-    const entries = this.entries;
-    this.n = this.opEntry.length;
-    this.fns = entries.map((steps) => driver.handler(steps));
-    this.names = entries.map((steps) => steps.join('+'));
-    this.writes = entries.map((steps) => steps.includes('set'));
-    this.many = entries.map((steps) => steps.includes('get_many')); // its keys are listed before the clock
-    this.lastMany = entries.map((steps) => steps[steps.length - 1] === 'get_many');
-    this.verifiable = entries.map((steps) => ['get', 'get_many'].includes(steps[steps.length - 1]));
+    Object.assign(this, { driver, work: driver.work, client: driver.client });
+    this.entries = null;
+    this.bytesIn = [];
+    this.bytesOut = [];
+    this.capacity = 0;
+    this.outcomes = this.starts = this.ends = null;
+    this.load();
     this.readEvery = msg.verify_reads > 0 ? Math.floor(1 / msg.verify_reads) : 0;
     this.writeEvery = msg.verify_writes > 0 ? Math.floor(1 / msg.verify_writes) : 0;
+    // a batch repeated, a part at the end of every pass; it is whole: nothing is sent ahead
     this.cycle = Boolean(msg.cycle) && !this.opAt && this.n > 0;
+    if (this.cycle) this.more = false;
     this.grace = msg.stop_after_failing_s != null ? BigInt(Math.round(msg.stop_after_failing_s * 1e9)) : null;
     this.samples = [];
     this.extra = new Map(); // "entry\0kind" -> count: errors that are no op's outcome (canaries)
-    this.bytesIn = entries.map(() => 0);
-    this.bytesOut = entries.map(() => 0);
-    this.capacity = Math.max(this.n, 1);
-    this.outcomes = new Uint8Array(this.capacity);
-    this.starts = new BigUint64Array(this.capacity); // raw clock readings until done(): a
-    this.ends = new BigUint64Array(this.capacity); // BigInt subtraction allocates
-    this.i = 0; // ops run
     this.e = 0; // the current op's entry, key id and value size
     this.k = 0;
     this.size = 0;
@@ -586,6 +615,8 @@ class Batch {
     this.writesDone = 0;
     this.canaryDue = false;
     this.stopped = false;
+    this.over = false; // stopped: the deadline, SIGINT or the error policy
+    this.gone = false; // EOF on stdin mid-go
     this.failingSince = null;
     this.c = { key: '', value: null, names: null, got: null, gotMany: null, refused: null, refusal: null, steps: 1 };
     this.c.refused = () => { this.c.refusal = 'write returned false (not stored)'; return ERR; };
@@ -594,21 +625,52 @@ class Batch {
     this.deadline = msg.duration_s != null ? this.start + BigInt(Math.round(msg.duration_s * 1e9)) : null;
   }
 
-  // Sets up the next op (outside the clock); false when the batch is over.
+  // Takes the driver's segment (the one loaded before go, then each next one): its ops, and
+  // results arrays for them (kept while big enough: a part has gone back before they are reused).
+  load() {
+    const driver = this.driver;
+    Object.assign(this, { opEntry: driver.opEntry, opKey: driver.opKey, opSize: driver.opSize, opAt: driver.opAt,
+      more: driver.more });
+    this.n = driver.count;
+    this.i = 0; // ops run in this segment (this pass)
+    if (this.outcomes === null || this.n > this.capacity) {
+      this.capacity = Math.max(this.n, 1);
+      this.outcomes = new Uint8Array(this.capacity);
+      this.starts = new BigUint64Array(this.capacity); // raw clock readings until results(): a
+      this.ends = new BigUint64Array(this.capacity); // BigInt subtraction allocates
+    }
+    if (this.entries !== null && JSON.stringify(driver.entries) === JSON.stringify(this.entries)) return;
+    const entries = this.entries = driver.entries; // a phase's segments share them: built once
+    this.fns = entries.map((steps) => driver.handler(steps));
+    this.names = entries.map((steps) => steps.join('+'));
+    this.writes = entries.map((steps) => steps.includes('set'));
+    this.many = entries.map((steps) => steps.includes('get_many')); // its keys are listed before the clock
+    this.lastMany = entries.map((steps) => steps[steps.length - 1] === 'get_many');
+    this.verifiable = entries.map((steps) => ['get', 'get_many'].includes(steps[steps.length - 1]));
+    while (this.bytesIn.length < entries.length) { // the whole go's, per entry
+      this.bytesIn.push(0);
+      this.bytesOut.push(0);
+    }
+  }
+
+  // Sets up the next op (outside the clock); false at the segment's (or the pass's) end, where
+  // turn() says what follows, or when the next op is due past the deadline (over).
   next() {
-    const { n, i, c } = this;
-    if (!this.cycle && i >= n) return false;
-    const j = this.cycle ? i % n : i;
-    const e = this.opEntry[j];
-    const k = this.opKey[j];
+    const { i, c } = this;
+    if (i >= this.n) return false;
+    const e = this.opEntry[i];
+    const k = this.opKey[i];
     const keys = this.work.keys;
     if (this.opAt) {
-      this.due = this.start + this.opAt[j];
-      if (this.deadline !== null && this.due >= this.deadline) return false;
+      this.due = this.start + this.opAt[i];
+      if (this.deadline !== null && this.due >= this.deadline) {
+        this.over = true;
+        return false;
+      }
     }
     this.e = e;
     this.k = k;
-    this.size = this.opSize[j];
+    this.size = this.opSize[i];
     c.key = keys[k];
     c.value = this.writes[e] ? this.work.value(k, this.size) : null;
     if (this.many[e]) {
@@ -645,12 +707,6 @@ class Batch {
     this.bytesOut[e] += this.many[e] ? c.names.reduce((sum, name) => sum + name.length, 0) : c.key.length * c.steps;
     if (c.value !== null) this.bytesOut[e] += c.value.length;
     const i = this.i++;
-    if (i === this.capacity) { // a cycle runs on: the arrays grow
-      this.capacity *= 2;
-      this.outcomes = grow(this.outcomes, this.capacity);
-      this.starts = grow(this.starts, this.capacity);
-      this.ends = grow(this.ends, this.capacity);
-    }
     this.outcomes[i] = code;
     this.starts[i] = t0;
     this.ends[i] = t1;
@@ -721,25 +777,62 @@ class Batch {
     this.sample(kind, text);
   }
 
-  done() {
-    const finish = process.hrtime.bigint();
-    const cpu = process.cpuUsage(this.cpu0);
-    const { i, n, opAt, start, deadline, starts, ends } = this;
-    let missed = 0;
-    if (opAt && deadline !== null) {
-      for (let m = i; m < n; m++) if (start + opAt[m] < deadline) missed++;
+  // The end of a segment or of a pass, not stopped (outside the clock): its results go back as
+  // a part, then the next pass runs, or the next segment, read from stdin only now (cachemark
+  // sent it ahead: it is waiting there). False when the go is over: its last segment has run,
+  // or it stops at the boundary.
+  async turn() {
+    if (!this.more && !this.cycle) return false;
+    if (stopping || (this.deadline !== null && process.hrtime.bigint() >= this.deadline)) return false;
+    const [part, blob] = this.results('part');
+    send(part, ...blob);
+    if (!this.more) {
+      this.i = 0;
+      return true;
     }
+    const next = await this.driver.input.next();
+    if (next === null) {
+      this.gone = true;
+      return false;
+    }
+    if (next.msg.type !== 'ops') throw new Error(`the next segment (ops) was expected during go, not ${JSON.stringify(next.msg.type)}`);
+    const refusal = this.driver.segment(next.msg, next.blob);
+    if (refusal) throw new Error(refusal);
+    this.load();
+    return !stopping;
+  }
+
+  // Stopped inside a segment with more: the segment sent ahead is read and dropped, so the
+  // next message read is cachemark's next one.
+  async discard() {
+    const next = await this.driver.input.next();
+    if (next === null) this.gone = true;
+    else if (next.msg.type !== 'ops') throw new Error(`the segment sent ahead (ops) was expected, not ${JSON.stringify(next.msg.type)}`);
+  }
+
+  // The ops run since the last part, 17 bytes each: outcomes, starts (ns after go) and
+  // latencies (views of the arrays, written out as they are); a part says only how many, done
+  // adds the whole go's counts.
+  results(type = 'done') {
+    const finish = process.hrtime.bigint();
+    const { i, n, opAt, start, deadline, starts, ends } = this;
     for (let m = 0; m < i; m++) { // clock readings -> ns after go, and latencies
       ends[m] -= starts[m];
       starts[m] -= start;
     }
-    const blob = Buffer.concat([
+    const blob = [
       Buffer.from(this.outcomes.buffer, 0, i),
       Buffer.from(starts.buffer, 0, 8 * i),
       Buffer.from(ends.buffer, 0, 8 * i),
-    ]);
+    ];
+    if (type === 'part') return [{ type, count: i, error_kinds: this.driver.kinds }, blob];
+    const cpu = process.cpuUsage(this.cpu0);
+    let missed = 0; // this segment's: cachemark adds those of the segments never run
+    if (opAt && deadline !== null) {
+      for (let m = i; m < n; m++) if (start + opAt[m] < deadline) missed++;
+    }
     const done = {
-      type: 'done', count: i, wall_ns: Number(finish - start), cpu_s: (cpu.user + cpu.system) / 1e6,
+      type, count: i, wall_ns: Number(finish - start), cpu_s: (cpu.user + cpu.system) / 1e6,
       error_kinds: this.driver.kinds,
       extra_errors: [...this.extra].map(([id, count]) => {
         const [entry, kind] = id.split('\u0000');
@@ -750,12 +843,6 @@ class Batch {
     };
     return [done, blob];
   }
-}
-
-function grow(array, capacity) {
-  const bigger = new array.constructor(capacity);
-  bigger.set(array);
-  return bigger;
 }
 
 // Open loop: a timer for the bulk of the wait, then short turns of the event loop to be on time.
