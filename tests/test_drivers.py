@@ -96,3 +96,22 @@ def test_a_phase_stopped_early_counts_the_ops_of_segments_never_run_as_missed():
     # + segment 1 (0.10-0.19 s: all 10) + segment 2 (0.20-0.29 s: 5 before 0.25 s); segments 3 and 4 are later
     assert going.done["missed"] == 6 + 10 + 5
     assert going.tally.ran == count
+
+
+def test_a_cycling_phase_reports_a_part_per_pass_and_its_seconds_whole(monkeypatch, redis_server):
+    """A closed-loop phase bounded by time: the driver cycles its batch, a part per pass (x-segments);
+    cachemark folds each as it comes and closes each second once a later part begins after it. The
+    per-second series still adds up to the phase's ops, each second with its latencies."""
+    from driver_kit import needs_driver, with_client
+
+    monkeypatch.setattr(driver_mod, "CYCLE_OPS", 500)  # many passes in the phase
+    url = with_client(redis_server.url(), needs_driver("go-redis"))
+    outcome = run_target(url, _workload(mix={"get": 1}, duration=2.2, workers=2, keys=100))
+    assert outcome.status == "ok", outcome.reason
+    phase = outcome.phases[0]
+    get = phase.ops["get"]
+    assert get.count > 2 * 500 and get.hits == get.count  # passes beyond the first, every key prefilled
+    series = phase.timeseries
+    assert [s["t"] for s in series] == list(range(len(series))) and len(series) >= 2
+    assert sum(s["ops"] for s in series) == get.count
+    assert all(0 < s["p50_us"] <= s["p99_us"] <= s["max_us"] for s in series if s["ops"])  # each second's latencies

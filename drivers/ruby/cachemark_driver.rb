@@ -25,6 +25,7 @@ $proto_out = STDOUT.dup.binmode
 STDOUT.reopen(STDERR)
 $proto_in = STDIN.binmode
 $stop = false
+$blob_in = String.new(capacity: 1 << 20, encoding: Encoding::BINARY)
 trap("INT") { $stop = true } # Ctrl-C: the loop stops and reports what it ran
 
 def send_msg(msg, blob = nil)
@@ -38,7 +39,7 @@ def read_msg
   line = $proto_in.gets or exit(0) # cachemark went away
   msg = JSON.parse(line)
   n = msg["blob"].to_i
-  msg["_blob"] = n.positive? ? $proto_in.read(n) : "".b
+  msg["_blob"] = n.positive? ? $proto_in.read(n, $blob_in) : "".b # one buffer, reused: unpacked at once
   msg
 end
 

@@ -395,6 +395,7 @@ class PhaseTally:
         self.entries = entries
         self.recorder = Recorder(entries, open_loop=open_loop)
         self.seconds: dict[int, tuple[int, int, np.ndarray]] = {}  # second → ops, errors, successes' counts
+        self.closed: dict[int, dict[str, Any]] = {}  # seconds no later op can fall in: their series entry
         self.ran = 0
 
     def fold(self, segment: OpBatch, reply: dict[str, Any], blob: bytes) -> None:
@@ -428,6 +429,9 @@ class PhaseTally:
         self.ran += count
 
     def _fold_seconds(self, second: np.ndarray, latency: np.ndarray, failed: np.ndarray) -> None:
+        if len(second):  # a driver's ops end in order: a second before this part's first is whole
+            for t in [t for t in self.seconds if t < int(second.min())]:
+                self.closed[t] = self._entry(t, *self.seconds.pop(t))  # encoded: 216 KiB raw a second
         for t in np.unique(second).tolist():
             mask = second == t
             ok = mask & ~failed
@@ -444,12 +448,14 @@ class PhaseTally:
                 recorder.errors[int(e)][str(kind)] += int(c)
         recorder.bytes_in = [int(b) for b in done.get("bytes_in") or [0] * len(self.entries)]
         recorder.bytes_out = [int(b) for b in done.get("bytes_out") or [0] * len(self.entries)]
-        series = []
-        for t in range(max(self.seconds, default=-1) + 1):  # every second, by completion
-            ops, errors, counts = self.seconds.get(t, (0, 0, np.zeros(COUNTS_LEN, dtype=np.int64)))
-            series.append({"t": t, "ops": ops, "errors": errors,
-                           "histogram": Histogram(counts).encode()})
+        last = max([*self.seconds, *self.closed], default=-1)
+        series = [self.closed[t] if t in self.closed else self._entry(t, *self.seconds.get(t, (0, 0, None)))
+                  for t in range(last + 1)]  # every second, by completion
         return recorder.result(), series
+
+    @staticmethod
+    def _entry(t: int, ops: int, errors: int, counts: np.ndarray | None) -> dict[str, Any]:
+        return {"t": t, "ops": ops, "errors": errors, "histogram": Histogram(counts).encode()}
 
 
 # -- the run ----------------------------------------------------------------------
