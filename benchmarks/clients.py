@@ -46,8 +46,8 @@ def one_run(url: str, ops: int) -> tuple[float, float]:
     outcome = run_target(url, workload, sample_server=False)
     if outcome.status != "ok":
         raise SystemExit(f"{url}: {outcome.status}: {outcome.reason}")
-    summary = outcome.phases[0]["ops"]["get"]["summary"]
-    return summary["p50_us"], summary["ops_per_s"]
+    summary = outcome.phases[0].ops["get"].summary
+    return summary.p50_us, summary.ops_per_s
 
 
 def installed(server: str | None = None) -> list[DriverSpec]:

@@ -8,7 +8,7 @@ the next's.
 
     .venv/bin/python benchmarks/driver_memory.py --requests 200000,2000000 [--driver go-redis …]
 
-``--one NAME N`` runs one phase and prints "ops cachemark_bytes driver_bytes"
+``--one NAME N`` runs one phase and prints "ops cachemark_bytes driver_bytes ns_per_op"
 (tests/test_driver_conformance.py uses it).
 """
 
@@ -28,8 +28,9 @@ def _peak(pid: int | str) -> int:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 
 
-def one_phase(name: str, requests: int) -> tuple[int, int, int]:
-    """Ops counted, this process's peak RSS and the driver's, for one phase of ``requests`` gets."""
+def one_phase(name: str, requests: int) -> tuple[int, int, int, float]:
+    """Ops counted, this process's peak RSS and the driver's, and the phase's wall time per op (ns: the
+    driver's loop, the segments fed, the parts folded), for one phase of ``requests`` gets."""
     import numpy as np
 
     from cachemark.run import driver as d
@@ -49,21 +50,23 @@ def one_phase(name: str, requests: int) -> tuple[int, int, int]:
                 keys = (np.arange(start, start + n) % KEYS).astype("<u4")
                 yield np.zeros(n, "u1"), keys, np.full(n, 100, "<u4"), None
 
+        t0 = time.perf_counter()
         [(done, tally)] = d._go([proc], [d.OpFeed(segments(), requests, False)], ["get"], load, None)
         ops, _ = tally.result(done)
-        return ops["get"].count, _peak("self"), _peak(proc.proc.pid)
+        per_op = (time.perf_counter() - t0) / requests * 1e9
+        return ops["get"].count, _peak("self"), _peak(proc.proc.pid), per_op
     finally:
         proc.close()
 
 
-def measure(name: str, requests: int, env: dict[str, str] | None = None) -> tuple[int, int, int]:
+def measure(name: str, requests: int, env: dict[str, str] | None = None) -> tuple[int, int, int, float]:
     """:func:`one_phase` in a fresh process."""
     result = subprocess.run([sys.executable, str(Path(__file__)), "--one", name, str(requests)], capture_output=True,
                             text=True, timeout=600, env=env)
     if result.returncode != 0:
         raise RuntimeError(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "failed")
-    count, own, driver = map(int, result.stdout.split())
-    return count, own, driver
+    count, own, driver, per_op = result.stdout.split()
+    return int(count), int(own), int(driver), float(per_op)
 
 
 def main() -> None:
@@ -78,17 +81,16 @@ def main() -> None:
     from cachemark.run.driver import DRIVERS
 
     lengths = [int(n) for n in args.requests.split(",")]
-    print(f"  {'driver':<20} {'requests':>12} {'cachemark MiB':>14} {'driver MiB':>11} {'seconds':>8}")
+    print(f"  {'driver':<20} {'requests':>12} {'cachemark MiB':>14} {'driver MiB':>11} {'ns/op':>7}")
     for name in args.driver or list(DRIVERS):
         for n in lengths:
-            t0 = time.monotonic()
             try:
-                count, own, driver = measure(name, n)
+                count, own, driver, per_op = measure(name, n)
             except RuntimeError as exc:
                 print(f"  {name:<20} not run: {exc}")
                 break
             assert count == n, (count, n)
-            print(f"  {name:<20} {n:>12,} {own / 2**20:>14.1f} {driver / 2**20:>11.1f} {time.monotonic() - t0:>8.1f}")
+            print(f"  {name:<20} {n:>12,} {own / 2**20:>14.1f} {driver / 2**20:>11.1f} {per_op:>7,.0f}")
 
 
 if __name__ == "__main__":
