@@ -51,7 +51,7 @@ def one_phase(name: str, requests: int) -> tuple[int, int, int, float]:
                 yield np.zeros(n, "u1"), keys, np.full(n, 100, "<u4"), None
 
         t0 = time.perf_counter()
-        [(done, tally)] = d._go([proc], [d.OpFeed(segments(), requests, False)], ["get"], load, None)
+        [(done, tally)] = d._go([proc], [d.OpFeed(segments(), cycle=False)], ["get"], load, None)
         ops, _ = tally.result(done)
         per_op = (time.perf_counter() - t0) / requests * 1e9
         return ops["get"].count, _peak("self"), _peak(proc.proc.pid), per_op

@@ -86,7 +86,7 @@ def test_a_phase_stopped_early_counts_the_ops_of_segments_never_run_as_missed():
         at = np.arange(10 * i, 10 * i + 10, dtype=np.uint64) * 10_000_000
         return np.zeros(10, "u1"), np.arange(10, dtype="<u4"), np.full(10, 100, "<u4"), at
 
-    feed = driver_mod.OpFeed(iter([segment(i) for i in range(5)]), 50, False)
+    feed = driver_mod.OpFeed(iter([segment(i) for i in range(5)]), cycle=False)
     going = driver_mod._Going(Stub(), feed, feed.next(), driver_mod.PhaseTally(["get"], open_loop=True))
     going.ahead = feed.next()  # segment 1, sent ahead when segment 0 started
     count = 4  # the driver ran four ops of segment 0 and says the other six, due before 0.25 s, are missed

@@ -298,8 +298,8 @@ class OpFeed:
     """One worker's ops for one phase, a segment of at most SEGMENT_OPS at a time (x-segments): neither
     cachemark nor the driver holds a whole phase, however long its trace share or schedule."""
 
-    def __init__(self, segments: Iterator[Columns], total: int, cycle: bool) -> None:
-        self._segments, self.total, self.cycle = segments, total, cycle
+    def __init__(self, segments: Iterator[Columns], cycle: bool) -> None:
+        self._segments, self.cycle = segments, cycle
         self._next: Columns | None = next(segments, None)
         if self._next is None:  # an empty phase is one empty segment: the exchange stays the same
             self._next = (np.zeros(0, "u1"), np.zeros(0, "<u4"), np.zeros(0, "<u4"), None)
@@ -328,12 +328,12 @@ def op_feed(workload: Workload, phase: Phase, worker: int, purpose: str, limit: 
     workers = workload.workers
     if workload.trace is not None and workload.trace.prepared and purpose == "timed":  # a recorded trace
         share = load_share(workload.trace.prepared, worker)
-        return OpFeed(_replayed(share, rate is not None), len(share), False)
+        return OpFeed(_replayed(share, rate is not None), cycle=False)
     if rate is not None and duration and limit is None:
         limit = math.ceil(rate / workers * duration) + 1  # every op due before the deadline
     if limit is None:  # one batch of CYCLE_OPS, repeated until the deadline
-        return OpFeed(_generated(workload, phase, worker, purpose, CYCLE_OPS, None, CYCLE_OPS), CYCLE_OPS, True)
-    return OpFeed(_generated(workload, phase, worker, purpose, limit, rate), limit, False)
+        return OpFeed(_generated(workload, phase, worker, purpose, CYCLE_OPS, None, CYCLE_OPS), cycle=True)
+    return OpFeed(_generated(workload, phase, worker, purpose, limit, rate), cycle=False)
 
 
 def op_batch(workload: Workload, phase: Phase, worker: int, purpose: str, limit: int | None,

@@ -64,7 +64,7 @@ class Share:
     def __len__(self) -> int:
         return len(self.columns)
 
-    # Whole columns, memory-mapped: for callers that ship the share in one piece (run/driver.py).
+    # Whole columns, memory-mapped: for a look at the whole share (tests); a driver's feed reads it in blocks.
     entries = property(lambda self: self.columns.mapped("entries"))  # u1: index into the replay's ops
     keys = property(lambda self: self.columns.mapped("keys"))  # u4: dense key id
     sizes = property(lambda self: self.columns.mapped("sizes"))  # u4: value size
