@@ -361,9 +361,9 @@ MEMORY_BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "driver_
 @pytest.mark.parametrize("name", drivers())
 def test_a_long_phase_takes_the_memory_of_a_short_one(name):
     """10× the requests (a replay's share, a long schedule) through a driver: cachemark's peak and the
-    driver's within a few MiB of the shorter run's (sent whole, 1.8·10⁶ more requests took ~200 MiB more on
-    each side through Ruby; 9·10⁶ more through Go, 1.3 GiB in cachemark). 10⁶ → 10⁷ requests through the
-    fastest driver, 2·10⁵ → 2·10⁶ through the others (each ~4 s). A JVM grows its heap with the garbage it
+    driver's within a few MiB of the shorter run's (a phase sent whole would take 17 bytes a request each
+    way, on both sides, and more in a runtime's arrays). 10⁶ → 10⁷ requests through the fastest driver,
+    2·10⁵ → 2·10⁶ through the others (each ~4 s). A JVM grows its heap with the garbage it
     makes, not only with what it holds, unless capped: the Java driver runs with a 64 MiB heap here, which
     the old whole batch alone would overflow."""
     needs_driver(name)
