@@ -12,12 +12,14 @@ from typing import Any
 
 from .errors import UserError
 
-NEED_KEYS = ("p99_ms", "ops_per_s", "app_servers", "persistent", "tags", "data_gb", "monthly_budget", "prices")
+NEED_KEYS = ("hit_ratio", "p99_ms", "ops_per_s", "app_servers", "persistent", "tags", "data_gb", "monthly_budget",
+             "prices")
 
 
 @dataclass(frozen=True)
 class Needs:
     p99_ms: dict[str, float] = field(default_factory=dict)  # op -> budget
+    hit_ratio: float | None = None  # the get hit ratio the cache must give (decide sizes for it)
     ops_per_s: float | None = None  # sustained throughput the cache must serve
     app_servers: int | None = None  # shared across this many app servers
     persistent: bool | None = None  # must survive a restart
@@ -59,8 +61,12 @@ def parse_needs(data: Any, where: str) -> Needs:
     if not isinstance(prices, dict) or not all(isinstance(v, str) for v in prices.values()):
         raise UserError(f"{where}: prices maps a label to an offering name, "
                         "e.g. prices = { redis = \"cache.m7g.large\" }")
+    hit_ratio = data.get("hit_ratio")
+    if hit_ratio is not None and (isinstance(hit_ratio, bool) or not isinstance(hit_ratio, int | float)
+                                  or not 0 < hit_ratio < 1):
+        raise UserError(f"{where}: hit_ratio is a get hit ratio between 0 and 1 (e.g. 0.9), not {hit_ratio!r}")
     return Needs(
-        p99_ms=budgets,
+        p99_ms=budgets, hit_ratio=float(hit_ratio) if hit_ratio is not None else None,
         ops_per_s=number("ops_per_s", data["ops_per_s"]) if "ops_per_s" in data else None,
         app_servers=count("app_servers", data["app_servers"]) if "app_servers" in data else None,
         persistent=data.get("persistent"), tags=data.get("tags"),

@@ -100,6 +100,25 @@ def _latency_check(op: str, budget_ms: float, runs: list[Run]) -> tuple[Check, f
     return Check(need, FAIL, shown, measured=True, op=op), median
 
 
+def _hit_ratio_check(need_ratio: float, runs: list[Run]) -> Check:
+    """The get hit ratio of each repeat's last phase with gets: every repeat must reach the need."""
+    need = f"get hit ratio ≥ {need_ratio:.2f}"
+    ratios = []
+    for run in runs:
+        for phase in reversed(run.phases):
+            op = phase.ops.get("get")
+            if op is not None and op.count:
+                ratios.append(op.hits / op.count)
+                break
+    if not ratios:
+        return Check(need, CHECK, "no get measured")
+    worst = min(ratios)
+    shown = f"{statistics.median(ratios):.3f}" + (f" (worst of {len(ratios)} repeats {worst:.3f})"
+                                                  if len(ratios) > 1 else "")
+    return Check(need, PASS if worst >= need_ratio else FAIL, f"{shown} in this run (its size, its workload)",
+                 measured=True, op="get")
+
+
 def _shared_check(app_servers: int, run: Run) -> Check:
     need = f"shared across {app_servers} app servers"
     scheme = find_scheme(str(run.scheme or ""))
@@ -171,6 +190,8 @@ def advise(document: dict[str, Any] | ResultsDocument, needs: Needs, prices: Pri
             checks.append(check)
             if key_p99 is None:
                 key_p99 = median
+        if needs.hit_ratio is not None:
+            checks.append(_hit_ratio_check(needs.hit_ratio, runs))
         if needs.ops_per_s is not None:
             from .cost import run_throughput
 

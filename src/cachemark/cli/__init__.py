@@ -20,6 +20,7 @@ from .. import __version__, outfile
 from ..errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
 from ..textfile import one_line
 from .capture_command import capture as capture_command
+from .decide_command import decide as decide_command
 from .decide_commands import advise as advise_command
 from .decide_commands import cost as cost_command
 from .report_commands import compare as compare_command
@@ -296,6 +297,7 @@ app.command("report")(report_command)
 app.command("compare")(compare_command)
 app.command("thresholds")(thresholds_command)
 app.command("size")(size_command)
+app.command("decide")(decide_command)
 app.command("advise")(advise_command)
 app.command("cost")(cost_command)
 app.command("stampede")(stampede_command)
