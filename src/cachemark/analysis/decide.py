@@ -252,7 +252,7 @@ def _size(c: Candidate, requests: Any, aim: float) -> tuple[Any, dict[str, str]]
     from .decision import Setting, Sizing
     from .server_size import simulate, size_server
 
-    if c.kind == "memory":
+    if not c.shared:  # an in-process LRU of max_entries objects
         objects = requests.objects
         lo, hi = 1, max(1, objects)
         ones = _ones(len(requests))
