@@ -19,6 +19,7 @@ import typer
 from .. import __version__, outfile
 from ..errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
 from ..textfile import one_line
+from .capacity_command import capacity as capacity_command
 from .capture_command import capture as capture_command
 from .decide_commands import advise as advise_command
 from .decide_commands import cost as cost_command
@@ -298,6 +299,7 @@ app.command("thresholds")(thresholds_command)
 app.command("size")(size_command)
 app.command("advise")(advise_command)
 app.command("cost")(cost_command)
+app.command("capacity")(capacity_command)
 app.command("stampede")(stampede_command)
 app.command("capture")(capture_command)
 app.add_typer(trace_app, name="trace")
