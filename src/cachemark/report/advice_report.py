@@ -9,8 +9,9 @@ from ..analysis.cost import Cost, PriceTable, load_prices
 from ..errors import UserError
 from ..needs import Needs, parse_needs
 from ..results import ResultsDocument, as_model
+from ..results.findings import QUALIFY_FIGURES, Kind
 from .blocks import Block
-from .verdict import reading_warnings
+from .verdict import findings
 
 MARKS = {PASS: "pass", FAIL: "FAIL", "check": "check"}
 
@@ -32,7 +33,10 @@ def advice_block(advice: list[Advice]) -> Block:
     else:
         lines = ["No target meets every stated need; they are ranked by how many they fail."]
     notes = ["pass / FAIL from the measured figures (a latency budget passes only when every repeat is "
-             "inside it); check: the results cannot tell, see why."]
+             "inside it); check: the results cannot tell, see why.",
+             "A p99 budget is judged on the load path named beside it; an open-loop tail through blocking "
+             "clients (Python workers, drivers) is overstated, so it can pass but not FAIL one: the same target "
+             "through ?client=engine judges it where the results have it."]
     notes += _warning_notes([line for item in advice for line in item.warnings])
     return Block("Which cache, for these needs", lines, ["#", "target", "need", "", "measured"], rows, notes,
                  left=5, kind="verdict")
@@ -80,7 +84,9 @@ def judged(document: dict[str, Any] | ResultsDocument, needs: Needs, prices: Pri
     """:func:`advise` with the results' own warnings that change how a figure reads named beside the
     checks resting on them: the one way every command asks for advice."""
     document = as_model(document)
-    return advise(document, needs, prices, reading_warnings(document))
+    # the verdict's own word on whose open-loop tail is overstated, beside the warnings that qualify figures
+    found = [f for f in findings(document, document.runs) if f.kind in QUALIFY_FIGURES or f.kind == Kind.OPEN_LOOP]
+    return advise(document, needs, prices, found)
 
 
 def experiment_advice(document: dict[str, Any] | ResultsDocument) -> list[Block]:
