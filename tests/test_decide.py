@@ -289,3 +289,40 @@ def test_a_label_keeps_its_price_whatever_client_measures_it(tmp_path, cachemark
     assert any(line.startswith("| redis(engine) | cache.t4g.micro |") for line in cost.stdout.splitlines())
     wrong = cachemark("cost", "r.json", "--price", "valkey=cache.t4g.micro", cwd=tmp_path)
     assert wrong.returncode == 2 and "no measured run labelled 'valkey'" in wrong.stderr
+
+
+def test_nodes_are_the_larger_of_memory_and_load() -> None:
+    from cachemark.analysis.cost import GIB, nodes_needed
+
+    prices = load_prices()
+    node = prices.offering("cache.m7g.large")  # 6.38 GiB, 0.158 an hour
+    # 20 GiB of verified size → ⌈20 / 6.38⌉ = 4 by memory; 50,000 ops/s at 20,000 each → 3 by load
+    count = nodes_needed(node, 20 * GIB, 50_000, 20_000)
+    assert (count.memory_nodes, count.load_nodes, count.nodes, count.bound_by) == (4, 3, 4, "memory")
+    assert count.monthly_cost == pytest.approx(4 * 0.158 * 730)
+    count = nodes_needed(node, 1 * GIB, 100_001, 20_000)  # ⌈100,001 / 20,000⌉ = 6 by load
+    assert (count.memory_nodes, count.load_nodes, count.nodes, count.bound_by) == (1, 6, 6, "load")
+    assert nodes_needed(node, None, None, None).nodes == 1
+    with pytest.raises(UserError, match="billed per request"):
+        nodes_needed(prices.offering("s3-standard"), GIB, 10, 10)
+    with pytest.raises(UserError, match="capacity to count nodes by"):
+        nodes_needed(node, GIB, 1000, None)
+    # cost on the capacity within the budget, not the closed-loop throughput: 50,000 ÷ 12,500 = 4 nodes
+    run = _run("redis", "redis", 300, ops_per_s=20_000)
+    cost = cost_of(run, node, prices, load=50_000, capacity=12_500)
+    assert cost.nodes == 4 and any("within the p99 budget" in n for n in cost.notes)
+
+
+def test_prices_lists_the_offerings(tmp_path, cachemark) -> None:
+    shipped = load_prices()
+    table = cachemark("prices", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert all(name in table.stdout for name in shipped.offerings) and "11.68" in table.stdout  # t4g.micro a month
+    data = json.loads(cachemark("prices", "--json", cwd=tmp_path).stdout)
+    micro = next(o for o in data["offerings"] if o["name"] == "cache.t4g.micro")
+    assert micro["memory_gb"] == 0.5 and micro["monthly"] == pytest.approx(0.016 * 730)
+    (tmp_path / "mine.toml").write_text('currency = "EUR"\n[offerings.box]\nkind = "instance"\nhourly = 0.5\n'
+                                        'memory_gb = 64\nsource = "our own rack"\n')
+    mine = cachemark("prices", "--prices", "mine.toml", "--markdown", cwd=tmp_path)
+    assert mine.returncode == 0 and "| box | instance | 64 | 0.5 | 365.00 | our own rack |" in mine.stdout, mine.stdout
+    assert "in EUR" in mine.stdout

@@ -100,3 +100,29 @@ def experiment_advice(document: dict[str, Any] | ResultsDocument) -> list[Block]
         return [advice_block(judged(document, needs, load_prices()))]
     except UserError as exc:  # a saved file from elsewhere: say why, don't fail the report
         return [Block("Which cache, for these needs", [f"not evaluated: {exc}"], kind="verdict")]
+
+
+
+def prices_blocks(prices: PriceTable) -> list[Block]:
+    """The price table's offerings (``cachemark prices``), nodes apart from per-request services: the names
+    ``cost --price LABEL=NAME`` and ``[needs] prices`` take."""
+    money = prices.currency
+    offerings = sorted(prices.offerings.values(), key=lambda o: (o.hourly, o.read_per_million, o.name))
+    nodes = [[o.name, o.kind, f"{o.memory_gb:g}", f"{o.hourly:.4g}", f"{o.hourly * prices.hours_per_month:,.2f}",
+              o.source or "-"] for o in offerings if o.kind == "instance"]
+    requests = [[o.name, o.kind, f"{o.read_per_million:.4g}", f"{o.write_per_million:.4g}",
+                 f"{o.gb_month:.4g}", o.source or "-"] for o in offerings if o.kind == "requests"]
+    minimums = [f"{o.name}: billed for at least {o.min_gb:g} GB stored." for o in offerings
+                if o.kind == "requests" and o.min_gb]
+    blocks = [Block("Nodes, billed per hour", [f"{len(nodes) + len(requests)} offerings in {prices.where}, "
+                                               f"in {money}; a month is {prices.hours_per_month:g} hours."],
+                    ["offering", "kind", "memory (GB)", "hourly", "a month", "source"], nodes,
+                    ["How many nodes: the larger of the data ÷ memory and the load ÷ one node's capacity "
+                     "(cachemark capacity)."], left=2)]
+    if requests:
+        blocks.append(Block("Billed per request and per GB stored", [],
+                            ["offering", "kind", "a million reads", "a million writes", "GB-month", "source"],
+                            requests, minimums, left=2))
+    blocks[-1].notes.append("Name one with cost --price LABEL=NAME or [needs] prices = { LABEL = \"NAME\" }; edit a "
+                            "copy (--prices FILE) for your provider, region and discounts.")
+    return blocks
