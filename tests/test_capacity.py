@@ -14,7 +14,8 @@ smaller one makes the loopback's ~0.1–0.2 ms a visible part of the budget. Eac
 ~25–30 s (a closed-loop second, then 4–6 steps of 3–5 s).
 
 The client runs under SCHED_FIFO below the server when allowed, as in test_mm1.py; a machine so
-busy that the server missed its own schedule gives no truth, and the test skips saying so.
+busy that the server missed its own schedule, or that the engine sent late (its p99 from the
+schedule well above its p99 from the send), gives no truth, and the test skips saying so.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MU = 1 / S
 BUDGETS_MS = (6.0, 9.0)
 TOLERANCE = 0.10
 SERVER_FIDELITY = 0.05  # the server's replies against its own schedule, at p99
+CLIENT_LAG = 0.15  # corrected p99 over p99 from the actual send: 1–8 % when the machine is quiet
 
 
 def _client_priority() -> None:
@@ -68,6 +70,12 @@ def test_capacity_finds_mm1_rate_within_budget(tmp_path):
             if drift > SERVER_FIDELITY:
                 pytest.skip(f"machine too busy for a latency ground truth: the M/M/1 server's p99 replies were "
                             f"{drift:+.0%} off its own schedule (realtime={stats.realtime})")
+            lagged = [p for p in document["targets"][0]["points"]
+                      if p["p99_ms"]["get"] > (1 + CLIENT_LAG) * p["p99_from_send_ms"]["get"]]
+            if lagged:  # the engine never waits for room (8 × 64 in flight): a gap is the client held off
+                pytest.skip(f"machine too busy for a latency ground truth: at {lagged[0]['offered_ops_per_s']:,.0f}/s "
+                            f"the engine sent late (p99 {lagged[0]['p99_ms']['get']} ms from the schedule, "
+                            f"{lagged[0]['p99_from_send_ms']['get']} ms from the send)")
             expected = MU - math.log(100) / (budget_ms / 1000)
             (label, capacity), = document["capacity_ops_per_s"].items()
             target = document["targets"][0]
@@ -82,7 +90,8 @@ def test_capacity_finds_mm1_rate_within_budget(tmp_path):
     print("\n" + lines)
     for budget_ms, expected, capacity, _ in found:
         assert abs(capacity / expected - 1) <= TOLERANCE, (
-            f"budget {budget_ms:g} ms: found {capacity:,.0f}/s, M/M/1 says μ − ln 100 ÷ B = {expected:,.0f}/s\n" + lines)
+            f"budget {budget_ms:g} ms: found {capacity:,.0f}/s, M/M/1 says μ − ln 100 ÷ B = {expected:,.0f}/s\n"
+            + lines)
     # a looser budget allows more load: the two searches agree with each other too
     assert found[1][2] > found[0][2], lines
 
