@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UserError
+from ..errors import BackendMissing, UserError
 from ..plan import default_label
 from ..run.driver import driver_for
 from ..run.preflight import uses_engine
@@ -208,6 +208,9 @@ def find_capacity(target: Target | str, budgets: dict[str, float], workload: Wor
     op the mix never runs; a missing server binary gives ``status="skipped"``."""
     target = parse_target(target) if isinstance(target, str) else target
     workload = workload or Workload()
+    if workload.trace is not None:
+        raise UserError("capacity draws its own ops at each rate it tries: give a workload (mix, keys, value "
+                        "sizes), not a trace")
     mix = workload.mix
     shares = {op: sum(w for name, w in mix.items() if op in name.split("+")) / sum(mix.values()) for op in budgets}
     missing = [op for op, share in shares.items() if share <= 0]
@@ -237,36 +240,42 @@ class _Search:
         self.overhead: list[float] = []  # each step's wall time beyond its timed seconds
         self.low: float | None = None
         self.high: float | None = None
-        self.skip_reason = ""
+        self.stopped, self.skip_reason = "skipped", ""
 
     # --- the steps ---------------------------------------------------------------------------
 
     def run(self) -> CapacityResult:
-        with provide(self._with_room(self.target)) as (reachable, _servers):
-            self.reachable = reachable
-            closed = self._closed_loop()
-            if closed is None:
-                return self._result(0.0, status="skipped", reason=self.skip_reason)
-            if closed <= 0:
-                raise UserError(f"{self.label}: the closed loop did no ops: nothing to search from")
-            rate = closed / 2
-            while len(self.points) < self.max_steps:
-                point = self._step(rate, closed)
-                if point is None:
-                    return self._result(closed, status="interrupted", reason=self.skip_reason)
-                if point.within:
-                    self.low = max(self.low or 0.0, rate)
-                else:
-                    self.high = min(self.high or math.inf, rate)
-                if self.low is None:
-                    rate /= 2
-                elif self.high is None:  # the closed loop's rate stands for the top until a step is over it
-                    near_top = self.low >= closed * (1 - self.precision)
-                    rate = (closed if self.low < closed else 2 * self.low) if near_top else (self.low + closed) / 2
-                elif self.high - self.low <= self.precision * self.low:
-                    break
-                else:
-                    rate = (self.low + self.high) / 2
+        try:
+            with provide(self._with_room(self.target)) as (reachable, _servers):
+                self.reachable = reachable
+                return self._search()
+        except BackendMissing as exc:  # no server binary or client library here: skipped, as a run is
+            return self._result(0.0, status="skipped", reason=str(exc))
+
+    def _search(self) -> CapacityResult:
+        closed = self._closed_loop()
+        if closed is None:
+            return self._result(0.0, status=self.stopped, reason=self.skip_reason)
+        if closed <= 0:
+            raise UserError(f"{self.label}: the closed loop did no ops: nothing to search from")
+        rate = closed / 2
+        while len(self.points) < self.max_steps:
+            point = self._step(rate, closed)
+            if point is None:
+                return self._result(closed, status=self.stopped, reason=self.skip_reason)
+            if point.within:
+                self.low = max(self.low or 0.0, rate)
+            else:
+                self.high = min(self.high or math.inf, rate)
+            if self.low is None:
+                rate /= 2
+            elif self.high is None:  # the closed loop's rate stands for the top until a step is over it
+                near_top = self.low >= closed * (1 - self.precision)
+                rate = (closed if self.low < closed else 2 * self.low) if near_top else (self.low + closed) / 2
+            elif self.high - self.low <= self.precision * self.low:
+                break
+            else:
+                rate = (self.low + self.high) / 2
         return self._result(closed)
 
     def _with_room(self, target: Target) -> Target:
@@ -282,7 +291,7 @@ class _Search:
         began = time.monotonic()
         outcome = run_target(self.reachable, workload, self.label, network=self.network)
         if outcome.status in ("skipped", "interrupted") or not outcome.phases:
-            self.skip_reason = outcome.reason or outcome.status
+            self.stopped, self.skip_reason = outcome.status, outcome.reason or outcome.status
             return None
         _check_ok(outcome, self.label)
         phase = outcome.phases[-1]
@@ -304,7 +313,7 @@ class _Search:
         began = time.monotonic()
         outcome = run_target(self.reachable, workload, self.label, network=self.network)
         if outcome.status in ("skipped", "interrupted") or not outcome.phases:
-            self.skip_reason = outcome.reason or outcome.status
+            self.stopped, self.skip_reason = outcome.status, outcome.reason or outcome.status
             return None
         wall = time.monotonic() - began
         self.overhead.append(max(wall - seconds - self.warmup_s, 0.0))
