@@ -46,6 +46,25 @@ def default_label(target: Target) -> str:
     return f"{kind}({', '.join(details)})" if details else kind
 
 
+def price_labels(label: str, target: str | Target | None) -> list[str]:
+    """The names a run's price (or any per-label setting) may be given under: its label, then — where the
+    label is the one its target names itself by — the label its target has with no ``client`` parameter.
+    So ``redis(engine)`` is priced by ``redis = "…"`` as ``redis`` is: a label keeps its price whatever
+    client measures it."""
+    names = [label]
+    try:
+        parsed = parse_target(target) if isinstance(target, str) else target
+    except (UserError, ValueError):  # a saved target this version cannot read: the label alone
+        parsed = None
+    if parsed is None or not parsed.param("client"):
+        return names
+    own = default_label(parsed)
+    if label.startswith(own):  # a label of the user's own choosing is kept as given
+        bare = with_params(parsed, {k: v for k, v in parsed.params.items() if k != "client"})
+        names.append(default_label(bare) + label[len(own):])
+    return names
+
+
 def labels_for(urls: list[str], given: list[str] | None) -> list[str]:
     """The user's labels, or kind labels made unique by where each target points."""
     if given:

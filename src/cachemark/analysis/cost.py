@@ -113,8 +113,52 @@ def run_throughput(run: dict[str, Any] | Run) -> tuple[float, float]:
     return total / phase.wall_s, (reads / total if total else 0.0)
 
 
+GIB = 2**30  # a node's memory_gb, as providers list it, and data_gb are read in GiB
+
+
+@dataclass(frozen=True)
+class NodeCount:
+    """How many nodes of one offering a deployment needs, and why: the larger of memory and load."""
+
+    memory_nodes: int  # to hold the data: ⌈size ÷ the node's memory⌉ (1 with no size given)
+    load_nodes: int  # to serve the peak: ⌈peak ops/s ÷ one node's capacity⌉ (1 with no peak given)
+    nodes: int  # max of the two
+    monthly_cost: float  # nodes × hourly × hours a month
+
+    @property
+    def bound_by(self) -> str:
+        """``memory`` or ``load``: which need sets the count (``load`` on a tie)."""
+        return "memory" if self.memory_nodes > self.load_nodes else "load"
+
+
+def nodes_needed(offering: Offering, size_bytes: float | None, peak_ops_per_s: float | None,
+                 capacity_ops_per_s: float | None, hours_per_month: float = 730.0) -> NodeCount:
+    """Nodes of ``offering`` for ``size_bytes`` of data (the verified cache size; the node's ``memory_gb`` is
+    GiB) at ``peak_ops_per_s`` (the traffic's peak rate, or the needs' ``ops_per_s``), when one node serves
+    ``capacity_ops_per_s`` (``find_capacity``'s figure within the p99 budget, or a measured throughput).
+    A node's own overhead (Redis' reserved memory, replicas) is not in it: size with it if you run them."""
+    if offering.kind != "instance":
+        raise UserError(f"{offering.name} is billed per request and per GB stored: it has no nodes to count")
+    for value, name in ((size_bytes, "size"), (peak_ops_per_s, "peak rate"), (capacity_ops_per_s, "capacity")):
+        if value is not None and not (_finite(value) and value >= 0):
+            raise UserError(f"{name} {value!r}: must be a finite number ≥ 0")
+    memory = math.ceil(size_bytes / (offering.memory_gb * GIB)) if size_bytes and offering.memory_gb else 1
+    if peak_ops_per_s:
+        if not capacity_ops_per_s:
+            raise UserError(f"{offering.name}: a peak of {peak_ops_per_s:,.0f} ops/s needs one node's capacity "
+                            "to count nodes by (none was measured)")
+        load = math.ceil(peak_ops_per_s / capacity_ops_per_s)
+    else:
+        load = 1
+    nodes = max(memory, load, 1)
+    return NodeCount(max(memory, 1), max(load, 1), nodes, nodes * offering.hourly * hours_per_month)
+
+
 def cost_of(run: dict[str, Any] | Run, offering: Offering, prices: PriceTable, load: float | None = None,
-            data_gb: float | None = None) -> Cost:
+            data_gb: float | None = None, capacity: float | None = None) -> Cost:
+    """What ``run``'s target costs on ``offering``: per million ops at its measured throughput and, with a
+    ``load`` or ``data_gb``, a month on :func:`nodes_needed` nodes — one node's ``capacity`` within the p99
+    budget (``find_capacity``) where given, else the throughput this run's client drove."""
     run = as_run(run)
     ops_per_s, reads = run_throughput(run)
     hours = prices.hours_per_month
@@ -125,13 +169,14 @@ def cost_of(run: dict[str, Any] | Run, offering: Offering, prices: PriceTable, l
         per_million = offering.hourly / (ops_per_s * 3600) * 1e6
         monthly = nodes = None
         if load is not None or data_gb is not None:
-            by_load = math.ceil((load or 0) / ops_per_s) if load else 1
-            by_data = math.ceil(data_gb / offering.memory_gb) if data_gb and offering.memory_gb else 1
-            nodes = max(by_load, by_data, 1)
-            monthly = nodes * offering.hourly * hours
-            if by_data > by_load:
+            count = nodes_needed(offering, data_gb * GIB if data_gb else None, load, capacity or ops_per_s, hours)
+            nodes, monthly = count.nodes, count.monthly_cost
+            if count.bound_by == "memory":
                 notes.append(f"{nodes} nodes for {data_gb:g} GB of data at {offering.memory_gb:g} GB each")
-        notes.append("assumes one node serves what this run's client drove; a saturated node serves more")
+        if capacity:
+            notes.append(f"one node serves {capacity:,.0f} ops/s within the p99 budget (its measured capacity)")
+        else:
+            notes.append("assumes one node serves what this run's client drove; a saturated node serves more")
         return Cost(run.label, offering, ops_per_s, reads, per_million, monthly, nodes, tuple(notes))
     per_million = reads * offering.read_per_million + (1 - reads) * offering.write_per_million
     monthly = None

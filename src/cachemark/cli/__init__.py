@@ -19,10 +19,12 @@ import typer
 from .. import __version__, outfile
 from ..errors import EXIT_CRASH, EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, Crash, SpecError, UserError
 from ..textfile import one_line
+from .capacity_command import capacity as capacity_command
 from .capture_command import capture as capture_command
 from .decide_command import decide as decide_command
 from .decide_commands import advise as advise_command
 from .decide_commands import cost as cost_command
+from .prices_command import prices as prices_command
 from .report_commands import compare as compare_command
 from .report_commands import report as report_command
 from .report_commands import thresholds as thresholds_command
@@ -300,6 +302,8 @@ app.command("size")(size_command)
 app.command("decide")(decide_command)
 app.command("advise")(advise_command)
 app.command("cost")(cost_command)
+app.command("capacity")(capacity_command)
+app.command("prices")(prices_command)
 app.command("stampede")(stampede_command)
 app.command("capture")(capture_command)
 app.add_typer(trace_app, name="trace")

@@ -57,8 +57,9 @@ def cost(
 
     Example: cachemark cost results/cachemark-*.json --price redis=cache.m7g.large --load 50000 --data-gb 10
     """
-    from ..analysis.advise import bearing_on, caveats
+    from ..analysis.advise import bearing_on, caveats, offering_for
     from ..analysis.cost import cost_of, load_prices
+    from ..plan import price_labels
     from ..report.advice_report import cost_block
     from ..report.verdict import reading_warnings
     from ..results import read as read_results
@@ -71,14 +72,20 @@ def cost(
     runs = {}
     for run in document.measured_runs:
         runs.setdefault(run.label, run)
-    costs = []
+    mapping: dict[str, str] = {}
     for item in price:
         label, sep, offering = item.partition("=")
         if not sep or not label or not offering:
             raise UserError(f"--price {item!r}: expected label=offering, e.g. redis=cache.m7g.large")
-        if label not in runs:
-            raise UserError(f"--price {item!r}: no measured run labelled {label!r}; labels: {', '.join(runs)}")
-        costs.append(cost_of(runs[label], table.offering(offering), table, load, data_gb))
+        mapping[label] = offering
+    # a label keeps its price whatever client measured it: redis=… prices redis(engine) too
+    priced = {label: offering for label, run in runs.items()
+              if (offering := offering_for(mapping, label, run.target)) is not None}
+    for label in mapping:
+        if not any(label in price_labels(name, runs[name].target) for name in priced):
+            raise UserError(f"--price {label}={mapping[label]}: no measured run labelled {label!r}; "
+                            f"labels: {', '.join(runs)}")
+    costs = [cost_of(runs[label], table.offering(offering), table, load, data_gb) for label, offering in priced.items()]
     found = reading_warnings(document)
     for priced in costs:  # the throughput is the whole run's: its warnings about one op do not bear on it
         bearing = bearing_on(found, priced.label)

@@ -9,8 +9,9 @@ from ..analysis.cost import Cost, PriceTable, load_prices
 from ..errors import UserError
 from ..needs import Needs, parse_needs
 from ..results import ResultsDocument, as_model
+from ..results.findings import QUALIFY_FIGURES, Kind
 from .blocks import Block
-from .verdict import reading_warnings
+from .verdict import findings
 
 MARKS = {PASS: "pass", FAIL: "FAIL", "check": "check"}
 
@@ -32,7 +33,10 @@ def advice_block(advice: list[Advice]) -> Block:
     else:
         lines = ["No target meets every stated need; they are ranked by how many they fail."]
     notes = ["pass / FAIL from the measured figures (a latency budget passes only when every repeat is "
-             "inside it); check: the results cannot tell, see why."]
+             "inside it); check: the results cannot tell, see why.",
+             "A p99 budget is judged on the load path named beside it; an open-loop tail through blocking "
+             "clients (Python workers, drivers) is overstated, so it can pass but not FAIL one: the same target "
+             "through ?client=engine judges it where the results have it."]
     notes += _warning_notes([line for item in advice for line in item.warnings])
     return Block("Which cache, for these needs", lines, ["#", "target", "need", "", "measured"], rows, notes,
                  left=5, kind="verdict")
@@ -80,7 +84,9 @@ def judged(document: dict[str, Any] | ResultsDocument, needs: Needs, prices: Pri
     """:func:`advise` with the results' own warnings that change how a figure reads named beside the
     checks resting on them: the one way every command asks for advice."""
     document = as_model(document)
-    return advise(document, needs, prices, reading_warnings(document))
+    # the verdict's own word on whose open-loop tail is overstated, beside the warnings that qualify figures
+    found = [f for f in findings(document, document.runs) if f.kind in QUALIFY_FIGURES or f.kind == Kind.OPEN_LOOP]
+    return advise(document, needs, prices, found)
 
 
 def experiment_advice(document: dict[str, Any] | ResultsDocument) -> list[Block]:
@@ -94,3 +100,29 @@ def experiment_advice(document: dict[str, Any] | ResultsDocument) -> list[Block]
         return [advice_block(judged(document, needs, load_prices()))]
     except UserError as exc:  # a saved file from elsewhere: say why, don't fail the report
         return [Block("Which cache, for these needs", [f"not evaluated: {exc}"], kind="verdict")]
+
+
+
+def prices_blocks(prices: PriceTable) -> list[Block]:
+    """The price table's offerings (``cachemark prices``), nodes apart from per-request services: the names
+    ``cost --price LABEL=NAME`` and ``[needs] prices`` take."""
+    money = prices.currency
+    offerings = sorted(prices.offerings.values(), key=lambda o: (o.hourly, o.read_per_million, o.name))
+    nodes = [[o.name, o.kind, f"{o.memory_gb:g}", f"{o.hourly:.4g}", f"{o.hourly * prices.hours_per_month:,.2f}",
+              o.source or "-"] for o in offerings if o.kind == "instance"]
+    requests = [[o.name, o.kind, f"{o.read_per_million:.4g}", f"{o.write_per_million:.4g}",
+                 f"{o.gb_month:.4g}", o.source or "-"] for o in offerings if o.kind == "requests"]
+    minimums = [f"{o.name}: billed for at least {o.min_gb:g} GB stored." for o in offerings
+                if o.kind == "requests" and o.min_gb]
+    blocks = [Block("Nodes, billed per hour", [f"{len(nodes) + len(requests)} offerings in {prices.where}, "
+                                               f"in {money}; a month is {prices.hours_per_month:g} hours."],
+                    ["offering", "kind", "memory (GB)", "hourly", "a month", "source"], nodes,
+                    ["How many nodes: the larger of the data ÷ memory and the load ÷ one node's capacity "
+                     "(cachemark capacity)."], left=2)]
+    if requests:
+        blocks.append(Block("Billed per request and per GB stored", [],
+                            ["offering", "kind", "a million reads", "a million writes", "GB-month", "source"],
+                            requests, minimums, left=2))
+    blocks[-1].notes.append("Name one with cost --price LABEL=NAME or [needs] prices = { LABEL = \"NAME\" }; edit a "
+                            "copy (--prices FILE) for your provider, region and discounts.")
+    return blocks
