@@ -13,7 +13,32 @@
 //! regardless —, and each class evicts its own least recently used item).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Object ids are hashes already (or dense ids): one multiply-and-fold mixes them well enough,
+/// at a fraction of SipHash's cost — the map lookups are most of a simulation's time.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100000001B3);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        let x = (id ^ self.0).wrapping_mul(0x9E3779B97F4A7C15);
+        self.0 = x ^ (x >> 29);
+    }
+}
+
+type HashMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 pub const GET: u8 = 0;
 pub const SET: u8 = 1;
@@ -152,7 +177,7 @@ impl Listed {
             used: 0,
             arena: Arena::default(),
             list: List::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             hand: NONE,
         }
     }
@@ -263,7 +288,7 @@ impl RedisLru {
             used: 0,
             samples: samples.max(1),
             keys: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             pool: Vec::with_capacity(POOL),
             rng: Rng(seed | 1),
         }
@@ -378,7 +403,7 @@ impl Slabs {
             page_limit: limit_bytes / PAGE,
             pages_total: 0,
             arena: Arena::default(),
-            index: HashMap::new(),
+            index: HashMap::default(),
         }
     }
 
@@ -480,7 +505,7 @@ impl Sim {
         Some(Sim {
             store,
             expiry: BinaryHeap::new(),
-            written: HashMap::new(),
+            written: HashMap::default(),
             writes: 0,
             counts: Counts::default(),
         })
