@@ -112,6 +112,11 @@ class ServerModel:
             cost = memcached_item_size(key_size, value_size)
         return np.clip(np.rint(cost), 1, 2**32 - 1).astype(np.uint32)
 
+    def chunk_of(self, item_size: np.ndarray) -> np.ndarray:
+        """memcached: the chunk an item of ``item_size`` bytes takes."""
+        chunks = np.asarray(self.chunks, dtype=np.int64)
+        return chunks[np.minimum(np.searchsorted(chunks, item_size), len(chunks) - 1)]
+
     def capacity(self, setting: int) -> int:
         """The simulated cache's capacity (bytes) for a setting of the server's parameter."""
         if self.server == "redis":
@@ -139,7 +144,8 @@ class ServerModel:
     def settings_grid(self, largest_bytes: float, points: int) -> list[int]:
         """Settings from small to ``largest_bytes`` of cache, evenly spaced in log scale."""
         if self.server == "memcached":
-            top = max(3, int(math.ceil(largest_bytes / MEMCACHED_PAGE)) + 1)
+            # each slab class in use holds a page of its own whatever -m says: beyond the footprint
+            top = max(3, int(math.ceil(largest_bytes / MEMCACHED_PAGE)) + len(self.chunks) // 2)
             return sorted({max(MEMCACHED_MIN_MB, round(top ** (i / (points - 1)))) for i in range(points)})
         low = max(4096.0, largest_bytes / 1000)
         caps = np.geomspace(low, max(largest_bytes, low * 2), points)

@@ -167,7 +167,8 @@ def server_curve(r: Requests, model: ServerModel, settings: Sequence[int] = (), 
     """Get hit ratio at each setting of the server (default: ``points`` up to the footprint)."""
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     if not settings:
-        settings = model.settings_grid(_footprint(r, charged) * 1.1, points)
+        footprint = _footprint(r, model.chunk_of(charged) if model.server == "memcached" else charged)
+        settings = model.settings_grid(footprint * 1.1, points)
     settings = sorted({int(s) for s in settings})
     hits = simulate(r, model.policy, [model.capacity(s) for s in settings], charged, model, seed=seed)
     return OpsCurve(model.server, model.param, [float(s) for s in settings],
@@ -270,8 +271,7 @@ def _naive(r: Requests, model: ServerModel, charged: np.ndarray, hit_ratio: floa
     by_objects, _ = lru_curves([(ids, None)])
     objects = by_objects.size_for(hit_ratio) or by_objects.sizes[-1]
     _, first = np.unique(r.ids, return_index=True)
-    per_item = float(charged[first].mean()) if model.server == "redis" else float(
-        np.mean([model.chunks[min(np.searchsorted(model.chunks, c), len(model.chunks) - 1)] for c in charged[first]]))
+    per_item = float((charged if model.server == "redis" else model.chunk_of(charged))[first].mean())
     naive = objects * per_item
     setting = int(naive) if model.server == "redis" else max(1, round(naive / (1 << 20)))
     got = simulate(r, model.policy, [model.capacity(setting)], charged, model, seed=seed)[0]
