@@ -12,6 +12,7 @@ use pyo3::types::{PyByteArray, PyBytes};
 
 use crate::csv::{self, Block, CachelibColumns, Ops};
 use crate::lru;
+use crate::ops;
 use crate::policy::{self, Policy};
 
 fn ids_of(ids: &[u8]) -> PyResult<impl Iterator<Item = u64> + '_> {
@@ -201,6 +202,125 @@ impl PyPolicySim {
     }
 }
 
+fn column<T: Copy, const N: usize>(
+    buf: &[u8],
+    n: usize,
+    what: &str,
+    read: fn([u8; N]) -> T,
+) -> PyResult<Vec<T>> {
+    if buf.len() != n * N {
+        return Err(PyValueError::new_err(format!(
+            "{what}: one little-endian {N}-byte value per request"
+        )));
+    }
+    Ok(buf
+        .chunks_exact(N)
+        .map(|c| read(c.try_into().unwrap()))
+        .collect())
+}
+
+/// Caches of one policy at several capacities, fed the trace's own ops (see `ops`).
+#[pyclass(name = "OpsSim", module = "cachemark._engine")]
+struct PyOpsSim {
+    sims: Vec<ops::Sim>,
+    warmup: u64,
+    seen: u64,
+}
+
+#[pymethods]
+impl PyOpsSim {
+    /// `policy`: lru | fifo | sieve | redis | memcached; `capacities` in the sizes' unit;
+    /// `samples`: Redis's maxmemory-samples; `chunks`: memcached's chunk size per slab class.
+    /// The first `warmup` requests act on the caches without being counted.
+    #[new]
+    #[pyo3(signature = (policy, capacities, samples = 5, chunks = None, warmup = 0, seed = 0))]
+    fn new(
+        policy: &str,
+        capacities: Vec<u64>,
+        samples: usize,
+        chunks: Option<Vec<u64>>,
+        warmup: u64,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let chunks = chunks.unwrap_or_default();
+        let sims = capacities
+            .iter()
+            .enumerate()
+            .map(|(k, &c)| {
+                ops::Sim::new(policy, c, samples, &chunks, seed.wrapping_add(k as u64 + 1))
+                    .ok_or_else(|| {
+                        PyValueError::new_err(format!(
+                            "policy {policy:?}: one of {} (memcached needs its chunk sizes)",
+                            ops::POLICIES.join(", ")
+                        ))
+                    })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(PyOpsSim {
+            sims,
+            warmup,
+            seen: 0,
+        })
+    }
+
+    /// Feed requests as columns: t_us i64, op u8 (cachemark's op codes), id u64, size u32,
+    /// ttl_us i64 (0: none); each little-endian.
+    fn feed(
+        &mut self,
+        py: Python<'_>,
+        t_us: &[u8],
+        ops_: &[u8],
+        ids: &[u8],
+        sizes: &[u8],
+        ttl_us: &[u8],
+    ) -> PyResult<()> {
+        let n = ops_.len();
+        let t = column(t_us, n, "t_us", i64::from_le_bytes)?;
+        let id = column(ids, n, "ids", u64::from_le_bytes)?;
+        let size = column(sizes, n, "sizes", u32::from_le_bytes)?;
+        let ttl = column(ttl_us, n, "ttl_us", i64::from_le_bytes)?;
+        let reqs: Vec<ops::Req> = (0..n)
+            .map(|i| ops::Req {
+                t_us: t[i],
+                op: ops_[i],
+                id: id[i],
+                size: size[i],
+                ttl_us: ttl[i],
+            })
+            .collect();
+        let uncounted = self.warmup.saturating_sub(self.seen).min(n as u64) as usize;
+        let sims = &mut self.sims;
+        py.allow_threads(move || {
+            for sim in sims.iter_mut() {
+                for (i, r) in reqs.iter().enumerate() {
+                    sim.access(r, i >= uncounted);
+                }
+            }
+        });
+        self.seen += n as u64;
+        Ok(())
+    }
+
+    /// Per capacity: (gets, get hits, get bytes, hit bytes, sets, deletes, expired).
+    fn counts(&self) -> Vec<(u64, u64, u64, u64, u64, u64, u64)> {
+        self.sims
+            .iter()
+            .map(|s| {
+                let c = s.counts;
+                (
+                    c.gets,
+                    c.hits,
+                    c.get_bytes,
+                    c.hit_bytes,
+                    c.sets,
+                    c.deletes,
+                    c.expired,
+                )
+            })
+            .collect()
+    }
+}
+
 /// (records as RECORD_DTYPE bytes — a bytearray, so numpy's view of it is writable —, then the line
 /// index of each record and every line's start and end offsets as i64s, or three Nones when every
 /// line gave exactly one record: nothing is left for the slow path).
@@ -304,6 +424,7 @@ fn parse_cachelib_csv<'py>(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStackDistances>()?;
     m.add_class::<PyPolicySim>()?;
+    m.add_class::<PyOpsSim>()?;
     m.add_function(wrap_pyfunction!(parse_twitter_csv, m)?)?;
     m.add_function(wrap_pyfunction!(parse_own_csv, m)?)?;
     m.add_function(wrap_pyfunction!(parse_cachelib_csv, m)?)?;

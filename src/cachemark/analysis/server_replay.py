@@ -1,0 +1,168 @@
+"""A trace replayed on a real server under cache-aside, to measure the get hit ratio a size gives.
+
+Each get is sent; a get that misses is followed by a set of the object (its recorded size and
+TTL); a set writes; a delete deletes. Requests go out paced on the trace's clock divided by
+``speed`` (2: twice as fast), in pipelined batches of consecutive requests to distinct keys (a
+key's requests keep their order: a batch ends where a key comes back), gets first, then the
+batch's writes. TTLs are divided by ``speed`` too — the trace's clock compressed, expiry with it
+(Redis: milliseconds, ``PX``; memcached: whole seconds, at least 1, as its clock ticks) — and
+each batch's send time is recorded, so the prediction it is compared with is simulated on the
+clock the replay actually kept (a replay that falls behind shifts both alike).
+
+The hit ratio is read from the server's own counters (Redis ``keyspace_hits``/``misses``,
+memcached ``get_hits``/``get_misses``) and from the replay's own count; the two must agree.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..workload.traces.record import DELETE, GET, SET
+from .requests import FETCH, Requests
+from .server_model import ServerModel, replay_key
+
+BATCH = 64
+
+
+@dataclass
+class Replayed:
+    gets: int
+    hits: int  # counted by the replay
+    server_gets: int  # the server's own counters
+    server_hits: int
+    evictions: int
+    sent_us: np.ndarray  # per request: when its batch was sent, µs after the start (the replay's clock)
+    seconds: float
+    speed: float
+    behind_s: float  # the most any batch was sent after its due time
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.server_hits / self.server_gets if self.server_gets else 0.0
+
+
+def _batches(ids: np.ndarray, limit: int = BATCH) -> list[tuple[int, int]]:
+    """Consecutive runs of requests to distinct keys, at most ``limit`` long."""
+    out, start, seen = [], 0, set()
+    for i, key in enumerate(ids.tolist()):
+        if key in seen or i - start >= limit:
+            out.append((start, i))
+            start, seen = i, set()
+        seen.add(key)
+    if start < len(ids):
+        out.append((start, len(ids)))
+    return out
+
+
+class _Redis:
+    def __init__(self, port: int) -> None:
+        import redis
+
+        self.client = redis.Redis(host="127.0.0.1", port=port)
+
+    def gets(self, keys: list[bytes]) -> list[bool]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key)
+        return [v is not None for v in pipe.execute()]
+
+    def writes(self, items: list[tuple[bytes, int, float]], deletes: list[bytes]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for key, size, ttl_s in items:
+            pipe.set(key, b"v" * size, px=max(1, int(ttl_s * 1000)) if ttl_s > 0 else None)
+        for key in deletes:
+            pipe.delete(key)
+        pipe.execute()
+
+    def counters(self) -> tuple[int, int, int]:
+        stats = self.client.info("stats")
+        hits, misses = int(stats["keyspace_hits"]), int(stats["keyspace_misses"])
+        return hits + misses, hits, int(stats["evicted_keys"])
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class _Memcached:
+    def __init__(self, port: int) -> None:
+        from pymemcache.client.base import Client
+
+        self.client = Client(("127.0.0.1", port), default_noreply=False, no_delay=True)
+
+    def gets(self, keys: list[bytes]) -> list[bool]:
+        found = self.client.get_many(keys)
+        return [key in found for key in keys]
+
+    def writes(self, items: list[tuple[bytes, int, float]], deletes: list[bytes]) -> None:
+        by_expiry: dict[int, dict[bytes, bytes]] = {}
+        for key, size, ttl_s in items:
+            # memcached's expiry is whole seconds on a clock that ticks once a second
+            expire = max(1, round(ttl_s)) if ttl_s > 0 else 0
+            by_expiry.setdefault(expire, {})[key] = b"v" * size
+        for expire, values in by_expiry.items():  # one write per expiry, no replies to wait for
+            self.client.set_many(values, expire=expire, noreply=True)
+        if deletes:
+            self.client.delete_many(deletes, noreply=True)
+
+    def counters(self) -> tuple[int, int, int]:
+        stats = self.client.stats()
+        hits, misses = int(stats[b"get_hits"]), int(stats[b"get_misses"])
+        expired = int(stats.get(b"get_expired", 0))  # already among the misses
+        del expired
+        return hits + misses, hits, int(stats[b"evictions"])
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def replay(model: ServerModel, setting: int, requests: Requests, speed: float = 1.0) -> Replayed:
+    """Spawn the server at ``setting``, replay ``requests`` on it, and read its counters."""
+    from ..lab import spawn_server
+
+    with spawn_server(model.server, **model.spawn_params(setting)) as server:
+        client = _Redis(server.port) if model.server == "redis" else _Memcached(server.port)
+        try:
+            return _run(client, requests, speed)
+        finally:
+            client.close()
+
+
+def _run(client: _Redis | _Memcached, r: Requests, speed: float) -> Replayed:
+    base_gets, base_hits, base_evictions = client.counters()
+    t0 = int(r.t_us[0]) if len(r) else 0
+    due_us = (r.t_us - t0) / speed
+    sent = np.zeros(len(r), dtype=np.int64)
+    ops, ids, ks, vs, ttl = r.op.tolist(), r.ids.tolist(), r.key_size.tolist(), r.value_size.tolist(), r.ttl_s.tolist()
+    gets = hits = 0
+    behind = 0.0
+    start = time.perf_counter()
+    for a, b in _batches(r.ids):
+        now = (time.perf_counter() - start) * 1e6
+        wait = due_us[a] - now
+        if wait > 0:
+            time.sleep(wait / 1e6)
+        else:
+            behind = max(behind, -wait / 1e6)
+        sent[a:b] = int((time.perf_counter() - start) * 1e6)
+        read = [i for i in range(a, b) if ops[i] in (GET, FETCH)]
+        found = client.gets([replay_key(ids[i], ks[i]) for i in read]) if read else []
+        items, deletes = [], []
+        for i, hit in zip(read, found, strict=True):
+            gets += 1
+            hits += hit
+            if not hit:
+                items.append((replay_key(ids[i], ks[i]), max(1, vs[i]), ttl[i] / speed))
+        for i in range(a, b):
+            if ops[i] == SET:
+                items.append((replay_key(ids[i], ks[i]), max(1, vs[i]), ttl[i] / speed))
+            elif ops[i] == DELETE:
+                deletes.append(replay_key(ids[i], ks[i]))
+        if items or deletes:
+            client.writes(items, deletes)
+    seconds = time.perf_counter() - start
+    all_gets, all_hits, evictions = client.counters()
+    return Replayed(gets, hits, all_gets - base_gets, all_hits - base_hits, evictions - base_evictions, sent,
+                    seconds, speed, behind)
