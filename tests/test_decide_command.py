@@ -49,7 +49,7 @@ def test_a_candidate_is_rejected_by_the_need_it_fails_and_the_rest_ranked_by_cos
 
     def assessed(label: str, measured: float, p99: float, monthly: float, shared: bool = True) -> Assessment:
         a = Assessment(label, f"spawn:{label}", label, "c", Sizing(setting, 0.91, measured),
-                       Capacity(20_000.0, 19_000.0, 21_000.0, [], "engine", {"get": p99}),
+                       Capacity(20_000.0, 19_000.0, 21_000.0, [], "engine", {"get": p99}, 500.0),
                        NodePlan("cache.t4g.micro", 1, 1, 1, monthly, "USD"))
         a.fails = judge(a, _candidate(label, shared), needs, 0.9, 500.0)
         return a
@@ -73,10 +73,11 @@ def test_decide_sizes_both_servers_so_that_they_give_the_predicted_hit_ratio(tmp
 
     requests = rq.generate(requests=120_000, objects=12_000, alpha=0.9, rate=20_000, seed=3)
     trace = rq.write_trace(requests, tmp_path / "app.trace")
-    (tmp_path / "needs.toml").write_text("[needs]\nhit_ratio = 0.8\np99_ms = { get = 5.0 }\n")
+    # two app servers: the default candidates are then Redis and memcached alone
+    (tmp_path / "needs.toml").write_text("[needs]\nhit_ratio = 0.8\np99_ms = { get = 5.0 }\napp_servers = 2\n")
     out = tmp_path / "decision.json"
-    result = cachemark("decide", str(trace), "--needs", str(tmp_path / "needs.toml"), "-t", "spawn:redis",
-                       "-t", "spawn:memcached", "-o", str(out), timeout=560)
+    result = cachemark("decide", str(trace), "--needs", str(tmp_path / "needs.toml"), "-o", str(out), cwd=tmp_path,
+                       timeout=560)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Deploy " in result.stdout.splitlines()[1], result.stdout[:2000]
     decision = json.loads(out.read_text())
@@ -88,7 +89,7 @@ def test_decide_sizes_both_servers_so_that_they_give_the_predicted_hit_ratio(tmp
         assert c["capacity"]["capacity_ops_per_s"] > 0
         assert c["plan"]["nodes"] >= 1
     assert decision["decision"]["deploy"] in ("redis", "memcached")
-    # Sized the old way — objects for the hit ratio × the mean bytes of an item — the same servers miss it.
-    for server in ("redis", "memcached"):
-        sized = size_server(requests, server, target=0.8, policies=())
-        assert sized.naive_predicted is not None and sized.naive_predicted < 0.8 - 0.02, (server, sized.as_dict())
+    # Sized the old way — objects for the hit ratio × the mean bytes of an item — Redis misses it (memcached's
+    # -m counts whole MiB: at this trace's 2 MiB both ways round up to a size that reaches it).
+    sized = size_server(requests, "redis", target=0.8, policies=())
+    assert sized.naive_predicted is not None and sized.naive_predicted < 0.8 - 0.02, sized.as_dict()

@@ -45,26 +45,36 @@ _KINDS = {
 
 
 def candidate(url: str) -> Candidate:
-    """A candidate from a target URL: ``spawn:redis``, ``spawn:memcached?client=pylibmc``, ``memory://``."""
+    """A candidate from a target URL: ``spawn:redis``, ``spawn:memcached?client=pylibmc``, ``memory://``.
+    Its label is what it is (``redis``), whichever client measures it: the client has a column of its own."""
     from ..schemes import spawned_as
     from ..target import parse_target
 
     target = parse_target(url)
-    name = spawned_as(target.spawn).name if target.spawn else target.scheme
+    name = spawned_as(target.path).name if target.scheme == "spawn" else target.scheme
     if name not in _KINDS:
         raise UserError(f"{target.redacted}: decide sizes Redis (or Valkey), memcached and in-process memory "
                         f"caches, not {name}://")
     kind, shared, persistent = _KINDS[name]
     client = target.params.get("client") or {"redis": "redis-py", "memcached": "pymemcache",
                                             "memory": "in-process"}[kind]
-    label = kind if "client" not in target.params else f"{kind} ({client})"
-    return Candidate(url, label, kind, client, shared, persistent)
+    return Candidate(url, kind, kind, client, shared, persistent)
+
+
+def labelled(candidates: list[Candidate]) -> list[Candidate]:
+    """Labels told apart where two candidates are of one kind: ``redis (engine)``, ``redis (go-redis)``."""
+    from dataclasses import replace
+
+    kinds = [c.kind for c in candidates]
+    return [replace(c, label=f"{c.kind} ({c.client})") if kinds.count(c.kind) > 1 else c for c in candidates]
 
 
 def default_candidates(needs: Needs) -> list[str]:
-    """Spawned Redis and memcached, and an in-process cache where the needs allow one (one app server,
-    nothing to survive a restart)."""
-    urls = ["spawn:redis", "spawn:memcached"]
+    """Spawned Redis and memcached, measured through the native engine (its open loop is the one whose tail
+    is the server's: a capacity measured through a blocking client is a lower bound), and an in-process cache
+    where the needs allow one (one app server, nothing to survive a restart). Name the app's own client
+    with ``-t spawn:redis?client=…`` to measure through it."""
+    urls = ["spawn:redis?client=engine", "spawn:memcached?client=engine"]
     if (needs.app_servers or 1) == 1 and not needs.persistent:
         urls.append("memory://")
     return urls
@@ -163,15 +173,15 @@ def judge(a: Assessment, c: Candidate, needs: Needs, target_hit_ratio: float, pe
     cap = a.capacity
     if cap is not None and needs.p99_ms:
         if cap.ops_per_s is None:
-            fails.append(("p99 within budget", "over budget at the lowest rate tried "
-                          f"({cap.low:,.0f} ops/s)" if cap.low else "over budget at every rate tried"))
+            lowest = min((p["rate"] for p in cap.points), default=None)
+            fails.append(("p99 within budget", "over budget at every rate tried"
+                          + (f", down to {lowest:,.0f} ops/s" if lowest else "")))
         else:
+            # more nodes share a peak beyond one node's capacity: each then carries peak ÷ nodes
             over = {op: ms for op, ms in cap.p99_at_peak_ms.items() if op in needs.p99_ms and ms > needs.p99_ms[op]}
             for op, ms in over.items():
                 fails.append((f"{op} p99 ≤ {needs.p99_ms[op]:g} ms at the peak rate",
-                              f"{ms:.3g} ms at {peak_rate:,.0f} ops/s on one node (capacity "
-                              f"{cap.ops_per_s:,.0f} ops/s: more nodes share the load)"
-                              if cap.ops_per_s < peak_rate else f"{ms:.3g} ms at {peak_rate:,.0f} ops/s"))
+                              f"{ms:.3g} ms at {cap.per_node_rate:,.0f} ops/s a node"))
     if needs.monthly_budget is not None and a.plan is not None and a.plan.monthly > needs.monthly_budget:
         fails.append((f"costs ≤ {needs.monthly_budget:g} a month",
                       f"{a.plan.nodes} × {a.plan.offering}: {a.plan.monthly:,.0f} {a.plan.currency} a month"))
@@ -200,7 +210,7 @@ def decide(requests: Any, traffic: Traffic, needs: Needs, urls: list[str], price
 
     started = time.monotonic()
     say = progress or (lambda _text: None)
-    candidates = [candidate(u) for u in urls]
+    candidates = labelled([candidate(u) for u in urls])
     best = _best_hit_ratio(requests)
     aim, aim_note = aimed_hit_ratio(needs.hit_ratio, best)
     peak = needs.ops_per_s or traffic.peak_rate
@@ -219,7 +229,9 @@ def decide(requests: Any, traffic: Traffic, needs: Needs, urls: list[str], price
         if verify and a.sizing.setting is not None:
             say(f"{c.label}: verifying {a.sizing.setting.shown} on a real server (replaying the traffic)")
             _verify(c, requests, a)
-        if budgets:
+        if budgets and not c.shared:
+            a.notes.append("in-process: no network hop, no server to load; its latency is the app's own")
+        elif budgets:
             a.capacity = _capacity(c, setting_params, budgets, workload, network, peak, say,
                                    capacity_options or {})
         capacity = a.capacity.ops_per_s if a.capacity is not None else None
@@ -228,6 +240,10 @@ def decide(requests: Any, traffic: Traffic, needs: Needs, urls: list[str], price
             a.plan = cheapest_nodes(a.sizing.setting.bytes, peak, capacity, prices, offering)
         elif not c.shared:
             a.notes.append("runs inside each app server process: no node to buy, its memory is the app's")
+        if a.capacity is not None:
+            nodes = a.plan.load_nodes if a.plan is not None else 1
+            a.capacity.per_node_rate = peak / nodes
+            a.capacity.p99_at_peak_ms = _p99_at(a.capacity.points, a.capacity.per_node_rate)
         a.fails = judge(a, c, needs, aim, peak)
     decision.seconds = time.monotonic() - started
     return decision
@@ -311,7 +327,8 @@ def _capacity(c: Candidate, params: dict[str, str], budgets: dict[str, float], w
     from .capacity import find_capacity
     from .decision import Capacity
 
-    target = with_params(parse_target(c.url), params) if params else parse_target(c.url)
+    given = parse_target(c.url)
+    target = with_params(given, {**given.params, **params})
     seconds = {op: ms / 1000 for op, ms in budgets.items()}
 
     def told(p: Any) -> None:
@@ -324,10 +341,8 @@ def _capacity(c: Candidate, params: dict[str, str], budgets: dict[str, float], w
                           **options)
     points = [{"rate": p.rate, "achieved": p.achieved, "within": p.within, "why": p.why,
                "p99_ms": {op: v * 1000 for op, v in p.p99_s.items() if v is not None}} for p in found.points]
-    cap = Capacity(found.capacity_ops_per_s, found.low or 0.0, found.high, points,
-                   f"{found.trusted_path}: {found.path_note}")
-    cap.p99_at_peak_ms = _p99_at(points, peak)
-    return cap
+    return Capacity(found.capacity_ops_per_s, found.low or 0.0, found.high, points,
+                    f"{found.trusted_path}: {found.path_note}")
 
 
 def _p99_at(points: list[dict[str, Any]], rate: float) -> dict[str, float]:

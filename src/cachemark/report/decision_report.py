@@ -90,7 +90,9 @@ def decision_lines(d: Decision) -> list[str]:
         lines.append(f"Get hit ratio {s.predicted:.3f} predicted{measured} (need ≥ {d.target_hit_ratio:.2f}).")
     c = chosen.capacity
     if c is not None:
-        at_peak = f"p99 at the peak of {fmt_rate(t.peak_rate)} requests/s: {_p99s(chosen)}"
+        share = (f" ({fmt_rate(c.per_node_rate)}/s on each of {chosen.plan.load_nodes} nodes)"
+                 if chosen.plan is not None and chosen.plan.load_nodes > 1 else "")
+        at_peak = f"p99 at the peak of {fmt_rate(t.peak_rate)} requests/s{share}: {_p99s(chosen)}"
         cap = (f"; within the budget up to {_capacity(chosen, t.peak_rate)}" if c.ops_per_s is not None else "")
         lines.append(at_peak + cap + ".")
     if d.runner_up is not None:
@@ -112,8 +114,8 @@ def decision_blocks(d: Decision) -> list[Block]:
         "Each candidate",
         [f"Needs: get hit ratio ≥ {d.target_hit_ratio:.2f}, {budgets}"
          + (f", behind the network profile {d.network}" if d.network else "") + "."],
-        columns=["candidate", "client", "setting", "get hit ratio", "p99 at peak", "capacity in budget",
-                 "nodes", "a month"], left=2)
+        columns=["candidate", "client", "setting", "get hit ratio", "p99 at peak (a node)",
+                 "capacity in budget (a node)", "nodes", "a month"], left=2)
     for a in d.assessments:
         figures.rows.append([a.label, a.client, _setting(a), _measured(a), _p99s(a), _capacity(a, t.peak_rate),
                              _plan(a), _money(a.plan.monthly, a.plan.currency) if a.plan else "-"])
