@@ -137,18 +137,18 @@ def traffic_workload(t: Traffic, keys_cap: int = 1_000_000) -> Any:
 def cheapest_nodes(bytes_needed: float, peak_rate: float, capacity: float | None, prices: PriceTable,
                    offering: str | None = None) -> NodePlan | None:
     """The cheapest month of instance nodes that hold ``bytes_needed`` and carry ``peak_rate`` at
-    ``capacity`` ops/s each: nodes = max(memory nodes, load nodes) per offering (or the one named)."""
+    ``capacity`` ops/s each (:func:`.cost.nodes_needed`: the larger of memory and load nodes), over every
+    instance offering of the table, or the one named."""
+    from .cost import nodes_needed
+
     names = [offering] if offering else [n for n, o in prices.offerings.items() if o.kind == "instance"]
     best: NodePlan | None = None
     for name in names:
         o = prices.offering(name)
         if o.kind != "instance" or o.memory_gb <= 0:
             continue
-        memory_nodes = max(1, math.ceil(bytes_needed / (o.memory_gb * 1e9)))
-        load_nodes = max(1, math.ceil(peak_rate / capacity)) if capacity else 1
-        nodes = max(memory_nodes, load_nodes)
-        plan = NodePlan(name, nodes, memory_nodes, load_nodes, nodes * o.hourly * prices.hours_per_month,
-                        prices.currency)
+        count = nodes_needed(o, bytes_needed, peak_rate if capacity else None, capacity, prices.hours_per_month)
+        plan = NodePlan(name, count.nodes, count.memory_nodes, count.load_nodes, count.monthly_cost, prices.currency)
         if best is None or plan.monthly < best.monthly:
             best = plan
     return best
@@ -229,7 +229,9 @@ def decide(requests: Any, traffic: Traffic, needs: Needs, urls: list[str], price
         if verify and a.sizing.setting is not None:
             say(f"{c.label}: verifying {a.sizing.setting.shown} on a real server (replaying the traffic)")
             _verify(c, requests, a)
-        if budgets and not c.shared:
+        if a.sizing.setting is None:
+            a.notes.append("not load-searched: no size meets the hit ratio")
+        elif budgets and not c.shared:
             a.notes.append("in-process: no network hop, no server to load; its latency is the app's own")
         elif budgets:
             a.capacity = _capacity(c, setting_params, budgets, workload, network, peak, say,

@@ -318,9 +318,11 @@ class Verification:
 
 
 def replay_speed(r: Requests, max_rate: float = MAX_REPLAY_RATE) -> float:
-    """How much faster than recorded a replay must run to finish at ``max_rate`` at most (≥ 1)."""
+    """How much faster than recorded (below 1: slower) a replay runs so that it sends ``max_rate`` requests a
+    second: what the replay keeps up with, whatever the trace's own rate (an hour's trace is not replayed in
+    an hour; TTLs are scaled alike)."""
     span = max(r.span_s, 1e-6)
-    return max(1.0, len(r) / span / max_rate)
+    return max_rate / (len(r) / span)
 
 
 def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: float | None = None,
@@ -346,9 +348,10 @@ def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: fl
     if done.gets != done.server_gets or done.hits != done.server_hits:
         notes.append(f"the replay counted {done.hits:,}/{done.gets:,} hits, the server {done.server_hits:,}/"
                      f"{done.server_gets:,}")
-    if speed > 1:
-        notes.append(f"replayed {speed:.1f}× faster than recorded, TTLs divided alike; the prediction it is "
-                     f"compared with is simulated on the replay's clock ({at_trace:.3f} on the trace's own)")
+    if abs(speed - 1) > 0.05:
+        pace = f"{speed:.1f}× faster than recorded" if speed > 1 else f"{1 / speed:.1f}× slower than recorded"
+        notes.append(f"replayed {pace}, TTLs scaled alike; the prediction it is compared with is simulated on the "
+                     f"replay's clock ({at_trace:.3f} on the trace's own)")
     if done.behind_s > 1:
         notes.append(f"the replay fell up to {done.behind_s:.1f} s behind its schedule (the prediction follows "
                      "the times it kept)")

@@ -213,16 +213,16 @@ def _latency_chart(d: Decision) -> str:
         color = color_for(i)
         pts = sorted((p["rate"], max(p["p99_ms"].values())) for p in c.points if p.get("p99_ms"))
         series.append(Series(f"{a.label}: p99", pts, color, markers=True))
-        if c.ops_per_s is not None:
-            markers.append(Marker(c.ops_per_s, f"{a.label} capacity", color))
+        if c.ops_per_s is not None and a is d.chosen:  # one knee marked: the labels of several would overlap
+            markers.append(Marker(c.ops_per_s, f"{a.label}: capacity", color))
     if not series:
         return ""
     if budget is not None:
         xs = [x for s in series for x, _ in s.points]
         series.append(Series("budget", [(min(xs), budget), (max(xs), budget)], "#444", dashed=True))
-    markers.append(Marker(d.traffic.peak_rate, "traffic peak", "#888"))
+    markers.insert(0, Marker(d.traffic.peak_rate, "peak", "#888"))
     return line_chart(series, title="p99 against offered rate (open loop)", x_label="offered rate (ops/s)",
-                      y_label="p99 (ms)", y_kind="log", x_fmt=fmt_rate, y_fmt=lambda v: f"{v:.3g}",
+                      y_label="p99 (ms)", y_kind="log", x_kind="log", x_fmt=fmt_rate, y_fmt=lambda v: f"{v:.3g}",
                       markers=markers, chart_id="decide-latency")
 
 
