@@ -127,7 +127,7 @@ def byte_grid(largest: float, points: int = 16, extra: Sequence[float] = ()) -> 
 
 
 def curves(r: Requests, policies: Sequence[str] = POLICIES, points: int = 16, sizes: Sequence[float] = (),
-           objects: bool = True, sample_rate: float = 1.0, seed: int = 0) -> list[OpsCurve]:
+           objects: bool = True, sample_rate: float = 1.0, seed: int = 0, warmup: int = 0) -> list[OpsCurve]:
     """Per policy, the get hit ratio by bytes (and by objects): ``points`` sizes up to the whole
     footprint, plus the named ``sizes`` (bytes). ``sample_rate`` < 1: SHARDS estimates."""
     unknown = [p for p in policies if p not in POLICIES]
@@ -147,7 +147,7 @@ def curves(r: Requests, policies: Sequence[str] = POLICIES, points: int = 16, si
     for policy in policies:
         for unit, grid, charged in units:
             scaled = [max(1.0, c * sample.sample_rate) for c in grid]
-            hits = simulate(sample, policy, scaled, charged, seed=seed)
+            hits = simulate(sample, policy, scaled, charged, seed=seed, warmup=int(warmup * sample.sample_rate))
             as_bytes = list(grid) if unit == "bytes" else [g * mean_bytes for g in grid]
             out.append(OpsCurve(policy, unit, list(grid), as_bytes, hits, sample.gets, sample.sample_rate))
     return out
@@ -163,14 +163,14 @@ def model_for(server: str, r: Requests, samples: int = 5) -> ServerModel:
 
 
 def server_curve(r: Requests, model: ServerModel, settings: Sequence[int] = (), points: int = 16,
-                 seed: int = 0) -> OpsCurve:
+                 seed: int = 0, warmup: int = 0) -> OpsCurve:
     """Get hit ratio at each setting of the server (default: ``points`` up to the footprint)."""
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     if not settings:
         footprint = _footprint(r, model.chunk_of(charged) if model.server == "memcached" else charged)
         settings = model.settings_grid(footprint * 1.1, points)
     settings = sorted({int(s) for s in settings})
-    hits = simulate(r, model.policy, [model.capacity(s) for s in settings], charged, model, seed=seed)
+    hits = simulate(r, model.policy, [model.capacity(s) for s in settings], charged, model, warmup, seed)
     return OpsCurve(model.server, model.param, [float(s) for s in settings],
                     [float(model.setting_bytes(s)) for s in settings], hits, r.gets)
 
@@ -208,12 +208,12 @@ class ServerSize:
 
 
 def _bisect(r: Requests, model: ServerModel, charged: np.ndarray, target: float, low: int, high: int,
-            seed: int) -> tuple[int, float]:
+            seed: int, warmup: int) -> tuple[int, float]:
     """The smallest setting in (low, high] reaching ``target`` (Redis: within 0.5 %)."""
-    h_high = simulate(r, model.policy, [model.capacity(high)], charged, model, seed=seed)[0]
+    h_high = simulate(r, model.policy, [model.capacity(high)], charged, model, warmup, seed)[0]
     while high - low > max(1, (high * 0.005 if model.server == "redis" else 1)):
         mid = (low + high) // 2
-        h = simulate(r, model.policy, [model.capacity(mid)], charged, model, seed=seed)[0]
+        h = simulate(r, model.policy, [model.capacity(mid)], charged, model, warmup, seed)[0]
         if h >= target:
             high, h_high = mid, h
         else:
@@ -223,17 +223,20 @@ def _bisect(r: Requests, model: ServerModel, charged: np.ndarray, target: float,
 
 def size_server(r: Requests, server: str, target: float | None = None, settings: Sequence[int] = (),
                 points: int = 16, policies: Sequence[str] = POLICIES, sample_rate: float = 1.0,
-                samples: int = 5, model: ServerModel | None = None, seed: int = 0) -> ServerSize:
+                samples: int = 5, model: ServerModel | None = None, seed: int = 0, warmup: int = 0,
+                curve: OpsCurve | None = None) -> ServerSize:
     """The ``server``'s setting for a ``target`` get hit ratio (or its curve at ``settings``).
 
     ``r``: :class:`~.requests.Requests`; ``server``: redis | memcached; ``samples``: Redis's
     ``maxmemory-samples``; ``model``: a measured :class:`ServerModel` to reuse (Redis's is
     measured on a spawned server otherwise); ``policies``/``sample_rate``: the generic curves
-    for the report (``()``: none)."""
+    for the report (``()``: none); ``warmup``: requests that fill the caches uncounted (a drawn
+    synthetic stream's first half: the steady state); ``curve``: the server's curve from an earlier
+    call with the same requests and model (several targets: simulated once)."""
     if target is not None and not 0 < target < 1:
         raise UserError(f"target hit ratio {target!r}: between 0 and 1")
     model = model or model_for(server, r, samples)
-    curve = server_curve(r, model, settings, points, seed)
+    curve = curve or server_curve(r, model, settings, points, seed, warmup)
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     setting = predicted = None
     notes = list(model.notes)
@@ -242,7 +245,7 @@ def size_server(r: Requests, server: str, target: float | None = None, settings:
         if above:
             i = above[0]
             low = int(curve.sizes[i - 1]) if i else (model.base_bytes if server == "redis" else MEMCACHED_MIN_MB - 1)
-            setting, predicted = _bisect(r, model, charged, target, low, int(curve.sizes[i]), seed)
+            setting, predicted = _bisect(r, model, charged, target, low, int(curve.sizes[i]), seed, warmup)
         else:
             notes.append(f"no setting up to {curve.sizes[-1]:,.0f} ({model.param}) reaches {target:.0%}: the best "
                          f"is {max(curve.hit_ratios):.3f} (first requests of each object, deletes and expiries "
@@ -251,15 +254,15 @@ def size_server(r: Requests, server: str, target: float | None = None, settings:
         setting, predicted = int(curve.sizes[-1]), curve.hit_ratios[-1]
     naive_bytes = naive_predicted = None
     if setting is not None and predicted is not None:
-        naive_bytes, naive_predicted = _naive(r, model, charged, predicted, seed)
-    generic = curves(r, policies, points, sample_rate=sample_rate, seed=seed) if policies else []
+        naive_bytes, naive_predicted = _naive(r, model, charged, predicted, seed, warmup)
+    generic = curves(r, policies, points, sample_rate=sample_rate, seed=seed, warmup=warmup) if policies else []
     spawn_params = model.spawn_params(setting) if setting is not None else {}
     return ServerSize(server, model.param, setting, model.setting_bytes(setting) if setting is not None else None,
                       predicted, target, spawn_params, model.spawn_url(setting) if setting is not None else None,
                       model, curve, generic, naive_bytes, naive_predicted, notes)
 
 
-def _naive(r: Requests, model: ServerModel, charged: np.ndarray, hit_ratio: float, seed: int,
+def _naive(r: Requests, model: ServerModel, charged: np.ndarray, hit_ratio: float, seed: int, warmup: int,
            ) -> tuple[float, float]:
     """The old way: an LRU of objects counting every request but deletes as an access, the object
     count for ``hit_ratio`` × the mean bytes per item of the server (base memory left out) — and
@@ -268,13 +271,13 @@ def _naive(r: Requests, model: ServerModel, charged: np.ndarray, hit_ratio: floa
 
     keep = r.op != 2
     ids = r.ids[keep]
-    by_objects, _ = lru_curves([(ids, None)])
+    by_objects, _ = lru_curves([(ids, None)], warmup=int(np.count_nonzero(keep[:warmup])))
     objects = by_objects.size_for(hit_ratio) or by_objects.sizes[-1]
     _, first = np.unique(r.ids, return_index=True)
     per_item = float((charged if model.server == "redis" else model.chunk_of(charged))[first].mean())
     naive = objects * per_item
     setting = int(naive) if model.server == "redis" else max(1, round(naive / (1 << 20)))
-    got = simulate(r, model.policy, [model.capacity(setting)], charged, model, seed=seed)[0]
+    got = simulate(r, model.policy, [model.capacity(setting)], charged, model, warmup, seed)[0]
     return naive, got
 
 
