@@ -264,7 +264,7 @@ impl Rng {
     }
 
     fn below(&mut self, n: usize) -> usize {
-        ((self.next() >> 11) as u128 * n as u128 >> 53) as usize
+        (((self.next() >> 11) as u128 * n as u128) >> 53) as usize
     }
 }
 

@@ -290,12 +290,24 @@ impl PyOpsSim {
             .collect();
         let uncounted = self.warmup.saturating_sub(self.seen).min(n as u64) as usize;
         let sims = &mut self.sims;
+        // each capacity is its own cache: spread them over the cores (two at most: a shared machine)
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 2);
+        let per = sims.len().div_ceil(threads).max(1);
+        let reqs = &reqs;
         py.allow_threads(move || {
-            for sim in sims.iter_mut() {
-                for (i, r) in reqs.iter().enumerate() {
-                    sim.access(r, i >= uncounted);
+            std::thread::scope(|scope| {
+                for part in sims.chunks_mut(per) {
+                    scope.spawn(move || {
+                        for sim in part.iter_mut() {
+                            for (i, r) in reqs.iter().enumerate() {
+                                sim.access(r, i >= uncounted);
+                            }
+                        }
+                    });
                 }
-            }
+            })
         });
         self.seen += n as u64;
         Ok(())
