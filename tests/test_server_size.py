@@ -119,3 +119,28 @@ def test_the_chosen_size_holds_on_the_real_server(server, target) -> None:
     assert check.within, (check.summary(), check.notes)
     # objects × mean bytes (every request but deletes an access, no base memory) falls short of it
     assert sized.naive_predicted < target - 0.025, (sized.naive_bytes, sized.naive_predicted)
+
+
+def test_size_names_byte_capacities_and_carries_them_in_json(tmp_path, cachemark) -> None:
+    import json
+
+    trace = rq.write_trace(rq.generate(requests=40_000, objects=5_000, rate=5_000), tmp_path / "g.trace")
+    result = cachemark("size", str(trace), "--sizes", "1MiB,4MiB", "--policy", "lru,fifo,sieve", "--hit-ratio",
+                       "0.5", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert "get hits" in document["counted"] and document["sizes"] == [1 << 20, 4 << 20]
+    points = {p["bytes"]: p for p in document["byte_curve"]}
+    r = rq.from_trace(trace)
+    for size in (1 << 20, 4 << 20):
+        for policy in ("lru", "fifo", "sieve"):
+            entry = points[float(size)][policy]
+            assert entry["hit_ratio"] + entry["miss_ratio"] == pytest.approx(1)
+            # the hit ratio of gets under the trace's ops, as the simulation gives it on its own
+            assert entry["hit_ratio"] == pytest.approx(simulate(r, policy, [size])[0], abs=1e-12)
+    servers = {s["server"]: s for s in document["servers"]}
+    assert servers["redis"]["param"] == "maxmemory" and servers["memcached"]["param"] == "memory_mb"
+    assert servers["redis"]["spawn_url"].startswith("spawn:redis?maxmemory=")
+    assert servers["redis"]["predicted_hit_ratio"] >= 0.5
+    bad = cachemark("size", str(trace), "--sizes", "lots", "--no-measure", cwd=tmp_path)
+    assert bad.returncode == 2 and "--sizes" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
