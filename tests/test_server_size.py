@@ -144,3 +144,12 @@ def test_size_names_byte_capacities_and_carries_them_in_json(tmp_path, cachemark
     assert servers["redis"]["predicted_hit_ratio"] >= 0.5
     bad = cachemark("size", str(trace), "--sizes", "lots", "--no-measure", cwd=tmp_path)
     assert bad.returncode == 2 and "--sizes" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_in_process_lru_is_sized_in_entries_and_holds() -> None:
+    """memory://?max_entries: an LRU of entries whose expired entries keep their place until read."""
+    r = rq.generate(requests=60_000, objects=20_000, rate=10_000, seed=4)
+    sized = size_server(r, "memory", target=0.6, policies=())
+    assert sized.param == "max_entries" and sized.spawn_url == f"memory://?max_entries={sized.setting}"
+    check = verify(sized, r)
+    assert check.within, (check.summary(), check.notes)

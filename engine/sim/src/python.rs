@@ -233,7 +233,9 @@ impl PyOpsSim {
     /// `samples`: Redis's maxmemory-samples; `chunks`: memcached's chunk size per slab class.
     /// The first `warmup` requests act on the caches without being counted.
     #[new]
-    #[pyo3(signature = (policy, capacities, samples = 5, chunks = None, warmup = 0, seed = 0))]
+    /// `lazy`: expired objects stay until touched or evicted (no expiry sweep).
+    #[pyo3(signature = (policy, capacities, samples = 5, chunks = None, warmup = 0, seed = 0, lazy = false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         policy: &str,
         capacities: Vec<u64>,
@@ -241,6 +243,7 @@ impl PyOpsSim {
         chunks: Option<Vec<u64>>,
         warmup: u64,
         seed: u64,
+        lazy: bool,
     ) -> PyResult<Self> {
         let chunks = chunks.unwrap_or_default();
         let sims = capacities
@@ -248,6 +251,10 @@ impl PyOpsSim {
             .enumerate()
             .map(|(k, &c)| {
                 ops::Sim::new(policy, c, samples, &chunks, seed.wrapping_add(k as u64 + 1))
+                    .map(|mut sim| {
+                        sim.set_lazy(lazy);
+                        sim
+                    })
                     .ok_or_else(|| {
                         PyValueError::new_err(format!(
                             "policy {policy:?}: one of {} (memcached needs its chunk sizes)",

@@ -11,6 +11,8 @@ clock the replay actually kept (a replay that falls behind shifts both alike).
 
 The hit ratio is read from the server's own counters (Redis ``keyspace_hits``/``misses``,
 memcached ``get_hits``/``get_misses``) and from the replay's own count; the two must agree.
+``memory://`` (cachemark's in-process LRU) is replayed in this process through its backend, and
+its hits are the replay's count.
 """
 
 from __future__ import annotations
@@ -118,9 +120,46 @@ class _Memcached:
         self.client.close()
 
 
+class _Memory:
+    """cachemark's in-process LRU, through its own backend; the replay's count is the counter."""
+
+    def __init__(self, url: str) -> None:
+        from ..backends import create_backend
+        from ..target import parse_target
+
+        self.backend = create_backend(parse_target(url), "")
+        self.backend.open()
+        self.gets_seen = self.hits_seen = 0
+
+    def gets(self, keys: list[bytes]) -> list[bool]:
+        found = [self.backend.get(key.decode()) is not None for key in keys]
+        self.gets_seen += len(found)
+        self.hits_seen += sum(found)
+        return found
+
+    def writes(self, items: list[tuple[bytes, int, float]], deletes: list[bytes]) -> None:
+        for key, size, ttl_s in items:
+            self.backend.set(key.decode(), b"v" * size, ttl_s if ttl_s > 0 else None)
+        for key in deletes:
+            self.backend.delete(key.decode())
+
+    def counters(self) -> tuple[int, int, int]:
+        return self.gets_seen, self.hits_seen, 0
+
+    def close(self) -> None:
+        self.backend.close()
+
+
 def replay(model: ServerModel, setting: int, requests: Requests, speed: float = 1.0) -> Replayed:
     """Spawn the server at ``setting``, replay ``requests`` on it, and read its counters."""
     from ..lab import spawn_server
+
+    if model.server == "memory":
+        client = _Memory(model.spawn_url(setting))
+        try:
+            return _run(client, requests, speed)
+        finally:
+            client.close()
 
     with spawn_server(model.server, **model.spawn_params(setting)) as server:
         client = _Redis(server.port) if model.server == "redis" else _Memcached(server.port)
@@ -130,7 +169,7 @@ def replay(model: ServerModel, setting: int, requests: Requests, speed: float = 
             client.close()
 
 
-def _run(client: _Redis | _Memcached, r: Requests, speed: float) -> Replayed:
+def _run(client: _Redis | _Memcached | _Memory, r: Requests, speed: float) -> Replayed:
     base_gets, base_hits, base_evictions = client.counters()
     t0 = int(r.t_us[0]) if len(r) else 0
     due_us = (r.t_us - t0) / speed

@@ -39,9 +39,16 @@ import numpy as np
 from .._engine import OpsSim
 from ..errors import UserError
 from .requests import Requests
-from .server_model import MEMCACHED_MIN_MB, ServerModel, measure_redis, memcached_model, replay_key_size
+from .server_model import (
+    MEMCACHED_MIN_MB,
+    ServerModel,
+    measure_redis,
+    memcached_model,
+    memory_model,
+    replay_key_size,
+)
 
-SERVERS = ("redis", "memcached")
+SERVERS = ("redis", "memcached", "memory")
 POLICIES = ("lru", "fifo", "sieve")
 TOLERANCE = 0.02
 MAX_REPLAY_RATE = 12_000.0  # requests a second a Python replay keeps up with on a busy machine
@@ -103,7 +110,8 @@ def simulate(r: Requests, policy: str, capacities: Sequence[float], sizes: np.nd
         sizes = _object_bytes(r)
     chunks = model.chunks if model is not None and policy == "memcached" else None
     samples = model.samples if model is not None else 5
-    sim = OpsSim(policy, [max(1, int(c)) for c in capacities], samples, chunks, warmup, seed)
+    lazy = model is not None and model.lazy_expiry
+    sim = OpsSim(policy, [max(1, int(c)) for c in capacities], samples, chunks, warmup, seed, lazy)
     _feed(sim, r, sizes, time_us, ttl_us)
     return [hits / gets if gets else 0.0 for gets, hits, *_ in sim.counts()]
 
@@ -159,6 +167,8 @@ def model_for(server: str, r: Requests, samples: int = 5) -> ServerModel:
         return measure_redis(r, samples=samples)
     if server == "memcached":
         return memcached_model()
+    if server == "memory":
+        return memory_model(r)
     raise UserError(f"server {server!r}: choose from {', '.join(SERVERS)}")
 
 
@@ -168,7 +178,7 @@ def server_curve(r: Requests, model: ServerModel, settings: Sequence[int] = (), 
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     if not settings:
         footprint = _footprint(r, model.chunk_of(charged) if model.server == "memcached" else charged)
-        settings = model.settings_grid(footprint * 1.1, points)
+        settings = model.settings_grid(footprint * (1.0 if model.server == "memory" else 1.1), points)
     settings = sorted({int(s) for s in settings})
     hits = simulate(r, model.policy, [model.capacity(s) for s in settings], charged, model, warmup, seed)
     return OpsCurve(model.server, model.param, [float(s) for s in settings],
@@ -252,7 +262,8 @@ def size_server(r: Requests, server: str, target: float | None = None, settings:
         above = [i for i, h in enumerate(curve.hit_ratios) if h >= target]
         if above:
             i = above[0]
-            low = int(curve.sizes[i - 1]) if i else (model.base_bytes if server == "redis" else MEMCACHED_MIN_MB - 1)
+            low = int(curve.sizes[i - 1]) if i else {"redis": model.base_bytes, "memcached": MEMCACHED_MIN_MB - 1
+                                                     }.get(server, 0)
             h_low = curve.hit_ratios[i - 1] if i else 0.0
             setting, predicted = _bisect(r, model, charged, target, low, int(curve.sizes[i]), seed, warmup, h_low,
                                          curve.hit_ratios[i])
@@ -288,6 +299,10 @@ def _naive(r: Requests, model: ServerModel, charged: np.ndarray, hit_ratio: floa
     by_objects = cached[1]
     objects = by_objects.size_for(hit_ratio) or by_objects.sizes[-1]
     _, first = np.unique(r.ids, return_index=True)
+    if model.server == "memory":  # entries: the object count itself is the setting
+        setting = max(1, round(objects))
+        got = simulate(r, model.policy, [model.capacity(setting)], charged, model, warmup, seed)[0]
+        return float(model.setting_bytes(setting)), got
     per_item = float((charged if model.server == "redis" else model.chunk_of(charged))[first].mean())
     naive = objects * per_item
     setting = int(naive) if model.server == "redis" else max(1, round(naive / (1 << 20)))
@@ -354,7 +369,9 @@ def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: fl
     done = replay(model, setting, r, speed)
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     ttl_us = (r.ttl_s.astype(np.float64) * 1e6 / speed)
-    if model.server == "memcached":  # whole seconds (≥ 1) on a clock that ticks once a second: ~½ s sooner
+    if model.server == "memory":  # in process: a monotonic clock, no rounding
+        ttl_us = np.where(r.ttl_s > 0, ttl_us, 0)
+    elif model.server == "memcached":  # whole seconds (≥ 1) on a clock that ticks once a second: ~½ s sooner
         ttl_us = np.where(r.ttl_s > 0, np.maximum(1, np.round(r.ttl_s / speed)) * 1e6 - 5e5, 0)
     predicted = simulate(r, model.policy, [model.capacity(setting)], charged, model, seed=seed,
                          time_us=done.sent_us, ttl_us=ttl_us.astype(np.int64))[0]
@@ -377,6 +394,8 @@ def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: fl
 
 
 def _why(check: Verification, model: ServerModel) -> str:
+    if model.server == "memory":
+        return f"off by {check.difference:+.3f}: the replay's pacing against a lazily expiring LRU"
     if model.server == "redis":
         return (f"off by {check.difference:+.3f}: Redis frees expired keys lazily and in sampled sweeps, and "
                 "its used_memory also holds client buffers — the model charges neither")
