@@ -3,10 +3,11 @@
 How to call it::
 
     from cachemark.analysis import requests as rq
-    from cachemark.analysis.server_size import size_server, verify
+    from cachemark.analysis.server_size import load, size_server, verify
 
-    reqs = rq.from_trace("app.trace.zst")          # or rq.from_workload(...), rq.generate(...)
-    sized = size_server(reqs, "redis", target=0.9)  # or "memcached"; or settings=[...] instead of target
+    reqs = load("app.trace.zst")                    # any trace format (format="twitter", …); or
+                                                    # rq.from_workload(keys, "zipf:0.99", "100-1000", n), rq.generate()
+    sized = size_server(reqs, "redis", target=0.9)  # "memcached", "memory"; or settings=[...] instead of target
     sized.setting, sized.spawn_url                  # e.g. 9712345, "spawn:redis?maxmemory=9712345&…"
     sized.predicted                                 # the simulated get hit ratio at that setting
     sized.curves                                    # per policy, by bytes and objects (OpsCurve)
@@ -23,9 +24,12 @@ Curves: ``lru``, ``fifo``, ``sieve`` by bytes (an object costs its key + value b
 libCacheSim's object size) and by objects (1 each); with ``sample_rate`` < 1 these are SHARDS
 estimates (a spatial sample of the objects at a capacity scaled alike). The servers' own curves
 are by their setting: Redis ``maxmemory`` (its sampled LRU against ``used_memory``, base memory
-and per-key overhead measured), memcached ``-m`` (slab classes, one LRU per class) —
-:mod:`.server_model` says how each is modelled. A server's size for a target is found by
-bisecting its setting with the simulation itself.
+and per-key overhead measured), memcached ``-m`` (slab classes, one LRU per class), ``memory://``
+``max_entries`` (an LRU of entries, expired ones dropped only when read) — :mod:`.server_model`
+says how each is modelled. A server's size for a target is found by regula falsi on its setting
+with the simulation itself (Redis: within 1 %; memcached: the exact MiB; memory://: the entry).
+``verify`` replays on the real server (:mod:`.server_replay`: TTLs and the clock divided by the
+replay's speed) and compares with the simulation on the clock the replay kept.
 """
 
 from __future__ import annotations
@@ -33,12 +37,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from .._engine import OpsSim
 from ..errors import UserError
-from .requests import Requests
+from .requests import Requests, from_trace
 from .server_model import (
     MEMCACHED_MIN_MB,
     ServerModel,
@@ -87,6 +92,13 @@ class OpsCurve:
     def points(self) -> list[dict[str, float]]:
         return [{"size": s, "bytes": b, "hit_ratio": h, "miss_ratio": 1.0 - h}
                 for s, b, h in zip(self.sizes, self.bytes, self.hit_ratios, strict=True)]
+
+
+def load(source: str | Path | Requests, format: str | None = None, limit: int | None = None) -> Requests:
+    """The requests of a trace file (any format ``open_trace`` reads), or ``source`` itself."""
+    if isinstance(source, Requests):
+        return source
+    return from_trace(source, format, limit)
 
 
 def _feed(sim: OpsSim, r: Requests, sizes: np.ndarray, time_us: np.ndarray | None = None,
@@ -403,5 +415,5 @@ def _why(check: Verification, model: ServerModel) -> str:
             "slab page moves are not simulated; the model is one plain LRU per slab class")
 
 
-__all__ = ["POLICIES", "SERVERS", "OpsCurve", "ServerSize", "Verification", "curves", "model_for", "replay_key_size",
-           "replay_speed", "server_curve", "simulate", "size_server", "verify"]
+__all__ = ["POLICIES", "SERVERS", "OpsCurve", "ServerSize", "Verification", "curves", "load", "model_for",
+           "replay_key_size", "replay_speed", "server_curve", "simulate", "size_server", "verify"]
