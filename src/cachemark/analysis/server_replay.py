@@ -3,8 +3,9 @@
 Each get is sent; a get that misses is followed by a set of the object (its recorded size and
 TTL); a set writes; a delete deletes. Requests go out paced on the trace's clock divided by
 ``speed`` (2: twice as fast), in pipelined batches of consecutive requests to distinct keys (a
-key's requests keep their order: a batch ends where a key comes back), gets first, then the
-batch's writes. TTLs are divided by ``speed`` too — the trace's clock compressed, expiry with it
+key's requests keep their order: a batch ends where a key comes back; and at 16 KB of values, as
+the replies a server holds for a pipeline count in its memory), gets first, then the batch's
+writes. TTLs are divided by ``speed`` too — the trace's clock compressed, expiry with it
 (Redis: milliseconds, ``PX``; memcached: whole seconds, at least 1, as its clock ticks) — and
 each batch's send time is recorded, so the prediction it is compared with is simulated on the
 clock the replay actually kept (a replay that falls behind shifts both alike).
@@ -27,6 +28,7 @@ from .requests import FETCH, Requests
 from .server_model import ServerModel, replay_key
 
 BATCH = 64
+BATCH_BYTES = 16 << 10
 
 
 @dataclass
@@ -46,14 +48,18 @@ class Replayed:
         return self.server_hits / self.server_gets if self.server_gets else 0.0
 
 
-def _batches(ids: np.ndarray, limit: int = BATCH) -> list[tuple[int, int]]:
-    """Consecutive runs of requests to distinct keys, at most ``limit`` long."""
-    out, start, seen = [], 0, set()
-    for i, key in enumerate(ids.tolist()):
-        if key in seen or i - start >= limit:
+def _batches(ids: np.ndarray, sizes: np.ndarray, limit: int = BATCH, limit_bytes: int = BATCH_BYTES,
+             ) -> list[tuple[int, int]]:
+    """Consecutive runs of requests to distinct keys, at most ``limit`` long and ``limit_bytes`` of
+    values: a server counts the replies it holds for a pipeline in its memory (Redis's
+    ``used_memory``: a 64-get batch of 4 KB values would evict 256 KB of keys to make room)."""
+    out, start, seen, held = [], 0, set(), 0
+    for i, (key, size) in enumerate(zip(ids.tolist(), sizes.tolist(), strict=True)):
+        if key in seen or i - start >= limit or (held + size > limit_bytes and i > start):
             out.append((start, i))
-            start, seen = i, set()
+            start, seen, held = i, set(), 0
         seen.add(key)
+        held += size
     if start < len(ids):
         out.append((start, len(ids)))
     return out
@@ -178,7 +184,7 @@ def _run(client: _Redis | _Memcached | _Memory, r: Requests, speed: float) -> Re
     gets = hits = 0
     behind = 0.0
     start = time.perf_counter()
-    for a, b in _batches(r.ids):
+    for a, b in _batches(r.ids, r.value_size):
         now = (time.perf_counter() - start) * 1e6
         wait = due_us[a] - now
         if wait > 0:

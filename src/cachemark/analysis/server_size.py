@@ -409,8 +409,9 @@ def _why(check: Verification, model: ServerModel) -> str:
     if model.server == "memory":
         return f"off by {check.difference:+.3f}: the replay's pacing against a lazily expiring LRU"
     if model.server == "redis":
-        return (f"off by {check.difference:+.3f}: Redis frees expired keys lazily and in sampled sweeps, and "
-                "its used_memory also holds client buffers — the model charges neither")
+        return (f"off by {check.difference:+.3f}: Redis's used_memory also holds what the model does not "
+                "charge — client buffers grown by the replay, hash tables sized for the most keys held, expired "
+                "keys not yet swept — which weighs most in a small maxmemory (a few MB)")
     return (f"off by {check.difference:+.3f}: memcached's segmented LRU (hot/warm/cold), its LRU crawler and "
             "slab page moves are not simulated; the model is one plain LRU per slab class")
 

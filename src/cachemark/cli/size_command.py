@@ -112,6 +112,11 @@ def size(
         bool, typer.Option("--measure/--no-measure", help="Size Redis and memcached as they evict: Redis's base "
                            "memory and per-key bytes measured on a spawned server, memcached's slab classes.")
     ] = True,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Configure each server's size for the first target on a spawned "
+                           "server, replay the traffic under cache-aside, and print the measured get hit ratio "
+                           "beside the predicted one.")
+    ] = False,
     target: Annotated[
         list[str] | None, typer.Option("--target", "-t", help="With --measure: measure bytes per item on this "
                                        "server instead (a URL or spawn:; any scheme whose server reports its "
@@ -150,11 +155,14 @@ def size(
         curve_block,
         server_block,
         size_document,
+        verified_block,
     )
 
     console = make_console()
     if markdown and json_out:
         raise UserError("--markdown and --json: choose one")
+    if verify and (not measure or target):
+        raise UserError("--verify sizes spawned Redis and memcached: not with --no-measure or --target")
     targets = _floats(hit_ratio, "--hit-ratio")
     named = byte_sizes(sizes) if sizes is not None else ()
     policies = [p.strip().lower() for p in policy.split(",") if p.strip()]
@@ -198,6 +206,9 @@ def size(
     sized_servers: list[Any] = []
     if measure and not target:
         sized_servers = _size_servers(console, ops_requests, targets, ops_warmup)
+    verified: list[Any] = []
+    if verify:
+        verified = _verify_servers(console, sized_servers, ops_requests)
     latencies, latency_label = None, ""
     if latency_from is not None:
         latencies, latency_label = _latencies(latency_from, label, targets, expected_latencies)
@@ -208,6 +219,8 @@ def size(
                               "(What to set and By bytes give the get hit ratio under the trace's ops).")
     if sized_servers:
         blocks.insert(0, server_block(sized_servers))
+    if verified:
+        blocks.insert(1, verified_block(verified))
     problems = getattr(reader[0], "problems", None) if reader is not None else None
     if problems is not None:
         blocks[0].notes += [f"trace {line}" for line in problems.lines()]
@@ -221,6 +234,7 @@ def size(
         document["byte_curve"] = byte_curve_document(ops_curves)
         document["sizes"] = list(named)
         document["servers"] = [s.as_dict() for s in sized_servers]
+        document["verified"] = [v.as_dict() for v in verified]
         sys.stdout.write(json.dumps(document, indent=1) + "\n")
     elif markdown:
         console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False)
@@ -272,6 +286,22 @@ def _size_servers(console: Any, requests: Any, targets: tuple[float, ...], warmu
                     curve = out[-1].curve
         except BackendMissing as exc:
             console.print(f"{server} not sized: {exc}", markup=False, highlight=False)
+    return out
+
+
+def _verify_servers(console: Any, sized: list[Any], requests: Any) -> list[Any]:
+    """Each server's first reached target, configured on a spawned server and replayed."""
+    from ..analysis.server_size import replay_speed, verify
+
+    out, done = [], set()
+    speed = replay_speed(requests)
+    for s in sized:
+        if s.setting is None or s.server in done:
+            continue
+        done.add(s.server)
+        seconds = requests.span_s / speed
+        with console.status(f"verifying {s.spawn_url}: replaying {len(requests):,} requests (~{seconds:,.0f} s)"):
+            out.append(verify(s, requests, speed=speed))
     return out
 
 

@@ -240,3 +240,16 @@ def byte_curve_document(curves: list[Any]) -> list[dict[str, Any]]:
     return [{"bytes": size, **{c.policy: {"hit_ratio": c.hit_ratios[i], "miss_ratio": 1 - c.hit_ratios[i]}
                                 for c in by_bytes}}
             for i, size in enumerate(by_bytes[0].sizes)]
+
+
+def verified_block(checks: list[Any]) -> Block:
+    """Measured beside predicted (``checks``: :class:`~cachemark.analysis.server_size.Verification`)."""
+    rows = [[c.server, f"{c.setting:,}", f"{c.predicted:.3f}", f"{c.measured:.3f}", f"{c.difference:+.3f}",
+             "yes" if c.within else "NO"] for c in checks]
+    notes = ["Each setting configured on a spawned server, the traffic replayed under cache-aside (a get miss "
+             "sets the object, sets and deletes as recorded, TTLs kept) and the get hit ratio read from the "
+             "server's own counters; predicted: simulated on the clock the replay kept."]
+    for c in checks:
+        notes += [f"{c.server}: {note}" for note in c.notes]
+    return Block("Verified on the real server", [], ["server", "setting", "predicted", "measured", "difference",
+                                                     "within 0.02"], rows, notes, left=2)
