@@ -70,7 +70,8 @@ def redis_allocations(key_size: np.ndarray, value_size: np.ndarray, ttl: np.ndar
     v = np.asarray(value_size, dtype=np.int64)
     sds_header = lambda n: np.where(n < 32, 1, np.where(n < 256, 3, np.where(n < 65536, 5, 9)))  # noqa: E731
     value = np.where(v <= 44, jemalloc_size(16 + 3 + v + 1), 16 + jemalloc_size(sds_header(v) + v + 1))
-    return 24 + jemalloc_size(sds_header(k) + k + 1) + value + 24 * (np.asarray(ttl) > 0)
+    entry = int(jemalloc_size(np.array([24]))[0])  # a 24-byte dictEntry: jemalloc has no 24-byte class (32)
+    return entry + jemalloc_size(sds_header(k) + k + 1) + value + entry * (np.asarray(ttl) > 0)
 
 
 def memcached_item_size(key_size: np.ndarray, value_size: np.ndarray) -> np.ndarray:
