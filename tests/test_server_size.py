@@ -56,13 +56,13 @@ def test_byte_curves_equal_libcachesim_at_8_capacities(alpha, seed) -> None:
 
 def test_a_million_requests_size_by_bytes_and_objects_in_seconds() -> None:
     r = _variable_sizes(1_000_000, 100_000, 0.9, 3)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds of every thread: the machine's load does not count
     found = curves(r, ("lru", "fifo", "sieve"), points=16)
-    took = time.perf_counter() - started
+    took = time.process_time() - started
     assert len(found) == 6 and {c.unit for c in found} == {"bytes", "objects"}
     for c in found:  # a bigger cache never hits less (LRU is a stack policy; FIFO/SIEVE nearly so here)
         assert c.hit_ratios[-1] > c.hit_ratios[0] and all(0 <= h <= 1 for h in c.hit_ratios)
-    assert took < 30, took  # ~5 s on an idle core: 96 caches × 10⁶ requests
+    assert took < 30, took  # ~6 CPU-seconds: 96 caches × 10⁶ requests
 
 
 def test_the_ops_are_counted_as_the_application_sees_them() -> None:
@@ -119,3 +119,45 @@ def test_the_chosen_size_holds_on_the_real_server(server, target) -> None:
     assert check.within, (check.summary(), check.notes)
     # objects × mean bytes (every request but deletes an access, no base memory) falls short of it
     assert sized.naive_predicted < target - 0.025, (sized.naive_bytes, sized.naive_predicted)
+
+
+def test_size_names_byte_capacities_verifies_and_carries_them_in_json(tmp_path, cachemark) -> None:
+    import json
+
+    trace = rq.write_trace(rq.generate(requests=60_000, objects=30_000, rate=15_000), tmp_path / "g.trace")
+    result = cachemark("size", str(trace), "--sizes", "1MiB,4MiB", "--policy", "lru,fifo,sieve", "--hit-ratio",
+                       "0.5", "--json", "--verify", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert "get hits" in document["counted"] and document["sizes"] == [1 << 20, 4 << 20]
+    points = {p["bytes"]: p for p in document["byte_curve"]}
+    r = rq.from_trace(trace)
+    for size in (1 << 20, 4 << 20):
+        for policy in ("lru", "fifo", "sieve"):
+            entry = points[float(size)][policy]
+            assert entry["hit_ratio"] + entry["miss_ratio"] == pytest.approx(1)
+            # the hit ratio of gets under the trace's ops, as the simulation gives it on its own
+            assert entry["hit_ratio"] == pytest.approx(simulate(r, policy, [size])[0], abs=1e-12)
+    servers = {s["server"]: s for s in document["servers"]}
+    assert servers["redis"]["param"] == "maxmemory" and servers["memcached"]["param"] == "memory_mb"
+    assert servers["redis"]["spawn_url"].startswith("spawn:redis?maxmemory=")
+    assert servers["redis"]["predicted_hit_ratio"] >= 0.5
+    # --verify: each server's size replayed on a spawned server, measured beside predicted
+    checked = {v["server"]: v for v in document["verified"]}
+    assert set(checked) == {"redis", "memcached"}
+    for v in checked.values():
+        # the tight check is test_the_chosen_size_holds_on_the_real_server; here a Redis of ~2.7 MB, where
+        # ~0.015 of hit ratio goes to memory the model does not attribute (docs/sizing.md)
+        assert v["within"] == (abs(v["measured_hit_ratio"] - v["predicted_hit_ratio"]) <= 0.02), v
+        assert abs(v["difference"]) <= 0.04, v
+    bad = cachemark("size", str(trace), "--sizes", "lots", "--no-measure", cwd=tmp_path)
+    assert bad.returncode == 2 and "--sizes" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_in_process_lru_is_sized_in_entries_and_holds() -> None:
+    """memory://?max_entries: an LRU of entries whose expired entries keep their place until read."""
+    r = rq.generate(requests=60_000, objects=20_000, rate=10_000, seed=4)
+    sized = size_server(r, "memory", target=0.6, policies=())
+    assert sized.param == "max_entries" and sized.spawn_url == f"memory://?max_entries={sized.setting}"
+    check = verify(sized, r)
+    assert check.within, (check.summary(), check.notes)

@@ -264,7 +264,7 @@ impl Rng {
     }
 
     fn below(&mut self, n: usize) -> usize {
-        ((self.next() >> 11) as u128 * n as u128 >> 53) as usize
+        (((self.next() >> 11) as u128 * n as u128) >> 53) as usize
     }
 }
 
@@ -472,12 +472,16 @@ pub struct Counts {
     pub expired: u64,
 }
 
-/// One cache under the op rules, with eager expiry: an object is gone at its expiry time.
+/// One cache under the op rules. Eager expiry (the default): an object is gone at its expiry
+/// time. Lazy (`set_lazy`): an expired object keeps its place until a request touches it or it
+/// is evicted — what a cache without an expiry sweep does (cachemark's `memory://`).
 pub struct Sim {
     store: Box<dyn Store + Send + Sync>,
     expiry: BinaryHeap<Reverse<(i64, u64, u64)>>, // (expires at, id, write number)
     written: HashMap<u64, u64>,                   // id -> its last TTL'd write number
     writes: u64,
+    lazy: bool,
+    expires_at: HashMap<u64, i64>, // lazy: id -> when its TTL runs out
     pub counts: Counts,
 }
 
@@ -507,8 +511,27 @@ impl Sim {
             expiry: BinaryHeap::new(),
             written: HashMap::default(),
             writes: 0,
+            lazy: false,
+            expires_at: HashMap::default(),
             counts: Counts::default(),
         })
+    }
+
+    pub fn set_lazy(&mut self, lazy: bool) {
+        self.lazy = lazy;
+    }
+
+    /// Lazy expiry: an expired object found by a request is removed then.
+    fn drop_if_expired(&mut self, id: u64, now_us: i64) {
+        if let Some(&at) = self.expires_at.get(&id) {
+            if at <= now_us {
+                self.expires_at.remove(&id);
+                if self.store.contains(id) {
+                    self.store.remove(id);
+                    self.counts.expired += 1;
+                }
+            }
+        }
     }
 
     fn expire(&mut self, now_us: i64) {
@@ -530,6 +553,14 @@ impl Sim {
     fn write(&mut self, r: &Req) {
         self.store.remove(r.id);
         self.written.remove(&r.id);
+        if self.lazy {
+            self.expires_at.remove(&r.id);
+            if self.store.insert(r.id, r.size, r.t_us) && r.ttl_us > 0 {
+                self.expires_at
+                    .insert(r.id, r.t_us.saturating_add(r.ttl_us));
+            }
+            return;
+        }
         if self.store.insert(r.id, r.size, r.t_us) && r.ttl_us > 0 {
             self.writes += 1;
             self.written.insert(r.id, self.writes);
@@ -543,7 +574,11 @@ impl Sim {
 
     /// One request; `count`: false while warming up.
     pub fn access(&mut self, r: &Req, count: bool) {
-        self.expire(r.t_us);
+        if self.lazy {
+            self.drop_if_expired(r.id, r.t_us);
+        } else {
+            self.expire(r.t_us);
+        }
         self.store.before(r.t_us);
         match r.op {
             GET | FETCH => {
@@ -641,6 +676,25 @@ mod tests {
         );
         assert_eq!(got, vec![false, true, false, false, false, false]);
         assert_eq!((s.counts.gets, s.counts.hits, s.counts.expired), (4, 1, 1));
+    }
+
+    #[test]
+    fn lazy_expiry_keeps_an_expired_object_in_place_until_touched() {
+        let mut set = get(1, 1, 10);
+        set.op = SET;
+        set.ttl_us = 5;
+        // room for two; 1 (expired at 6 µs) is more recent than 2
+        let reqs = [get(0, 2, 10), set, get(10, 3, 10), get(11, 2, 10)];
+        for (lazy, hit_last) in [(false, true), (true, false)] {
+            // eagerly 1 is gone, so 3 fits beside 2; lazily 1 holds its place and 3 evicts 2
+            let mut s = Sim::new("lru", 20, 5, &[], 1).unwrap();
+            s.set_lazy(lazy);
+            assert_eq!(
+                *hits(&mut s, &reqs).last().unwrap(),
+                hit_last,
+                "lazy {lazy}"
+            );
+        }
     }
 
     #[test]

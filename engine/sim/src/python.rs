@@ -233,7 +233,9 @@ impl PyOpsSim {
     /// `samples`: Redis's maxmemory-samples; `chunks`: memcached's chunk size per slab class.
     /// The first `warmup` requests act on the caches without being counted.
     #[new]
-    #[pyo3(signature = (policy, capacities, samples = 5, chunks = None, warmup = 0, seed = 0))]
+    /// `lazy`: expired objects stay until touched or evicted (no expiry sweep).
+    #[pyo3(signature = (policy, capacities, samples = 5, chunks = None, warmup = 0, seed = 0, lazy = false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         policy: &str,
         capacities: Vec<u64>,
@@ -241,6 +243,7 @@ impl PyOpsSim {
         chunks: Option<Vec<u64>>,
         warmup: u64,
         seed: u64,
+        lazy: bool,
     ) -> PyResult<Self> {
         let chunks = chunks.unwrap_or_default();
         let sims = capacities
@@ -248,6 +251,10 @@ impl PyOpsSim {
             .enumerate()
             .map(|(k, &c)| {
                 ops::Sim::new(policy, c, samples, &chunks, seed.wrapping_add(k as u64 + 1))
+                    .map(|mut sim| {
+                        sim.set_lazy(lazy);
+                        sim
+                    })
                     .ok_or_else(|| {
                         PyValueError::new_err(format!(
                             "policy {policy:?}: one of {} (memcached needs its chunk sizes)",
@@ -290,12 +297,24 @@ impl PyOpsSim {
             .collect();
         let uncounted = self.warmup.saturating_sub(self.seen).min(n as u64) as usize;
         let sims = &mut self.sims;
+        // each capacity is its own cache: spread them over the cores (two at most: a shared machine)
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 2);
+        let per = sims.len().div_ceil(threads).max(1);
+        let reqs = &reqs;
         py.allow_threads(move || {
-            for sim in sims.iter_mut() {
-                for (i, r) in reqs.iter().enumerate() {
-                    sim.access(r, i >= uncounted);
+            std::thread::scope(|scope| {
+                for part in sims.chunks_mut(per) {
+                    scope.spawn(move || {
+                        for sim in part.iter_mut() {
+                            for (i, r) in reqs.iter().enumerate() {
+                                sim.access(r, i >= uncounted);
+                            }
+                        }
+                    });
                 }
-            }
+            })
         });
         self.seen += n as u64;
         Ok(())

@@ -70,7 +70,8 @@ def redis_allocations(key_size: np.ndarray, value_size: np.ndarray, ttl: np.ndar
     v = np.asarray(value_size, dtype=np.int64)
     sds_header = lambda n: np.where(n < 32, 1, np.where(n < 256, 3, np.where(n < 65536, 5, 9)))  # noqa: E731
     value = np.where(v <= 44, jemalloc_size(16 + 3 + v + 1), 16 + jemalloc_size(sds_header(v) + v + 1))
-    return 24 + jemalloc_size(sds_header(k) + k + 1) + value + 24 * (np.asarray(ttl) > 0)
+    entry = int(jemalloc_size(np.array([24]))[0])  # a 24-byte dictEntry: jemalloc has no 24-byte class (32)
+    return entry + jemalloc_size(sds_header(k) + k + 1) + value + entry * (np.asarray(ttl) > 0)
 
 
 def memcached_item_size(key_size: np.ndarray, value_size: np.ndarray) -> np.ndarray:
@@ -90,8 +91,8 @@ def memcached_chunks(factor: float = 1.25, smallest: int = 96, largest: int = 51
 class ServerModel:
     """How one server charges an object and maps a simulated capacity to its setting."""
 
-    server: str  # "redis" | "memcached"
-    param: str  # the spawn URL's parameter: "maxmemory" | "memory_mb"
+    server: str  # "redis" | "memcached" | "memory" (cachemark's in-process LRU, memory://)
+    param: str  # the URL's parameter: "maxmemory" | "memory_mb" | "max_entries"
     version: str = "?"
     base_bytes: int = 0  # Redis: used_memory with nothing stored and a client connected
     per_item: float = 0.0  # Redis: measured beyond the allocations, per key
@@ -99,13 +100,21 @@ class ServerModel:
     samples: int = 5  # Redis: maxmemory-samples
     chunks: list[int] = field(default_factory=memcached_chunks)  # memcached: its slab classes
     notes: list[str] = field(default_factory=list)
+    mean_bytes: float = 0.0  # memory: key + value bytes per object, to show entries as bytes
 
     @property
     def policy(self) -> str:
-        return self.server
+        return "lru" if self.server == "memory" else self.server
+
+    @property
+    def lazy_expiry(self) -> bool:
+        """memory:// drops an expired entry only when it is read; the servers sweep theirs."""
+        return self.server == "memory"
 
     def charge(self, key_size: np.ndarray, value_size: np.ndarray, ttl: np.ndarray) -> np.ndarray:
         """Bytes each request's object costs the server (memcached: the item before its chunk)."""
+        if self.server == "memory":
+            return np.ones(len(key_size), dtype=np.uint32)
         if self.server == "redis":
             cost = redis_allocations(key_size, value_size, ttl) + self.per_item + self.per_ttl * (np.asarray(ttl) > 0)
         else:
@@ -121,24 +130,35 @@ class ServerModel:
         """The simulated cache's capacity (bytes) for a setting of the server's parameter."""
         if self.server == "redis":
             return max(0, int(setting) - self.base_bytes)
+        if self.server == "memory":
+            return int(setting)
         return int(setting) * MEMCACHED_PAGE
 
     def setting(self, capacity: float) -> int:
         """The server's setting that gives at least ``capacity`` bytes of cache."""
         if self.server == "redis":
             return int(math.ceil(capacity)) + self.base_bytes
+        if self.server == "memory":
+            return max(1, int(math.ceil(capacity)))
         return max(MEMCACHED_MIN_MB, int(math.ceil(capacity / MEMCACHED_PAGE - 1e-9)))
 
     def setting_bytes(self, setting: int) -> int:
-        """The memory the setting stands for, in bytes (maxmemory; -m × 1 MiB)."""
+        """The memory the setting stands for, in bytes (maxmemory; -m × 1 MiB; memory://: its
+        entries' key + value bytes, the mean object's — Python's own overhead not counted)."""
+        if self.server == "memory":
+            return int(setting * self.mean_bytes)
         return int(setting) if self.server == "redis" else int(setting) * MEMCACHED_PAGE
 
     def spawn_params(self, setting: int) -> dict[str, object]:
+        if self.server == "memory":
+            return {"max_entries": int(setting)}
         if self.server == "redis":
             return {"maxmemory": int(setting), "maxmemory_policy": "allkeys-lru"}
         return {"memory_mb": int(setting)}
 
     def spawn_url(self, setting: int) -> str:
+        if self.server == "memory":
+            return f"memory://?max_entries={int(setting)}"
         return f"spawn:{self.server}?" + "&".join(f"{k}={v}" for k, v in self.spawn_params(setting).items())
 
     def settings_grid(self, largest_bytes: float, points: int) -> list[int]:
@@ -147,6 +167,8 @@ class ServerModel:
             # each slab class in use holds a page of its own whatever -m says: beyond the footprint
             top = max(3, int(math.ceil(largest_bytes / MEMCACHED_PAGE)) + len(self.chunks) // 2)
             return sorted({max(MEMCACHED_MIN_MB, round(top ** (i / (points - 1)))) for i in range(points)})
+        if self.server == "memory":  # largest_bytes: here the objects
+            return sorted({max(1, round(g)) for g in np.geomspace(1, max(largest_bytes, 2), points)})
         low = max(4096.0, largest_bytes / 1000)
         caps = np.geomspace(low, max(largest_bytes, low * 2), points)
         return sorted({self.setting(c) for c in caps})
@@ -185,6 +207,16 @@ def measure_redis(requests: object, samples: int = 5, objects: int = SAMPLE_OBJE
              f"more with a TTL (measured on {len(ids):,} of the trace's objects)."]
     return ServerModel("redis", "maxmemory", version, base, remainders[0], remainders[1] - remainders[0], samples,
                        notes=notes)
+
+
+def memory_model(requests: object) -> ServerModel:
+    """cachemark's in-process LRU (``memory://?max_entries=N``): entries, lazy expiry."""
+    r = requests
+    _, first = np.unique(r.ids, return_index=True)
+    mean = float((r.key_size[first].astype(np.int64) + r.value_size[first]).mean()) if len(first) else 0.0
+    return ServerModel("memory", "max_entries", mean_bytes=mean,
+                       notes=["memory://: an LRU of max_entries entries in the worker's process; an expired entry "
+                              "is dropped when read (no sweep), so it holds its place until then."])
 
 
 def memcached_model() -> ServerModel:

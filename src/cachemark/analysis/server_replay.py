@@ -3,14 +3,17 @@
 Each get is sent; a get that misses is followed by a set of the object (its recorded size and
 TTL); a set writes; a delete deletes. Requests go out paced on the trace's clock divided by
 ``speed`` (2: twice as fast), in pipelined batches of consecutive requests to distinct keys (a
-key's requests keep their order: a batch ends where a key comes back), gets first, then the
-batch's writes. TTLs are divided by ``speed`` too — the trace's clock compressed, expiry with it
+key's requests keep their order: a batch ends where a key comes back; and at 16 KB of values, as
+the replies a server holds for a pipeline count in its memory), gets first, then the batch's
+writes. TTLs are divided by ``speed`` too — the trace's clock compressed, expiry with it
 (Redis: milliseconds, ``PX``; memcached: whole seconds, at least 1, as its clock ticks) — and
 each batch's send time is recorded, so the prediction it is compared with is simulated on the
 clock the replay actually kept (a replay that falls behind shifts both alike).
 
 The hit ratio is read from the server's own counters (Redis ``keyspace_hits``/``misses``,
 memcached ``get_hits``/``get_misses``) and from the replay's own count; the two must agree.
+``memory://`` (cachemark's in-process LRU) is replayed in this process through its backend, and
+its hits are the replay's count.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from .requests import FETCH, Requests
 from .server_model import ServerModel, replay_key
 
 BATCH = 64
+BATCH_BYTES = 16 << 10
 
 
 @dataclass
@@ -44,14 +48,18 @@ class Replayed:
         return self.server_hits / self.server_gets if self.server_gets else 0.0
 
 
-def _batches(ids: np.ndarray, limit: int = BATCH) -> list[tuple[int, int]]:
-    """Consecutive runs of requests to distinct keys, at most ``limit`` long."""
-    out, start, seen = [], 0, set()
-    for i, key in enumerate(ids.tolist()):
-        if key in seen or i - start >= limit:
+def _batches(ids: np.ndarray, sizes: np.ndarray, limit: int = BATCH, limit_bytes: int = BATCH_BYTES,
+             ) -> list[tuple[int, int]]:
+    """Consecutive runs of requests to distinct keys, at most ``limit`` long and ``limit_bytes`` of
+    values: a server counts the replies it holds for a pipeline in its memory (Redis's
+    ``used_memory``: a 64-get batch of 4 KB values would evict 256 KB of keys to make room)."""
+    out, start, seen, held = [], 0, set(), 0
+    for i, (key, size) in enumerate(zip(ids.tolist(), sizes.tolist(), strict=True)):
+        if key in seen or i - start >= limit or (held + size > limit_bytes and i > start):
             out.append((start, i))
-            start, seen = i, set()
+            start, seen, held = i, set(), 0
         seen.add(key)
+        held += size
     if start < len(ids):
         out.append((start, len(ids)))
     return out
@@ -118,9 +126,46 @@ class _Memcached:
         self.client.close()
 
 
+class _Memory:
+    """cachemark's in-process LRU, through its own backend; the replay's count is the counter."""
+
+    def __init__(self, url: str) -> None:
+        from ..backends import create_backend
+        from ..target import parse_target
+
+        self.backend = create_backend(parse_target(url), "")
+        self.backend.open()
+        self.gets_seen = self.hits_seen = 0
+
+    def gets(self, keys: list[bytes]) -> list[bool]:
+        found = [self.backend.get(key.decode()) is not None for key in keys]
+        self.gets_seen += len(found)
+        self.hits_seen += sum(found)
+        return found
+
+    def writes(self, items: list[tuple[bytes, int, float]], deletes: list[bytes]) -> None:
+        for key, size, ttl_s in items:
+            self.backend.set(key.decode(), b"v" * size, ttl_s if ttl_s > 0 else None)
+        for key in deletes:
+            self.backend.delete(key.decode())
+
+    def counters(self) -> tuple[int, int, int]:
+        return self.gets_seen, self.hits_seen, 0
+
+    def close(self) -> None:
+        self.backend.close()
+
+
 def replay(model: ServerModel, setting: int, requests: Requests, speed: float = 1.0) -> Replayed:
     """Spawn the server at ``setting``, replay ``requests`` on it, and read its counters."""
     from ..lab import spawn_server
+
+    if model.server == "memory":
+        client = _Memory(model.spawn_url(setting))
+        try:
+            return _run(client, requests, speed)
+        finally:
+            client.close()
 
     with spawn_server(model.server, **model.spawn_params(setting)) as server:
         client = _Redis(server.port) if model.server == "redis" else _Memcached(server.port)
@@ -130,7 +175,7 @@ def replay(model: ServerModel, setting: int, requests: Requests, speed: float = 
             client.close()
 
 
-def _run(client: _Redis | _Memcached, r: Requests, speed: float) -> Replayed:
+def _run(client: _Redis | _Memcached | _Memory, r: Requests, speed: float) -> Replayed:
     base_gets, base_hits, base_evictions = client.counters()
     t0 = int(r.t_us[0]) if len(r) else 0
     due_us = (r.t_us - t0) / speed
@@ -139,7 +184,7 @@ def _run(client: _Redis | _Memcached, r: Requests, speed: float) -> Replayed:
     gets = hits = 0
     behind = 0.0
     start = time.perf_counter()
-    for a, b in _batches(r.ids):
+    for a, b in _batches(r.ids, r.value_size):
         now = (time.perf_counter() - start) * 1e6
         wait = due_us[a] - now
         if wait > 0:

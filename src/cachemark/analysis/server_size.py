@@ -3,10 +3,11 @@
 How to call it::
 
     from cachemark.analysis import requests as rq
-    from cachemark.analysis.server_size import size_server, verify
+    from cachemark.analysis.server_size import load, size_server, verify
 
-    reqs = rq.from_trace("app.trace.zst")          # or rq.from_workload(...), rq.generate(...)
-    sized = size_server(reqs, "redis", target=0.9)  # or "memcached"; or settings=[...] instead of target
+    reqs = load("app.trace.zst")                    # any trace format (format="twitter", …); or
+                                                    # rq.from_workload(keys, "zipf:0.99", "100-1000", n), rq.generate()
+    sized = size_server(reqs, "redis", target=0.9)  # "memcached", "memory"; or settings=[...] instead of target
     sized.setting, sized.spawn_url                  # e.g. 9712345, "spawn:redis?maxmemory=9712345&…"
     sized.predicted                                 # the simulated get hit ratio at that setting
     sized.curves                                    # per policy, by bytes and objects (OpsCurve)
@@ -23,9 +24,12 @@ Curves: ``lru``, ``fifo``, ``sieve`` by bytes (an object costs its key + value b
 libCacheSim's object size) and by objects (1 each); with ``sample_rate`` < 1 these are SHARDS
 estimates (a spatial sample of the objects at a capacity scaled alike). The servers' own curves
 are by their setting: Redis ``maxmemory`` (its sampled LRU against ``used_memory``, base memory
-and per-key overhead measured), memcached ``-m`` (slab classes, one LRU per class) —
-:mod:`.server_model` says how each is modelled. A server's size for a target is found by
-bisecting its setting with the simulation itself.
+and per-key overhead measured), memcached ``-m`` (slab classes, one LRU per class), ``memory://``
+``max_entries`` (an LRU of entries, expired ones dropped only when read) — :mod:`.server_model`
+says how each is modelled. A server's size for a target is found by regula falsi on its setting
+with the simulation itself (Redis: within 1 %; memcached: the exact MiB; memory://: the entry).
+``verify`` replays on the real server (:mod:`.server_replay`: TTLs and the clock divided by the
+replay's speed) and compares with the simulation on the clock the replay kept.
 """
 
 from __future__ import annotations
@@ -33,15 +37,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from .._engine import OpsSim
 from ..errors import UserError
-from .requests import Requests
-from .server_model import MEMCACHED_MIN_MB, ServerModel, measure_redis, memcached_model, replay_key_size
+from .requests import Requests, from_trace
+from .server_model import (
+    MEMCACHED_MIN_MB,
+    ServerModel,
+    measure_redis,
+    memcached_model,
+    memory_model,
+    replay_key_size,
+)
 
-SERVERS = ("redis", "memcached")
+SERVERS = ("redis", "memcached", "memory")
 POLICIES = ("lru", "fifo", "sieve")
 TOLERANCE = 0.02
 MAX_REPLAY_RATE = 12_000.0  # requests a second a Python replay keeps up with on a busy machine
@@ -82,6 +94,13 @@ class OpsCurve:
                 for s, b, h in zip(self.sizes, self.bytes, self.hit_ratios, strict=True)]
 
 
+def load(source: str | Path | Requests, format: str | None = None, limit: int | None = None) -> Requests:
+    """The requests of a trace file (any format ``open_trace`` reads), or ``source`` itself."""
+    if isinstance(source, Requests):
+        return source
+    return from_trace(source, format, limit)
+
+
 def _feed(sim: OpsSim, r: Requests, sizes: np.ndarray, time_us: np.ndarray | None = None,
           ttl_us: np.ndarray | None = None) -> None:
     t = r.t_us if time_us is None else time_us
@@ -103,7 +122,8 @@ def simulate(r: Requests, policy: str, capacities: Sequence[float], sizes: np.nd
         sizes = _object_bytes(r)
     chunks = model.chunks if model is not None and policy == "memcached" else None
     samples = model.samples if model is not None else 5
-    sim = OpsSim(policy, [max(1, int(c)) for c in capacities], samples, chunks, warmup, seed)
+    lazy = model is not None and model.lazy_expiry
+    sim = OpsSim(policy, [max(1, int(c)) for c in capacities], samples, chunks, warmup, seed, lazy)
     _feed(sim, r, sizes, time_us, ttl_us)
     return [hits / gets if gets else 0.0 for gets, hits, *_ in sim.counts()]
 
@@ -127,7 +147,7 @@ def byte_grid(largest: float, points: int = 16, extra: Sequence[float] = ()) -> 
 
 
 def curves(r: Requests, policies: Sequence[str] = POLICIES, points: int = 16, sizes: Sequence[float] = (),
-           objects: bool = True, sample_rate: float = 1.0, seed: int = 0) -> list[OpsCurve]:
+           objects: bool = True, sample_rate: float = 1.0, seed: int = 0, warmup: int = 0) -> list[OpsCurve]:
     """Per policy, the get hit ratio by bytes (and by objects): ``points`` sizes up to the whole
     footprint, plus the named ``sizes`` (bytes). ``sample_rate`` < 1: SHARDS estimates."""
     unknown = [p for p in policies if p not in POLICIES]
@@ -147,7 +167,7 @@ def curves(r: Requests, policies: Sequence[str] = POLICIES, points: int = 16, si
     for policy in policies:
         for unit, grid, charged in units:
             scaled = [max(1.0, c * sample.sample_rate) for c in grid]
-            hits = simulate(sample, policy, scaled, charged, seed=seed)
+            hits = simulate(sample, policy, scaled, charged, seed=seed, warmup=int(warmup * sample.sample_rate))
             as_bytes = list(grid) if unit == "bytes" else [g * mean_bytes for g in grid]
             out.append(OpsCurve(policy, unit, list(grid), as_bytes, hits, sample.gets, sample.sample_rate))
     return out
@@ -159,18 +179,20 @@ def model_for(server: str, r: Requests, samples: int = 5) -> ServerModel:
         return measure_redis(r, samples=samples)
     if server == "memcached":
         return memcached_model()
+    if server == "memory":
+        return memory_model(r)
     raise UserError(f"server {server!r}: choose from {', '.join(SERVERS)}")
 
 
 def server_curve(r: Requests, model: ServerModel, settings: Sequence[int] = (), points: int = 16,
-                 seed: int = 0) -> OpsCurve:
+                 seed: int = 0, warmup: int = 0) -> OpsCurve:
     """Get hit ratio at each setting of the server (default: ``points`` up to the footprint)."""
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     if not settings:
         footprint = _footprint(r, model.chunk_of(charged) if model.server == "memcached" else charged)
-        settings = model.settings_grid(footprint * 1.1, points)
+        settings = model.settings_grid(footprint * (1.0 if model.server == "memory" else 1.1), points)
     settings = sorted({int(s) for s in settings})
-    hits = simulate(r, model.policy, [model.capacity(s) for s in settings], charged, model, seed=seed)
+    hits = simulate(r, model.policy, [model.capacity(s) for s in settings], charged, model, warmup, seed)
     return OpsCurve(model.server, model.param, [float(s) for s in settings],
                     [float(model.setting_bytes(s)) for s in settings], hits, r.gets)
 
@@ -208,32 +230,43 @@ class ServerSize:
 
 
 def _bisect(r: Requests, model: ServerModel, charged: np.ndarray, target: float, low: int, high: int,
-            seed: int) -> tuple[int, float]:
-    """The smallest setting in (low, high] reaching ``target`` (Redis: within 0.5 %)."""
-    h_high = simulate(r, model.policy, [model.capacity(high)], charged, model, seed=seed)[0]
-    while high - low > max(1, (high * 0.005 if model.server == "redis" else 1)):
-        mid = (low + high) // 2
-        h = simulate(r, model.policy, [model.capacity(mid)], charged, model, seed=seed)[0]
+            seed: int, warmup: int, h_low: float, h_high: float) -> tuple[int, float]:
+    """The smallest setting in (low, high] reaching ``target`` (Redis: within 1 %), by regula falsi
+    in log setting: each step one simulation, placed where the bracket's line meets the target."""
+    def done() -> bool:
+        return high - low <= (max(1, high * 0.01) if model.server == "redis" else 1)
+
+    for _ in range(12):
+        if done():
+            break
+        lo, hi = math.log(max(low, 1)), math.log(high)
+        f = (target - h_low) / (h_high - h_low) if h_high > h_low else 0.5
+        mid = int(math.exp(lo + min(0.9, max(0.1, f)) * (hi - lo)))  # never at an end: the bracket shrinks
+        mid = min(high - 1, max(low + 1, mid))
+        h = simulate(r, model.policy, [model.capacity(mid)], charged, model, warmup, seed)[0]
         if h >= target:
             high, h_high = mid, h
         else:
-            low = mid
+            low, h_low = mid, h
     return high, h_high
 
 
 def size_server(r: Requests, server: str, target: float | None = None, settings: Sequence[int] = (),
                 points: int = 16, policies: Sequence[str] = POLICIES, sample_rate: float = 1.0,
-                samples: int = 5, model: ServerModel | None = None, seed: int = 0) -> ServerSize:
+                samples: int = 5, model: ServerModel | None = None, seed: int = 0, warmup: int = 0,
+                curve: OpsCurve | None = None) -> ServerSize:
     """The ``server``'s setting for a ``target`` get hit ratio (or its curve at ``settings``).
 
     ``r``: :class:`~.requests.Requests`; ``server``: redis | memcached; ``samples``: Redis's
     ``maxmemory-samples``; ``model``: a measured :class:`ServerModel` to reuse (Redis's is
     measured on a spawned server otherwise); ``policies``/``sample_rate``: the generic curves
-    for the report (``()``: none)."""
+    for the report (``()``: none); ``warmup``: requests that fill the caches uncounted (a drawn
+    synthetic stream's first half: the steady state); ``curve``: the server's curve from an earlier
+    call with the same requests and model (several targets: simulated once)."""
     if target is not None and not 0 < target < 1:
         raise UserError(f"target hit ratio {target!r}: between 0 and 1")
     model = model or model_for(server, r, samples)
-    curve = server_curve(r, model, settings, points, seed)
+    curve = curve or server_curve(r, model, settings, points, seed, warmup)
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     setting = predicted = None
     notes = list(model.notes)
@@ -241,8 +274,11 @@ def size_server(r: Requests, server: str, target: float | None = None, settings:
         above = [i for i, h in enumerate(curve.hit_ratios) if h >= target]
         if above:
             i = above[0]
-            low = int(curve.sizes[i - 1]) if i else (model.base_bytes if server == "redis" else MEMCACHED_MIN_MB - 1)
-            setting, predicted = _bisect(r, model, charged, target, low, int(curve.sizes[i]), seed)
+            low = int(curve.sizes[i - 1]) if i else {"redis": model.base_bytes, "memcached": MEMCACHED_MIN_MB - 1
+                                                     }.get(server, 0)
+            h_low = curve.hit_ratios[i - 1] if i else 0.0
+            setting, predicted = _bisect(r, model, charged, target, low, int(curve.sizes[i]), seed, warmup, h_low,
+                                         curve.hit_ratios[i])
         else:
             notes.append(f"no setting up to {curve.sizes[-1]:,.0f} ({model.param}) reaches {target:.0%}: the best "
                          f"is {max(curve.hit_ratios):.3f} (first requests of each object, deletes and expiries "
@@ -251,15 +287,15 @@ def size_server(r: Requests, server: str, target: float | None = None, settings:
         setting, predicted = int(curve.sizes[-1]), curve.hit_ratios[-1]
     naive_bytes = naive_predicted = None
     if setting is not None and predicted is not None:
-        naive_bytes, naive_predicted = _naive(r, model, charged, predicted, seed)
-    generic = curves(r, policies, points, sample_rate=sample_rate, seed=seed) if policies else []
+        naive_bytes, naive_predicted = _naive(r, model, charged, predicted, seed, warmup)
+    generic = curves(r, policies, points, sample_rate=sample_rate, seed=seed, warmup=warmup) if policies else []
     spawn_params = model.spawn_params(setting) if setting is not None else {}
     return ServerSize(server, model.param, setting, model.setting_bytes(setting) if setting is not None else None,
                       predicted, target, spawn_params, model.spawn_url(setting) if setting is not None else None,
                       model, curve, generic, naive_bytes, naive_predicted, notes)
 
 
-def _naive(r: Requests, model: ServerModel, charged: np.ndarray, hit_ratio: float, seed: int,
+def _naive(r: Requests, model: ServerModel, charged: np.ndarray, hit_ratio: float, seed: int, warmup: int,
            ) -> tuple[float, float]:
     """The old way: an LRU of objects counting every request but deletes as an access, the object
     count for ``hit_ratio`` × the mean bytes per item of the server (base memory left out) — and
@@ -267,14 +303,22 @@ def _naive(r: Requests, model: ServerModel, charged: np.ndarray, hit_ratio: floa
     from .mrc import lru_curves
 
     keep = r.op != 2
-    ids = r.ids[keep]
-    by_objects, _ = lru_curves([(ids, None)])
+    cached = getattr(r, "_naive_curve", None)
+    if cached is None or cached[0] != warmup:
+        curve, _ = lru_curves([(r.ids[keep], None)], warmup=int(np.count_nonzero(keep[:warmup])))
+        cached = (warmup, curve)
+        r._naive_curve = cached  # several targets, several servers: one pass
+    by_objects = cached[1]
     objects = by_objects.size_for(hit_ratio) or by_objects.sizes[-1]
     _, first = np.unique(r.ids, return_index=True)
+    if model.server == "memory":  # entries: the object count itself is the setting
+        setting = max(1, round(objects))
+        got = simulate(r, model.policy, [model.capacity(setting)], charged, model, warmup, seed)[0]
+        return float(model.setting_bytes(setting)), got
     per_item = float((charged if model.server == "redis" else model.chunk_of(charged))[first].mean())
     naive = objects * per_item
     setting = int(naive) if model.server == "redis" else max(1, round(naive / (1 << 20)))
-    got = simulate(r, model.policy, [model.capacity(setting)], charged, model, seed=seed)[0]
+    got = simulate(r, model.policy, [model.capacity(setting)], charged, model, warmup, seed)[0]
     return naive, got
 
 
@@ -339,7 +383,9 @@ def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: fl
     done = replay(model, setting, r, speed)
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     ttl_us = (r.ttl_s.astype(np.float64) * 1e6 / speed)
-    if model.server == "memcached":  # whole seconds (≥ 1) on a clock that ticks once a second: ~½ s sooner
+    if model.server == "memory":  # in process: a monotonic clock, no rounding
+        ttl_us = np.where(r.ttl_s > 0, ttl_us, 0)
+    elif model.server == "memcached":  # whole seconds (≥ 1) on a clock that ticks once a second: ~½ s sooner
         ttl_us = np.where(r.ttl_s > 0, np.maximum(1, np.round(r.ttl_s / speed)) * 1e6 - 5e5, 0)
     predicted = simulate(r, model.policy, [model.capacity(setting)], charged, model, seed=seed,
                          time_us=done.sent_us, ttl_us=ttl_us.astype(np.int64))[0]
@@ -363,12 +409,15 @@ def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: fl
 
 
 def _why(check: Verification, model: ServerModel) -> str:
+    if model.server == "memory":
+        return f"off by {check.difference:+.3f}: the replay's pacing against a lazily expiring LRU"
     if model.server == "redis":
-        return (f"off by {check.difference:+.3f}: Redis frees expired keys lazily and in sampled sweeps, and "
-                "its used_memory also holds client buffers — the model charges neither")
+        return (f"off by {check.difference:+.3f}: Redis's used_memory also holds what the model does not "
+                "charge — client buffers grown by the replay, hash tables sized for the most keys held, expired "
+                "keys not yet swept — which weighs most in a small maxmemory (a few MB)")
     return (f"off by {check.difference:+.3f}: memcached's segmented LRU (hot/warm/cold), its LRU crawler and "
             "slab page moves are not simulated; the model is one plain LRU per slab class")
 
 
-__all__ = ["POLICIES", "SERVERS", "OpsCurve", "ServerSize", "Verification", "curves", "model_for", "replay_key_size",
-           "replay_speed", "server_curve", "simulate", "size_server", "verify"]
+__all__ = ["POLICIES", "SERVERS", "OpsCurve", "ServerSize", "Verification", "curves", "load", "model_for",
+           "replay_key_size", "replay_speed", "server_curve", "simulate", "size_server", "verify"]

@@ -23,6 +23,34 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
     return values
 
 
+_UNITS = (("gib", 1 << 30), ("mib", 1 << 20), ("kib", 1 << 10), ("gb", 10**9), ("mb", 10**6), ("kb", 10**3),
+          ("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10), ("b", 1))
+
+
+def byte_sizes(text: str) -> tuple[float, ...]:
+    """``128MiB,1GiB,500000``: cache sizes in bytes (KiB/MiB/GiB and k/m/g are powers of 1024,
+    KB/MB/GB of 1000)."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        low, scale = part.lower(), 1
+        for suffix, factor in _UNITS:
+            if low.endswith(suffix):
+                low, scale = low[: -len(suffix)].strip(), factor
+                break
+        try:
+            value = float(low) * scale
+        except ValueError:
+            value = -1.0
+        if not 0 < value < 2**50:
+            raise UserError(f"--sizes {text!r}: each a size in bytes, e.g. 128MiB,256MiB,1GiB")
+        out.append(float(round(value)))
+    if not out:
+        raise UserError(f"--sizes {text!r}: each a size in bytes, e.g. 128MiB,256MiB,1GiB")
+    return tuple(sorted(set(out)))
+
+
 def _synthetic(source: str | None, keys: int | None, key_dist: str | None, value_size: str | None,
                requests: int | None) -> tuple[Any, str, dict[str, Any]]:
     """The key stream of an experiment's (or the flags') workload, and how to describe it."""
@@ -77,10 +105,18 @@ def size(
     requests: Annotated[int | None, typer.Option(help="Synthetic: requests to draw (default 20 × keys).")] = None,
     hit_ratio: Annotated[str, typer.Option(help="Target hit ratios.")] = "0.8,0.9,0.95,0.99",
     policy: Annotated[str, typer.Option(help="Policies: lru (exact, one pass), fifo, sieve (simulated).")] = "lru",
+    sizes: Annotated[str | None, typer.Option(help="Cache sizes in bytes to simulate every policy at, e.g. "
+                                              "128MiB,256MiB,1GiB (shown in the byte curve).")] = None,
     sample_rate: Annotated[float, typer.Option(help="SHARDS sampling rate for LRU (1: exact).")] = 1.0,
     measure: Annotated[
-        bool, typer.Option("--measure/--no-measure", help="Measure bytes per item on spawned Redis and memcached.")
+        bool, typer.Option("--measure/--no-measure", help="Size Redis and memcached as they evict: Redis's base "
+                           "memory and per-key bytes measured on a spawned server, memcached's slab classes.")
     ] = True,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Configure each server's size for the first target on a spawned "
+                           "server, replay the traffic under cache-aside, and print the measured get hit ratio "
+                           "beside the predicted one.")
+    ] = False,
     target: Annotated[
         list[str] | None, typer.Option("--target", "-t", help="With --measure: measure bytes per item on this "
                                        "server instead (a URL or spawn:; any scheme whose server reports its "
@@ -95,22 +131,40 @@ def size(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables (a figure the sample "
                                            "does not resolve is null, with its reason).")] = False,
 ) -> None:
-    """How big must the cache be for a hit ratio: objects, Redis maxmemory and memcached -m.
+    """How big must the cache be for a hit ratio: Redis maxmemory, memcached -m, bytes and objects.
 
-    Example: cachemark size --keys 100000 --key-dist zipf:0.99 --value-size 100-1000
+    What is counted: the hit ratio the application sees, get hits / gets, under the trace's own ops
+    — a get that misses fills the cache (cache-aside), a set writes, a delete removes, a TTL expires
+    on the trace's clock. Each server is simulated as it accounts and evicts (Redis's sampled LRU
+    against used_memory with its base memory; memcached's slab classes), and LRU, FIFO and SIEVE by
+    bytes at each size. The objects table is the one-pass LRU stack-distance curve (every request
+    but deletes an access, no TTLs) — for SHARDS on very long traces.
+
+    Example: cachemark size --keys 100000 --key-dist zipf:0.99 --value-size 100-1000 --sizes 16MiB,64MiB
     """
     from ..analysis.che import lru_hit_ratio, zipf_popularity
-    from ..analysis.footprint import memcached_footprint, redis_footprint
     from ..analysis.mrc import lru_curves, policy_curve
     from ..analysis.sizing import answers, expected_latencies
-    from ..errors import BackendMissing
     from ..report.blocks import to_markdown, to_rich
-    from ..report.size_report import CURVE_SHARES, answer_block, curve_block, size_document
+    from ..report.size_report import (
+        COUNTED,
+        CURVE_SHARES,
+        answer_block,
+        byte_curve_block,
+        byte_curve_document,
+        curve_block,
+        server_block,
+        size_document,
+        verified_block,
+    )
 
     console = make_console()
     if markdown and json_out:
         raise UserError("--markdown and --json: choose one")
+    if verify and (not measure or target):
+        raise UserError("--verify sizes spawned Redis and memcached: not with --no-measure or --target")
     targets = _floats(hit_ratio, "--hit-ratio")
+    named = byte_sizes(sizes) if sizes is not None else ()
     policies = [p.strip().lower() for p in policy.split(",") if p.strip()]
     if not policies or any(p not in ("lru", "fifo", "sieve") for p in policies):
         raise UserError(f"--policy {policy!r}: choose from lru, fifo, sieve")
@@ -145,20 +199,28 @@ def size(
         for url in target:
             with console.status(f"measuring bytes per item on {_shown(url)}"):
                 footprints.append(measured_on(url, sizes))
-    elif measure:
-        sizes = _value_sample(stream())
-        for measure_one in (redis_footprint, memcached_footprint):
-            try:
-                with console.status(f"measuring bytes per item ({measure_one.__name__.split('_')[0]})"):
-                    footprints.append(measure_one(sizes))
-            except BackendMissing as exc:
-                console.print(f"bytes per item not measured: {exc}", markup=False, highlight=False)
+    ops_requests = _ops_requests(source, trace_format, synthetic, stream)
+    ops_warmup = warmup
+    with console.status("simulating each policy by bytes under the trace's ops"):
+        ops_curves = ops_byte_curves(ops_requests, policies, named, sample_rate, ops_warmup)
+    sized_servers: list[Any] = []
+    if measure and not target:
+        sized_servers = _size_servers(console, ops_requests, targets, ops_warmup)
+    verified: list[Any] = []
+    if verify:
+        verified = _verify_servers(console, sized_servers, ops_requests)
     latencies, latency_label = None, ""
     if latency_from is not None:
         latencies, latency_label = _latencies(latency_from, label, targets, expected_latencies)
     sized = answers(curves[0], footprints, targets)
     blocks = [answer_block(curves[0], sized, footprints, description, latencies, latency_label),
-              curve_block(curves, che)]
+              curve_block(curves, che), byte_curve_block(ops_curves, named)]
+    blocks[0].notes.insert(0, "Objects: LRU stack distances, every request but deletes an access and no TTLs "
+                              "(What to set and By bytes give the get hit ratio under the trace's ops).")
+    if sized_servers:
+        blocks.insert(0, server_block(sized_servers))
+    if verified:
+        blocks.insert(1, verified_block(verified))
     problems = getattr(reader[0], "problems", None) if reader is not None else None
     if problems is not None:
         blocks[0].notes += [f"trace {line}" for line in problems.lines()]
@@ -168,12 +230,79 @@ def size(
 
         document = size_document(curves, sized, footprints, description, latencies, che)
         document["notes"] += [f"trace {line}" for line in problems.lines()] if problems is not None else []
+        document["counted"] = COUNTED
+        document["byte_curve"] = byte_curve_document(ops_curves)
+        document["sizes"] = list(named)
+        document["servers"] = [s.as_dict() for s in sized_servers]
+        document["verified"] = [v.as_dict() for v in verified]
         sys.stdout.write(json.dumps(document, indent=1) + "\n")
     elif markdown:
         console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False)
     else:
         for block in blocks:
             to_rich(block, console)
+
+
+def _ops_requests(source: str | None, trace_format: str | None, synthetic: dict[str, Any] | None,
+                  stream: Any) -> Any:
+    """The requests with their ops, for the simulations of what the application sees."""
+    from ..analysis import requests as rq
+
+    if synthetic is None:
+        return rq.from_trace(Path(str(source)), trace_format)
+    ids, sizes = [], []
+    import numpy as np
+
+    for chunk_ids, chunk_sizes in stream():
+        ids.append(chunk_ids)
+        sizes.append(chunk_sizes)
+    n = int(sum(len(i) for i in ids))
+    return rq._columns(np.arange(n) * 100, np.zeros(n), np.concatenate(ids), np.full(n, 16), np.concatenate(sizes),
+                       np.zeros(n), "synthetic")
+
+
+def ops_byte_curves(requests: Any, policies: list[str], named: tuple[float, ...], sample_rate: float,
+                    warmup: int) -> list[Any]:
+    from ..analysis.server_size import curves
+
+    return curves(requests, policies, points=16, sizes=named, objects=False, sample_rate=sample_rate,
+                  warmup=warmup)
+
+
+def _size_servers(console: Any, requests: Any, targets: tuple[float, ...], warmup: int) -> list[Any]:
+    """Redis and memcached sized for each target by simulating each server (Redis measured first)."""
+    from ..analysis.server_size import model_for, size_server
+    from ..errors import BackendMissing
+
+    out = []
+    for server in ("redis", "memcached"):
+        try:
+            with console.status(f"measuring and simulating {server}"):
+                model = model_for(server, requests)
+                curve = None
+                for t in targets:
+                    out.append(size_server(requests, server, target=t, policies=(), model=model, warmup=warmup,
+                                           curve=curve))
+                    curve = out[-1].curve
+        except BackendMissing as exc:
+            console.print(f"{server} not sized: {exc}", markup=False, highlight=False)
+    return out
+
+
+def _verify_servers(console: Any, sized: list[Any], requests: Any) -> list[Any]:
+    """Each server's first reached target, configured on a spawned server and replayed."""
+    from ..analysis.server_size import replay_speed, verify
+
+    out, done = [], set()
+    speed = replay_speed(requests)
+    for s in sized:
+        if s.setting is None or s.server in done:
+            continue
+        done.add(s.server)
+        seconds = requests.span_s / speed
+        with console.status(f"verifying {s.spawn_url}: replaying {len(requests):,} requests (~{seconds:,.0f} s)"):
+            out.append(verify(s, requests, speed=speed))
+    return out
 
 
 def _shown(url: str) -> str:

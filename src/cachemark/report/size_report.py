@@ -170,3 +170,86 @@ def size_document(curves: list[Curve], answers: list[SizeAnswer], footprints: li
         "curve": points,
         "notes": list(base.notes),
     }
+
+
+COUNTED = ("get hits ÷ gets under the trace's own ops: a get that misses fills the cache (cache-aside), "
+           "a set writes, a delete removes, a TTL expires on the trace's clock")
+
+
+def _setting(server: str, setting: float) -> str:
+    return f"{setting:,.0f} B ({fmt_bytes(setting)})" if server == "redis" else f"{setting:,.0f} MiB"
+
+
+def server_block(sized: list[Any]) -> Block:
+    """Per server and target: the setting the simulation of that server chose, and what it predicts
+    (``sized``: :class:`~cachemark.analysis.server_size.ServerSize`, one per server and target)."""
+    names = {"redis": "Redis maxmemory", "memcached": "memcached -m"}
+    rows = []
+    for s in sized:
+        if s.setting is None:
+            rows.append([names[s.server], f"{s.target:.0%}", "unreachable", "-", "-"])
+            continue
+        naive = "-" if s.naive_bytes is None else f"{fmt_bytes(s.naive_bytes)} → {s.naive_predicted:.3f}"
+        rows.append([names[s.server], f"{s.target:.0%}" if s.target is not None else "-",
+                     _setting(s.server, s.setting), f"{s.predicted:.3f}", naive])
+    notes = [f"Counted: {COUNTED}.",
+             "Each server simulated as it accounts and evicts: Redis's sampled LRU against used_memory (its "
+             "base memory and per-key bytes measured on a spawned server), memcached's slab classes with one LRU "
+             "each (every class in use holds a page even beyond -m).",
+             "objects × mean: the old sizing (an LRU of objects counting every request, times the mean bytes "
+             "per item, no base memory) and the hit ratio the server would really give at it."]
+    seen = set()
+    for s in sized:
+        for note in s.notes:
+            if note not in seen:
+                seen.add(note)
+                notes.append(note)
+    return Block("What to set", [], ["server", "target", "setting", "predicted", "objects × mean → real"],
+                 rows, notes, left=3)
+
+
+def byte_curve_block(curves: list[Any], named: tuple[float, ...] = (), shown: int = 10) -> Block:
+    """Get hit ratio by cache bytes, per policy (``curves``: OpsCurve by bytes); the named sizes
+    (``--sizes``) always shown, the grid thinned to about ``shown`` rows."""
+    by_bytes = [c for c in curves if c.unit == "bytes"]
+    if not by_bytes:
+        return Block("By bytes", ["no byte curve"], [], [], [])
+    sizes = by_bytes[0].sizes
+    step = max(1, len(sizes) // shown)
+    keep = {x for i, x in enumerate(sizes) if i % step == 0 or i == len(sizes) - 1} | {float(x) for x in named}
+    rows = []
+    for i, size in enumerate(sizes):
+        if size in keep:
+            mark = " *" if size in named else ""
+            rows.append([fmt_bytes(size) + mark, *(f"{c.hit_ratios[i]:.3f}" for c in by_bytes)])
+    sampled = by_bytes[0].sample_rate
+    notes = [f"Get hit ratio by cache bytes (an object costs its key + value bytes); counted: {COUNTED}."]
+    if named:
+        notes.append("* a size asked for with --sizes.")
+    if sampled < 1:
+        notes.append(f"SHARDS at {sampled:g}: the objects whose hash falls in the sample, at a capacity scaled "
+                     "alike (estimates).")
+    return Block("By bytes", [], ["cache bytes", *(c.policy.upper() for c in by_bytes)], rows, notes, left=1)
+
+
+def byte_curve_document(curves: list[Any]) -> list[dict[str, Any]]:
+    """Each byte-curve point: its ``bytes`` and each policy's ``hit_ratio`` and ``miss_ratio``."""
+    by_bytes = [c for c in curves if c.unit == "bytes"]
+    if not by_bytes:
+        return []
+    return [{"bytes": size, **{c.policy: {"hit_ratio": c.hit_ratios[i], "miss_ratio": 1 - c.hit_ratios[i]}
+                                for c in by_bytes}}
+            for i, size in enumerate(by_bytes[0].sizes)]
+
+
+def verified_block(checks: list[Any]) -> Block:
+    """Measured beside predicted (``checks``: :class:`~cachemark.analysis.server_size.Verification`)."""
+    rows = [[c.server, f"{c.setting:,}", f"{c.predicted:.3f}", f"{c.measured:.3f}", f"{c.difference:+.3f}",
+             "yes" if c.within else "NO"] for c in checks]
+    notes = ["Each setting configured on a spawned server, the traffic replayed under cache-aside (a get miss "
+             "sets the object, sets and deletes as recorded, TTLs kept) and the get hit ratio read from the "
+             "server's own counters; predicted: simulated on the clock the replay kept."]
+    for c in checks:
+        notes += [f"{c.server}: {note}" for note in c.notes]
+    return Block("Verified on the real server", [], ["server", "setting", "predicted", "measured", "difference",
+                                                     "within 0.02"], rows, notes, left=2)
