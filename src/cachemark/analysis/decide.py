@@ -266,32 +266,17 @@ def _best_hit_ratio(requests: Any) -> float:
 
 
 def _size(c: Candidate, requests: Any, aim: float) -> tuple[Any, dict[str, str]]:
-    """The candidate's setting for the aimed hit ratio, and the URL parameters that configure it."""
+    """The candidate's setting for the aimed hit ratio (:func:`.server_size.size_server`: its server as it
+    accounts and evicts), and the URL parameters that configure it."""
     from .decision import Setting, Sizing
-    from .server_size import simulate, size_server
+    from .server_size import size_server
 
-    if not c.shared:  # an in-process LRU of max_entries objects
-        objects = requests.objects
-        lo, hi = 1, max(1, objects)
-        ones = _ones(len(requests))
-        if simulate(requests, "lru", [hi], ones)[0] < aim:
-            return Sizing(None, None, why=f"no max_entries up to every object ({objects:,}) reaches {aim:.3f}"), {}
-        while hi - lo > max(1, hi // 200):
-            mid = (lo + hi) // 2
-            if simulate(requests, "lru", [mid], ones)[0] >= aim:
-                hi = mid
-            else:
-                lo = mid
-        predicted = float(simulate(requests, "lru", [hi], ones)[0])
-        per_object = float(requests.value_size.mean() + requests.key_size.mean()) + 100
-        setting = Setting("max_entries", hi, "objects", {"max_entries": str(hi)}, hi * per_object)
-        return Sizing(setting, predicted), setting.url_params
     sized = size_server(requests, c.kind, target=aim, policies=())
     curve = {"bytes": list(sized.curve.bytes), "hit_ratio": list(sized.curve.hit_ratios)}
     if sized.setting is None:
-        return Sizing(None, None, why="; ".join(sized.notes) or f"no setting reaches {aim:.3f}", curve=curve), {}
-    unit = "bytes" if sized.param == "maxmemory" else "MiB"
-    name = "maxmemory" if sized.param == "maxmemory" else "-m"
+        return Sizing(None, None, why="; ".join(sized.notes[-1:]) or f"no setting reaches {aim:.3f}", curve=curve), {}
+    name, unit = {"maxmemory": ("maxmemory", "bytes"), "memory_mb": ("-m", "MiB")}.get(
+        sized.param, (sized.param, "objects"))
     params = {k: str(v) for k, v in sized.spawn_params.items()}
     setting = Setting(name, int(sized.setting), unit, params, float(sized.bytes or 0))
     sizing = Sizing(setting, sized.predicted, curve=curve)
@@ -299,21 +284,12 @@ def _size(c: Candidate, requests: Any, aim: float) -> tuple[Any, dict[str, str]]
     return sizing, params
 
 
-def _ones(n: int) -> Any:
-    import numpy as np
-
-    return np.ones(n, dtype=np.uint32)
-
-
 def _verify(c: Candidate, requests: Any, a: Assessment) -> None:
     from .server_size import verify
 
     sizing = a.sizing
     assert sizing is not None and sizing.setting is not None
-    sized = getattr(sizing, "server_size", None)
-    if sized is None:
-        return  # an in-process cache: its LRU is the simulation's own (max_entries)
-    check = verify(sized, requests)
+    check = verify(sizing.server_size, requests)  # type: ignore[attr-defined]
     sizing.measured = check.measured
     if not check.within:
         sizing.why = check.summary() + "; " + "; ".join(check.notes)
