@@ -65,6 +65,7 @@ def test_a_candidate_is_rejected_by_the_need_it_fails_and_the_rest_ranked_by_cos
                      "local": ["shared across 3 app servers"], "costly": ["costs ≤ 100 a month"]}
 
 
+@pytest.mark.alone  # its capacity search times a p99 (conftest.py): by itself, with a budget of 20 ms
 @pytest.mark.timeout(600)
 def test_decide_sizes_both_servers_so_that_they_give_the_predicted_hit_ratio(tmp_path: Path, cachemark) -> None:
     """The issue's case: one command from a trace to a decision, each size verified on its real server."""
@@ -74,7 +75,7 @@ def test_decide_sizes_both_servers_so_that_they_give_the_predicted_hit_ratio(tmp
     requests = rq.generate(requests=120_000, objects=12_000, alpha=0.9, rate=20_000, seed=3)
     trace = rq.write_trace(requests, tmp_path / "app.trace")
     # two app servers: the default candidates are then Redis and memcached alone
-    (tmp_path / "needs.toml").write_text("[needs]\nhit_ratio = 0.8\np99_ms = { get = 5.0 }\napp_servers = 2\n")
+    (tmp_path / "needs.toml").write_text("[needs]\nhit_ratio = 0.8\np99_ms = { get = 20.0 }\napp_servers = 2\n")
     out = tmp_path / "decision.json"
     result = cachemark("decide", str(trace), "--needs", str(tmp_path / "needs.toml"), "-o", str(out), cwd=tmp_path,
                        timeout=560)
@@ -86,7 +87,7 @@ def test_decide_sizes_both_servers_so_that_they_give_the_predicted_hit_ratio(tmp
         assert sizing["setting"] is not None, c
         assert sizing["measured"] == pytest.approx(sizing["predicted"], abs=0.02), (c["label"], sizing)
         assert sizing["measured"] >= 0.8 - 0.02
-        assert c["capacity"]["capacity_ops_per_s"] > 0
+        assert c["capacity"]["capacity_ops_per_s"] is not None and c["capacity"]["capacity_ops_per_s"] > 0, c
         assert c["plan"]["nodes"] >= 1
     assert decision["decision"]["deploy"] in ("redis", "memcached")
     # Sized the old way — objects for the hit ratio × the mean bytes of an item — Redis misses it (memcached's
