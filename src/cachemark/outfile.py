@@ -42,6 +42,17 @@ def _cannot(path: str | Path, what: str) -> str:
     return f"cannot write {what + ' to ' if what else ''}{one_line(path)}"
 
 
+def not_an_input(path: str | Path, inputs: list[str | Path] | tuple[str | Path, ...], what: str = "") -> None:
+    """Refuse, in one line, to write ``path`` when it is one of the command's own ``inputs`` (the same file
+    by any name): an output never replaces what it was made from."""
+    if is_stdout(path):
+        return
+    for given in inputs:
+        with contextlib.suppress(OSError, ValueError):
+            if os.path.samefile(path, given):
+                raise UserError(f"{_cannot(path, what)}: it is one of this command's inputs")
+
+
 def check(path: str | Path, what: str = "") -> Path:
     """``path`` as a :class:`Path` if cachemark may write it; else one-line :class:`UserError`.
     Called before the work whose output it is, so a bad ``-o`` costs nothing."""

@@ -9,6 +9,7 @@ symlink). Bad input ends as a one-line
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -54,6 +55,7 @@ def report(
 
     Example: cachemark report results/cachemark-20261122-080904.json -f markdown --baseline redis -o bench.md
     """
+    from .. import outfile
     from ..report.export import strip_histograms
     from ..report.formats import FORMATS, render
     from ..results import load, write_atomic
@@ -68,8 +70,7 @@ def report(
     if format == "json" and str(out) != "-":
         if baseline is not None:
             raise UserError("--baseline applies to the markdown and html formats")
-        if out.resolve() == results.resolve():
-            raise UserError(f"{one_line(out)}: refusing to overwrite the results file with its summary")
+        outfile.not_an_input(out, [results], "the summary")
         write_atomic(out, strip_histograms(document))
         _console().print(f"wrote {out}", markup=False, highlight=False)
         return
@@ -79,8 +80,9 @@ def report(
 def compare(
     base: Annotated[Path, typer.Argument(help="The results file to compare against.")],
     new: Annotated[list[Path], typer.Argument(help="One or more newer results files.")],
-    format: Annotated[str, typer.Option("--format", "-f", help="table | markdown | json")] = "table",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write markdown/json here.")] = None,
+    format: Annotated[str | None, typer.Option("--format", "-f", help="table | markdown | json (default: --out's "
+                                               "suffix, .md or .json, else table)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the comparison here (any format).")] = None,
     fail_on: Annotated[str | None, typer.Option(
         "--fail-on", help="CI gate: comma-separated rules on the figures as printed (ops/s, p50, p90, p99, "
         "p99.9, max), e.g. 'p99>10%,ops/s<-5%'. Exit 1, one line per regression, when a figure moves beyond "
@@ -94,13 +96,20 @@ def compare(
     --fail-on makes it a CI gate: exit 1 and one line per regression beyond its rule and the noise, else 0.
     Example: cachemark compare results/before.json results/after.json --fail-on 'p99>10%,ops/s<-5%'
     """
+    from .. import outfile
     from ..errors import EXIT_REGRESSION
     from ..report import compare as cmp
     from ..results import load
 
+    if format is None:
+        suffix = out.suffix.lower() if out is not None and not outfile.is_stdout(out) else ""
+        format = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(suffix, "table")
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown format {format!r}; choose one of table, markdown, json")
     rules = cmp.parse_rules(fail_on) if fail_on is not None else None  # a typo costs no work
+    if out is not None and not outfile.is_stdout(out):
+        outfile.check(out, "the comparison")
+        outfile.not_an_input(out, [base, *new], "the comparison")
     base_doc = load(base)
     new_docs = [load(path) for path in new]
     rows = cmp.compare(base_doc, new_docs)
@@ -108,13 +117,22 @@ def compare(
         raise UserError(f"nothing to compare: no label and op appears in both {one_line(base)} and the new results")
     names = [p.name for p in new]
     warnings = cmp.workload_warnings(base_doc, new_docs, names=names)
-    verdict = cmp.gate(rows, rules, names) if rules else None
+    verdict = cmp.gate(rows, rules, names, cmp.failed_runs(new_docs, names)) if rules else None
     missing = cmp.unmatched(base_doc, new_docs)
     if format == "table":
-        console = make_console()
+        to_file = out is not None and not outfile.is_stdout(out)
+        from rich.console import Console
+
+        buffer = io.StringIO()
+        console = Console(file=buffer, width=200) if to_file else make_console()
         cmp.render_table(rows, console, names=names, warnings=warnings)
         if missing:
             console.print("not compared (on one side only): " + ", ".join(missing), markup=False, highlight=False)
+        if to_file:
+            for line in cmp.gate_lines(verdict) if verdict else []:
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
+            _emit(buffer.getvalue(), out)
+            console = _console()  # the file holds the table: the gate speaks on stderr too
     else:
         _compare_output(format, out, cmp.to_json(str(base), [str(p) for p in new], rows, warnings, missing, verdict))
         console = _console()  # stdout (or the file) holds the document: the gate speaks on stderr
