@@ -299,10 +299,10 @@ def test_nodes_are_the_larger_of_memory_and_load() -> None:
     node = prices.offering("cache.m7g.large")  # 6.38 GiB, 0.158 an hour
     # 20 GiB of verified size → ⌈20 / 6.38⌉ = 4 by memory; 50,000 ops/s at 20,000 each → 3 by load
     count = nodes_needed(node, 20 * GIB, 50_000, 20_000)
-    assert (count.memory_nodes, count.load_nodes, count.nodes, count.bound_by) == (4, 3, 4, "memory")
+    assert (count.memory_nodes, count.load_nodes, count.nodes, count.by_memory) == (4, 3, 4, True)
     assert count.monthly_cost == pytest.approx(4 * 0.158 * 730)
     count = nodes_needed(node, 1 * GIB, 100_001, 20_000)  # ⌈100,001 / 20,000⌉ = 6 by load
-    assert (count.memory_nodes, count.load_nodes, count.nodes, count.bound_by) == (1, 6, 6, "load")
+    assert (count.memory_nodes, count.load_nodes, count.nodes, count.by_memory) == (1, 6, 6, False)
     assert nodes_needed(node, None, None, None).nodes == 1
     with pytest.raises(UserError, match="billed per request"):
         nodes_needed(prices.offering("s3-standard"), GIB, 10, 10)
