@@ -241,6 +241,7 @@ class _Search:
         self.low: float | None = None
         self.high: float | None = None
         self.stopped, self.skip_reason = "skipped", ""
+        self.closed = 0.0  # the closed loop's ops/s, once measured
 
     # --- the steps ---------------------------------------------------------------------------
 
@@ -258,9 +259,10 @@ class _Search:
             return self._result(0.0, status=self.stopped, reason=self.skip_reason)
         if closed <= 0:
             raise UserError(f"{self.label}: the closed loop did no ops: nothing to search from")
+        self.closed = closed
         rate = closed / 2
         while len(self.points) < self.max_steps:
-            point = self._step(rate, closed)
+            point = self._step(rate)
             if point is None:
                 return self._result(closed, status=self.stopped, reason=self.skip_reason)
             if point.within:
@@ -302,7 +304,7 @@ class _Search:
         rarest = min(self.shares.values())
         return min(max(MIN_STEP_S, self.min_samples / (rate * rarest)), self.max_step_s)
 
-    def _step(self, rate: float, closed: float) -> CapacityPoint | None:
+    def _step(self, rate: float) -> CapacityPoint | None:
         seconds = self._step_seconds(rate)
         step = len(self.points) + 1
         self._tell(step, rate, seconds)
@@ -394,7 +396,7 @@ class _Search:
         if self.low is None:
             left = 1 + math.ceil(math.log2(1 / self.precision))  # one to close the bracket, then bisection
         elif self.high is None:  # bisecting towards the closed loop's rate
-            left = 1 + math.ceil(math.log2(max(self.low, 1.0) / (self.precision * self.low)))
+            left = 1 + math.ceil(math.log2(max(self.closed - self.low, 1.0) / (self.precision * self.low)))
         elif self.high - self.low <= self.precision * self.low:
             left = 0
         else:
@@ -406,8 +408,7 @@ class _Search:
             return
         left = self._steps_left() - (0 if point is not None or step == 0 else 1)
         overhead = sum(self.overhead) / len(self.overhead) if self.overhead else 1.0
-        typical = self._step_seconds(rate or (self.low or self.high or 1.0)) if (rate or self.low or self.high) \
-            else MIN_STEP_S
+        typical = self._step_seconds(rate or self.low or self.high or self.closed or 1.0)
         eta = max(left, 0) * (typical + self.warmup_s + overhead)
         if point is None:
             eta += seconds + self.warmup_s + overhead

@@ -28,8 +28,12 @@ def headline(result: CapacityResult) -> str:
     if result.status != "ok":
         return f"{result.label}: {result.status}: {result.reason}"
     if result.capacity_ops_per_s is None:
-        lowest = min((p.rate for p in result.points), default=None)
-        return f"{result.label}: over budget at every rate tried (down to {_rate(lowest)} ops/s): {within}"
+        lowest = min(result.points, key=lambda p: p.rate, default=None)
+        if lowest is None:
+            return f"{result.label}: no open-loop step was run: {within}"
+        return (f"{result.label}: over budget at every rate tried (down to {_rate(lowest.rate)} ops/s, where "
+                f"{lowest.why}): {within}. Even a light load's p99 is over it: a floor of this client, network and "
+                "host (a busy host raises it), or a budget tighter than the server gives")
     if result.high is None:
         return (f"{result.label}: at least {_rate(result.capacity_ops_per_s)} ops/s within {within} "
                 "(no rate tried went over it)")
