@@ -327,3 +327,20 @@ def test_prices_lists_the_offerings(tmp_path, cachemark) -> None:
     mine = cachemark("prices", "--prices", "mine.toml", "--markdown", cwd=tmp_path)
     assert mine.returncode == 0 and "| box | instance | 64 | 0.5 | 365.00 | our own rack |" in mine.stdout, mine.stdout
     assert "in EUR" in mine.stdout
+
+
+def test_cost_counts_nodes_on_the_capacity_file(tmp_path, cachemark) -> None:
+    """`cost --capacity` (what `cachemark capacity -o` wrote): the load's nodes on the capacity within the budget,
+    found by the label without its client as prices are."""
+    write_atomic(tmp_path / "r.json", real_doc())
+    (tmp_path / "cap.json").write_text(json.dumps({"capacity_ops_per_s": {"redis(engine)": 25_000.0}, "targets": [
+        {"label": "redis(engine)", "target": "spawn:redis?client=engine"}]}))
+    priced = cachemark("cost", "r.json", "--price", "redis=cache.t4g.micro", "--load", "100000", "--capacity",
+                       "cap.json", "--markdown", cwd=tmp_path)
+    assert priced.returncode == 0, priced.stderr
+    row = next(line for line in priced.stdout.splitlines() if line.startswith("| redis |"))
+    assert "| 4 × 46.72 |" in row, row  # ⌈100,000 ÷ 25,000⌉ = 4 nodes × 0.016 × 730
+    assert "one node serves 25,000 ops/s within the p99 budget" in priced.stdout
+    (tmp_path / "bad.json").write_text('{"targets": []}')
+    bad = cachemark("cost", "r.json", "--price", "redis=cache.t4g.micro", "--capacity", "bad.json", cwd=tmp_path)
+    assert bad.returncode == 2 and "not a capacity file" in bad.stderr

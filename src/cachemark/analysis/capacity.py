@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendMissing, UserError
-from ..plan import default_label
+from ..plan import default_label, price_labels
 from ..run.driver import driver_for
 from ..run.preflight import uses_engine
 from ..run.provide import provide
@@ -423,3 +423,33 @@ def _check_ok(outcome: Any, label: str) -> None:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e6:.3g} µs" if seconds < 1e-3 else f"{seconds * 1e3:.3g} ms"
+
+
+def load_capacities(path: Any) -> dict[str, float]:
+    """label → ``capacity_ops_per_s`` from a file ``cachemark capacity --json`` (or ``-o``) wrote, under each
+    label and the label its target has without a ``client``; a target that found none is left out. Any
+    problem with the file is one line naming it."""
+    import json
+
+    from ..textfile import read_text
+
+    try:
+        data = json.loads(read_text(path, "capacity file", max_bytes=64 << 20))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not a capacity file ({exc})") from None
+    table = data.get("capacity_ops_per_s") if isinstance(data, dict) else None
+    if not isinstance(table, dict):
+        raise UserError(f"{path}: not a capacity file: no capacity_ops_per_s table (cachemark capacity -o writes one)")
+    targets = {str(t.get("label")): str(t.get("target") or "") for t in data.get("targets") or []
+               if isinstance(t, dict)}
+    out: dict[str, float] = {}
+    for label, value in table.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise UserError(f"{path}: capacity_ops_per_s.{label} must be a finite number > 0, not {value!r}")
+        # under its label and the label its target has without a client: redis(engine)'s figure is redis's
+        for name in price_labels(str(label), targets.get(str(label))):
+            out.setdefault(name, float(value))
+    return out
+
