@@ -68,6 +68,7 @@ MIN_STEP_S = 1.0  # a step never shorter: wake-ups and the server's own rhythm n
 MAX_STEP_S = 30.0  # nor longer: a rate whose op is rare is measured on what 30 s give
 WARMUP_S = 0.5  # untimed before each step: the queue reaches its steady state (ms at any sane rate)
 CLOSED_S = 1.0  # the closed-loop step that bounds the bracket
+FELL_BY = 1.5  # p99 this many times lower at a higher rate: the steps' noise, not their load, shows
 KEPT_RATE = 0.95  # a step that did less than this share of its offered rate could not keep up
 # the engine's room per target when the URL names none: 8 connections × 64 in flight never fill at
 # any rate a server within budget keeps, so no op ever waits for its connection (docs/validation.md)
@@ -132,6 +133,19 @@ class CapacityResult:
     reason: str = ""
 
     @property
+    def warnings(self) -> list[str]:
+        """What changes how the figure reads: p99 that fell as the rate rose (noise in the steps)."""
+        steps = sorted((p for p in self.points if p.ratio), key=lambda p: p.rate)
+        for i, slow in enumerate(steps):
+            fast = next((p for p in steps[i + 1:] if p.ratio * FELL_BY < slow.ratio), None)  # type: ignore[operator]
+            if fast is not None:
+                return [f"p99 fell as the rate rose ({_ratio_text(slow, self.budgets)} at {slow.rate:,.0f} ops/s, "
+                        f"{_ratio_text(fast, self.budgets)} at {fast.rate:,.0f}): noise, not the load, decided "
+                        "some steps (a busy host? its other work stalls client and server alike); re-run on a "
+                        "quiet host or with a larger --min-samples"]
+        return []
+
+    @property
     def precision(self) -> float | None:
         """The bracket's width (ops/s): how far the true capacity may be from the estimate."""
         return None if self.low is None or self.high is None else self.high - self.low
@@ -144,11 +158,18 @@ class CapacityResult:
             "high_ops_per_s": _round(self.high), "precision_ops_per_s": _round(self.precision),
             "closed_loop_ops_per_s": _round(self.closed_loop_ops_per_s),
             "load_path": self.trusted_path, "tail_trusted": self.tail_trusted, "load_path_note": self.path_note,
-            "seconds": round(self.seconds, 1),
+            "seconds": round(self.seconds, 1), "warnings": self.warnings,
             "points": [{"offered_ops_per_s": _round(p.rate), "achieved_ops_per_s": _round(p.achieved),
                         "p99_ms": _ms_of(p.p99_s), "p99_from_send_ms": _ms_of(p.p99_sent_s),
                         "samples": p.samples, "within": p.within, "why": p.why} for p in self.points],
         }
+
+
+def _ratio_text(point: CapacityPoint, budgets: dict[str, float]) -> str:
+    """The p99 of the op that is furthest over its budget at ``point``: ``get p99 9.57 ms``."""
+    op = max((op for op in budgets if point.p99_s.get(op) is not None),
+             key=lambda op: point.p99_s[op] / budgets[op])  # type: ignore[operator]
+    return f"{op} p99 {_ms(point.p99_s[op])}"  # type: ignore[arg-type]
 
 
 def _ms_of(values: dict[str, float | None]) -> dict[str, float | None]:
@@ -408,7 +429,8 @@ class _Search:
             return
         left = self._steps_left() - (0 if point is not None or step == 0 else 1)
         overhead = sum(self.overhead) / len(self.overhead) if self.overhead else 1.0
-        typical = self._step_seconds(rate or self.low or self.high or self.closed or 1.0)
+        base = rate or self.low or self.high or self.closed / 2
+        typical = self._step_seconds(base) if base else MIN_STEP_S  # before the closed loop: nothing known yet
         eta = max(left, 0) * (typical + self.warmup_s + overhead)
         if point is None:
             eta += seconds + self.warmup_s + overhead

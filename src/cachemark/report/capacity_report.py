@@ -57,6 +57,7 @@ def capacity_blocks(results: list[CapacityResult]) -> list[Block]:
                  f"closed loop first: {_rate(result.closed_loop_ops_per_s)} ops/s; open loop, Poisson arrivals, "
                  "latency from each op's intended start (coordinated-omission corrected); "
                  f"{len(result.points)} steps in {result.seconds:.0f} s."]
+        notes += [f"warning: {line}" for line in result.warnings]
         blocks.append(Block(f"Capacity within budget: {result.label}", [headline(result)], columns, rows, notes,
                             left=1, kind="verdict"))
     return blocks
