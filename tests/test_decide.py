@@ -299,10 +299,10 @@ def test_nodes_are_the_larger_of_memory_and_load() -> None:
     node = prices.offering("cache.m7g.large")  # 6.38 GiB, 0.158 an hour
     # 20 GiB of verified size → ⌈20 / 6.38⌉ = 4 by memory; 50,000 ops/s at 20,000 each → 3 by load
     count = nodes_needed(node, 20 * GIB, 50_000, 20_000)
-    assert (count.memory_nodes, count.load_nodes, count.nodes, count.bound_by) == (4, 3, 4, "memory")
+    assert (count.memory_nodes, count.load_nodes, count.nodes, count.by_memory) == (4, 3, 4, True)
     assert count.monthly_cost == pytest.approx(4 * 0.158 * 730)
     count = nodes_needed(node, 1 * GIB, 100_001, 20_000)  # ⌈100,001 / 20,000⌉ = 6 by load
-    assert (count.memory_nodes, count.load_nodes, count.nodes, count.bound_by) == (1, 6, 6, "load")
+    assert (count.memory_nodes, count.load_nodes, count.nodes, count.by_memory) == (1, 6, 6, False)
     assert nodes_needed(node, None, None, None).nodes == 1
     with pytest.raises(UserError, match="billed per request"):
         nodes_needed(prices.offering("s3-standard"), GIB, 10, 10)
@@ -327,3 +327,20 @@ def test_prices_lists_the_offerings(tmp_path, cachemark) -> None:
     mine = cachemark("prices", "--prices", "mine.toml", "--markdown", cwd=tmp_path)
     assert mine.returncode == 0 and "| box | instance | 64 | 0.5 | 365.00 | our own rack |" in mine.stdout, mine.stdout
     assert "in EUR" in mine.stdout
+
+
+def test_cost_counts_nodes_on_the_capacity_file(tmp_path, cachemark) -> None:
+    """`cost --capacity` (what `cachemark capacity -o` wrote): the load's nodes on the capacity within the budget,
+    found by the label without its client as prices are."""
+    write_atomic(tmp_path / "r.json", real_doc())
+    (tmp_path / "cap.json").write_text(json.dumps({"capacity_ops_per_s": {"redis(engine)": 25_000.0}, "targets": [
+        {"label": "redis(engine)", "target": "spawn:redis?client=engine"}]}))
+    priced = cachemark("cost", "r.json", "--price", "redis=cache.t4g.micro", "--load", "100000", "--capacity",
+                       "cap.json", "--markdown", cwd=tmp_path)
+    assert priced.returncode == 0, priced.stderr
+    row = next(line for line in priced.stdout.splitlines() if line.startswith("| redis |"))
+    assert "| 4 × 46.72 |" in row, row  # ⌈100,000 ÷ 25,000⌉ = 4 nodes × 0.016 × 730
+    assert "one node serves 25,000 ops/s within the p99 budget" in priced.stdout
+    (tmp_path / "bad.json").write_text('{"targets": []}')
+    bad = cachemark("cost", "r.json", "--price", "redis=cache.t4g.micro", "--capacity", "bad.json", cwd=tmp_path)
+    assert bad.returncode == 2 and "not a capacity file" in bad.stderr

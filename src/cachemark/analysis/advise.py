@@ -29,7 +29,7 @@ import statistics
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import UserError
 from ..needs import Needs, parse_needs
@@ -41,6 +41,7 @@ from ..textfile import read_text
 from .cost import PriceTable, cost_of
 
 PASS, FAIL, CHECK = "pass", "fail", "check"
+T = TypeVar("T")
 
 
 def load_needs(path: Path) -> Needs:
@@ -280,9 +281,9 @@ def _engine_twin(label: str, by_label: dict[str, list[Run]], overstated: set[str
     return None
 
 
-def offering_for(mapping: dict[str, str], label: str, target: str | None) -> str | None:
-    """The offering ``mapping`` (label → offering) gives a run: by its label, else by the label its
-    target has without a ``client`` (``redis`` prices ``redis(engine)`` too)."""
+def offering_for(mapping: dict[str, T], label: str, target: str | None) -> T | None:
+    """What ``mapping`` (label → an offering, a capacity, …) gives a run: by its label, else by the label
+    its target has without a ``client`` (``redis`` prices ``redis(engine)`` too)."""
     return next((mapping[name] for name in price_labels(label, target) if name in mapping), None)
 
 

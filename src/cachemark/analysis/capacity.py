@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendMissing, UserError
-from ..plan import default_label
+from ..plan import default_label, price_labels
 from ..run.driver import driver_for
 from ..run.preflight import uses_engine
 from ..run.provide import provide
@@ -68,6 +68,7 @@ MIN_STEP_S = 1.0  # a step never shorter: wake-ups and the server's own rhythm n
 MAX_STEP_S = 30.0  # nor longer: a rate whose op is rare is measured on what 30 s give
 WARMUP_S = 0.5  # untimed before each step: the queue reaches its steady state (ms at any sane rate)
 CLOSED_S = 1.0  # the closed-loop step that bounds the bracket
+FELL_BY = 1.5  # p99 this many times lower at a higher rate: the steps' noise, not their load, shows
 KEPT_RATE = 0.95  # a step that did less than this share of its offered rate could not keep up
 # the engine's room per target when the URL names none: 8 connections × 64 in flight never fill at
 # any rate a server within budget keeps, so no op ever waits for its connection (docs/validation.md)
@@ -132,6 +133,19 @@ class CapacityResult:
     reason: str = ""
 
     @property
+    def warnings(self) -> list[str]:
+        """What changes how the figure reads: p99 that fell as the rate rose (noise in the steps)."""
+        steps = sorted((p for p in self.points if p.ratio), key=lambda p: p.rate)
+        for i, slow in enumerate(steps):
+            fast = next((p for p in steps[i + 1:] if p.ratio * FELL_BY < slow.ratio), None)  # type: ignore[operator]
+            if fast is not None:
+                return [f"p99 fell as the rate rose ({_ratio_text(slow, self.budgets)} at {slow.rate:,.0f} ops/s, "
+                        f"{_ratio_text(fast, self.budgets)} at {fast.rate:,.0f}): noise, not the load, decided "
+                        "some steps (a busy host? its other work stalls client and server alike); re-run on a "
+                        "quiet host or with a larger --min-samples"]
+        return []
+
+    @property
     def precision(self) -> float | None:
         """The bracket's width (ops/s): how far the true capacity may be from the estimate."""
         return None if self.low is None or self.high is None else self.high - self.low
@@ -144,11 +158,18 @@ class CapacityResult:
             "high_ops_per_s": _round(self.high), "precision_ops_per_s": _round(self.precision),
             "closed_loop_ops_per_s": _round(self.closed_loop_ops_per_s),
             "load_path": self.trusted_path, "tail_trusted": self.tail_trusted, "load_path_note": self.path_note,
-            "seconds": round(self.seconds, 1),
+            "seconds": round(self.seconds, 1), "warnings": self.warnings,
             "points": [{"offered_ops_per_s": _round(p.rate), "achieved_ops_per_s": _round(p.achieved),
                         "p99_ms": _ms_of(p.p99_s), "p99_from_send_ms": _ms_of(p.p99_sent_s),
                         "samples": p.samples, "within": p.within, "why": p.why} for p in self.points],
         }
+
+
+def _ratio_text(point: CapacityPoint, budgets: dict[str, float]) -> str:
+    """The p99 of the op that is furthest over its budget at ``point``: ``get p99 9.57 ms``."""
+    op = max((op for op in budgets if point.p99_s.get(op) is not None),
+             key=lambda op: point.p99_s[op] / budgets[op])  # type: ignore[operator]
+    return f"{op} p99 {_ms(point.p99_s[op])}"  # type: ignore[arg-type]
 
 
 def _ms_of(values: dict[str, float | None]) -> dict[str, float | None]:
@@ -241,6 +262,7 @@ class _Search:
         self.low: float | None = None
         self.high: float | None = None
         self.stopped, self.skip_reason = "skipped", ""
+        self.closed = 0.0  # the closed loop's ops/s, once measured
 
     # --- the steps ---------------------------------------------------------------------------
 
@@ -258,9 +280,10 @@ class _Search:
             return self._result(0.0, status=self.stopped, reason=self.skip_reason)
         if closed <= 0:
             raise UserError(f"{self.label}: the closed loop did no ops: nothing to search from")
+        self.closed = closed
         rate = closed / 2
         while len(self.points) < self.max_steps:
-            point = self._step(rate, closed)
+            point = self._step(rate)
             if point is None:
                 return self._result(closed, status=self.stopped, reason=self.skip_reason)
             if point.within:
@@ -302,7 +325,7 @@ class _Search:
         rarest = min(self.shares.values())
         return min(max(MIN_STEP_S, self.min_samples / (rate * rarest)), self.max_step_s)
 
-    def _step(self, rate: float, closed: float) -> CapacityPoint | None:
+    def _step(self, rate: float) -> CapacityPoint | None:
         seconds = self._step_seconds(rate)
         step = len(self.points) + 1
         self._tell(step, rate, seconds)
@@ -394,7 +417,7 @@ class _Search:
         if self.low is None:
             left = 1 + math.ceil(math.log2(1 / self.precision))  # one to close the bracket, then bisection
         elif self.high is None:  # bisecting towards the closed loop's rate
-            left = 1 + math.ceil(math.log2(max(self.low, 1.0) / (self.precision * self.low)))
+            left = 1 + math.ceil(math.log2(max(self.closed - self.low, 1.0) / (self.precision * self.low)))
         elif self.high - self.low <= self.precision * self.low:
             left = 0
         else:
@@ -406,8 +429,8 @@ class _Search:
             return
         left = self._steps_left() - (0 if point is not None or step == 0 else 1)
         overhead = sum(self.overhead) / len(self.overhead) if self.overhead else 1.0
-        typical = self._step_seconds(rate or (self.low or self.high or 1.0)) if (rate or self.low or self.high) \
-            else MIN_STEP_S
+        base = rate or self.low or self.high or self.closed / 2
+        typical = self._step_seconds(base) if base else MIN_STEP_S  # before the closed loop: nothing known yet
         eta = max(left, 0) * (typical + self.warmup_s + overhead)
         if point is None:
             eta += seconds + self.warmup_s + overhead
@@ -422,3 +445,33 @@ def _check_ok(outcome: Any, label: str) -> None:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e6:.3g} µs" if seconds < 1e-3 else f"{seconds * 1e3:.3g} ms"
+
+
+def load_capacities(path: Any) -> dict[str, float]:
+    """label → ``capacity_ops_per_s`` from a file ``cachemark capacity --json`` (or ``-o``) wrote, under each
+    label and the label its target has without a ``client``; a target that found none is left out. Any
+    problem with the file is one line naming it."""
+    import json
+
+    from ..textfile import read_text
+
+    try:
+        data = json.loads(read_text(path, "capacity file", max_bytes=64 << 20))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not a capacity file ({exc})") from None
+    table = data.get("capacity_ops_per_s") if isinstance(data, dict) else None
+    if not isinstance(table, dict):
+        raise UserError(f"{path}: not a capacity file: no capacity_ops_per_s table (cachemark capacity -o writes one)")
+    targets = {str(t.get("label")): str(t.get("target") or "") for t in data.get("targets") or []
+               if isinstance(t, dict)}
+    out: dict[str, float] = {}
+    for label, value in table.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise UserError(f"{path}: capacity_ops_per_s.{label} must be a finite number > 0, not {value!r}")
+        # under its label and the label its target has without a client: redis(engine)'s figure is redis's
+        for name in price_labels(str(label), targets.get(str(label))):
+            out.setdefault(name, float(value))
+    return out
+

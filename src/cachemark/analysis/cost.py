@@ -126,9 +126,9 @@ class NodeCount:
     monthly_cost: float  # nodes × hourly × hours a month
 
     @property
-    def bound_by(self) -> str:
-        """``memory`` or ``load``: which need sets the count (``load`` on a tie)."""
-        return "memory" if self.memory_nodes > self.load_nodes else "load"
+    def by_memory(self) -> bool:
+        """The data, not the load, sets the count (a tie counts as load)."""
+        return self.memory_nodes > self.load_nodes
 
 
 def nodes_needed(offering: Offering, size_bytes: float | None, peak_ops_per_s: float | None,
@@ -171,7 +171,7 @@ def cost_of(run: dict[str, Any] | Run, offering: Offering, prices: PriceTable, l
         if load is not None or data_gb is not None:
             count = nodes_needed(offering, data_gb * GIB if data_gb else None, load, capacity or ops_per_s, hours)
             nodes, monthly = count.nodes, count.monthly_cost
-            if count.bound_by == "memory":
+            if count.by_memory:
                 notes.append(f"{nodes} nodes for {data_gb:g} GB of data at {offering.memory_gb:g} GB each")
         if capacity:
             notes.append(f"one node serves {capacity:,.0f} ops/s within the p99 budget (its measured capacity)")

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..errors import UserError
+from ..errors import EXIT_INTERRUPTED, UserError
 from .eta import fmt_span
 from .terminal import make_console
 
@@ -98,6 +98,8 @@ def capacity(
     for url, name in zip(target, labels, strict=True):
         results.append(find_capacity(url, budgets, workload, network=profile, progress=_Progress(name), label=name,
                                      precision=precision, min_samples=min_samples, max_steps=max_steps))
+        if results[-1].status == "interrupted":
+            break  # Ctrl-C: what was measured is printed (and written), then exit 130
     document = capacity_document(results)
     if out is not None:
         outfile.write_json(out, document, "capacity JSON")
@@ -105,6 +107,7 @@ def capacity(
         import json
 
         sys.stdout.write(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+        _exit_status(results)
         return
     console = make_console()
     for block in capacity_blocks(results):
@@ -112,3 +115,11 @@ def capacity(
     if len(results) > 1:
         console.print(f"{len(results)} targets in {fmt_span(time.monotonic() - started)}.", markup=False,
                       highlight=False)
+    _exit_status(results)
+
+
+def _exit_status(results: list[Any]) -> None:
+    if any(r.status == "interrupted" for r in results):
+        raise typer.Exit(EXIT_INTERRUPTED)  # as every command stopped by a signal exits
+    if all(r.status == "skipped" for r in results):
+        raise UserError("nothing was measured: " + "; ".join(f"{r.label}: {r.reason}" for r in results))

@@ -52,12 +52,16 @@ def cost(
     data_gb: Annotated[float | None, typer.Option(help="Data set size in GB (node count, storage).")] = None,
     prices: Annotated[Path | None, typer.Option(help="A price table (default: the shipped one).")] = None,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print Markdown instead of tables.")] = False,
+    capacity: Annotated[Path | None, typer.Option(
+        help="A `cachemark capacity -o` file: count nodes by load on each label's capacity within the p99 "
+             "budget, not the run's throughput.")] = None,
 ) -> None:
     """Cost per million ops at the measured throughput, and a month at a stated load.
 
     Example: cachemark cost results/cachemark-*.json --price redis=cache.m7g.large --load 50000 --data-gb 10
     """
     from ..analysis.advise import bearing_on, caveats, offering_for
+    from ..analysis.capacity import load_capacities
     from ..analysis.cost import cost_of, load_prices
     from ..plan import price_labels
     from ..report.advice_report import cost_block
@@ -85,7 +89,10 @@ def cost(
         if not any(label in price_labels(name, runs[name].target) for name in priced):
             raise UserError(f"--price {label}={mapping[label]}: no measured run labelled {label!r}; "
                             f"labels: {', '.join(runs)}")
-    costs = [cost_of(runs[label], table.offering(offering), table, load, data_gb) for label, offering in priced.items()]
+    capacities = load_capacities(capacity) if capacity is not None else {}
+    costs = [cost_of(runs[label], table.offering(offering), table, load, data_gb,
+                     offering_for(capacities, label, runs[label].target))
+             for label, offering in priced.items()]
     found = reading_warnings(document)
     for priced in costs:  # the throughput is the whole run's: its warnings about one op do not bear on it
         bearing = bearing_on(found, priced.label)

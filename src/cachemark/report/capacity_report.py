@@ -28,8 +28,12 @@ def headline(result: CapacityResult) -> str:
     if result.status != "ok":
         return f"{result.label}: {result.status}: {result.reason}"
     if result.capacity_ops_per_s is None:
-        lowest = min((p.rate for p in result.points), default=None)
-        return f"{result.label}: over budget at every rate tried (down to {_rate(lowest)} ops/s): {within}"
+        lowest = min(result.points, key=lambda p: p.rate, default=None)
+        if lowest is None:
+            return f"{result.label}: no open-loop step was run: {within}"
+        return (f"{result.label}: over budget at every rate tried (down to {_rate(lowest.rate)} ops/s, where "
+                f"{lowest.why}): {within}. Even a light load's p99 is over it: a floor of this client, network and "
+                "host (a busy host raises it), or a budget tighter than the server gives")
     if result.high is None:
         return (f"{result.label}: at least {_rate(result.capacity_ops_per_s)} ops/s within {within} "
                 "(no rate tried went over it)")
@@ -53,6 +57,7 @@ def capacity_blocks(results: list[CapacityResult]) -> list[Block]:
                  f"closed loop first: {_rate(result.closed_loop_ops_per_s)} ops/s; open loop, Poisson arrivals, "
                  "latency from each op's intended start (coordinated-omission corrected); "
                  f"{len(result.points)} steps in {result.seconds:.0f} s."]
+        notes += [f"warning: {line}" for line in result.warnings]
         blocks.append(Block(f"Capacity within budget: {result.label}", [headline(result)], columns, rows, notes,
                             left=1, kind="verdict"))
     return blocks
