@@ -309,7 +309,7 @@ def test_unreachable_cluster_is_one_line_and_exit_2() -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in lines[0], proc.stderr
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 30  # 2.9 s beside a busy loop (10x): start-up and the 1-s connect timeout
 
 
 @pytest.mark.serial

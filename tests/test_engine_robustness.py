@@ -180,7 +180,9 @@ def test_misbehaving_server_yields_counted_errors(case, io):
         elapsed = time.monotonic() - t0
     finally:
         server.close()
-    assert elapsed < 6, elapsed  # run + drain, never a hang
+    # run + drain, never a hang: the 1-s run and at most a 0.3-s timeout's drain, 1.0-1.24 s over every
+    # case beside a busy loop against 6 s (4.8x); a hang never ends
+    assert elapsed < 6, elapsed
     get = res["ops"]["get"]
     assert get["errors"].get(kind, 0) >= 1, (get["errors"], res["errors_sample"])
     assert get.get("hits", 0) == 0

@@ -91,7 +91,9 @@ def test_a_hung_server_is_not_asked_again_for_the_end_reading(spawn):
         time.sleep(0.05)
     asked = time.monotonic()
     result = sampler.stop(total_ops=0)
-    assert time.monotonic() - asked < 2.5, result["errors"]  # not another 5-s timeout
+    # 0.012 s observed beside a busy loop against 2.5 s (200x): stop() wakes the sampler and reads /proc;
+    # the bug waits out another 5-s timeout, which no load shortens
+    assert time.monotonic() - asked < 2.5, result["errors"]
     assert any("no end reading" in e for e in result["errors"]), result["errors"]
     assert "rss_bytes" in sampler.samples[-1]  # the process's own figures are still read
 
