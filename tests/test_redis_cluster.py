@@ -398,6 +398,7 @@ def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):
     took = time.monotonic() - started
     result = out["result"]
     get = result["ops"]["get"]
+    # the 3-s deadline (a floor) and the drain: 3.04 s beside a busy loop, 2.5 s of slack for 0.04 s used
     assert took < 3.0 + 2.5, took
     assert get["errors"].get("connection", 0) > 0 and get["hits"] > 0  # the other two nodes served on
     assert result["stopped_on_errors"] is None  # not every op failed
