@@ -38,7 +38,7 @@ def test_a_hung_or_dead_driver_fails_the_run_quickly(monkeypatch, tmp_path, memc
     started = time.monotonic()
     outcome = run_target(f"{memcached_server.url()}?{CLIENT}", _workload(mix={"get": 1}, ops=10))
     assert outcome.status == "failed" and "did not answer 'hello' within 1 s" in outcome.reason
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 15  # 6.2 s beside a busy loop at load 9 (2.4x); the fake sleeps 60 s
 
     monkeypatch.setenv("CACHEMARK_RUBY", shutil.which("false") or "/bin/false")
     outcome = run_target(f"{memcached_server.url()}?{CLIENT}", _workload(mix={"get": 1}, ops=10))

@@ -119,6 +119,7 @@ def test_resp2_closed_loop_counts_values_and_histograms(redis_port, io):
     check_consistent(set_)
     assert get["bytes_in"] == 100 * get["hits"]
     assert "histograms_uncorrected" not in get
+    # the 0.6-s deadline is the floor (load only raises it); 0.60 s beside a busy loop, 2.4 s of slack above
     assert 0.55 < res["wall_s"] < 3 and res["client_cpu_s"] > 0
     # its user-mode part: the engine's own code runs in user mode, the kernel's I/O in system mode.
     # The kernel splits a thread's CPU time by the clock ticks that found it in each mode: in a
@@ -245,7 +246,7 @@ def test_ctrl_c_returns_partial_results(redis_port):
     timer.start()
     t0 = time.monotonic()
     res = run_load(base("resp2", [f"127.0.0.1:{redis_port}"], duration_s=60))
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 10  # 1.04 s beside a busy loop (the Ctrl-C at 1 s; 9 s of slack); 60 s otherwise
     assert res["interrupted"] is True
     assert res["ops"]["get"]["count"] > 0
     assert res["wall_s"] < 10
