@@ -3,8 +3,7 @@ traffic we generated, short phases included, and start/stop never race.
 
 The per-op byte figures are the servers' own counters over our traffic, not timings: within 0.4 % of the
 wire's bytes beside a busy loop (0.0 % in ten of twelve checks) against the 10 % they are held to (25x).
-Load cannot add bytes; only another client of the same server could, and each test has its own server or
-counts its own connection's."""
+Load cannot add bytes to a counter: only another client's traffic to the same server could."""
 
 from __future__ import annotations
 
