@@ -231,7 +231,9 @@ def test_open_loop_paces_and_reports_both_latencies(redis_port):
     cfg = base("resp2", [f"127.0.0.1:{redis_port}"], mode="open", rate=2000.0, duration_s=2.0, connections=4)
     res = run_load(cfg)
     total = sum(op["count"] for op in res["ops"].values())
-    assert 3400 <= total <= 4100, total  # 2 s at 2000/s
+    # 2 s at 2000/s: the schedule's 4,000 (4,000 beside a busy loop); a stalled host misses some (15 %
+    # allowed), nothing sends more than is due
+    assert 3400 <= total <= 4100, total
     get = res["ops"]["get"]
     assert set(get["histograms_uncorrected"]) == {"hit"}
     corrected = Histogram.decode(get["histograms"]["hit"])
