@@ -86,7 +86,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
             break
     assert run and run["phases"], "never reached the timed phase"
     assert run["phases"][0]["ops"]["get"]["count"] > 0
-    assert 0 < run["phases"][0]["wall_s"] < 60
+    assert 0 < run["phases"][0]["wall_s"] < 60  # the Ctrl-C comes within 16 s of start: well before the 60-s deadline
 
 
 @pytest.mark.serial
