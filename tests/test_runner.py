@@ -55,7 +55,11 @@ def test_open_loop_completes_the_asked_rate():
     workload = Workload(keys=1000, mix="get=1", rate=2000, duration=2, warmup=0, workers=2)
     outcome = run_target("memory://", workload)
     count = _ops(outcome, "get").count
-    assert 3800 <= count <= 4200, count
+    # the schedule's 4,000: 3,998-4,000 beside a busy loop at load 6-8. It runs in the parallel pass, where
+    # a worker stalled near the deadline leaves the ops due then unsent (missed): the floor is 3,400 (it was
+    # 3,800, which a 0.1-s stall would cross), as the engine's open-loop test allows. A rate not kept (two
+    # workers at half speed: 2,000) stays far below it, and nothing sends more than is due
+    assert 3400 <= count <= 4200, count
     phase = outcome.phases[0].to_json()  # as saved
     assert phase["mode"] == "open"
     get = phase["ops"]["get"]
