@@ -104,7 +104,10 @@ def test_a_hung_server_stops_the_run_after_its_timeouts(tmp_path, spawn) -> None
     finally:
         os.kill(server.pid(), signal.SIGCONT)
     assert proc.returncode == 1, stderr
-    assert time.monotonic() - stopped < 15
+    # the 1-s timeouts, the 2-s grace, then cleanup's and the server sampler's own timeouts against the hung
+    # server: 8.0 s beside a busy loop. The bound was 15 s (1.9x); 20 s is 2.5x, and the bug (no stop) runs
+    # to the 30-s deadline
+    assert time.monotonic() - stopped < 20
     run = _results(tmp_path / "out.json")["runs"][0]
     assert run["status"] == "failed" and run["reason"].startswith("timeout errors from")
     assert "cleanup failed" in run["backend"].get("cleanup_error", "")  # said, not hidden
@@ -385,6 +388,7 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path) -> None:
     # handler is in place the signal ends the process (-2, nothing printed), during runpy's imports
     # their traceback does (exit 1, counted as the same). Nothing exists yet to leave behind.
     ended = [o for o in outcomes if isinstance(o, tuple)]
+    # each exit within 5 s of its Ctrl-C: 0.0-1.4 s beside a busy loop (3.6x)
     assert all(o[1] in (130, -signal.SIGINT) and o[2] < 5 and not o[3] for o in ended), str(outcomes)
     assert sum(o[1] == 130 for o in ended) >= len(ended) - 1, str(outcomes)
 
