@@ -211,6 +211,8 @@ def test_ttl_expiry(case: str, ttl_written: dict[str, _TtlWritten | BaseExceptio
     if isinstance(written, BaseException):
         raise written
     backend = written.backend
+    # read back right after its write (a round trip: under a millisecond), against at least 1 s of life:
+    # a read that came 1,000x later would miss. The wait below is a floor: load only lengthens it
     assert written.first_read == b"short-lived"
     time.sleep(max(0.0, written.read_at + TTL_GONE_AFTER_S - time.monotonic()))
     assert backend.get(written.key) is None

@@ -45,10 +45,15 @@ def test_fetch_mean_is_the_cache_aside_model_of_its_own_parts():
     assert 0.75 <= hit_ratio <= 0.85  # an LRU of 800 entries over 1,000 uniform keys
     # every miss called the origin once; nothing else did
     assert origin.count == fetch.misses
-    assert abs(Histogram.decode(origin.histograms["ok"]).percentile(50) - 10e6) <= 1e6
+    # a 10-ms sleep's median: 10.1-10.2 ms beside a busy loop at load 6, 11.9 ms at load 12 (it was held to
+    # 11 ms: failed). A sleep wakes late, never early: the floor stays 9 ms, the ceiling 13 ms (2.5x the
+    # overshoot at load 6, 1.6x at load 12); a wrong latency model is off by far more
+    assert 9e6 <= Histogram.decode(origin.histograms["ok"]).percentile(50) <= 13e6
     predicted = hit_ratio * _mean(fetch, "hit") + (1 - hit_ratio) * (
         _mean(get, "miss") + _mean(origin, "ok") + _mean(set_, "ok"))
     measured = fetch.summary.mean_us * 1000
+    # 0.3-0.6 % apart beside a busy loop at load 6 against 5 % (9x): a preemption lands in a part's time
+    # and the fetch's alike, so load moves both sides
     assert abs(measured - predicted) / predicted < 0.05, (measured, predicted)
     # the origin's queries per second: its count over the phase's wall time
     assert origin.summary.ops_per_s == pytest.approx(origin.count / outcome.phases[0].wall_s)
@@ -71,11 +76,14 @@ def test_a_pool_of_one_caps_the_origin_for_all_workers_and_every_report_shows_it
     phase = json.loads((tmp_path / saved).read_text())["runs"][0]["phases"][0]
     origin, fetch = phase["ops"]["origin"], phase["ops"]["fetch"]
     assert origin["count"] == fetch["misses"] == phase["ops"]["origin_wait"]["count"]
-    # 1 slot × 10 ms caps the origin at 100 calls/s; the hand-over between processes costs a
-    # little, more on a busy machine (84/s at load average 7 on 2 cores)
-    assert 60 <= origin["count"] / phase["wall_s"] <= 105
+    # 1 slot × 10 ms caps the origin at 100 calls/s, which load cannot raise (4 uncapped workers: ~400/s).
+    # The hand-over between processes costs a little, more on a busy machine: 77-89/s beside a busy loop
+    # at load 6 on 2 cores, so the floor is 40 (1.9x below; it was 60, 1.3x) — it only has to tell a
+    # pool that hands its slot on from one that loses it (~0/s)
+    assert 40 <= origin["count"] / phase["wall_s"] <= 105
     # 4 workers queue for the one slot, served in turn: each waits about 3 origin calls (with a bare
-    # semaphore a worker that released the slot took it straight back on a busy machine: p50 4.6 µs)
+    # semaphore a worker that released the slot took it straight back on a busy machine: p50 4.6 µs).
+    # A floor on a wait: 32-34 ms observed at load 6 against 15 ms (2.1x), and load only lengthens it
     assert Histogram.decode(phase["ops"]["origin_wait"]["histograms"]["ok"]).percentile(50) > 15e6
     assert not [name for name in os.listdir("/dev/shm") if "cm-pool-" in name]  # the queue and its semaphores
 
@@ -117,8 +125,12 @@ def test_a_released_slot_goes_to_the_waiter_not_back_to_the_releaser():
     try:
         _wait_until_queued(mine, 1)
         assert not got.is_set()
-        mine.release()
+        # the clock starts before the release: the other worker's whole 0.2-s hold then lies inside the
+        # wait, however late this process runs again (started after the release, a 50-ms preemption in
+        # between could take 50 ms off it). Observed 0.200 s, beside a busy loop too; taking the slot
+        # straight back (the bug) waits microseconds. Load only lengthens the wait.
         t0 = time.monotonic()
+        mine.release()
         mine.acquire()  # behind the other worker's 0.2 s hold
         waited = time.monotonic() - t0
         mine.release()
@@ -152,7 +164,9 @@ def test_a_worker_killed_while_waiting_loses_no_slot_and_leaves_no_name():
         mine.release()  # to nobody: the only waiter is dead
         t0 = time.monotonic()
         mine.acquire()
-        assert time.monotonic() - t0 < 0.1, "the slot went to the dead waiter"
+        # a free slot is taken in microseconds; one handed to the dead waiter blocks this acquire for good
+        # (the test's timeout), so the bound only stands between those two: 2 s, no preemption reaches it
+        assert time.monotonic() - t0 < 2, "the slot went to the dead waiter"
         mine.release()
     finally:
         mine.unlink()
@@ -171,6 +185,8 @@ def test_sql_origin_runs_a_real_query(postgres_server, cachemark, tmp_path: Path
     assert outcome.status == "ok", outcome.reason
     ops = outcome.phases[0].ops
     assert not ops["origin"].errors and ops["origin"].count == ops["fetch"].misses > 50
+    # a 5-ms SQL sleep's median round trip: 5.3-6.0 ms beside a busy loop at load 6-7 (4 ms of overshoot
+    # allowed, 4x); the floor is the sleep itself
     assert 5e6 <= Histogram.decode(ops["origin"].histograms["ok"]).percentile(50) <= 9e6
 
 
@@ -189,6 +205,7 @@ def test_a_spawned_postgresql_origin_is_started_for_the_run_and_queried():
     assert outcome.status == "ok", outcome.reason
     ops = outcome.phases[0].ops
     assert not ops["origin"].errors and ops["origin"].count == ops["fetch"].misses > 50
+    # pg_sleep(3 ms): 4.3-5.5 ms beside a busy loop at load 6-7 (1.6x below the 9-ms ceiling)
     assert 3e6 <= Histogram.decode(ops["origin"].histograms["ok"]).percentile(50) <= 9e6
     assert postgres_processes() == before
 
@@ -203,6 +220,7 @@ def test_a_failing_origin_fails_the_fetches_and_stops_the_run(postgres_server):
     fetch, origin_op = phase["ops"]["fetch"], phase["ops"]["origin"]
     # each failed origin call is one error on the origin and one on its fetch; the on-error policy still
     # sees only failures (origin records are not counted as the load's ops) and stops the run
+    # stopped after the 1-s grace of failures, not at the 20-s deadline: ~1-2 s against 10 (5x)
     assert outcome.status == "failed" and phase["wall_s"] < 10
     assert sum(fetch["errors"].values()) == sum(origin_op["errors"].values()) == fetch["count"] > 0
 
@@ -216,6 +234,8 @@ def test_mysql_origin_runs_a_real_query(mysql_server):
     assert outcome.status == "ok", outcome.reason
     ops = outcome.phases[0].ops
     assert not ops["origin"].errors and ops["origin"].count == ops["fetch"].misses > 50
+    # a 5-ms SQL sleep's median round trip: 5.3-6.0 ms beside a busy loop at load 6-7 (4 ms of overshoot
+    # allowed, 4x); the floor is the sleep itself
     assert 5e6 <= Histogram.decode(ops["origin"].histograms["ok"]).percentile(50) <= 9e6
 
 
@@ -230,12 +250,16 @@ def _origin_p50(origin: str) -> float:
     return Histogram.decode(result["origin"].histograms["ok"]).percentile(50)
 
 
-@pytest.mark.serial
+@pytest.mark.alone
 def test_latency_models_lognormal_and_a_replayed_histogram(tmp_path: Path):
-    assert 3.5e6 <= _origin_p50("lognormal:4ms,0.3") <= 5e6
+    """The median of 100 simulated origin calls: each is a sleep, timed. A floor on a sleep holds under any
+    load; its ceiling does not (a sleep wakes late on a busy host), so the test times a latency and runs
+    alone: lognormal 4.1-4.2 ms and hist 2.1 ms quiet; beside the serial pass at load 7-9 they reached 6.5
+    and 2.5 ms (the lognormal's ceiling was 5 ms: it failed). Ceilings 6 and 3 ms: 1.4x the quiet figures."""
+    assert 3.5e6 <= _origin_p50("lognormal:4ms,0.3") <= 6e6
     hist = tmp_path / "latencies.txt"
     hist.write_text("# µs, one per line\n2000\n2000\n\n2000\n")
-    assert 2e6 <= _origin_p50(f"hist:{hist}") <= 2.8e6
+    assert 2e6 <= _origin_p50(f"hist:{hist}") <= 3e6
 
 
 @pytest.mark.parametrize(("origin", "says"), [

@@ -86,7 +86,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
             break
     assert run and run["phases"], "never reached the timed phase"
     assert run["phases"][0]["ops"]["get"]["count"] > 0
-    assert 0 < run["phases"][0]["wall_s"] < 60
+    assert 0 < run["phases"][0]["wall_s"] < 60  # the Ctrl-C comes within 16 s of start: well before the 60-s deadline
 
 
 @pytest.mark.serial
@@ -153,8 +153,10 @@ def test_network_profiles_print_the_percent_of_baseline_table(tmp_path, cachemar
     assert result.returncode == 0, result.stderr
     assert "% of baseline" in result.stdout and "cross-region" in result.stdout
     document = json.loads((tmp_path / "net.json").read_text())
-    assert document["environment"]["proxy_overhead"]["added_p50"] < 5000  # µs: the proxy adds far less than 5 ms
+    # µs: the proxy adds far less than 5 ms (21.5 µs beside a busy loop at load 8: 230x)
+    assert document["environment"]["proxy_overhead"]["added_p50"] < 5000
     far = [r for r in document["runs"] if r["network"]["profile"] == "cross-region"]
+    # the profile's delay is a floor the proxy sets (70-71 ms p50 beside a busy loop): load only raises it
     assert far and all(r["phases"][0]["ops"]["get"]["summary"]["p50_us"] > 60_000 for r in far)
 
 
@@ -172,6 +174,8 @@ def test_the_proxy_overhead_is_measured_and_reported_beside_every_network_figure
             break
         # Beside a busy loop the direct round trip's p50 once came out above the proxied one's (30.5 against
         # 22.4 µs); a proxy that cost nothing, or a measurement that swapped them, would do it every time.
+    # 21.6 against 42.7 µs beside a busy loop at load 8 (the proxied round trip ~2x the direct one); two
+    # medians of 1,000+ samples each, taken twice, where one try came out the wrong way once
     assert overhead["samples"] >= 1000 and 0 < overhead["direct_p50"] < overhead["proxied_p50"]
     # idle CPUs polled for the whole experiment where this host lets us ask (root: /dev/cpu_dma_latency)
     assert overhead["fast_wakeups"] is os.access("/dev/cpu_dma_latency", os.W_OK)

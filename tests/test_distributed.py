@@ -165,7 +165,7 @@ def test_lost_dask_worker_is_named_and_its_agent_stops(local_cluster: dist.Clust
     outcome = dist.run_distributed(local_cluster, server.url(), _workload(duration=5.0))
     took = time.monotonic() - started
     killer.join(timeout=5)
-    assert victim and took < 45, took
+    assert victim and took < 45, took  # 10.3 s beside a busy loop (4.4x): the kill at ~4 s and 5 s of silence
     assert outcome.status == "failed" and "its Dask worker is gone" in outcome.reason, outcome.reason
     if outcome.phases:
         (phase,) = outcome.to_json()["phases"]
@@ -309,7 +309,7 @@ def test_unreachable_cluster_is_one_line_and_exit_2() -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the Dask scheduler at tcp://127.0.0.1:1" in lines[0], proc.stderr
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 30  # 2.9 s beside a busy loop (10x): start-up and the 1-s connect timeout
 
 
 @pytest.mark.serial

@@ -63,7 +63,7 @@ def test_memjs_losing_a_request_is_a_timeout_not_a_hang():
         started = time.monotonic()
         done, blob = d.request({"type": "go", "verify_reads": 0.0}, timeout=15, expect="done")
         assert done["error_kinds"][blob[0] - 3] == "timeout" and "memjs lost the request" in done["error_samples"][0]
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 5  # the 0.2-s op timeout, 25x over; a lost request never ends
     finally:
         d.close()
         listener.close()

@@ -38,7 +38,7 @@ def test_a_hung_or_dead_driver_fails_the_run_quickly(monkeypatch, tmp_path, memc
     started = time.monotonic()
     outcome = run_target(f"{memcached_server.url()}?{CLIENT}", _workload(mix={"get": 1}, ops=10))
     assert outcome.status == "failed" and "did not answer 'hello' within 1 s" in outcome.reason
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 15  # 6.2 s beside a busy loop at load 9 (2.4x); the fake sleeps 60 s
 
     monkeypatch.setenv("CACHEMARK_RUBY", shutil.which("false") or "/bin/false")
     outcome = run_target(f"{memcached_server.url()}?{CLIENT}", _workload(mix={"get": 1}, ops=10))
@@ -69,7 +69,7 @@ def test_a_driver_that_breaks_the_protocol_fails_the_run_in_one_line(monkeypatch
     outcome = run_target(f"{memcached_server.url()}?{CLIENT}", _workload(mix={"get": 1}, ops=10))
     assert outcome.status == "failed" and error in outcome.reason and "\n" not in outcome.reason, outcome.reason
     assert outcome.reason.startswith("driver ruby-activesupport (worker 0) ")
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 20  # 0.02-0.17 s beside a busy loop (100x); the fake sleeps 30 s otherwise
 
 
 def test_a_phase_stopped_early_counts_the_ops_of_segments_never_run_as_missed():

@@ -119,6 +119,7 @@ def test_resp2_closed_loop_counts_values_and_histograms(redis_port, io):
     check_consistent(set_)
     assert get["bytes_in"] == 100 * get["hits"]
     assert "histograms_uncorrected" not in get
+    # the 0.6-s deadline is the floor (load only raises it); 0.60 s beside a busy loop, 2.4 s of slack above
     assert 0.55 < res["wall_s"] < 3 and res["client_cpu_s"] > 0
     # its user-mode part: the engine's own code runs in user mode, the kernel's I/O in system mode.
     # The kernel splits a thread's CPU time by the clock ticks that found it in each mode: in a
@@ -134,7 +135,7 @@ def test_resp2_closed_loop_counts_values_and_histograms(redis_port, io):
 def test_ops_limit_stops_exactly(redis_port):
     res = run_load(base("resp2", [f"127.0.0.1:{redis_port}"], threads=2, duration_s=30, ops=3000))
     assert sum(op["count"] for op in res["ops"].values()) == 3000
-    assert res["wall_s"] < 20
+    assert res["wall_s"] < 20  # 0.14 s for the 3,000 ops beside a busy loop (140x); the 30-s duration otherwise
 
 
 def test_resp3_all_ops_and_template(redis_port):
@@ -230,7 +231,9 @@ def test_open_loop_paces_and_reports_both_latencies(redis_port):
     cfg = base("resp2", [f"127.0.0.1:{redis_port}"], mode="open", rate=2000.0, duration_s=2.0, connections=4)
     res = run_load(cfg)
     total = sum(op["count"] for op in res["ops"].values())
-    assert 3400 <= total <= 4100, total  # 2 s at 2000/s
+    # 2 s at 2000/s: the schedule's 4,000 (4,000 beside a busy loop); a stalled host misses some (15 %
+    # allowed), nothing sends more than is due
+    assert 3400 <= total <= 4100, total
     get = res["ops"]["get"]
     assert set(get["histograms_uncorrected"]) == {"hit"}
     corrected = Histogram.decode(get["histograms"]["hit"])
@@ -245,7 +248,7 @@ def test_ctrl_c_returns_partial_results(redis_port):
     timer.start()
     t0 = time.monotonic()
     res = run_load(base("resp2", [f"127.0.0.1:{redis_port}"], duration_s=60))
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 10  # 1.04 s beside a busy loop (the Ctrl-C at 1 s; 9 s of slack); 60 s otherwise
     assert res["interrupted"] is True
     assert res["ops"]["get"]["count"] > 0
     assert res["wall_s"] < 10

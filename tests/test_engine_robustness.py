@@ -29,9 +29,18 @@ def test_paused_server_shows_in_corrected_latency_only(spawn):
     requests in flight at the moment of the pause see it.
     """
     server = spawn("redis")
-    pause = threading.Timer(3.0, server.proc.send_signal, (signal.SIGSTOP,))
-    resume = threading.Timer(4.0, server.proc.send_signal, (signal.SIGCONT,))
-    pause.start()
+
+    def pause_for_a_second() -> None:
+        # one thread, stop then sleep then continue: the pause lasts 1 s or more, however late a thread
+        # wakes (two timers at 3 and 4 s would shorten it by the first one's lateness). With P ≥ 1 s, the
+        # ~2,000 reads due in it (10 % of the run) put the corrected p99 at ≥ 0.9 P: 0.92 s observed
+        # beside a busy loop against 0.8, a floor load only raises
+        time.sleep(3.0)
+        server.proc.send_signal(signal.SIGSTOP)
+        time.sleep(1.0)
+        server.proc.send_signal(signal.SIGCONT)
+
+    resume = threading.Thread(target=pause_for_a_second, daemon=True)
     resume.start()
     res = run_load(
         {
@@ -49,11 +58,12 @@ def test_paused_server_shows_in_corrected_latency_only(spawn):
     resume.join()
     get = res["ops"]["get"]
     assert get["errors"] == {}
+    # the schedule's 20,000 (19,989 beside a busy loop): a stalled host misses some, 10 % allowed
     assert 18_000 <= get["count"] <= 20_500
     corrected = Histogram.decode(get["histograms"]["hit"])
     uncorrected = Histogram.decode(get["histograms_uncorrected"]["hit"])
     assert corrected.value_at_quantile(0.99) >= 0.8e9, corrected
-    assert uncorrected.value_at_quantile(0.99) <= 0.25e9, uncorrected
+    assert uncorrected.value_at_quantile(0.99) <= 0.25e9, uncorrected  # 2.7 ms beside a busy loop (90x)
     # The stalled in-flight requests themselves do show up uncorrected, in the tail.
     assert uncorrected.max >= 0.8e9
 
@@ -180,7 +190,9 @@ def test_misbehaving_server_yields_counted_errors(case, io):
         elapsed = time.monotonic() - t0
     finally:
         server.close()
-    assert elapsed < 6, elapsed  # run + drain, never a hang
+    # run + drain, never a hang: the 1-s run and at most a 0.3-s timeout's drain, 1.0-1.24 s over every
+    # case beside a busy loop against 6 s (4.8x); a hang never ends
+    assert elapsed < 6, elapsed
     get = res["ops"]["get"]
     assert get["errors"].get(kind, 0) >= 1, (get["errors"], res["errors_sample"])
     assert get.get("hits", 0) == 0

@@ -78,6 +78,8 @@ def test_a_killed_server_stops_the_run_and_fails_it(tmp_path, spawn, workers) ->
     stdout, stderr = proc.communicate(timeout=60)
     took = time.monotonic() - killed
     assert proc.returncode == 1, stderr
+    # the 2-s grace of failures, then the results written: 2.5-2.9 s beside a busy loop against 10 s (3.5x);
+    # without the stop the run goes on to its 30-s deadline
     assert took < 10, f"the run went on for {took:.1f} s after the server died"
     run = _results(tmp_path / "out.json")["runs"][0]
     assert run["status"] == "failed"
@@ -102,7 +104,10 @@ def test_a_hung_server_stops_the_run_after_its_timeouts(tmp_path, spawn) -> None
     finally:
         os.kill(server.pid(), signal.SIGCONT)
     assert proc.returncode == 1, stderr
-    assert time.monotonic() - stopped < 15
+    # the 1-s timeouts, the 2-s grace, then cleanup's and the server sampler's own timeouts against the hung
+    # server: 8.0 s beside a busy loop. The bound was 15 s (1.9x); 20 s is 2.5x, and the bug (no stop) runs
+    # to the 30-s deadline
+    assert time.monotonic() - stopped < 20
     run = _results(tmp_path / "out.json")["runs"][0]
     assert run["status"] == "failed" and run["reason"].startswith("timeout errors from")
     assert "cleanup failed" in run["backend"].get("cleanup_error", "")  # said, not hidden
@@ -121,10 +126,14 @@ def test_on_error_continue_runs_to_the_deadline_with_errors_in_the_series(tmp_pa
     assert proc.returncode == (0 if allow_errors else 1), stderr
     assert ("ops failed" in stdout) != allow_errors
     phase = _results(tmp_path / "out.json")["runs"][0]["phases"][0]
-    assert phase["wall_s"] > 2.7  # to the deadline, not stopped at the errors (2 s of grace otherwise)
+    # to the deadline (3.00 s observed), not stopped at the errors (2 s of grace otherwise): a phase runs to
+    # its deadline or past it, so load cannot bring it under the floor
+    assert phase["wall_s"] > 2.7
     assert not phase["stopped_on_errors"]
     seconds = phase["timeseries"]
-    assert seconds[-1]["errors"] == seconds[-1]["ops"] > 100  # after the kill: every op of a second failed
+    # after the kill: every op of a second failed (7,800-10,500 refused ops in it beside a busy loop: > 100
+    # is 78x below)
+    assert seconds[-1]["errors"] == seconds[-1]["ops"] > 100
 
 
 def test_a_refused_prefill_is_one_line(tmp_path, cachemark) -> None:
@@ -333,7 +342,7 @@ def test_sigterm_and_sighup_stop_spawned_servers_and_save_partial_results(tmp_pa
     sent = time.monotonic()
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
-    assert time.monotonic() - sent < 15
+    assert time.monotonic() - sent < 15  # 0.5-0.7 s beside a busy loop (21x); the 30-s run otherwise
     assert "Traceback" not in stderr
     assert not Path(f"/proc/{server_pid}").exists()  # stopped (and reaped) by cachemark
     assert not Path(server_dir).exists()
@@ -379,6 +388,7 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path) -> None:
     # handler is in place the signal ends the process (-2, nothing printed), during runpy's imports
     # their traceback does (exit 1, counted as the same). Nothing exists yet to leave behind.
     ended = [o for o in outcomes if isinstance(o, tuple)]
+    # each exit within 5 s of its Ctrl-C: 0.0-1.4 s beside a busy loop (3.6x)
     assert all(o[1] in (130, -signal.SIGINT) and o[2] < 5 and not o[3] for o in ended), str(outcomes)
     assert sum(o[1] == 130 for o in ended) >= len(ended) - 1, str(outcomes)
 

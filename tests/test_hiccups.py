@@ -102,7 +102,10 @@ def test_a_stalled_server_is_a_hiccup_naming_the_run_the_second_and_the_size(run
     assert found, line
     op, size, unit, factor, _, second, _ = found.groups()
     took = float(size) * (1 if unit == "s" else 1e-3)
-    assert 0.8 * STALL_S <= took <= 3 * STALL_S, line  # the op in flight waited out the stall
+    # the op in flight waited out the stall: one thread stops the server, sleeps STALL_S and resumes it, so
+    # the stall lasts STALL_S or more however late it wakes (1.01 s beside a busy loop at load 8; 3x is a
+    # second stall's ceiling). Its factor: 459x a 2.2-ms p99 there, against 100 (4.6x)
+    assert 0.8 * STALL_S <= took <= 3 * STALL_S, line
     assert int(factor.replace(",", "")) >= 100
     phase = document["runs"][0]["phases"][0]
     assert phase["ops"][op]["summary"]["max_us"] == pytest.approx(took * 1e6, rel=0.01)

@@ -398,6 +398,7 @@ def test_engine_counts_a_killed_node_and_ends_on_time(spawn, namespace):
     took = time.monotonic() - started
     result = out["result"]
     get = result["ops"]["get"]
+    # the 3-s deadline (a floor) and the drain: 3.04 s beside a busy loop, 2.5 s of slack for 0.04 s used
     assert took < 3.0 + 2.5, took
     assert get["errors"].get("connection", 0) > 0 and get["hits"] > 0  # the other two nodes served on
     assert result["stopped_on_errors"] is None  # not every op failed
@@ -675,7 +676,10 @@ def test_engine_gives_up_on_endless_redirects():
         result = run_load({"protocol": "resp2", "servers": [f"127.0.0.1:{fake.port}"], "cluster": True,
                            "connections": 2, "ops": 200, "prefill": False, "on_error": "continue",
                            "keys": {"count": 100, "prefix": "cm:x:"}, "mix": [{"op": "get", "weight": 1}]})
-        assert time.monotonic() - started < 10
+        # 4.5 s quiet, 4.7-5.7 s beside a busy loop (1,200 redirects through a Python fake, which load
+        # slows): the bound was 10 s (1.7x), now 30 s (5x). Endless redirects never return at all (the
+        # 300-s test timeout), so any finite bound tells them apart
+        assert time.monotonic() - started < 30
     finally:
         fake.close()
     get = result["ops"]["get"]

@@ -55,7 +55,11 @@ def test_open_loop_completes_the_asked_rate():
     workload = Workload(keys=1000, mix="get=1", rate=2000, duration=2, warmup=0, workers=2)
     outcome = run_target("memory://", workload)
     count = _ops(outcome, "get").count
-    assert 3800 <= count <= 4200, count
+    # the schedule's 4,000: 3,998-4,000 beside a busy loop at load 6-8. It runs in the parallel pass, where
+    # a worker stalled near the deadline leaves the ops due then unsent (missed): the floor is 3,400 (it was
+    # 3,800, which a 0.1-s stall would cross), as the engine's open-loop test allows. A rate not kept (two
+    # workers at half speed: 2,000) stays far below it, and nothing sends more than is due
+    assert 3400 <= count <= 4200, count
     phase = outcome.phases[0].to_json()  # as saved
     assert phase["mode"] == "open"
     get = phase["ops"]["get"]
@@ -102,18 +106,29 @@ def test_redis_run_counts_hits_bytes_and_cleans_its_namespace(redis_server):
 
 
 def test_a_server_stopped_mid_run_shows_up_as_errors(spawn):
+    """The server is stopped 1 s into the timed phase, by the phase's own clock (the progress callback's,
+    which starts at its first op): a timer started with the run stopped it before the worker had connected
+    when start-up took over 1 s beside a busy loop (a failed run, "cannot connect", not errors counted)."""
     server = spawn("redis")
     workload = Workload(keys=100, mix="get=1", duration=3, warmup=0, workers=1)
-    timer = threading.Timer(1.0, server.stop)
-    timer.start()
+    stopper: list[threading.Thread] = []
+
+    def progress(phase: str, done: int, total: int | None, elapsed: float, duration: float | None) -> None:
+        if elapsed >= 1.0 and not stopper:
+            stopper.append(threading.Thread(target=server.stop, daemon=True))
+            stopper[0].start()
+
     started = time.monotonic()
-    outcome = run_target(server.url() + "?socket_timeout=1", workload)
-    timer.join()
+    outcome = run_target(server.url() + "?socket_timeout=1", workload, progress=progress)
+    assert stopper, "the timed phase never ran 1 s"
+    stopper[0].join(timeout=15)
     get = _ops(outcome, "get")
     assert get.errors.get("connection", 0) > 0, get.errors
     assert "error" in get.histograms
+    # 20 s against 4.7-7.7 s here beside a busy loop at load 7 (2.6x): start-up, the 3-s phase and its drain
     assert time.monotonic() - started < 20
-    # every op after the stop failed: no fast successes once the server is gone
+    # every op after the stop failed: no fast successes once the server is gone (the last second:
+    # 3,500-4,500 refused ops beside a busy loop; > 0 needs one)
     series = outcome.phases[0].timeseries
     assert series[-1]["errors"] == series[-1]["ops"] > 0
 

@@ -91,7 +91,9 @@ def test_a_rate_the_clients_cannot_keep_ends_on_time_and_says_so(tmp_path, cache
     result = cachemark("stampede", "-t", redis_url, "--strategy", "none", "--clients", "512", "--rate", "100000",
                        "--duration", "1s", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert time.monotonic() - started < 15  # it took 20 s when the backlog was sent after the deadline
+    # it took 20 s when the backlog was sent after the deadline; 6.2 s now beside a busy loop at load 9
+    # (2.4x: the process's start-up and 512 clients' connects, which load stretches, not the 1-s phase)
+    assert time.monotonic() - started < 15
     assert "the clients fell behind the rate" in result.stdout and "reads due were never sent" in result.stdout
 
 

@@ -662,4 +662,7 @@ def test_a_small_zstd_file_that_inflates_hugely_is_read_in_bounded_memory(tmp_pa
     assert done.returncode == 0, done.stderr
     requests, grew = (int(x) for x in done.stdout.split())
     assert requests == 500_000_000 // len(block) * 50_000
-    assert grew < 150_000_000, grew  # it was the whole 500 MB and 1.1 GB of records
+    # 96 MB beside a busy loop (what the decoder and the counted columns allocate; load does not move it).
+    # The bound was 150 MB, 1.6x; now 300 MB (3.1x), still under the 500 MB one whole decode alone takes
+    # (the bug: the whole 500 MB and 1.1 GB of records)
+    assert grew < 300_000_000, grew
