@@ -47,11 +47,11 @@ _KINDS = {
 def candidate(url: str) -> Candidate:
     """A candidate from a target URL: ``spawn:redis``, ``spawn:memcached?client=pylibmc``, ``memory://``.
     Its label is what it is (``redis``), whichever client measures it: the client has a column of its own."""
-    from ..schemes import spawned_as
+    from ..schemes import scheme, spawned_as
     from ..target import parse_target
 
     target = parse_target(url)
-    name = spawned_as(target.path).name if target.scheme == "spawn" else target.scheme
+    name = spawned_as(target.path).name if scheme(target.scheme, target.redacted).spawner else target.scheme
     if name not in _KINDS:
         raise UserError(f"{target.redacted}: decide sizes Redis (or Valkey), memcached and in-process memory "
                         f"caches, not {name}://")

@@ -87,6 +87,11 @@ def memcached_chunks(factor: float = 1.25, smallest: int = 96, largest: int = 51
     return [*sizes, largest]
 
 
+# What a model is told apart by: the setting its server is sized with (not the scheme's name: schemes.py
+# owns those facts)
+MAXMEMORY, MEMORY_MB, ENTRIES = "maxmemory", "memory_mb", "max_entries"
+
+
 @dataclass
 class ServerModel:
     """How one server charges an object and maps a simulated capacity to its setting."""
@@ -104,18 +109,18 @@ class ServerModel:
 
     @property
     def policy(self) -> str:
-        return "lru" if self.server == "memory" else self.server
+        return "lru" if self.param == ENTRIES else self.server
 
     @property
     def lazy_expiry(self) -> bool:
         """memory:// drops an expired entry only when it is read; the servers sweep theirs."""
-        return self.server == "memory"
+        return self.param == ENTRIES
 
     def charge(self, key_size: np.ndarray, value_size: np.ndarray, ttl: np.ndarray) -> np.ndarray:
         """Bytes each request's object costs the server (memcached: the item before its chunk)."""
-        if self.server == "memory":
+        if self.param == ENTRIES:
             return np.ones(len(key_size), dtype=np.uint32)
-        if self.server == "redis":
+        if self.param == MAXMEMORY:
             cost = redis_allocations(key_size, value_size, ttl) + self.per_item + self.per_ttl * (np.asarray(ttl) > 0)
         else:
             cost = memcached_item_size(key_size, value_size)
@@ -128,46 +133,46 @@ class ServerModel:
 
     def capacity(self, setting: int) -> int:
         """The simulated cache's capacity (bytes) for a setting of the server's parameter."""
-        if self.server == "redis":
+        if self.param == MAXMEMORY:
             return max(0, int(setting) - self.base_bytes)
-        if self.server == "memory":
+        if self.param == ENTRIES:
             return int(setting)
         return int(setting) * MEMCACHED_PAGE
 
     def setting(self, capacity: float) -> int:
         """The server's setting that gives at least ``capacity`` bytes of cache."""
-        if self.server == "redis":
+        if self.param == MAXMEMORY:
             return int(math.ceil(capacity)) + self.base_bytes
-        if self.server == "memory":
+        if self.param == ENTRIES:
             return max(1, int(math.ceil(capacity)))
         return max(MEMCACHED_MIN_MB, int(math.ceil(capacity / MEMCACHED_PAGE - 1e-9)))
 
     def setting_bytes(self, setting: int) -> int:
         """The memory the setting stands for, in bytes (maxmemory; -m × 1 MiB; memory://: its
         entries' key + value bytes, the mean object's — Python's own overhead not counted)."""
-        if self.server == "memory":
+        if self.param == ENTRIES:
             return int(setting * self.mean_bytes)
-        return int(setting) if self.server == "redis" else int(setting) * MEMCACHED_PAGE
+        return int(setting) if self.param == MAXMEMORY else int(setting) * MEMCACHED_PAGE
 
     def spawn_params(self, setting: int) -> dict[str, object]:
-        if self.server == "memory":
+        if self.param == ENTRIES:
             return {"max_entries": int(setting)}
-        if self.server == "redis":
+        if self.param == MAXMEMORY:
             return {"maxmemory": int(setting), "maxmemory_policy": "allkeys-lru"}
         return {"memory_mb": int(setting)}
 
     def spawn_url(self, setting: int) -> str:
-        if self.server == "memory":
+        if self.param == ENTRIES:
             return f"memory://?max_entries={int(setting)}"
         return f"spawn:{self.server}?" + "&".join(f"{k}={v}" for k, v in self.spawn_params(setting).items())
 
     def settings_grid(self, largest_bytes: float, points: int) -> list[int]:
         """Settings from small to ``largest_bytes`` of cache, evenly spaced in log scale."""
-        if self.server == "memcached":
+        if self.param == MEMORY_MB:
             # each slab class in use holds a page of its own whatever -m says: beyond the footprint
             top = max(3, int(math.ceil(largest_bytes / MEMCACHED_PAGE)) + len(self.chunks) // 2)
             return sorted({max(MEMCACHED_MIN_MB, round(top ** (i / (points - 1)))) for i in range(points)})
-        if self.server == "memory":  # largest_bytes: here the objects
+        if self.param == ENTRIES:  # largest_bytes: here the objects
             return sorted({max(1, round(g)) for g in np.geomspace(1, max(largest_bytes, 2), points)})
         low = max(4096.0, largest_bytes / 1000)
         caps = np.geomspace(low, max(largest_bytes, low * 2), points)

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..workload.traces.record import DELETE, GET, SET
 from .requests import FETCH, Requests
-from .server_model import ServerModel, replay_key
+from .server_model import ENTRIES, MAXMEMORY, ServerModel, replay_key
 
 BATCH = 64
 BATCH_BYTES = 16 << 10
@@ -160,7 +160,7 @@ def replay(model: ServerModel, setting: int, requests: Requests, speed: float = 
     """Spawn the server at ``setting``, replay ``requests`` on it, and read its counters."""
     from ..lab import spawn_server
 
-    if model.server == "memory":
+    if model.param == ENTRIES:
         client = _Memory(model.spawn_url(setting))
         try:
             return _run(client, requests, speed)
@@ -168,7 +168,7 @@ def replay(model: ServerModel, setting: int, requests: Requests, speed: float = 
             client.close()
 
     with spawn_server(model.server, **model.spawn_params(setting)) as server:
-        client = _Redis(server.port) if model.server == "redis" else _Memcached(server.port)
+        client = _Redis(server.port) if model.param == MAXMEMORY else _Memcached(server.port)
         try:
             return _run(client, requests, speed)
         finally:

@@ -45,7 +45,10 @@ from .._engine import OpsSim
 from ..errors import UserError
 from .requests import Requests, from_trace
 from .server_model import (
+    ENTRIES,
+    MAXMEMORY,
     MEMCACHED_MIN_MB,
+    MEMORY_MB,
     ServerModel,
     measure_redis,
     memcached_model,
@@ -120,7 +123,7 @@ def simulate(r: Requests, policy: str, capacities: Sequence[float], sizes: np.nd
     None: key + value bytes) of ``policy`` (lru, fifo, sieve, redis, memcached)."""
     if sizes is None:
         sizes = _object_bytes(r)
-    chunks = model.chunks if model is not None and policy == "memcached" else None
+    chunks = model.chunks if model is not None and model.param == MEMORY_MB else None
     samples = model.samples if model is not None else 5
     lazy = model is not None and model.lazy_expiry
     sim = OpsSim(policy, [max(1, int(c)) for c in capacities], samples, chunks, warmup, seed, lazy)
@@ -175,13 +178,11 @@ def curves(r: Requests, policies: Sequence[str] = POLICIES, points: int = 16, si
 
 def model_for(server: str, r: Requests, samples: int = 5) -> ServerModel:
     """The server's model, measured where it must be (Redis: on a spawned server)."""
-    if server == "redis":
-        return measure_redis(r, samples=samples)
-    if server == "memcached":
-        return memcached_model()
-    if server == "memory":
-        return memory_model(r)
-    raise UserError(f"server {server!r}: choose from {', '.join(SERVERS)}")
+    models = {"redis": lambda: measure_redis(r, samples=samples), "memcached": memcached_model,
+              "memory": lambda: memory_model(r)}
+    if server not in models:
+        raise UserError(f"server {server!r}: choose from {', '.join(SERVERS)}")
+    return models[server]()
 
 
 def server_curve(r: Requests, model: ServerModel, settings: Sequence[int] = (), points: int = 16,
@@ -189,8 +190,8 @@ def server_curve(r: Requests, model: ServerModel, settings: Sequence[int] = (), 
     """Get hit ratio at each setting of the server (default: ``points`` up to the footprint)."""
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     if not settings:
-        footprint = _footprint(r, model.chunk_of(charged) if model.server == "memcached" else charged)
-        settings = model.settings_grid(footprint * (1.0 if model.server == "memory" else 1.1), points)
+        footprint = _footprint(r, model.chunk_of(charged) if model.param == MEMORY_MB else charged)
+        settings = model.settings_grid(footprint * (1.0 if model.param == ENTRIES else 1.1), points)
     settings = sorted({int(s) for s in settings})
     hits = simulate(r, model.policy, [model.capacity(s) for s in settings], charged, model, warmup, seed)
     return OpsCurve(model.server, model.param, [float(s) for s in settings],
@@ -234,7 +235,7 @@ def _bisect(r: Requests, model: ServerModel, charged: np.ndarray, target: float,
     """The smallest setting in (low, high] reaching ``target`` (Redis: within 1 %), by regula falsi
     in log setting: each step one simulation, placed where the bracket's line meets the target."""
     def done() -> bool:
-        return high - low <= (max(1, high * 0.01) if model.server == "redis" else 1)
+        return high - low <= (max(1, high * 0.01) if model.param == MAXMEMORY else 1)
 
     for _ in range(12):
         if done():
@@ -311,13 +312,13 @@ def _naive(r: Requests, model: ServerModel, charged: np.ndarray, hit_ratio: floa
     by_objects = cached[1]
     objects = by_objects.size_for(hit_ratio) or by_objects.sizes[-1]
     _, first = np.unique(r.ids, return_index=True)
-    if model.server == "memory":  # entries: the object count itself is the setting
+    if model.param == ENTRIES:  # entries: the object count itself is the setting
         setting = max(1, round(objects))
         got = simulate(r, model.policy, [model.capacity(setting)], charged, model, warmup, seed)[0]
         return float(model.setting_bytes(setting)), got
-    per_item = float((charged if model.server == "redis" else model.chunk_of(charged))[first].mean())
+    per_item = float((charged if model.param == MAXMEMORY else model.chunk_of(charged))[first].mean())
     naive = objects * per_item
-    setting = int(naive) if model.server == "redis" else max(1, round(naive / (1 << 20)))
+    setting = int(naive) if model.param == MAXMEMORY else max(1, round(naive / (1 << 20)))
     got = simulate(r, model.policy, [model.capacity(setting)], charged, model, warmup, seed)[0]
     return naive, got
 
@@ -383,9 +384,9 @@ def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: fl
     done = replay(model, setting, r, speed)
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     ttl_us = (r.ttl_s.astype(np.float64) * 1e6 / speed)
-    if model.server == "memory":  # in process: a monotonic clock, no rounding
+    if model.param == ENTRIES:  # in process: a monotonic clock, no rounding
         ttl_us = np.where(r.ttl_s > 0, ttl_us, 0)
-    elif model.server == "memcached":  # whole seconds (≥ 1) on a clock that ticks once a second: ~½ s sooner
+    elif model.param == MEMORY_MB:  # whole seconds (≥ 1) on a clock that ticks once a second: ~½ s sooner
         ttl_us = np.where(r.ttl_s > 0, np.maximum(1, np.round(r.ttl_s / speed)) * 1e6 - 5e5, 0)
     predicted = simulate(r, model.policy, [model.capacity(setting)], charged, model, seed=seed,
                          time_us=done.sent_us, ttl_us=ttl_us.astype(np.int64))[0]
@@ -409,9 +410,9 @@ def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: fl
 
 
 def _why(check: Verification, model: ServerModel) -> str:
-    if model.server == "memory":
+    if model.param == ENTRIES:
         return f"off by {check.difference:+.3f}: the replay's pacing against a lazily expiring LRU"
-    if model.server == "redis":
+    if model.param == MAXMEMORY:
         return (f"off by {check.difference:+.3f}: Redis's used_memory also holds what the model does not "
                 "charge — client buffers grown by the replay, hash tables sized for the most keys held, expired "
                 "keys not yet swept — which weighs most in a small maxmemory (a few MB)")

@@ -176,8 +176,11 @@ COUNTED = ("get hits ÷ gets under the trace's own ops: a get that misses fills 
            "a set writes, a delete removes, a TTL expires on the trace's clock")
 
 
-def _setting(server: str, setting: float) -> str:
-    return f"{setting:,.0f} B ({fmt_bytes(setting)})" if server == "redis" else f"{setting:,.0f} MiB"
+def _setting(param: str, setting: float) -> str:
+    """A setting in its own unit: maxmemory in bytes, memory_mb in MiB, max_entries in entries."""
+    if param == "maxmemory":
+        return f"{setting:,.0f} B ({fmt_bytes(setting)})"
+    return f"{setting:,.0f} entries" if param == "max_entries" else f"{setting:,.0f} MiB"
 
 
 def server_block(sized: list[Any]) -> Block:
@@ -191,7 +194,7 @@ def server_block(sized: list[Any]) -> Block:
             continue
         naive = "-" if s.naive_bytes is None else f"{fmt_bytes(s.naive_bytes)} → {s.naive_predicted:.3f}"
         rows.append([names[s.server], f"{s.target:.0%}" if s.target is not None else "-",
-                     _setting(s.server, s.setting), f"{s.predicted:.3f}", naive])
+                     _setting(s.param, s.setting), f"{s.predicted:.3f}", naive])
     notes = [f"Counted: {COUNTED}.",
              "Each server simulated as it accounts and evicts: Redis's sampled LRU against used_memory (its "
              "base memory and per-key bytes measured on a spawned server), memcached's slab classes with one LRU "
