@@ -34,7 +34,7 @@ from .data import (
     proxy_overhead_note,
 )
 from .figures import fmt_latency, fmt_rate
-from .table import baseline_rows as network_baseline_rows
+from .table import SAME_POINT, network_baseline_table
 
 
 def _cell(text: Any) -> str:
@@ -108,11 +108,11 @@ def to_markdown(document: dict[str, Any] | ResultsDocument, baseline: str | None
                               "% of baseline"], table))
     profiles = {run.profile for run in document.runs}
     if len(profiles) > 1:
+        columns, table, left = network_baseline_table(document)
         out += ["", "### Where the cache lives: % of baseline", "",
                 "Mean latency under each network profile, as a percentage of the first profile's "
-                "for the same target and op (reference 004's table).", ""]
-        out.append(_md_table(["backend", "network", "op", "mean", "p99", "vs baseline"],
-                             network_baseline_rows(document), right_from=3))
+                f"for the same target{SAME_POINT if left > 3 else ''} and op (reference 004's table).", ""]
+        out.append(_md_table(columns, table, right_from=left))
     proxy_note = proxy_overhead_note(document)
     if proxy_note:
         out += ["", proxy_note]

@@ -44,7 +44,7 @@ from .data import (
     proxy_overhead_note,
 )
 from .figures import fmt_latency, fmt_percent, fmt_rate
-from .table import baseline_rows as network_baseline_rows
+from .table import SAME_POINT, network_baseline_table
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;
@@ -184,14 +184,14 @@ def _network_section(document: ResultsDocument) -> str:
     """Reference 004's "% of baseline" per network profile, and the proxy's own overhead beside it."""
     out = []
     if len({run.profile for run in document.runs}) > 1:
-        head = ["backend", "network", "op", "mean", "p99", "vs baseline"]
+        head, rows, left = network_baseline_table(document)
         out += ["<h2>Where the cache lives: % of baseline</h2>",
                 '<p class="note">Mean latency under each network profile, as a percentage of the first '
-                "profile's for the same target and op (reference 004's table).</p>",
-                '<table><thead><tr>' + "".join(f'<th class="{"l" if i < 3 else ""}">{escape(h)}</th>'
+                f"profile's for the same target{SAME_POINT if left > 3 else ''} and op (reference 004's table).</p>",
+                '<table><thead><tr>' + "".join(f'<th class="{"l" if i < left else ""}">{escape(h)}</th>'
                                                 for i, h in enumerate(head)) + "</tr></thead><tbody>"]
-        out += ["<tr>" + "".join(_td(cell, left=i < 3) for i, cell in enumerate(row)) + "</tr>"
-                for row in network_baseline_rows(document)]
+        out += ["<tr>" + "".join(_td(cell, left=i < left) for i, cell in enumerate(row)) + "</tr>"
+                for row in rows]
         out.append("</tbody></table>")
     note = proxy_overhead_note(document)
     if note:
