@@ -2,8 +2,8 @@
 
 Owns :func:`compute` (per target label, the measured maximum of a metric over all its
 runs and sweep points — a bandwidth's over the link-capped network profile's alone when the runs
-played one beside loopback, the node the reference measured — and the alarm levels at given percentages of it) and the three
-renderings: JSON, a CloudFormation ``Mappings`` block in the shape of reference 001
+played one beside loopback, the node the reference measured — and the alarm levels at given
+percentages of it) and the three renderings: JSON, a CloudFormation ``Mappings`` block in the shape of reference 001
 (``{label: {"100": v, "90": v, "80": v}}``; YAML, or JSON when the output file ends in
 ``.json``), and Prometheus alerting rules. Also owns :func:`bandwidth_headline`, the
 headline figure of the ``redis-bandwidth-sweep`` preset (reference 001's own table: per
