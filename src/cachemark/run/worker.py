@@ -147,6 +147,7 @@ class Worker:
         self.prefilled = self.prefill_total = 0
         self.missed = 0  # open loop: ops due before the deadline but never sent
         self.span: tuple[int, int] | None = None  # the last phase's first op's start, last op's end (ns)
+        self.canary_ns = 0  # the last phase's time in write canaries (cachemark's, not the application's)
         self.outages = WriteOutages()  # the last phase's windows of failing writes (measure/outage.py)
         # cache-aside (`fetch`): the origin a miss calls, and where its latencies go (set per phase)
         fetches = any("fetch" in name.split("+") for p in self.workload.effective_phases() for name in p.mix or {})
@@ -390,6 +391,7 @@ class Worker:
         checkpoint = start  # the first op passes it: its start is the phase's (self.span)
         first = t1 = 0
         self.span = None
+        self.canary_ns = 0
         done = 0
         try:
             for ops, ks, szs in stream.batches():
@@ -484,8 +486,8 @@ class Worker:
             self.interrupted = True
             _deaf()  # the one interrupt is spent: no other can come
         finally:
-            if first:  # the phase as the application saw it: first op's start to last op's end
-                self.span = (first, t1)
+            if first:  # the phase as the application saw it: first op's start to last op's end, less canaries
+                self.span = (first, t1 - self.canary_ns)
             if progress is not None:
                 progress[task.worker] = done + len(codes) - recorder.pseudo_records
                 failures[task.worker] = failed
@@ -496,6 +498,13 @@ class Worker:
     def _check_canary(self, recorder: Recorder, op: int, size: int) -> None:
         """Write a private key, read it back at once: a silently dropped write is an error."""
         self.canaries += 1
+        began = time.perf_counter_ns()
+        try:
+            self._canary(recorder, op, size)
+        finally:  # cachemark's own round trips: not the application's time (run_phase's span leaves them out)
+            self.canary_ns += time.perf_counter_ns() - began
+
+    def _canary(self, recorder: Recorder, op: int, size: int) -> None:
         key = f"{self.task.namespace}verify:{self.task.worker}:{self.canaries}"
         value = make_value(value_header(key), size)
         try:
