@@ -6,6 +6,11 @@ phase's wall is then its op's latency, which the saved histograms give independe
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 
 from cachemark.measure.histogram import Histogram
@@ -50,3 +55,37 @@ def test_a_one_op_phase_wall_is_its_op_latency(redis_server, path):
         # the histogram rounds a latency to its bucket (well under 1 %); nothing of cachemark's own is added
         assert phase["wall_s"] >= latency * 0.98 - 2e-6, (path, phase["name"], phase["wall_s"], latency)
         assert phase["wall_s"] - latency < 0.5e-3, (path, phase["name"], phase["wall_s"], latency)
+
+
+def test_an_engine_run_with_a_stalled_server_warns_of_its_extreme_tail(spawn):
+    """A server stopped (SIGSTOP) for 0.4 s under an open-loop engine load: the ops due meanwhile wait
+    it out, p99 lands at ≥ 100× p50, and the verdict says so (it once printed "No warnings")."""
+    from report_fixtures import document
+
+    from cachemark.report.verdict import warnings
+
+    server = spawn("redis")
+    workload = Workload(keys=100, value_size=100, workers=1, prefill=True, warmup=0, duration=2.0, rate=2000,
+                       mix={"get": 90, "set": 10})
+
+    def stall() -> None:
+        time.sleep(0.8)
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.4)
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+
+    stopper = threading.Thread(target=stall)
+    stopper.start()
+    try:
+        run = run_target(f"{server.url()}?client=engine", workload, "stalled").to_json()
+    finally:
+        stopper.join()
+    assert run["status"] == "ok", run["reason"]
+    found = warnings(document([run], ["spawn:redis"], "stall", 2.0), [run])
+    tail = [w for w in found if "an extreme tail" in w]
+    print(tail)  # the line, with -s
+    assert tail, found
+    get = run["phases"][0]["ops"]["get"]
+    assert "get: an extreme tail: p99" in tail[0] and get["count"] > 1000
