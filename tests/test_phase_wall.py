@@ -60,9 +60,8 @@ def test_a_one_op_phase_wall_is_its_op_latency(redis_server, path):
 def test_an_engine_run_with_a_stalled_server_warns_of_its_extreme_tail(spawn):
     """A server stopped (SIGSTOP) for 0.4 s under an open-loop engine load: the ops due meanwhile wait
     it out, p99 lands at ≥ 100× p50, and the verdict says so (it once printed "No warnings")."""
-    from report_fixtures import document
-
     from cachemark.report.verdict import warnings
+    from report_fixtures import document
 
     server = spawn("redis")
     workload = Workload(keys=100, value_size=100, workers=1, prefill=True, warmup=0, duration=2.0, rate=2000,

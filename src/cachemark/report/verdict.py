@@ -13,10 +13,10 @@ p99 (or the headline figure and p50) order two backends differently. With repeat
 is the median of the ratios paired by repeat (a headline figure's: the ratio of the medians)
 and its ± is half a 95 % interval (Student's t on the log ratios), and a difference whose
 interval includes 1× (or is wider than the factor) is "not resolved by these repeats"; without
-repeats a difference under 5 % is a tie. The warnings are the facts that change how the figures read, the most serious (a target that
-drops writes) first; each is a :class:`Finding` of a kind, so ``advise`` and ``cost`` can show
-beside a pass or FAIL the ones that change how its figures read (:data:`QUALIFY_FIGURES`)
-without matching on their text.
+repeats a difference under 5 % is a tie. The warnings are the facts that change how the figures
+read, the most serious (a target that drops writes) first; each is a :class:`Finding` of a kind,
+so ``advise`` and ``cost`` can show beside a pass or FAIL the ones that change how its figures
+read (:data:`QUALIFY_FIGURES`) without matching on their text.
 """
 
 from __future__ import annotations
