@@ -204,3 +204,17 @@ def test_block_time_agrees_with_reference_004s_ruby_code(redis_server, memcached
     print(f"004 {kind}: cachemark's block {min(ours) * 1e3:.2f} ms, the Ruby code's {min(theirs) * 1e3:.2f} ms")
     assert within(min(ours), min(theirs)), \
         f"{kind}: cachemark's block {min(ours) * 1e3:.2f} ms, 004's Ruby code {min(theirs) * 1e3:.2f} ms"
+
+
+def test_python_memcached_through_django_as_the_removed_backend_was(memcached_server, tmp_path, cachemark):
+    """Reference 000's pure-Python client (``BACKEND=python-memcached``): a run with no errors, every get
+    a hit, and the client named as the author's."""
+    location = memcached_server.url().split("://", 1)[1].rstrip("/")
+    document = run_cachemark(cachemark, tmp_path, f"django://?BACKEND=python-memcached&LOCATION={location}",
+                             TIMEIT_WORKLOAD.replace("ops = 1000", "ops = 300"), 1)
+    (run,) = document["runs"]
+    assert run["backend"]["info"]["client"] == "python-memcached"
+    assert run["backend"]["info"]["client_version"] == "1.62"
+    set_, get = (p["ops"][p["name"]] for p in run["phases"])
+    assert set_["count"] == get["count"] == 300 and not set_["errors"] and not get["errors"]
+    assert get["hits"] == 300 and get["misses"] == 0

@@ -2,9 +2,8 @@
 
 Reference 000 measured it beside pylibmc through Django's ``MemcachedCache``, which Django
 removed in 4.1; this class stands in for it (``django://?BACKEND=python-memcached``), on
-Django's own memcached base, with the two places where the library differs from what that
-base expects of a client: its ``get`` takes no default, and its ``delete`` answers true for
-a key that was not there.
+Django's own memcached base, with the one place where the library differs from what that base
+expects of a client: its ``get`` takes no default.
 """
 
 from __future__ import annotations
@@ -32,8 +31,3 @@ class MemcachedCache(BaseMemcachedCache):
     def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         value = self._cache.get(self.make_and_validate_key(key, version=version))
         return default if value is None else value
-
-    def delete(self, key: Any, version: int | None = None) -> bool:
-        key = self.make_and_validate_key(key, version=version)
-        # the library's delete() accepts NOT_FOUND as success: only DELETED means a key went
-        return bool(self._cache._deletetouch([b"DELETED"], "delete", key))
