@@ -33,7 +33,7 @@ from .data import (
     phase_rows,
     proxy_overhead_note,
 )
-from .figures import fmt_latency, fmt_rate
+from .figures import fmt_latency, fmt_memory, fmt_rate
 from .table import SAME_POINT, network_baseline_table
 
 
@@ -137,13 +137,7 @@ def _num(value: float | None, digits: int) -> str:
 
 
 def _bytes(value: float | None) -> str:
-    if value is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(value)
+    return fmt_memory(value)
 
 
 def to_csv(document: dict[str, Any] | ResultsDocument) -> str:

@@ -43,7 +43,7 @@ from .data import (
     phase_rows,
     proxy_overhead_note,
 )
-from .figures import fmt_latency, fmt_percent, fmt_rate
+from .figures import fmt_latency, fmt_memory, fmt_percent, fmt_rate
 from .table import SAME_POINT, network_baseline_table
 
 _CSS = """
@@ -212,13 +212,15 @@ def _server_table(phases: list[dict[str, Any]]) -> str:
            + "".join(f'<th class="{"l" if i < 2 else ""}">{escape(h)}</th>' for i, h in enumerate(head))
            + "</tr></thead><tbody>"]
     per_second = {1, 4, 5}  # CPU % p90, net Mbps p90 and p70: marked when from too few intervals
+    memory = 6  # used memory, in the Markdown's units (25.1 MiB, not 26.32M)
     for p in rows:
         values = [p["server_cpu_us_per_op"], p["server_cpu_pct_p90"], p["server_bytes_in_per_op"],
                   p["server_bytes_out_per_op"], p["server_net_mbps_p90"], p["server_net_mbps_p70"],
                   p["server_used_memory_bytes"], p["server_evictions"]]
         mark = f" {LOW_SAMPLES_MARK}" if p["server_low_samples"] else ""
         out.append("<tr>" + _td(p["name"], left=True) + _td(p["phase"], left=True) + "".join(
-            _td("-" if v is None else _fmt_num(float(v)) + (mark if i in per_second else ""), -1 if v is None else v)
+            _td("-" if v is None else (fmt_memory(float(v)) if i == memory else _fmt_num(float(v)))
+                + (mark if i in per_second else ""), -1 if v is None else v)
             for i, v in enumerate(values)) + "</tr>")
     out.append("</tbody></table>")
     if any(p["server_low_samples"] for p in rows):
