@@ -150,8 +150,13 @@ def fmt_mix(mix: Any) -> str:
                       if isinstance(v, int | float) and v > 0)
 
 
+ETC_SIZES = "as Facebook's ETC pool's"  # Atikoglu et al., SIGMETRICS 2012 (workload/etc.py)
+
+
 def _values(size: Any) -> str:
     text = str(size)
+    if text == "etc":
+        return f"values {ETC_SIZES} (Atikoglu et al., SIGMETRICS 2012)"
     return f"values {text} B" if text.replace("-", "").isdigit() else f"values {text}"
 
 
@@ -225,14 +230,17 @@ def workload_sentence(document: Document, runs: list[Run]) -> str:
         copies = f", {_num(trace['amplify'])} copies of its key space" if (trace.get("amplify") or 1) > 1 else ""
         parts.append(f"replay of the trace {Path(str(trace['path'])).name} ({timing}{copies})")
     phases = experiment.planned_phases
-    if wl.get("keys") is not None:
+    if wl.get("keys") is not None and not trace.get("path"):
         # the workload's distribution, unless every phase draws its keys its own way (said per phase)
         inherited = not phases or any(_own_key_dist(p, wl) is None for p in phases)
         dist = f" ({wl['key_dist']})" if wl.get("key_dist") and not trace and inherited else ""
         sized = f", padded to {wl['key_size']} B" if str(wl.get("key_size") or "").isdigit() else (
+            f", key sizes {ETC_SIZES}" if wl.get("key_size") == "etc" else
             f", key sizes {wl['key_size']}" if wl.get("key_size") else "")
         parts.append(f"{_num(wl['keys'])} key{'s' if wl['keys'] != 1 else ''}{dist}{sized}")
-    if wl.get("value_size") is not None:
+    if trace.get("path"):  # the sizes the trace recorded, not the workload's default range
+        parts.append("keys and value sizes as the trace recorded them")
+    elif wl.get("value_size") is not None:
         parts.append(_values(wl["value_size"]))
     if phases:
         parts.append("phases " + ", ".join(
