@@ -33,3 +33,10 @@ def test_the_readme_lists_every_package_make_run_installs():
     packages = block.replace("RUN_PACKAGES  :=", "").replace("\\", " ").split()
     readme = (ROOT / "README.md").read_text()
     assert packages and [p for p in packages if f"`{p}`" not in readme] == []
+
+
+def test_every_preset_has_a_docs_page():
+    from cachemark.presets import preset_names
+
+    missing = [name for name in preset_names() if not (ROOT / "docs" / "presets" / f"{name}.md").exists()]
+    assert missing == []
