@@ -276,7 +276,8 @@ def _bar_charts(rows: list[dict[str, Any]], colors: dict[int, str], ids: _Ids) -
     out = ["<h2>Throughput and hit ratio</h2><div class=\"charts\">",
            _figure(bar_chart(bars, title="throughput per op", value_label="ops/s", fmt=_fmt_num,
                              chart_id=throughput_id), _legend(throughput_id, legend_entries))]
-    reads = [r for r in ordered if r["hit_ratio"] is not None]
+    # reads only, as the title says: a delete's "hit" (the key existed) is not a read's
+    reads = [r for r in ordered if r["hit_ratio"] is not None and "delete" not in str(r["op"]).split("+")]
     if reads:
         hit_id = ids("hits")
         hit_bars = [(f"{r['name']} · {op_of(r)}", r["hit_ratio"] * 100, colors[r["run"]], r["run"])
