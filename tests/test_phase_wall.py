@@ -18,6 +18,8 @@ from cachemark.run.runner import run_target
 from cachemark.spec import Workload
 from driver_kit import needs_driver  # noqa: E402
 
+pytestmark = pytest.mark.alone  # times phases to 0.5 ms, and a stall: runs by itself (conftest.py)
+
 # the query each load path is asked for by (docs/drivers.md: Rails.cache's own client for a driver)
 LOAD_PATHS = {"python workers": "", "engine": "client=engine", "driver": "client=ruby-activesupport"}
 

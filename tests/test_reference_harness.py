@@ -19,6 +19,8 @@ import pytest
 
 from driver_kit import needs_driver  # noqa: E402
 
+pytestmark = pytest.mark.alone  # times two harnesses against each other: runs by itself (conftest.py)
+
 HARNESS_000 = '''
 import json, sys, timeit
 import django
@@ -135,7 +137,7 @@ def run_cachemark(cachemark, tmp_path, target: str, workload: str, repeat: int) 
     return document
 
 
-ROUNDS = 4  # at most; each side's best is taken over all its rounds (a shared machine's noise is one-sided)
+ROUNDS = 8  # at most; each side's best is taken over all its rounds (a shared machine's noise is one-sided)
 
 
 def within(ours: float, theirs: float, share: float = 0.10) -> bool:
