@@ -143,6 +143,21 @@ def test_behind_the_reference_nodes_link_bandwidth_plateaus_and_cpu_falls(tmp_pa
     (block,) = bandwidth_headline(document)
     assert block.columns[:3] == ["target", "network", "value size (B)"]
     assert [row[1] for row in block.rows] == ["same-host", "same-host", "0ms,link=750mbit", "0ms,link=750mbit"]
+    # 001's thresholds as the author computed them: from the node's maximum (the link-capped profile),
+    # not loopback's, which is no NIC's limit; the note says what was left out
+    result = compute([document], "bandwidth", [100, 90, 80])
+    (target,) = result["targets"].values()
+    assert target["network"] == "0ms,link=750mbit"
+    assert target["max_mbps"] == pytest.approx(max(p["net_out_mbps_p90"] for (network, _), p in points.items()
+                                                   if network == "0ms,link=750mbit"))
+    assert "same-host left out (loopback: a level for no NIC)" in target["note"]
+    assert any("0ms,link=750mbit, value_size=" in n and "same-host left out" in n for n in block.notes)
+    # the % table: each value size against its own baseline (same-host at that size), under its own column
+    from cachemark.report.table import network_baseline_table
+
+    columns, rows, left = network_baseline_table(document)
+    assert columns[:4] == ["backend", "network", "value size (B)", "op"] and left == 4
+    assert sum(row[-1] == "baseline" for row in rows) == 2 * len(SIZES)  # get and set at each size
 
 
 def test_html_has_cpu_and_bytes_out_charts_against_value_size(preset_run):

@@ -62,7 +62,8 @@ def test_the_preset_runs_on_memcached_with_etc_sizes_and_gaps(tmp_path):
     document = json.loads((tmp_path / "out.json").read_text())
     assert document["experiment"]["workload"]["value_size"] == "etc"
     assert document["experiment"]["workload"]["key_size"] == "etc"
-    assert "10,000 keys (uniform), key sizes etc, values etc" in " ".join(result.stdout.split())
+    assert ("10,000 keys (uniform), key sizes as Facebook's ETC pool's, values as Facebook's ETC pool's (Atikoglu "
+            "et al., SIGMETRICS 2012)") in " ".join(result.stdout.split())  # not "key sizes etc, values etc"
     for run in document["runs"]:
         assert run["status"] == "ok", run.get("reason")
         phase = run["phases"][0]

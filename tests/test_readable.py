@@ -220,7 +220,7 @@ def _preset_document(headline: str) -> dict[str, Any]:
     memory = [r for r in report["runs"] if r["label"] == "memory"]
     runs: list[dict[str, Any]] = []
     if headline == "timeit":  # django-s3-vs-memcached: set, then get, 3 repeats, 4 caches
-        for label in ("memcached (pymemcache)", "memcached (pylibmc)", "s3 (django-s3-cache layout)",
+        for label in ("memcached (python-memcached)", "memcached (pylibmc)", "s3 (django-s3-cache layout)",
                       "misconfigured (dummy cache)"):
             for run in memory:
                 phases = _phases_of(run, {"set": "set", "get": "get"})

@@ -1,5 +1,6 @@
 """The README's quick-start sample is `make run`'s output as it is now: a short real run must have the
-sample's shape (scripts/readme_sample.py regenerates the sample when it does not)."""
+sample's shape (scripts/readme_sample.py regenerates the sample when it does not); and the README lists
+every package `make run` installs."""
 
 from __future__ import annotations
 
@@ -23,4 +24,19 @@ def test_the_shape_tells_a_regrouped_ranking_apart():
     sample = readme_sample()
     assert "columns: backend | op | count | hit % | ops/s | p50 | p90 | p99 | p99.9 | max | errors" in shape(sample)
     regrouped = sample.replace(" get · shared ", " get          ", 1)
-    assert shape(regrouped) != shape(sample)
+    assert regrouped != sample and shape(regrouped) != shape(sample)
+
+
+def test_the_readme_lists_every_package_make_run_installs():
+    makefile = (ROOT / "Makefile").read_text()
+    block = makefile[makefile.index("RUN_PACKAGES  :="):makefile.index("TEST_PACKAGES")]
+    packages = block.replace("RUN_PACKAGES  :=", "").replace("\\", " ").split()
+    readme = (ROOT / "README.md").read_text()
+    assert packages and [p for p in packages if f"`{p}`" not in readme] == []
+
+
+def test_every_preset_has_a_docs_page():
+    from cachemark.presets import preset_names
+
+    missing = [name for name in preset_names() if not (ROOT / "docs" / "presets" / f"{name}.md").exists()]
+    assert missing == []

@@ -141,8 +141,9 @@ def test_repeats_give_the_factor_its_noise(tmp_path):
         low, high = math.exp(statistics.fmean(logs) - half), math.exp(statistics.fmean(logs) + half)
         cell = rows[(f"{op} · local", "redis (shared)")][3]
         assert cell in result.stdout
-        if low <= 1 <= high:
-            assert cell.startswith("tie (")
+        factor = statistics.median(ratios)
+        if low <= 1 <= high or high - low > max(factor, 1 / factor):  # no ranking either way
+            assert cell.startswith("not resolved (")
         else:
             factor, spread = cell.rstrip("×").split(" ± ")
             assert within_rounding(factor + "×", statistics.median(ratios)), (cell, ratios)
@@ -189,7 +190,8 @@ def test_inside_run_to_run_noise_is_a_tie(doc):
     assert low < 1 < high
     row = ranking(two_backends(doc, ratios))[("get", "other")]
     assert row[1].startswith("memory (")
-    assert row[3] == f"tie ({fmt_factor(median)}×, {fmt_factor(low)}–{fmt_factor(high)})" == "tie (1.02×, 0.89–1.19)"
+    assert row[3] == f"not resolved ({fmt_factor(median)}×, {fmt_factor(low)}–{fmt_factor(high)})" \
+        == "not resolved (1.02×, 0.89–1.19)"
     assert "95 % interval" in " ".join(verdict(two_backends(doc, ratios)).notes)
 
 
@@ -237,9 +239,9 @@ def test_a_p99_factor_below_1_says_faster_in_words(doc):
 def test_the_table_fits_80_columns(doc):
     console = Console(width=80, record=True, color_system=None)
     to_rich(verdict(two_backends(doc, [1.02, 0.98, 1.10])), console)
-    table = [line for line in console.export_text().splitlines() if "tie (" in line]
+    table = [line for line in console.export_text().splitlines() if "not resolved (" in line]
     assert table and all(len(line) <= 80 for line in table)
-    assert any("tie (1.02×, 0.89–1.19)" in line for line in table)  # a cell, not folded
+    assert any("not resolved (1.02×, 0.89–1.19)" in line for line in table)  # a cell, not folded
 
 
 # --- each warning: present where it applies, absent where it does not ------------------------------------------
@@ -266,8 +268,26 @@ def test_dropped_writes_come_first_and_leave_the_ranking(doc):
         if run["label"] == "memory":
             run["dropped_writes"] = "a value written was not read back (got nothing)."
     found = warnings_of(two)
-    assert found[0].startswith("memory #1 drops writes: a value written was not read back")
+    # once, naming every repeat it covers
+    assert found[0].startswith("memory #1, #2, #3 drops writes: a value written was not read back")
+    assert sum("drops writes" in w for w in found) == 1
     assert verdict(two).rows == []  # the only faster backend stored nothing: no ranking against it
+
+
+def test_a_cache_that_kept_nothing_is_said_to_drop_every_write(doc):
+    two = two_backends(doc, [3.0, 3.2, 2.9])
+    for run in two["runs"]:
+        if run["label"] == "memory":
+            run["dropped_writes"] = "a value written was not read back (got nothing)."
+            for phase in run["phases"]:
+                for op in phase["ops"].values():
+                    reads = op.get("hits", 0) + op.get("misses", 0)
+                    op["hits"], op["misses"] = 0, reads
+                    op["errors"] = {"dropped_write": 3}
+    found = warnings_of(two)
+    assert found[0].startswith("memory #1, #2, #3 dropped every write (not one of its reads found a value)")
+    # the canaries' dropped writes are that line's, not "3 errors"
+    assert not any(w.startswith("memory") and "errors in" in w for w in found), found
 
 
 def test_errors_failed_and_skipped_runs(doc):

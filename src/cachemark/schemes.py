@@ -19,6 +19,7 @@ may consult it.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -262,7 +263,8 @@ def scheme(name: str, shown: str = "") -> Scheme:
         return _SCHEMES[name]
     except KeyError:
         where = f" in {shown!r}" if shown else ""
-        raise SpecError(f"unknown backend scheme {name!r}{where}; known: {', '.join(schemes())}") from None
+        raise SpecError(f"unknown backend scheme {name!r}{where}{_did_you_mean(name, schemes())}; "
+                        f"known: {', '.join(schemes())}") from None
 
 
 def find_scheme(name: str) -> Scheme | None:
@@ -274,7 +276,14 @@ def lab_kind(name: str) -> LabKind:
     try:
         return _LAB[name]
     except KeyError:
-        raise SpecError(f"cannot spawn {name!r}; the lab knows: {', '.join(lab_kinds())}") from None
+        raise SpecError(f"cannot spawn {name!r}{_did_you_mean(name, lab_kinds())}; the lab knows: "
+                        f"{', '.join(lab_kinds())}") from None
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    """`` (did you mean redis?)`` for a misspelling, as the command line says it for flags."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def network_schemes() -> list[str]:

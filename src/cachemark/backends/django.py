@@ -9,7 +9,7 @@ the worker process on first use, and the cache object is built the way Django's 
 ``CacheHandler`` builds it (``backend_cls(LOCATION, params)``).
 
 Parameters: ``BACKEND`` (dotted path, or a short name: locmem, filebased, db, dummy,
-pymemcache, pylibmc, redis, django_redis, diskcache), ``LOCATION``, ``TIMEOUT``,
+pymemcache, pylibmc, python-memcached, redis, django_redis, diskcache), ``LOCATION``, ``TIMEOUT``,
 ``KEY_PREFIX``, ``VERSION``, any other upper-case key a backend reads from its ``CACHES``
 entry (e.g. diskcache's ``SHARDS``), ``MAX_ENTRIES`` and ``CULL_FREQUENCY`` (these go into
 OPTIONS, where Django reads them), ``OPTIONS`` (a JSON object) and ``OPTIONS.<name>=<value>``.
@@ -50,6 +50,8 @@ SHORT_NAMES = {
     "dummy": "django.core.cache.backends.dummy.DummyCache",
     "pymemcache": "django.core.cache.backends.memcached.PyMemcacheCache",
     "pylibmc": "django.core.cache.backends.memcached.PyLibMCCache",
+    # reference 000's pure-Python client, through the backend Django 4.1 removed (backends/django_memcache.py)
+    "python-memcached": "cachemark.backends.django_memcache.MemcachedCache",
     "redis": "django.core.cache.backends.redis.RedisCache",
     "django_redis": "django_redis.cache.RedisCache",
     "diskcache": "diskcache.DjangoCache",
@@ -433,6 +435,8 @@ def _client_info(backend: DjangoBackend) -> dict[str, Any]:
                 out["server_version"] = cache.client.get_client().info("server").get("redis_version")
         elif path.endswith("PyMemcacheCache"):
             out.update(client="pymemcache", client_version=_version("pymemcache"))
+        elif path.endswith("django_memcache.MemcachedCache"):
+            out.update(client="python-memcached", client_version=_version("python-memcached"))
         elif path.endswith("PyLibMCCache"):
             pylibmc = import_pylibmc()
 
@@ -452,7 +456,7 @@ def _client_info(backend: DjangoBackend) -> dict[str, Any]:
             out["server_version"] = ".".join(str(p) for p in conn.get_database_version())
         else:
             out["client"] = "django"  # locmem, filebased, dummy: Django itself is the client
-        if path.endswith(("PyMemcacheCache", "PyLibMCCache")) and cache is not None:
+        if path.endswith(("PyMemcacheCache", "PyLibMCCache", "django_memcache.MemcachedCache")) and cache is not None:
             client = cache._cache
             if hasattr(client, "clients"):  # pymemcache's HashClient: ask its first server
                 version = next(iter(client.clients.values())).version()

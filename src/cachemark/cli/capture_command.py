@@ -72,8 +72,9 @@ def capture(
 ) -> None:
     """Record an application's cache traffic to a trace: point the application at --listen.
 
-    Keys are hashed unless --raw-keys; values are never stored, only their sizes. The trace
-    replays with `cachemark run -t URL --trace FILE`.
+    Keys are hashed unless --raw-keys; values are never stored, only their sizes.
+
+    The trace replays with `cachemark run -t URL --trace FILE`.
 
     Example: cachemark capture -u redis://127.0.0.1:6379 --listen 127.0.0.1:6380 -o app.cmtrace --duration 60s
     """

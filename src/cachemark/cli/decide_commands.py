@@ -25,7 +25,7 @@ def _show(blocks: list, markdown: bool) -> None:
 
 def advise(
     results: Annotated[Path, typer.Argument(help="A results JSON file.")],
-    needs: Annotated[Path, typer.Option("--needs", help="A TOML file of needs ([needs] table or top level).")],
+    needs: Annotated[Path, typer.Option("--needs", help="A TOML file of needs (\\[needs] table or top level).")],
     prices: Annotated[Path | None, typer.Option(help="A price table (default: the shipped one).")] = None,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print Markdown instead of tables.")] = False,
 ) -> None:

@@ -5,6 +5,7 @@ Shared by ``cachemark run`` and ``cachemark size`` (a synthetic workload as ``ru
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,4 +70,9 @@ def resolve_source(source: str | None) -> tuple[dict[str, Any], str]:
         return load_toml(source), source
     if source in preset_names():
         return load_preset(source), f"preset {source}"
+    close = difflib.get_close_matches(source, preset_names(), n=1)
+    if close:
+        raise SpecError(f"no preset {source!r} (did you mean {close[0]}?)")
+    if "." in Path(source).name:  # a file name (``missing.trace``), not a misspelled preset
+        raise SpecError(f"{source}: no such file")
     raise SpecError(f"{source!r} is neither an experiment file nor a preset; presets: {', '.join(preset_names())}")

@@ -11,6 +11,7 @@ of them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from html import escape
 
@@ -75,13 +76,19 @@ def to_markdown(block: Block) -> str:
 def to_html(block: Block) -> str:
     css = "verdict card" if block.kind == "verdict" else "headline"
     out = [f'<section class="{css}"><h2>{escape(block.title)}</h2>']
-    out += [f"<p>{escape(line)}</p>" for line in block.lines]
+    out += [f"<p>{_prose(line)}</p>" for line in block.lines]
     if block.columns:
         head = "".join(f'<th class="{"l" if i < block.left else "r"}">{escape(c)}</th>'
                        for i, c in enumerate(block.columns))
         body = "".join("<tr>" + "".join(f'<td class="{"l" if i < block.left else "r"}">{escape(c)}</td>'
                                         for i, c in enumerate(row)) + "</tr>" for row in block.rows)
         out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    out += [f'<p class="note">{escape(note)}</p>' for note in block.notes]
+    out += [f'<p class="note">{_prose(note)}</p>' for note in block.notes]
     out.append("</section>")
     return "".join(out)
+
+
+def _prose(text: str) -> str:
+    """A line of a block as HTML: escaped, and its `code` spans as <code> (the Markdown's backticks, not
+    printed literally)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))

@@ -33,8 +33,8 @@ from .data import (
     phase_rows,
     proxy_overhead_note,
 )
-from .figures import fmt_latency, fmt_rate
-from .table import baseline_rows as network_baseline_rows
+from .figures import fmt_latency, fmt_memory, fmt_rate
+from .table import SAME_POINT, network_baseline_table
 
 
 def _cell(text: Any) -> str:
@@ -108,11 +108,11 @@ def to_markdown(document: dict[str, Any] | ResultsDocument, baseline: str | None
                               "% of baseline"], table))
     profiles = {run.profile for run in document.runs}
     if len(profiles) > 1:
+        columns, table, left = network_baseline_table(document)
         out += ["", "### Where the cache lives: % of baseline", "",
                 "Mean latency under each network profile, as a percentage of the first profile's "
-                "for the same target and op (reference 004's table).", ""]
-        out.append(_md_table(["backend", "network", "op", "mean", "p99", "vs baseline"],
-                             network_baseline_rows(document), right_from=3))
+                f"for the same target{SAME_POINT if left > 3 else ''} and op (reference 004's table).", ""]
+        out.append(_md_table(columns, table, right_from=left))
     proxy_note = proxy_overhead_note(document)
     if proxy_note:
         out += ["", proxy_note]
@@ -137,13 +137,7 @@ def _num(value: float | None, digits: int) -> str:
 
 
 def _bytes(value: float | None) -> str:
-    if value is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(value)
+    return fmt_memory(value)
 
 
 def to_csv(document: dict[str, Any] | ResultsDocument) -> str:

@@ -46,3 +46,14 @@ def fmt_percent(pct: float) -> str:
     if pct >= 1:
         return f"{pct:.1f}%"
     return f"{pct:.2g}%"
+
+
+def fmt_memory(value: float | None) -> str:
+    """A byte count as every report prints a server's memory: ``25.1 MiB`` (binary units), ``-`` when unknown."""
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(value)

@@ -43,8 +43,8 @@ from .data import (
     phase_rows,
     proxy_overhead_note,
 )
-from .figures import fmt_latency, fmt_percent, fmt_rate
-from .table import baseline_rows as network_baseline_rows
+from .figures import fmt_latency, fmt_memory, fmt_percent, fmt_rate
+from .table import SAME_POINT, network_baseline_table
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;
@@ -184,14 +184,14 @@ def _network_section(document: ResultsDocument) -> str:
     """Reference 004's "% of baseline" per network profile, and the proxy's own overhead beside it."""
     out = []
     if len({run.profile for run in document.runs}) > 1:
-        head = ["backend", "network", "op", "mean", "p99", "vs baseline"]
+        head, rows, left = network_baseline_table(document)
         out += ["<h2>Where the cache lives: % of baseline</h2>",
                 '<p class="note">Mean latency under each network profile, as a percentage of the first '
-                "profile's for the same target and op (reference 004's table).</p>",
-                '<table><thead><tr>' + "".join(f'<th class="{"l" if i < 3 else ""}">{escape(h)}</th>'
+                f"profile's for the same target{SAME_POINT if left > 3 else ''} and op (reference 004's table).</p>",
+                '<table><thead><tr>' + "".join(f'<th class="{"l" if i < left else ""}">{escape(h)}</th>'
                                                 for i, h in enumerate(head)) + "</tr></thead><tbody>"]
-        out += ["<tr>" + "".join(_td(cell, left=i < 3) for i, cell in enumerate(row)) + "</tr>"
-                for row in network_baseline_rows(document)]
+        out += ["<tr>" + "".join(_td(cell, left=i < left) for i, cell in enumerate(row)) + "</tr>"
+                for row in rows]
         out.append("</tbody></table>")
     note = proxy_overhead_note(document)
     if note:
@@ -212,13 +212,15 @@ def _server_table(phases: list[dict[str, Any]]) -> str:
            + "".join(f'<th class="{"l" if i < 2 else ""}">{escape(h)}</th>' for i, h in enumerate(head))
            + "</tr></thead><tbody>"]
     per_second = {1, 4, 5}  # CPU % p90, net Mbps p90 and p70: marked when from too few intervals
+    memory = 6  # used memory, in the Markdown's units (25.1 MiB, not 26.32M)
     for p in rows:
         values = [p["server_cpu_us_per_op"], p["server_cpu_pct_p90"], p["server_bytes_in_per_op"],
                   p["server_bytes_out_per_op"], p["server_net_mbps_p90"], p["server_net_mbps_p70"],
                   p["server_used_memory_bytes"], p["server_evictions"]]
         mark = f" {LOW_SAMPLES_MARK}" if p["server_low_samples"] else ""
         out.append("<tr>" + _td(p["name"], left=True) + _td(p["phase"], left=True) + "".join(
-            _td("-" if v is None else _fmt_num(float(v)) + (mark if i in per_second else ""), -1 if v is None else v)
+            _td("-" if v is None else (fmt_memory(float(v)) if i == memory else _fmt_num(float(v)))
+                + (mark if i in per_second else ""), -1 if v is None else v)
             for i, v in enumerate(values)) + "</tr>")
     out.append("</tbody></table>")
     if any(p["server_low_samples"] for p in rows):
@@ -274,7 +276,8 @@ def _bar_charts(rows: list[dict[str, Any]], colors: dict[int, str], ids: _Ids) -
     out = ["<h2>Throughput and hit ratio</h2><div class=\"charts\">",
            _figure(bar_chart(bars, title="throughput per op", value_label="ops/s", fmt=_fmt_num,
                              chart_id=throughput_id), _legend(throughput_id, legend_entries))]
-    reads = [r for r in ordered if r["hit_ratio"] is not None]
+    # reads only, as the title says: a delete's "hit" (the key existed) is not a read's
+    reads = [r for r in ordered if r["hit_ratio"] is not None and "delete" not in str(r["op"]).split("+")]
     if reads:
         hit_id = ids("hits")
         hit_bars = [(f"{r['name']} · {op_of(r)}", r["hit_ratio"] * 100, colors[r["run"]], r["run"])

@@ -49,7 +49,9 @@ def answer_block(curve: Curve, answers: list[SizeAnswer], footprints: list[Footp
                  latencies: list[ExpectedLatency] | None = None, latency_label: str = "") -> Block:
     sampled = f", SHARDS-sampled at {curve.sample_rate:g}" if curve.sample_rate < 1 else ""
     total = _approx(f"{curve.objects:,.0f}", not curve.objects_exact)
-    lines = [f"{source}: {curve.requests:,} requests over {total} objects; {curve.policy.upper()} curve{sampled}."]
+    uncounted = " (its deletes, which no cache size answers, not counted)" if source.startswith("trace") else ""
+    lines = [f"{source}: {curve.requests:,} requests over {total} objects{uncounted}; "
+             f"{curve.policy.upper()} curve{sampled}."]
     if footprints:
         lines.append("Bytes per item, measured on a spawned server with this size mix: " + "; ".join(
             f"{fp.server} {fp.version} {fp.bytes_per_item:,.0f} B ({fp.overhead_per_item:,.0f} B over the "
@@ -70,8 +72,9 @@ def answer_block(curve: Curve, answers: list[SizeAnswer], footprints: list[Footp
             row = [f"{answer.hit_ratio:.0%}", _approx(fmt_count(answer.objects), answer.estimated),
                    _approx(f"{share:.1%}", answer.estimated or not curve.objects_exact),
                    *(_approx(fmt_bytes(answer.bytes_by_server[fp.server]), answer.estimated) for fp in footprints)]
-        if latencies:
-            row += [fmt_latency(latencies[i].mean_us), fmt_latency(latencies[i].p99_us)]
+        if latencies:  # an unreachable hit ratio has no size, so no latency at it
+            reached = answer.resolved and answer.objects is not None
+            row += [fmt_latency(latencies[i].mean_us), fmt_latency(latencies[i].p99_us)] if reached else ["-", "-"]
         rows.append(row)
     notes = []
     if any(a.resolved and a.objects is None for a in answers):
@@ -118,7 +121,7 @@ def curve_block(curves: list[Curve], che: dict[float, float] | None = None) -> B
     if che:
         notes.append("Che's approximation: the steady-state LRU hit ratio for independent Zipf requests "
                      "(no cold misses), the analytic check on the simulated curve.")
-    return Block("Miss-ratio curve", [], columns, rows, notes, left=2)
+    return Block("Hit ratio by cache size", [], columns, rows, notes, left=2)
 
 
 def size_document(curves: list[Curve], answers: list[SizeAnswer], footprints: list[Footprint], source: str,

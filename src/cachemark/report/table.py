@@ -124,16 +124,29 @@ def _drop_order(table_rows: list[list[str]]) -> list[str]:
 # --- fitting a table to the console's width --------------------------------------------------
 
 
-def baseline_rows(document: dict[str, Any] | ResultsDocument) -> list[list[str]]:
-    """Per target, phase and op: mean latency under each network profile as % of the first.
+SAME_POINT = ", the same sweep point (value size)"
+NETWORK_HEAD = ["backend", "network", "op", "mean", "p99", "vs baseline"]
 
-    Reference 004's table: the time the same work takes where the cache lives, relative
-    to the cache on the application's own host.
+
+def _sweep_head(field: str) -> str:
+    return "value size (B)" if field == "value_size" else field
+
+
+def network_baseline_table(document: dict[str, Any] | ResultsDocument) -> tuple[list[str], list[list[str]], int]:
+    """(columns, rows, left-aligned columns): per target, sweep point, phase and op, the mean latency
+    under each network profile as % of the first profile's at the same sweep point.
+
+    Reference 004's table: the time the same work takes where the cache lives, relative to the
+    cache on the application's own host. A sweep (reference 001's value sizes) compares each
+    point with its own baseline, under a column that names it: a 10 kB get is not a 1 kB one.
     """
+    runs = as_model(document).runs
+    fields = sorted({f for run in runs for f in (run.sweep or {})})
     out: list[list[str]] = []
-    baselines: dict[tuple[str, str, str], float | None] = {}
-    for run in as_model(document).runs:
+    baselines: dict[tuple[str, str, str, str], float | None] = {}
+    for run in runs:
         profile = run.profile or "-"
+        point = [str((run.sweep or {}).get(f, "-")) for f in fields]
         phases = run.phases
         for phase in phases:
             phase_name = phase.name
@@ -142,7 +155,7 @@ def baseline_rows(document: dict[str, Any] | ResultsDocument) -> list[list[str]]
                     continue
                 summary = phase.summary_of(op)
                 mean = summary.mean_us
-                key = (run.label, phase_name, name)
+                key = (run.label, ",".join(point), phase_name, name)
                 if key in baselines:
                     base = baselines[key]
                     relative = f"{100 * mean / base:.0f}%" if base and mean is not None else "-"
@@ -151,12 +164,19 @@ def baseline_rows(document: dict[str, Any] | ResultsDocument) -> list[list[str]]
                 else:
                     baselines[key], relative = mean, "baseline"
                 op_name = op_label(phase_name, name, len(phases) > 1)
-                out.append([run.label, profile, op_name, fmt_latency(mean), fmt_latency(summary.p99_us),
+                out.append([run.label, profile, *point, op_name, fmt_latency(mean), fmt_latency(summary.p99_us),
                             relative])
-    return out
+    columns = [*NETWORK_HEAD[:2], *map(_sweep_head, fields), *NETWORK_HEAD[2:]]
+    return columns, out, 3 + len(fields)
+
+
+def baseline_rows(document: dict[str, Any] | ResultsDocument) -> list[list[str]]:
+    """The rows of :func:`network_baseline_table`."""
+    return network_baseline_table(document)[1]
 
 
 def render_baseline(document: dict[str, Any] | ResultsDocument, console: Console) -> None:
-    print_fitted(console, ("backend", "network", "op", "mean", "p99", "vs baseline"), baseline_rows(document),
-                 names=3, drop_order=("p99", "mean"),
-                 title="% of baseline: mean latency vs the first network profile of each target")
+    columns, rows, left = network_baseline_table(document)
+    print_fitted(console, tuple(columns), rows, names=left, drop_order=("p99", "mean"),
+                 title="% of baseline: mean latency vs the first network profile of each target"
+                       + (" at the same sweep point" if left > 3 else ""))

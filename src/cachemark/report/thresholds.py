@@ -1,8 +1,9 @@
 """Capacity thresholds: from measured maxima to alarm levels (reference 001, generalised).
 
 Owns :func:`compute` (per target label, the measured maximum of a metric over all its
-runs and sweep points, and the alarm levels at given percentages of it) and the three
-renderings: JSON, a CloudFormation ``Mappings`` block in the shape of reference 001
+runs and sweep points — a bandwidth's over the link-capped network profile's alone when the runs
+played one beside loopback, the node the reference measured — and the alarm levels at given
+percentages of it) and the three renderings: JSON, a CloudFormation ``Mappings`` block in the shape of reference 001
 (``{label: {"100": v, "90": v, "80": v}}``; YAML, or JSON when the output file ends in
 ``.json``), and Prometheus alerting rules. Also owns :func:`bandwidth_headline`, the
 headline figure of the ``redis-bandwidth-sweep`` preset (reference 001's own table: per
@@ -176,6 +177,12 @@ def compute(documents: list[dict[str, Any]] | list[ResultsDocument], metric: str
     server_key = "server_net_out_mbps_p90" if out_only else "server_net_mbps_p90"
     targets: dict[str, Any] = {}
     warnings: list[str] = []
+    notes: dict[str, str] = {}
+    for name, rows in list(per_label.items()):
+        rows, note = _nic_rows(rows, metric)
+        per_label[name] = rows
+        if note:
+            notes[name] = note
     for name, rows in per_label.items():
         use_server = metric == "bandwidth" and any(r[server_key] is not None for r in rows)
         measured = [(v, r) for r in rows if (v := _value(r, metric, use_server, direction)) is not None]
@@ -188,6 +195,10 @@ def compute(documents: list[dict[str, Any]] | list[ResultsDocument], metric: str
             "server_kind": row["server_kind"] or "",
             "thresholds": {str(level): _level(best, level, metric) for level in levels},
         }
+        if row.get("network"):
+            entry["network"] = row["network"]
+        if name in notes:
+            entry["note"] = notes[name]
         if metric == "bandwidth":
             entry["max_mbps"] = best * 8 / 1e6
         point = point_warnings(row, row["hit_ratio"], f"{name}: the maximum came from {row['name']}")
@@ -204,6 +215,32 @@ def compute(documents: list[dict[str, Any]] | list[ResultsDocument], metric: str
     result["targets"] = targets
     result["warnings"] = warnings
     return result
+
+
+def link_capped(profile: str) -> bool:
+    """Whether a network profile caps a link every connection shares (``link=…``): the one that
+    stands for a real node's NIC, where loopback (``same-host``, a latency alone) caps nothing."""
+    from ..lab.network import parse_network
+
+    try:
+        return any(p.link_bps > 0 for p in parse_network(profile))
+    except UserError:
+        return False
+
+
+def _nic_rows(rows: list[dict[str, Any]], metric: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The rows a bandwidth maximum is taken from: those of the link-capped profile where the runs
+    played one beside loopback (reference 001 measured a node's NIC, not a host's loopback), with a
+    note naming what was left out; the rows unchanged otherwise."""
+    if metric != "bandwidth":
+        return rows, None
+    capped = [r for r in rows if link_capped(r.get("network") or "")]
+    if not capped or len(capped) == len(rows):
+        return rows, None
+    left = sorted({r.get("network") or "same-host" for r in rows if r not in capped})
+    kept = sorted({r["network"] for r in capped})
+    return capped, (f"thresholds from the link-capped profile ({', '.join(kept)}), the one standing for a real "
+                    f"node; {', '.join(left)} left out (loopback: a level for no NIC)")
 
 
 def _level(maximum: float, level: int, metric: str) -> int | float:
@@ -252,7 +289,9 @@ def to_cloudformation(result: dict[str, Any], as_json: bool = False) -> str:
 
 
 def _warning_comments(result: dict[str, Any]) -> str:
-    return "".join(f"\n# warning: {one_line(w, 400)}" for w in result.get("warnings", []))
+    notes = "".join(f"\n# {label}: {one_line(t['note'], 400)}" for label, t in result["targets"].items()
+                    if t.get("note"))
+    return notes + "".join(f"\n# warning: {one_line(w, 400)}" for w in result.get("warnings", []))
 
 
 def _severity(level: int, levels: list[int]) -> str:
@@ -412,9 +451,11 @@ def bandwidth_headline(document: dict[str, Any] | ResultsDocument) -> list[Block
             levels = " · ".join(f"{level} %: {value:,} B/s" for level, value in target["thresholds"].items())
             what = ("the largest Mbps out p90" if target["source"].startswith("server")
                     else "the largest client-received payload Mbps")
+            where = f"{target['network']}, {at}" if many_networks and target.get("network") else at
             notes.append(f"{label}: alarm thresholds at 100/90/80 % of {what} "
-                         f"({target['max_mbps']:,.1f} Mbps at {at}): {levels} "
-                         "(cachemark thresholds writes them as a CloudFormation mapping).")
+                         f"({target['max_mbps']:,.1f} Mbps at {where}): {levels} "
+                         "(cachemark thresholds writes them as a CloudFormation mapping)"
+                         + (f"; {target['note']}." if target.get("note") else "."))
     notes += [f"warning: {w}" for p in points for w in p["warnings"]]
     return [Block(title=title, lines=lines, columns=columns, rows=rows, notes=notes,
                   left=1 + int(many_networks) + int(many_phases) + len(fields))]

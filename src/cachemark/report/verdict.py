@@ -12,16 +12,17 @@ caches and stores on this host's disk apart (:func:`kept`), with a sentence wher
 p99 (or the headline figure and p50) order two backends differently. With repeats the factor
 is the median of the ratios paired by repeat (a headline figure's: the ratio of the medians)
 and its ± is half a 95 % interval (Student's t on the log ratios), and a difference whose
-interval includes 1× is called a tie; without repeats a difference under 5 % is a tie. The
-warnings are the facts that change how the figures read, the most serious (a target that
-drops writes) first; each is a :class:`Finding` of a kind, so ``advise`` and ``cost`` can show
-beside a pass or FAIL the ones that change how its figures read (:data:`QUALIFY_FIGURES`)
-without matching on their text.
+interval includes 1× (or is wider than the factor) is "not resolved by these repeats"; without
+repeats a difference under 5 % is a tie. The warnings are the facts that change how the figures
+read, the most serious (a target that drops writes) first; each is a :class:`Finding` of a kind,
+so ``advise`` and ``cost`` can show beside a pass or FAIL the ones that change how its figures
+read (:data:`QUALIFY_FIGURES`) without matching on their text.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -59,6 +60,10 @@ HICCUP_MAX_S = 1.0  # an op this slow is a stall whatever its p99 (when also HIC
 HICCUP_MAX_OVER_P50 = 10  # ... so a backend whose every op is slow is not called one
 HICCUP_MIN_S = 0.1  # a slowest op or an overrun shorter than this is a busy host's scheduling, not a stall
 HICCUP_MIN_SAMPLES = 1000  # fewer ops: max over p99 is the luck of a few samples
+UNRESOLVED = "not resolved"  # by these repeats: a factor whose 95 % interval ranks nothing
+TAIL_P99_OVER_P50 = 100  # a p99 this many × its p50: a tail no mean or p50 speaks for
+TAIL_MAX_S = 1.0  # an op slower than this: a tail a reader must hear of, whatever the percentiles
+TAIL_MIN_SAMPLES = 100  # fewer ops: no p99 of their own
 HICCUP_DIP = 0.5  # a full second under this share of the phase's median throughput
 HICCUP_MIN_SECONDS = 3  # full seconds needed for a median to judge a dip against
 HICCUP_MIN_RATE = 100  # a median under this many ops/s: per-second counts too coarse for a dip
@@ -145,8 +150,13 @@ def fmt_mix(mix: Any) -> str:
                       if isinstance(v, int | float) and v > 0)
 
 
+ETC_SIZES = "as Facebook's ETC pool's"  # Atikoglu et al., SIGMETRICS 2012 (workload/etc.py)
+
+
 def _values(size: Any) -> str:
     text = str(size)
+    if text == "etc":
+        return f"values {ETC_SIZES} (Atikoglu et al., SIGMETRICS 2012)"
     return f"values {text} B" if text.replace("-", "").isdigit() else f"values {text}"
 
 
@@ -220,14 +230,17 @@ def workload_sentence(document: Document, runs: list[Run]) -> str:
         copies = f", {_num(trace['amplify'])} copies of its key space" if (trace.get("amplify") or 1) > 1 else ""
         parts.append(f"replay of the trace {Path(str(trace['path'])).name} ({timing}{copies})")
     phases = experiment.planned_phases
-    if wl.get("keys") is not None:
+    if wl.get("keys") is not None and not trace.get("path"):
         # the workload's distribution, unless every phase draws its keys its own way (said per phase)
         inherited = not phases or any(_own_key_dist(p, wl) is None for p in phases)
         dist = f" ({wl['key_dist']})" if wl.get("key_dist") and not trace and inherited else ""
         sized = f", padded to {wl['key_size']} B" if str(wl.get("key_size") or "").isdigit() else (
+            f", key sizes {ETC_SIZES}" if wl.get("key_size") == "etc" else
             f", key sizes {wl['key_size']}" if wl.get("key_size") else "")
         parts.append(f"{_num(wl['keys'])} key{'s' if wl['keys'] != 1 else ''}{dist}{sized}")
-    if wl.get("value_size") is not None:
+    if trace.get("path"):  # the sizes the trace recorded, not the workload's default range
+        parts.append("keys and value sizes as the trace recorded them")
+    elif wl.get("value_size") is not None:
         parts.append(_values(wl["value_size"]))
     if phases:
         parts.append("phases " + ", ".join(
@@ -423,8 +436,9 @@ class _Ranking:
         if self.repeated:
             centre = ("the factor (the ratio of the medians) ± half the 95 % interval of the ratios paired by repeat"
                       if figure.headline else "the median of the ratios paired by repeat, ± half its 95 % interval")
-            parts.append(f"± and intervals from {self.repeated} repeats: {centre} (shown for a tie: a difference "
-                         "inside run-to-run noise, an interval that includes 1×).")
+            parts.append(f"± and intervals from {self.repeated} repeats: {centre}; \"{UNRESOLVED}\" by these "
+                         "repeats, with the interval, where it includes 1× or is wider than the factor itself (a "
+                         "difference inside run-to-run noise ranks nothing).")
         if self.single:
             parts.append("One run each: run-to-run noise unknown, so differences under 5 % are called a "
                          "tie; `--repeat 3` measures the noise.")
@@ -525,12 +539,12 @@ def _compare(slow: list[_Entry], fast: list[_Entry], ranking: _Ranking) -> list[
 
 
 def _factor_cell(factor: float, interval: tuple[float, float, float] | None) -> str:
-    """``3.00 ± 0.38×``, ``tie (1.02×, 0.89–1.19)``, ``1.20×``, ``tie (1.03×)``; a factor under 1× (a
+    """``3.00 ± 0.38×``, ``not resolved (1.02×, 0.89–1.19)``, ``1.20×``, ``tie (1.03×)``; a factor under 1× (a
     local store's fastest against the fastest shared backend) is said as the other way round, ``2.00× faster``."""
     if interval is not None:
         _, low, high = interval
-        if low <= 1.0 <= high:
-            return f"tie ({fmt_factor(factor)}×, {fmt_factor(low)}–{fmt_factor(high)})"
+        if low <= 1.0 <= high or high - low > max(factor, 1 / factor):  # no ranking: a 135 ± 220× is not one
+            return f"{UNRESOLVED} ({fmt_factor(factor)}×, {fmt_factor(low)}–{fmt_factor(high)})"
         if high < 1.0:
             return _pm(1 / factor, (1 / low - 1 / high) / 2) + " faster"
         return _pm(factor, (high - low) / 2)
@@ -800,13 +814,15 @@ def findings(document: Document, runs: list[Run] | list[dict[str, Any]]) -> list
         about = (label,)
         if run.dropped_writes:
             what = run.dropped_writes.strip().rstrip(".")
-            dropped.append(Finding(Kind.DROPPED, f"{name} drops writes: {what}; its timings are not a cache's: "
-                                   "left out of the ranking", about))
+            dropped.append(Finding(Kind.DROPPED, f"{name} {_dropped_share(run)}: {what}; its timings are not a "
+                                   "cache's: left out of the ranking", about))
         status = run.status
         if status in ("failed", "skipped"):
             reason = f": {run.reason}" if run.reason else ""
             broken.append(Finding(Kind.FAILED, f"{name} {status}{reason}", about))
         n_errors, total, kinds = _errors(run)
+        if run.dropped_writes and kinds.pop("dropped_write", 0):  # the dropped-writes line says it
+            n_errors = sum(kinds.values())
         if n_errors:
             what = ", ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
             plural = "s" if n_errors != 1 else ""
@@ -847,6 +863,9 @@ def findings(document: Document, runs: list[Run] | list[dict[str, Any]]) -> list
                 hiccups.append(Finding(Kind.HICCUP, f"{where}: a hiccup: {hiccup}: a stall (of the host, the server "
                                        "or the network), not the backend's steady pace; its throughput and tail "
                                        "include it: run it again", about))
+            hiccups += [Finding(Kind.TAIL, f"{where} {op_name}: an extreme tail: {text}: its mean and p50 do not "
+                                "speak for its slowest ops", about, (op_name,))
+                        for op_name, text in _extreme_tails(phase, bool(hiccup))]
             if phase.stopped_on_errors:
                 budget.append(Finding(Kind.BUDGET, f"{where}: stopped early by the on-error policy: "
                                       f"{phase.stopped_on_errors}", about))
@@ -911,8 +930,30 @@ def findings(document: Document, runs: list[Run] | list[dict[str, Any]]) -> list
         tails.append(Finding(Kind.OPEN_LOOP, f"{_names(open_python)}: open loop through Python workers that block on "
                              "each reply: the corrected tail is overstated against an open system "
                              "(docs/validation.md); `?client=engine` is the open-loop reference", tuple(open_python)))
-    return [*dropped, *broken, *errors, *outages, *hiccups, *budget, *evictions, *hits, *facts, *generator, *tails,
-            *_load_falls(runs), *samples]
+    return _once([*dropped, *broken, *errors, *outages, *hiccups, *budget, *evictions, *hits, *facts, *generator,
+                  *tails, *_load_falls(runs), *samples])
+
+
+_REPEAT = re.compile(r" #(\d+)\b")
+
+
+def _once(found: list[Finding]) -> list[Finding]:
+    """Each warning once: the same line about several repeats of a run (``name #1``, ``name #2``) becomes
+    one naming them all (``name #1, #2, #3``), where the first repeat's line stood."""
+    groups: dict[tuple[Any, ...], list[Finding]] = {}
+    for f in found:
+        groups.setdefault((f.kind, _REPEAT.sub("", f.text, count=1), f.labels, f.ops), []).append(f)
+    out = []
+    for f in found:
+        group = groups[(f.kind, _REPEAT.sub("", f.text, count=1), f.labels, f.ops)]
+        if group[0] is not f:
+            continue
+        repeats = [m.group(1) for g in group if (m := _REPEAT.search(g.text))]
+        if len(repeats) > 1:
+            f = Finding(f.kind, _REPEAT.sub(" " + ", ".join(f"#{r}" for r in repeats), f.text, count=1), f.labels,
+                        f.ops)
+        out.append(f)
+    return out
 
 
 def _emulators(run: Run) -> list[Any]:
@@ -993,6 +1034,37 @@ def _hit_ratio_warning(run: Run, phase: Phase, spec: dict[str, Any], document: R
         out.append(Finding(Kind.HIT_RATIO, f"{where}: get hit ratio {observed:.0%} where a prefilled key space "
                            f"without TTL or evictions predicts ≥ {expected:.0%} (from the mix's sets and deletes): "
                            "keys are lost somewhere", (run.label,)))
+
+
+def _extreme_tails(phase: Phase, hiccup: bool) -> list[tuple[str, str]]:
+    """Per op: a p99 at TAIL_P99_OVER_P50 × its p50 or more, or a slowest op over TAIL_MAX_S (unless the
+    phase's hiccup line already names that one), whichever load path measured it."""
+    out = []
+    for op_name, op in phase.ops.items():
+        if op_name in PSEUDO_OPS or op.count < TAIL_MIN_SAMPLES:
+            continue
+        summary = phase.summary_of(op)
+        p50, p99, top = summary.p50_us, summary.p99_us, summary.max_us
+        if p50 and p99 and p99 >= TAIL_P99_OVER_P50 * p50:
+            out.append((op_name, f"p99 {fmt_latency(p99)} is {fmt_factor(p99 / p50)}× its p50 of {fmt_latency(p50)}"))
+        elif top and top > TAIL_MAX_S * 1e6 and not hiccup:
+            out.append((op_name, f"the slowest took {fmt_latency(top)} (p99 {fmt_latency(p99)}, "
+                                 f"p50 {fmt_latency(p50)})"))
+    return out
+
+
+def _dropped_share(run: Run) -> str:
+    """How many writes a run that drops writes lost, as its reads and canaries show: every one where no
+    read ever hit; else that it drops some."""
+    reads = hits = 0
+    for phase in run.phases:
+        for name, op in phase.ops.items():
+            if "delete" not in name and (op.hits or op.misses):
+                reads += op.hits + op.misses
+                hits += op.hits
+    if reads and not hits:
+        return "dropped every write (not one of its reads found a value)"
+    return "drops writes"
 
 
 def _hiccup(phase: Phase, spec: dict[str, Any]) -> str:

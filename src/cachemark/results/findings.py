@@ -16,12 +16,13 @@ class Kind:
     DROPPED, FAILED, ERRORS, OUTAGE, HICCUP, BUDGET = "dropped", "failed", "errors", "outage", "hiccup", "budget"
     EVICTIONS, HIT_RATIO, EMULATOR, PER_PROCESS = "evictions", "hit-ratio", "emulator", "per-process"
     LOCAL_STORE, GENERATOR, HOST, OPEN_LOOP = "local-store", "generator", "host", "open-loop"
-    LOAD_FALLS, FEW_SAMPLES, CLIENT = "load-falls", "few-samples", "client"
+    LOAD_FALLS, FEW_SAMPLES, CLIENT, TAIL = "load-falls", "few-samples", "client", "tail"
 
 
 # The kinds that change how a measured figure reads — a saturated generator or host, a stall, an emulator,
 # too few samples — by the short name `advise` and `cost` show beside a pass or FAIL resting on such figures.
 QUALIFY_FIGURES = {Kind.GENERATOR: "generator saturated", Kind.HOST: "host saturated", Kind.HICCUP: "a hiccup",
+                   Kind.TAIL: "an extreme tail",
                    Kind.EMULATOR: "an emulator", Kind.FEW_SAMPLES: "too few samples"}
 
 

@@ -397,6 +397,7 @@ class PhaseTally:
         self.seconds: dict[int, tuple[int, int, np.ndarray]] = {}  # second → ops, errors, successes' counts
         self.closed: dict[int, dict[str, Any]] = {}  # seconds no later op can fall in: their series entry
         self.ran = 0
+        self.span: tuple[int, int] | None = None  # first op's start, last op's end (ns from go)
 
     def fold(self, segment: OpBatch, reply: dict[str, Any], blob: bytes) -> None:
         """A ``part`` or ``done``: op i is the segment's op i (mod its length when it cycles)."""
@@ -427,6 +428,9 @@ class PhaseTally:
                     recorder.errors[e][kind] += c
         self._fold_seconds((starts + service) // 1_000_000_000, latency, failed)
         self.ran += count
+        if count:
+            first, last = int(starts.min()), int((starts + service).max())
+            self.span = (first, last) if self.span is None else (min(self.span[0], first), max(self.span[1], last))
 
     def _fold_seconds(self, second: np.ndarray, latency: np.ndarray, failed: np.ndarray) -> None:
         if len(second):  # a driver's ops end in order: a second before this part's first is whole
@@ -542,9 +546,9 @@ def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload
             monitor.phase_started(index)
         replies = _go(drivers, feeds, entries, workload, phase.duration)
         parts = [tally.result(done) for done, tally in replies]
-        record = _phase_record(phase, workload, [r for r, _ in replies],
-                               ops=merge_ops([p for p, _ in parts], max(r["wall_ns"] for r, _ in replies) / 1e9),
-                               series=merge_timeseries([s for _, s in parts]))
+        wall_s = phase_wall([tally.span for _, tally in replies], [r for r, _ in replies])
+        record = _phase_record(phase, workload, [r for r, _ in replies], ops=merge_ops([p for p, _ in parts], wall_s),
+                               series=merge_timeseries([s for _, s in parts]), wall_s=wall_s)
         if monitor is not None:
             monitor.phase_ended(index, record.total_ops)
             record = monitor.attach(index, record)
@@ -674,16 +678,27 @@ def _deadline(segment: OpBatch, started: float, duration: float | None) -> float
     return by_ops if duration is None else min(by_ops, started + duration + REPLY_TIMEOUT_S)
 
 
+def phase_wall(spans: list[tuple[int, int] | None], replies: list[dict[str, Any]]) -> float:
+    """A phase's wall time as the application's: from its first op's start to its last op's end, as
+    the drivers' per-op times say (each counted from its go, and go goes to all at once), so a
+    driver's own set-up between go and its first op is not in it; ``wall_ns`` where no op ran."""
+    ran = [s for s in spans if s is not None]
+    if not ran:
+        return max((r["wall_ns"] for r in replies), default=0) / 1e9
+    return (max(s[1] for s in ran) - min(s[0] for s in ran)) / 1e9
+
+
 def _phase_record(phase: Phase, workload: Workload, replies: list[dict[str, Any]],
                   ops: dict[str, OpRecord] | None = None,
-                  series: list[dict[str, Any]] | None = None, interrupted: bool = False) -> PhaseRecord:
+                  series: list[dict[str, Any]] | None = None, interrupted: bool = False,
+                  wall_s: float | None = None) -> PhaseRecord:
     record = PhaseRecord(
         name=phase.name,
         mode="open" if phase.rate else "closed",
         rate=phase.rate,
         workers=workload.workers,
         workers_reported=len(replies),
-        wall_s=max((r["wall_ns"] for r in replies), default=0) / 1e9,
+        wall_s=wall_s if wall_s is not None else max((r["wall_ns"] for r in replies), default=0) / 1e9,
         client_cpu_s=sum(float(r.get("cpu_s", 0.0)) for r in replies),
         interrupted=interrupted or any(r.get("interrupted") for r in replies),
         missed=sum(int(r.get("missed", 0)) for r in replies),

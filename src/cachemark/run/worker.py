@@ -146,6 +146,8 @@ class Worker:
         self.interrupted = False
         self.prefilled = self.prefill_total = 0
         self.missed = 0  # open loop: ops due before the deadline but never sent
+        self.span: tuple[int, int] | None = None  # the last phase's first op's start, last op's end (ns)
+        self.canary_ns = 0  # the last phase's time in write canaries (cachemark's, not the application's)
         self.outages = WriteOutages()  # the last phase's windows of failing writes (measure/outage.py)
         # cache-aside (`fetch`): the origin a miss calls, and where its latencies go (set per phase)
         fetches = any("fetch" in name.split("+") for p in self.workload.effective_phases() for name in p.mix or {})
@@ -386,9 +388,10 @@ class Worker:
         intended = start + (replay.first_due() if replay is not None and open_loop else 0)
         second = 0
         next_second = start + 1_000_000_000
-        checkpoint = min(start + PROGRESS_EVERY_NS, next_second)
-        if deadline_ns is not None:
-            checkpoint = min(checkpoint, deadline_ns)
+        checkpoint = start  # the first op passes it: its start is the phase's (self.span)
+        first = t1 = 0
+        self.span = None
+        self.canary_ns = 0
         done = 0
         try:
             for ops, ks, szs in stream.batches():
@@ -452,6 +455,8 @@ class Worker:
                     code_append(op * 4 + outcome)
                     bytes_out[op] += len(key)
                     if t1 >= checkpoint:
+                        if not first:
+                            first = t0
                         done = len(codes) + done
                         if t1 >= next_second:  # a (possibly long) op may span several seconds
                             recorder.end_second(second)
@@ -481,6 +486,8 @@ class Worker:
             self.interrupted = True
             _deaf()  # the one interrupt is spent: no other can come
         finally:
+            if first:  # the phase as the application saw it: first op's start to last op's end, less canaries
+                self.span = (first, t1 - self.canary_ns)
             if progress is not None:
                 progress[task.worker] = done + len(codes) - recorder.pseudo_records
                 failures[task.worker] = failed
@@ -491,6 +498,13 @@ class Worker:
     def _check_canary(self, recorder: Recorder, op: int, size: int) -> None:
         """Write a private key, read it back at once: a silently dropped write is an error."""
         self.canaries += 1
+        began = time.perf_counter_ns()
+        try:
+            self._canary(recorder, op, size)
+        finally:  # cachemark's own round trips: not the application's time (run_phase's span leaves them out)
+            self.canary_ns += time.perf_counter_ns() - began
+
+    def _canary(self, recorder: Recorder, op: int, size: int) -> None:
         key = f"{self.task.namespace}verify:{self.task.worker}:{self.canaries}"
         value = make_value(value_header(key), size)
         try:
@@ -683,6 +697,8 @@ def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
         deadline = start + int(phase.duration * 1e9) if phase.duration else None
         recorder = worker.run_phase(phase, limit, deadline, board)
         end = time.perf_counter_ns()
+        if worker.span is not None:  # cachemark's own set-up before the first op is not the phase's
+            start, end = worker.span
         queue.put(PhaseReport(
             task.worker, index, start_ns=start, end_ns=end, cpu_s=cpu_seconds() - cpu0, ops=recorder.result(),
             interrupted=worker.interrupted, missed=worker.missed, error_samples=recorder.error_samples,

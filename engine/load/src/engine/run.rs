@@ -93,7 +93,14 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<RunResult, Run
     for r in &recs {
         total.absorb(r);
     }
-    let wall = total.last_done.saturating_sub(measure_start) as f64 / 1e9;
+    // The application's wall: first timed op's start to the last one's end (the threads'
+    // wake-up after the shared start is not in it); from the start where none was timed.
+    let wall_ns = if total.first_due != 0 {
+        total.last_end.saturating_sub(total.first_due)
+    } else {
+        total.last_done.saturating_sub(measure_start)
+    };
+    let wall = wall_ns as f64 / 1e9;
     // Not after a stop: a dead server would only make every canary wait for its timeout.
     if !control.interrupted && control.stopped_on_errors.is_none() {
         write_canaries(plan, &shared, &recs, &mut total, timeout);
