@@ -28,6 +28,10 @@ def _uring_disabled() -> bool:
 
 
 pytestmark = [
+    # alone: at pipeline 1 the loop's rounds per op follow how promptly replies come back, so a count
+    # taken beside the parallel pass's load came out 3.4 % over its budget (1,411 against 1,365); alone,
+    # every case lands within 1 % of its budget
+    pytest.mark.alone,
     pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed"),
     pytest.mark.skipif(_uring_disabled(), reason="io_uring is disabled here: the budgets are of the io_uring loop"),
 ]

@@ -172,7 +172,7 @@ def test_report_command_unknown_format(report_doc, tmp_path):
     results = write_atomic(tmp_path / "run.json", report_doc)
     with pytest.raises(UserError, match="unknown format 'pdf'"):
         report_cmd(results, None, "pdf", None)
-    with pytest.raises(UserError, match="refusing to overwrite"):
+    with pytest.raises(UserError, match="one of this command.s inputs"):
         report_cmd(results, results, "json", None)
 
 

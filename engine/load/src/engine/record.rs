@@ -171,10 +171,11 @@ pub(super) struct Recorder {
     pub(super) wire_in: u64,
     pub(super) prefill_errors: u64,
     pub(super) last_done: u64,
-    /// The timed ops' span on the run's clock: the first one's start (due, or sent in closed
-    /// loop; 0 before any) and the last one's end: the phase as the application saw it.
+    /// When this thread's timed ops began, on the run's clock: its first send in closed loop
+    /// (its wake-up after the shared start is not the application's time), the phase's start
+    /// in open loop (its ops are due from there). 0: not set. With `last_done`, the phase's
+    /// span as the application saw it; set once per thread, nothing per op.
     pub(super) first_due: u64,
-    pub(super) last_end: u64,
     /// Open loop: ops that fell due before the phase ended but were never sent.
     pub(super) missed: u64,
     /// Ops completed (all phases) since the counts were last published to `Shared`.
@@ -194,15 +195,6 @@ pub(super) struct Recorder {
 }
 
 impl Recorder {
-    /// Widens the timed span by one op, due at `from`, answered at `to`.
-    #[inline]
-    pub(super) fn span(&mut self, from: u64, to: u64) {
-        if self.first_due == 0 || from < self.first_due {
-            self.first_due = from;
-        }
-        self.last_end = self.last_end.max(to);
-    }
-
     pub(super) fn sample(&mut self, msg: impl FnOnce() -> String) {
         let keep = self.samples.len() < MAX_SAMPLES;
         if keep || self.want_last {
@@ -250,7 +242,6 @@ pub(super) fn record_error(rec: &mut Recorder, plan: &Plan, p: &Pending, kind: u
     st.bytes_out += p.bytes_out as u64;
     let unc = plan.open.then(|| now.saturating_sub(sent));
     st.record(O_ERROR, now.saturating_sub(p.intended), unc);
-    rec.span(p.intended, now);
 }
 
 /// Records one completed request. Its common case — a timed request answered as expected,
@@ -292,7 +283,6 @@ pub(super) fn complete(
     st.bytes_in += r.payload as u64;
     let unc = plan.open.then(|| now.saturating_sub(p.sent));
     st.record(outcome, now.saturating_sub(p.intended), unc);
-    rec.span(p.intended, now);
 }
 
 /// A read's hit, read whole, not to verify: what `complete` records for it, on the short way
@@ -309,7 +299,6 @@ pub(super) fn complete_hit(rec: &mut Recorder, p: &Pending, payload: usize, now:
     st.bytes_out += p.bytes_out as u64;
     st.bytes_in += payload as u64;
     st.record(O_HIT, now.saturating_sub(p.intended), None);
-    rec.span(p.intended, now);
 }
 
 /// A prefill or warm-up request's reply: it only feeds the on-error watch.
@@ -414,8 +403,8 @@ impl Recorder {
         self.moved += r.moved;
         self.ask += r.ask;
         self.last_done = self.last_done.max(r.last_done);
-        if r.first_due != 0 {
-            self.span(r.first_due, r.last_end);
+        if r.first_due != 0 && (self.first_due == 0 || r.first_due < self.first_due) {
+            self.first_due = r.first_due;
         }
         self.outages
             .windows

@@ -93,10 +93,10 @@ pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<RunResult, Run
     for r in &recs {
         total.absorb(r);
     }
-    // The application's wall: first timed op's start to the last one's end (the threads'
-    // wake-up after the shared start is not in it); from the start where none was timed.
+    // The application's wall: from when the first thread began its timed ops (a thread's
+    // wake-up after the shared start is not in it) to the last reply.
     let wall_ns = if total.first_due != 0 {
-        total.last_end.saturating_sub(total.first_due)
+        total.last_done.saturating_sub(total.first_due)
     } else {
         total.last_done.saturating_sub(measure_start)
     };

@@ -473,6 +473,11 @@ pub(super) fn run(
     shared.ready.fetch_add(1, Ordering::AcqRel);
     let start = wait_for_start(shared);
     w.start_run(ti, start);
+    w.rec.first_due = if plan.open {
+        w.measure_start
+    } else {
+        shared.now().max(w.measure_start)
+    };
     w.event_loop();
     w.uring_teardown();
     // a replay whose spool could not be read back ended early: say why
