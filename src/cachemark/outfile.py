@@ -159,3 +159,21 @@ def write_json(path: str | Path, data: object, what: str = "") -> Path:
     """``data`` as JSON to ``path`` all at once (compare's and thresholds' documents; results go
     through :func:`cachemark.results.write_atomic`, which also checks them against their schema)."""
     return write_text(path, json_text(data), what)
+
+
+def refuse_input(out: str | Path, inputs: list[str | Path] | tuple[str | Path, ...]) -> None:
+    """One line (exit 2) when ``out`` names one of the command's own inputs: no command writes over
+    what it reads (a trace, a results file), whatever path spells it."""
+    if is_stdout(out):
+        return
+    target = Path(out)
+    for item in inputs:
+        source = Path(item)
+        try:
+            same = target.resolve() == source.resolve() or (target.exists() and source.exists()
+                                                             and os.path.samefile(target, source))
+        except OSError:
+            same = False
+        if same:
+            raise UserError(f"{one_line(out)}: is one of this command's inputs; refusing to write over it "
+                            "(choose another output path)")

@@ -9,6 +9,7 @@ symlink). Bad input ends as a one-line
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -79,8 +80,9 @@ def report(
 def compare(
     base: Annotated[Path, typer.Argument(help="The results file to compare against.")],
     new: Annotated[list[Path], typer.Argument(help="One or more newer results files.")],
-    format: Annotated[str, typer.Option("--format", "-f", help="table | markdown | json")] = "table",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write markdown/json here.")] = None,
+    format: Annotated[str | None, typer.Option(
+        "--format", "-f", help="table | markdown | json (default: --out's suffix .md/.json, else table)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the table, markdown or json here.")] = None,
     fail_on: Annotated[str | None, typer.Option(
         "--fail-on", help="CI gate: comma-separated rules on the figures as printed (ops/s, p50, p90, p99, "
         "p99.9, max), e.g. 'p99>10%,ops/s<-5%'. Exit 1, one line per regression, when a figure moves beyond "
@@ -98,8 +100,16 @@ def compare(
     from ..report import compare as cmp
     from ..results import load
 
+    to_file = out is not None and str(out) != "-"
+    if format is None:
+        format = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(
+            out.suffix.lower() if to_file and out is not None else "", "table")
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown format {format!r}; choose one of table, markdown, json")
+    if to_file and out is not None:
+        from ..outfile import refuse_input
+
+        refuse_input(out, [base, *new])
     rules = cmp.parse_rules(fail_on) if fail_on is not None else None  # a typo costs no work
     base_doc = load(base)
     new_docs = [load(path) for path in new]
@@ -108,13 +118,19 @@ def compare(
         raise UserError(f"nothing to compare: no label and op appears in both {one_line(base)} and the new results")
     names = [p.name for p in new]
     warnings = cmp.workload_warnings(base_doc, new_docs, names=names)
-    verdict = cmp.gate(rows, rules, names) if rules else None
+    verdict = cmp.gate(rows, rules, names, cmp.failed_runs(new_docs, names)) if rules else None
     missing = cmp.unmatched(base_doc, new_docs)
     if format == "table":
+        from rich.console import Console
+
         console = make_console()
-        cmp.render_table(rows, console, names=names, warnings=warnings)
+        table = Console(record=True, width=console.width, file=io.StringIO()) if to_file else console
+        cmp.render_table(rows, table, names=names, warnings=warnings)
         if missing:
-            console.print("not compared (on one side only): " + ", ".join(missing), markup=False, highlight=False)
+            table.print("not compared (on one side only): " + ", ".join(missing), markup=False, highlight=False)
+        if to_file:
+            _emit(table.export_text(), out)
+            console = _console()
     else:
         _compare_output(format, out, cmp.to_json(str(base), [str(p) for p in new], rows, warnings, missing, verdict))
         console = _console()  # stdout (or the file) holds the document: the gate speaks on stderr

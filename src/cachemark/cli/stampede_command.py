@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -60,8 +61,8 @@ def stampede_params(data: dict) -> StampedeParams:
         rate, clients, beta = float(params["rate"]), int(params["clients"]), float(params["beta"])
     except (TypeError, ValueError):
         raise UserError("rate, clients and beta must be numbers") from None
-    if not 0 < rate <= 100_000 or not 1 <= clients <= 512 or beta <= 0:
-        raise UserError("--rate must be in (0, 100000], --clients in [1, 512], --beta > 0")
+    if not 0 < rate <= 100_000 or not 1 <= clients <= 512 or not 0 < beta < math.inf:  # nan fails both
+        raise UserError("--rate must be in (0, 100000], --clients in [1, 512], --beta a finite number > 0")
     delta_s = parse_duration(params["recompute"], "recompute")
     ttl_s = parse_duration(params["ttl"], "ttl")
     duration_s = parse_duration(params["duration"], "duration")

@@ -59,6 +59,10 @@ def _groups(document: ResultsDocument) -> dict[Key, list[dict[str, Any]]]:
 def _aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean of each figure over repeats, and the relative spread when there are two or more."""
     out: dict[str, Any] = {"repeats": len(rows)}
+    errors = sum(r.get("errors") or 0 for r in rows)
+    done = sum(r.get("count") or 0 for r in rows)
+    out["errors"] = errors
+    out["error_rate"] = errors / (done + errors) if done + errors else 0.0  # of the ops attempted
     for metric in METRICS:
         values = [r[metric] for r in rows if r.get(metric) is not None]
         mean = sum(values) / len(values) if values else None
@@ -111,6 +115,8 @@ def compare(base_doc: Document, new_docs: list[Document]) -> list[dict[str, Any]
                                    "base_repeats": b["repeats"], "new_repeats": n["repeats"]}
             for metric in METRICS:
                 row.update(_figure(b, n, metric))
+            row.update(base_errors=b["errors"], new_errors=n["errors"], base_error_rate=b["error_rate"],
+                       new_error_rate=n["error_rate"])
             out.append(row)
     return out
 
@@ -228,6 +234,9 @@ def to_json(base: str, new: list[str], rows: list[dict[str, Any]], warnings: lis
 RULE_EXAMPLE = "'p99>10%,ops/s<-5%'"
 _RULE = re.compile(r"\s*(?P<name>[^<>]*?)\s*(?P<op>[<>])\s*(?P<pct>[+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*%\s*")
 _BY_NAME = {name: metric for metric, name in PRINTED.items()}
+# Errors are a figure too: any rise in an op's error rate fails the gate unless ``errors>N%`` allows a
+# rise of up to N percentage points; a failed run always fails it.
+ERRORS = "errors"
 NOISE_GROUNDS = f"the spread across repeats; {DEFAULT_NOISE:.0%} assumed where neither side has repeats"
 
 
@@ -244,6 +253,10 @@ class Rule:
     def text(self) -> str:
         return f"{self.name}{'<' if self.metric in HIGHER_IS_BETTER else '>'}{self.threshold_pct:g}%"
 
+    @property
+    def loosens_errors(self) -> bool:
+        return self.metric == ERRORS
+
     def exceeded(self, change_pct: float) -> bool:
         if self.metric in HIGHER_IS_BETTER:
             return change_pct < self.threshold_pct
@@ -258,10 +271,15 @@ def _rule(part: str) -> Rule:
         raise UserError(f"--fail-on: cannot read {shown}: write FIGURE>N% for a latency, ops/s<-N% for "
                         f"throughput, comma-separated, e.g. {RULE_EXAMPLE}")
     name, pct = match["name"].lower(), float(match["pct"]) + 0.0  # + 0.0: "-0%" reads as 0
+    if name == ERRORS:
+        if match["op"] != ">" or not 0 <= pct <= 100:
+            raise UserError(f"--fail-on {shown}: the error rate regresses when it rises; write errors>N% "
+                            "with N from 0 to 100 (percentage points of the ops attempted)")
+        return Rule(name, ERRORS, pct)
     metric = _BY_NAME.get(name)
     if metric is None:
         raise UserError(f"--fail-on {shown}: unknown figure '{one_line(match['name'])}'; "
-                        f"choose one of {', '.join(PRINTED.values())}")
+                        f"choose one of {', '.join(PRINTED.values())}, {ERRORS}")
     # a rule names a regression: one pointing the other way (or that can never fire) is a typo
     if metric in HIGHER_IS_BETTER and (match["op"] != "<" or pct > 0):
         raise UserError(f"--fail-on {shown}: ops/s regresses when it falls; write ops/s<-{abs(pct):g}%")
@@ -296,13 +314,54 @@ def _failure(row: dict[str, Any], rule: Rule, change_pct: float, file: str, show
             "line": line}
 
 
-def gate(rows: list[dict[str, Any]], rules: list[Rule], names: list[str]) -> dict[str, Any]:
+def _error_failure(row: dict[str, Any], allowed_pct: float, file: str, show_file: bool) -> dict[str, Any] | None:
+    """An op whose error rate rose by more than ``allowed_pct`` points (0 by default): a regression."""
+    base, new = row["base_error_rate"] * 100, row["new_error_rate"] * 100
+    change = new - base
+    if not (row["new_errors"] and change > allowed_pct):
+        return None
+    where = (f"{file}: " if show_file else "") + row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
+    line = (f"regression: {where} {row['phase']}:{row['op']} errors {row['base_errors']:,} → {row['new_errors']:,} "
+            f"(error rate {base:.2f}% → {new:.2f}%), beyond errors>{allowed_pct:g}%")
+    return {"file": file, "label": row["label"], "sweep": row["sweep"], "phase": row["phase"], "op": row["op"],
+            "figure": ERRORS, "rule": f"errors>{allowed_pct:g}%", "threshold_pct": allowed_pct,
+            "base": row["base_errors"], "new": row["new_errors"], "change_pct": change, "noise_pct": 0.0,
+            "noise_measured": False, "line": line}
+
+
+def failed_runs(new_docs: list[Document], names: list[str]) -> list[dict[str, Any]]:
+    """Every run of a new file that failed or was skipped: the gate fails on each (a broken run is no pass)."""
+    out = []
+    for index, document in enumerate(new_docs):
+        for run in as_model(document).runs:
+            if run.status in ("ok", "interrupted"):
+                continue
+            reason = one_line(run.reason or "no reason recorded")
+            where = (f"{names[index]}: " if len(names) > 1 else "") + run.label
+            out.append({"file": names[index], "label": run.label, "sweep": run.sweep_key, "phase": "", "op": "",
+                        "figure": "run", "rule": "no failed run", "threshold_pct": 0.0, "base": None,
+                        "new": run.status, "change_pct": None, "noise_pct": 0.0, "noise_measured": False,
+                        "line": f"regression: {where}: the run {run.status}: {reason}"})
+    return out
+
+
+def gate(rows: list[dict[str, Any]], rules: list[Rule], names: list[str],
+         broken: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The verdict of ``--fail-on``: each figure a rule names that moved beyond both the
     rule's threshold and the noise. Beyond the threshold alone is not enough: a change
-    the noise can explain would fail jobs at random."""
-    failures, checked = [], 0
+    the noise can explain would fail jobs at random. Errors are checked whatever the rules
+    (a rise in an op's error rate fails, ``errors>N%`` allows N points), and ``broken`` —
+    the new files' failed runs (:func:`failed_runs`) — fails it too."""
+    failures, checked = list(broken or []), 0
+    allowed = max((rule.threshold_pct for rule in rules if rule.loosens_errors), default=0.0)
     for row in rows:
+        checked += 1
+        failure = _error_failure(row, allowed, names[row["new"]], len(names) > 1)
+        if failure:
+            failures.append(failure)
         for rule in rules:
+            if rule.loosens_errors:
+                continue
             ratio = row[f"{rule.metric}_ratio"]
             if ratio is None:
                 continue
@@ -310,7 +369,10 @@ def gate(rows: list[dict[str, Any]], rules: list[Rule], names: list[str]) -> dic
             change = (ratio - 1.0) * 100
             if rule.exceeded(change) and not row[f"{rule.metric}_within_noise"]:
                 failures.append(_failure(row, rule, change, names[row["new"]], len(names) > 1))
-    return {"rules": [rule.text for rule in rules], "default_noise_pct": DEFAULT_NOISE * 100,
+    rule_texts = [rule.text for rule in rules]
+    if not any(rule.loosens_errors for rule in rules):
+        rule_texts.append(f"{ERRORS}>0%")
+    return {"rules": rule_texts, "default_noise_pct": DEFAULT_NOISE * 100,
             "checked": checked, "passed": not failures, "failures": failures}
 
 
