@@ -192,12 +192,14 @@ def measured_on(url: str, value_sizes: Any, items: int = 20_000, seed: int = 0) 
 
     from ..analysis.footprint import Footprint
     from ..backends import create_backend
+    from ..errors import PrefillFailed, is_bug
     from ..measure.server_stats import open_source
     from ..run.provide import provide
     from ..schemes import find_scheme
-    from ..target import parse_target, redact_text
+    from ..target import check_params, parse_target, redact_text
 
     given = parse_target(url)
+    check_params(given)  # the same URL rules as run's, before a server is spawned
     with provide(given) as (reachable, _servers):
         row = find_scheme(reachable.scheme)
         if row is None or not row.stats:
@@ -220,7 +222,15 @@ def measured_on(url: str, value_sizes: Any, items: int = 20_000, seed: int = 0) 
                                     "per item by")
                 for start in range(0, items, 1000):
                     batch = zip(keys[start:start + 1000], sizes[start:start + 1000], strict=True)
-                    backend.set_many({key: b"v" * size for key, size in batch})
+                    try:
+                        backend.set_many({key: b"v" * size for key, size in batch})
+                    except Exception as exc:  # the server's refusal, said as run's prefill says it
+                        if is_bug(exc):
+                            raise
+                        raise PrefillFailed(
+                            f"{given.redacted}: {reachable.scheme} refused values of {min(sizes):,}–{max(sizes):,} "
+                            f"bytes while measuring bytes per item ({start:,} of {items:,} written): "
+                            f"{type(exc).__name__}: {redact_text(str(exc), 300)}") from None
                 after = source.read()["used_memory_bytes"]
                 version = str(backend.info().get("server_version") or "?")
             finally:

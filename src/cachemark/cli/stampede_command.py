@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..errors import UserError
-from ..target import parse_target
+from ..target import check_params, parse_target
 from .terminal import make_console
 
 if TYPE_CHECKING:
@@ -86,6 +86,10 @@ def run_stampedes(targets: list[str], data: dict, markdown: bool = False) -> Non
     for url in targets:
         target = parse_target(url)
         shown = target.redacted  # a password never printed
+        check_params(target)  # the same URL rules as run's
+        if "client" in target.params:
+            raise UserError(f"{shown}: stampede drives the target with its own client; drop client="
+                            f"{target.params['client']!r} (it could not be honoured)")
         supported(target)  # its row says whether stampedes run on it: one line before a server is spawned
         load = Stampedes(p, lambda name, shown=shown: console.status(f"{shown}: {name} for {p.duration_s:g} s"))
         outcome = run_sequence(target, STAMPEDE_WORKLOAD, load, sample_server=False)
