@@ -31,6 +31,8 @@ def parse_needs(data: Any, where: str) -> Needs:
     if not isinstance(data, dict):
         raise UserError(f"{where}: needs are one table ([needs], or keys at the top level), "
                         f"not {type(data).__name__ if not isinstance(data, list) else 'an array of tables'}")
+    if not data:  # an empty file would "meet every stated need"
+        raise UserError(f"{where}: states no need; give at least one of {', '.join(NEED_KEYS)}")
     unknown = sorted(set(data) - set(NEED_KEYS))
     if unknown:
         raise UserError(f"{where}: unknown need {unknown[0]!r}; needs are {', '.join(NEED_KEYS)}")
@@ -52,6 +54,13 @@ def parse_needs(data: Any, where: str) -> Needs:
     budgets = {str(op): number(f"p99_ms.{op}", v) for op, v in p99.items()}
     if "?" in budgets:
         raise UserError(f"{where}: p99_ms is a table of op budgets, e.g. p99_ms = {{ get = 1.0, set = 2.0 }}")
+    from .backends.base import OPS, PSEUDO_OPS
+
+    known = (*OPS, *PSEUDO_OPS)
+    strange = [op for op in budgets if not all(part in known for part in op.split("+"))]
+    if strange:  # a typo would otherwise never match a measured op and read as "check"
+        raise UserError(f"{where}: p99_ms.{strange[0]}: unknown op; ops are {', '.join(known)} "
+                        "(sequences as exists+get)")
     for key in ("persistent", "tags"):
         if key in data and not isinstance(data[key], bool):
             raise UserError(f"{where}: {key} must be true or false")
