@@ -207,12 +207,14 @@ def test_stampede_refuses_beta_nan():
 
 # --- needs files -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("data", "needle"), [({}, "no need"), ({"p99_ms": {"gte": 1.0}}, "gte")])
-def test_an_empty_need_or_an_unknown_op_is_refused(data, needle):
-    from cachemark.needs import parse_needs
+@pytest.mark.parametrize(("text", "needle"), [("", "no need"), ("[needs]\n", "no need"),
+                                             ("p99_ms = { gte = 1.0 }\n", "gte")])
+def test_an_empty_needs_file_or_an_unknown_op_is_refused(tmp_path, text, needle):
+    from cachemark.analysis.advise import load_needs
 
+    (tmp_path / "needs.toml").write_text(text)
     with pytest.raises(UserError, match=needle):
-        parse_needs(data, "needs.toml")
+        load_needs(tmp_path / "needs.toml")
 
 
 def test_a_sequence_op_budget_is_still_accepted():

@@ -27,11 +27,12 @@ class Needs:
     prices: dict[str, str] = field(default_factory=dict)  # label -> offering in the price table
 
 
-def parse_needs(data: Any, where: str) -> Needs:
+def parse_needs(data: Any, where: str, stated: bool = False) -> Needs:
+    """``stated``: the user gave these needs (a file, a ``[needs]`` table), so an empty one is refused."""
     if not isinstance(data, dict):
         raise UserError(f"{where}: needs are one table ([needs], or keys at the top level), "
                         f"not {type(data).__name__ if not isinstance(data, list) else 'an array of tables'}")
-    if not data:  # an empty file would "meet every stated need"
+    if stated and not data:  # an empty file would "meet every stated need"
         raise UserError(f"{where}: states no need; give at least one of {', '.join(NEED_KEYS)}")
     unknown = sorted(set(data) - set(NEED_KEYS))
     if unknown:

@@ -280,7 +280,7 @@ class Experiment(_Model):
         if value is not None:
             from .needs import parse_needs
 
-            parse_needs(value, "[needs]")
+            parse_needs(value, "[needs]", stated=True)
         return value
 
     @field_validator("sweep", mode="before")

@@ -77,7 +77,7 @@ def load_prices(path: Path | None = None) -> PriceTable:
                                       "min_gb") if k in row}
         for key, value in fields.items():
             if not _priced(value):
-                raise UserError(f"{where}: offering {name!r}: {key} must be 0 or a number from "
+                raise UserError(f"{where}: offering {name!r}: {key} must be a finite number, 0 or from "
                                 f"{PRICE_MIN:g} to {PRICE_MAX:g}, not {value!r}")
         if row["kind"] == "instance" and not fields.get("hourly"):
             raise UserError(f"{where}: offering {name!r}: an instance needs hourly > 0")
