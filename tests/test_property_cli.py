@@ -23,10 +23,9 @@ from pathlib import Path
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
+import typer  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-import typer  # noqa: E402
 
 from cachemark import cli  # noqa: E402
 from cachemark.schemes import scheme, schemes  # noqa: E402

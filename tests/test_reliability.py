@@ -271,3 +271,17 @@ def test_the_gate_fails_a_run_whose_server_was_killed_mid_run(tmp_path, spawn, c
     lines = [line for line in gated.stdout.splitlines() if line.startswith("regression: ")]
     assert any(" errors " in line or "the run failed" in line for line in lines), gated.stdout
     assert "passed" not in gated.stdout.splitlines()[-1]
+
+
+def test_size_beyond_the_memory_available_is_refused_up_front_with_its_estimate(tmp_path):
+    import resource
+
+    def four_gb() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 * 10**9, resource.RLIM_INFINITY))
+
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "cachemark", "size", "--keys", "50000000", "--requests",
+                             "50000000", "--policy", "lru,fifo,sieve", "--no-measure"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, preexec_fn=four_gb)
+    _one_line_exit_2(result, "GB of memory", "available")
+    assert time.monotonic() - started < 30

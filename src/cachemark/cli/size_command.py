@@ -121,6 +121,13 @@ def size(
         stream, description, reader = _trace(Path(source), trace_format)
     else:
         stream, description, synthetic = _synthetic(source, keys, key_dist, value_size, requests)
+        from ..limits import check_memory, size_memory_estimate
+
+        simulated = len([p for p in policies if p != "lru"])
+        check_memory(f"size over {synthetic['keys']:,} keys, {synthetic['requests']:,} requests and "
+                     f"{', '.join(policies)}",
+                     size_memory_estimate(synthetic["keys"], synthetic["requests"], simulated),
+                     "use fewer keys or requests, --policy lru alone, or --sample-rate below 1")
         # a drawn stream starts empty only because it was drawn: the first half fills the cache
         # uncounted, so the curve is of a cache that runs on (what Che's approximation predicts)
         warmup = synthetic["requests"] // 2
