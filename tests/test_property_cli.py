@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -52,7 +53,11 @@ def _paths() -> list[str]:
     (WORK / "empty.toml").write_text("")
     (WORK / "needs.toml").write_text("[needs]\np99_ms = { get = 1.0 }\nops_per_s = 1000\n")
     (WORK / "prices.toml").write_text('[offerings.x]\nkind = "instance"\nhourly = 1e308\nmemory_gb = 1e-320\n')
-    data = [str(p) for p in sorted(DATA.glob("*.json")) if p.stat().st_size < 2_000_000]
+    data = []
+    for source in sorted(DATA.glob("*.json")):  # copies: a report is written beside its results file
+        if source.stat().st_size < 2_000_000:
+            shutil.copyfile(source, WORK / source.name)
+            data.append(str(WORK / source.name))
     made = [str(WORK / n) for n in ("t.csv", "empty.toml", "needs.toml", "prices.toml")]
     return [*data, *made, str(WORK / "missing.json"), str(WORK), "/dev/null",
             *(str(WORK / f"out{s}") for s in (".json", ".md", ".txt", ".html", ".csv", ".zst", ".yaml"))]
@@ -138,6 +143,8 @@ def run_main(argv: list[str]) -> tuple[int, str]:
     saved = sys.argv, sys.stdin
     sys.argv, sys.stdin = ["cachemark", *argv], io.StringIO("")
     code: int = 0
+    here = os.getcwd()
+    os.chdir(WORK)  # a relative output path lands in the scratch directory, never in the tree
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -146,6 +153,7 @@ def run_main(argv: list[str]) -> tuple[int, str]:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         sys.argv, sys.stdin = saved
+        os.chdir(here)
     return code, out.getvalue() + err.getvalue()
 
 
