@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
 from typing import Any
 
 import pytest
@@ -142,11 +140,10 @@ def test_compare_command(report_doc, slower_doc, tmp_path):
 # --- the CI gate: compare --fail-on ------------------------------------------------------------
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("p99>10%", [("p99_us", 10.0), ("errors", 0.0)]),  # errors are figures: any rise fails unless a rule says
-    (" p99 > 10 % , ops/s<-5%", [("p99_us", 10.0), ("ops_per_s", -5.0), ("errors", 0.0)]),
+    ("p99>10%", [("p99_us", 10.0)]),
+    (" p99 > 10 % , ops/s<-5%", [("p99_us", 10.0), ("ops_per_s", -5.0)]),
     ("P99.9>+2.5%,max>0%,p50>1%,p90>.5%,ops/s<0%", [("p999_us", 2.5), ("max_us", 0.0), ("p50_us", 1.0),
-                                                     ("p90_us", 0.5), ("ops_per_s", 0.0), ("errors", 0.0)]),
-    ("p99>10%,errors>0.5%", [("p99_us", 10.0), ("errors", 0.5)]),
+                                                     ("p90_us", 0.5), ("ops_per_s", 0.0)]),
 ])
 def test_rules_name_the_figures_as_printed(text, expected):
     assert [(rule.metric, rule.threshold_pct) for rule in parse_rules(text)] == expected
@@ -193,7 +190,7 @@ def test_the_gate_fails_on_a_real_slowdown_and_names_it(report_doc, slower_doc):
     assert line.endswith("(the spread across repeats)")
     same = gate(compare(report_doc, [report_doc]), rules, ["same.json"])
     assert same["passed"] is True and same["failures"] == []
-    assert same["checked"] == 3 * len(compare(report_doc, [report_doc]))  # two rules and the errors one
+    assert same["checked"] == 2 * len(compare(report_doc, [report_doc]))
 
 
 def test_the_gate_needs_a_change_beyond_both_the_threshold_and_the_noise(report_doc):
@@ -229,7 +226,7 @@ def test_the_gate_command_exits_1_after_writing_every_format(report_doc, slower_
     as_json = runner.invoke(app, ["compare", base, new, "-f", "json", *rule])
     assert as_json.exit_code == 1
     document = json.loads(as_json.stdout)  # stdout stays one JSON document; the gate speaks on stderr
-    assert document["gate"]["passed"] is False and document["gate"]["rules"] == ["p99>10%", "errors>0%"]
+    assert document["gate"]["passed"] is False and document["gate"]["rules"] == ["p99>10%"]
     assert document["gate"]["default_noise_pct"] == DEFAULT_NOISE * 100
     assert any(f["op"] == "get" and f["figure"] == "p99" for f in document["gate"]["failures"])
     assert "regression: memory main:get p99 " in as_json.stderr
@@ -241,7 +238,7 @@ def test_the_gate_command_exits_1_after_writing_every_format(report_doc, slower_
     assert "- regression: memory main:get p99 " in markdown.stdout
     passed = runner.invoke(app, ["compare", base, base, "-f", "json", *rule])
     assert passed.exit_code == 0 and json.loads(passed.stdout)["gate"]["passed"] is True
-    assert "passed: no figure regressed beyond --fail-on 'p99>10%,errors>0%'" in passed.stderr
+    assert "passed: no figure regressed beyond --fail-on 'p99>10%'" in passed.stderr
     plain = runner.invoke(app, ["compare", base, new, "-f", "json"])  # no rules: a report, never a gate
     assert plain.exit_code == 0 and json.loads(plain.stdout)["gate"] is None
 
@@ -271,90 +268,3 @@ def test_the_gate_on_two_real_runs_fires_when_the_proxy_slows_one(redis_server, 
     assert unchanged.returncode == 0, (unchanged.stdout, unchanged.stderr)
     assert "regression" not in unchanged.stdout and "passed: no figure regressed" in unchanged.stdout
     assert "worse" not in unchanged.stdout.replace("neither better nor worse", "")
-
-
-# --- errors are figures; a broken run never passes -----------------------------------------------
-
-def _with_errors(document: dict[str, Any], label: str, op: str, errors: int) -> dict[str, Any]:
-    out = copy.deepcopy(document)
-    for run in out["runs"]:
-        if run["label"] == label:
-            for phase in run["phases"]:
-                if op in phase["ops"]:
-                    phase["ops"][op]["errors"] = {"connection": errors}
-    return out
-
-
-def test_a_rise_in_errors_fails_the_gate_unless_a_rule_allows_it(report_doc, tmp_path):
-    base = str(write_atomic(tmp_path / "base.json", report_doc))
-    count = next(r["phases"][0]["ops"]["get"]["count"] for r in report_doc["runs"] if r["label"] == "memory")
-    new = str(write_atomic(tmp_path / "new.json", _with_errors(report_doc, "memory", "get", count // 100)))
-    app, runner = _app(), CliRunner()
-    gated = runner.invoke(app, ["compare", base, new, "--fail-on", "p99>10%,ops/s<-5%"])
-    assert gated.exit_code == 1, gated.output
-    assert "regression: memory main:get errors 0 (0.00%) → " in gated.stdout
-    assert "errors" in gated.stdout.splitlines()[1] or "errors" in gated.stdout  # a column of the table
-    loose = runner.invoke(app, ["compare", base, new, "--fail-on", "p99>10%,errors>2%"])
-    assert loose.exit_code == 0, loose.output  # 1 % of its ops, within the rule
-
-
-def test_a_failed_run_fails_the_gate(report_doc, tmp_path):
-    broken = copy.deepcopy(report_doc)
-    broken["runs"][0]["status"], broken["runs"][0]["reason"] = "failed", "connection refused"
-    base = str(write_atomic(tmp_path / "base.json", report_doc))
-    new = str(write_atomic(tmp_path / "new.json", broken))
-    gated = CliRunner().invoke(_app(), ["compare", base, new, "--fail-on", "p99>50%"])
-    assert gated.exit_code == 1, gated.output
-    assert f"failed: {broken['runs'][0]['label']}: connection refused" in gated.stdout
-
-
-@pytest.mark.parametrize("figure", ["p99_us", "ops_per_s"])
-def test_a_negative_figure_is_a_malformed_file(report_doc, tmp_path, cachemark, figure):
-    bad = copy.deepcopy(report_doc)
-    bad["runs"][0]["phases"][0]["ops"]["get"].setdefault("summary", {})[figure] = -5
-    write_atomic(tmp_path / "base.json", report_doc)
-    (tmp_path / "new.json").write_text(json.dumps(bad))
-    done = cachemark("compare", "base.json", "new.json", "--fail-on", "p99>10%", cwd=tmp_path)
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-
-
-def test_out_is_honoured_in_every_format_and_never_an_input(report_doc, slower_doc, tmp_path):
-    base = str(write_atomic(tmp_path / "base.json", report_doc))
-    new = str(write_atomic(tmp_path / "new.json", slower_doc))
-    app, runner = _app(), CliRunner()
-    for name, head in (("cmp.txt", "cachemark compare"), ("cmp.md", "| backend | op |"), ("cmp.json", '"rows"')):
-        done = runner.invoke(app, ["compare", base, new, "-o", str(tmp_path / name)])
-        assert done.exit_code == 0, done.output
-        assert head in (tmp_path / name).read_text(), name
-    before = (tmp_path / "new.json").read_bytes()
-    done = runner.invoke(app, ["compare", base, new, "-f", "json", "-o", new])
-    assert isinstance(done.exception, UserError) and "one of this command's inputs" in str(done.exception)
-    assert (tmp_path / "new.json").read_bytes() == before
-
-
-@pytest.mark.serial  # kills a server mid-run
-def test_the_gate_fails_a_run_whose_server_was_killed(tmp_path, spawn, cachemark):
-    """The issue's case: NEW ran on after its server died (--on-error continue): most of its ops failed.
-    Its p99 and ops/s of the ops that succeeded may look fine; the errors must fail the gate, named."""
-    from test_faults import _start, _wait_for_ops
-
-    server = spawn("redis")
-    run = ["run", "-t", server.url(), "--label", "redis", "--duration", "2s", "--warmup", "0", "--no-calibrate",
-           "--workers", "1", "--keys", "1000", "--on-error", "continue"]
-    base = cachemark(*run, "-o", "base.json", cwd=tmp_path)
-    assert base.returncode == 0, base.stderr
-    import redis
-
-    served = redis.Redis(host="127.0.0.1", port=server.port).info("stats")["total_commands_processed"]
-    proc = _start([*run, "-o", "new.json"], tmp_path)
-    _wait_for_ops(server, minimum=served + 2000)  # past NEW's prefill: its timed phase is under way
-    os.kill(server.pid(), signal.SIGKILL)
-    _, stderr = proc.communicate(timeout=60)
-    assert (tmp_path / "new.json").exists(), stderr
-    gated = cachemark("compare", "base.json", "new.json", "--fail-on", "p99>10%,ops/s<-5%", "-f", "json",
-                      "-o", "gate.json", cwd=tmp_path)
-    assert gated.returncode == 1, (gated.stdout, gated.stderr)
-    failures = json.loads((tmp_path / "gate.json").read_text())["gate"]["failures"]
-    assert any(f["figure"] == "errors" and f["new"] > 0.1 for f in failures), failures
-    assert "errors 0 (0.00%) → " in gated.stderr

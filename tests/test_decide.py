@@ -271,7 +271,8 @@ def test_a_budget_is_judged_on_the_engine_twin_and_says_so() -> None:
     assert check.result == "pass", check.why
     assert check.why.startswith("500 ms (engine, open loop), measured as redis(engine): the tail this run trusts")
     assert "through redis-py, open loop: overstated" in check.why
-    assert checks_of(document, "redis(engine)")["get p99 ≤ 1000 ms"].why == "500 ms (engine, open loop)"
+    # (its 500-ms p99 over a sub-ms p50 is an extreme tail: the verdict's warning is named beside it)
+    assert checks_of(document, "redis(engine)")["get p99 ≤ 1000 ms"].why.startswith("500 ms (engine, open loop)")
 
 
 def test_a_label_keeps_its_price_whatever_client_measures_it(tmp_path, cachemark) -> None:

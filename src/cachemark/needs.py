@@ -29,10 +29,13 @@ class Needs:
     prices: dict[str, str] = field(default_factory=dict)  # label -> offering in the price table
 
 
-def parse_needs(data: Any, where: str) -> Needs:
+def parse_needs(data: Any, where: str, stated: bool = False) -> Needs:
+    """``stated``: the user gave these needs (a file, a ``[needs]`` table), so an empty one is refused."""
     if not isinstance(data, dict):
         raise UserError(f"{where}: needs are one table ([needs], or keys at the top level), "
                         f"not {type(data).__name__ if not isinstance(data, list) else 'an array of tables'}")
+    if stated and not data:  # an empty file would "meet every stated need"
+        raise UserError(f"{where}: states no need; give at least one of {', '.join(NEED_KEYS)}")
     unknown = sorted(set(data) - set(NEED_KEYS))
     if unknown:
         raise UserError(f"{where}: unknown need {unknown[0]!r}; needs are {', '.join(NEED_KEYS)}")
@@ -54,6 +57,13 @@ def parse_needs(data: Any, where: str) -> Needs:
     budgets = {str(op): number(f"p99_ms.{op}", v) for op, v in p99.items()}
     if "?" in budgets:
         raise UserError(f"{where}: p99_ms is a table of op budgets, e.g. p99_ms = {{ get = 1.0, set = 2.0 }}")
+    from .backends.base import OPS, PSEUDO_OPS
+
+    known = (*OPS, *PSEUDO_OPS)
+    strange = [op for op in budgets if not all(part in known for part in op.split("+"))]
+    if strange:  # a typo would otherwise never match a measured op and read as "check"
+        raise UserError(f"{where}: p99_ms.{strange[0]}: unknown op; ops are {', '.join(known)} "
+                        "(sequences as exists+get)")
     for key in ("persistent", "tags"):
         if key in data and not isinstance(data[key], bool):
             raise UserError(f"{where}: {key} must be true or false")

@@ -42,17 +42,6 @@ def _cannot(path: str | Path, what: str) -> str:
     return f"cannot write {what + ' to ' if what else ''}{one_line(path)}"
 
 
-def not_an_input(path: str | Path, inputs: list[str | Path] | tuple[str | Path, ...], what: str = "") -> None:
-    """Refuse, in one line, to write ``path`` when it is one of the command's own ``inputs`` (the same file
-    by any name): an output never replaces what it was made from."""
-    if is_stdout(path):
-        return
-    for given in inputs:
-        with contextlib.suppress(OSError, ValueError):
-            if os.path.samefile(path, given):
-                raise UserError(f"{_cannot(path, what)}: it is one of this command's inputs")
-
-
 def check(path: str | Path, what: str = "") -> Path:
     """``path`` as a :class:`Path` if cachemark may write it; else one-line :class:`UserError`.
     Called before the work whose output it is, so a bad ``-o`` costs nothing."""
@@ -170,3 +159,21 @@ def write_json(path: str | Path, data: object, what: str = "") -> Path:
     """``data`` as JSON to ``path`` all at once (compare's and thresholds' documents; results go
     through :func:`cachemark.results.write_atomic`, which also checks them against their schema)."""
     return write_text(path, json_text(data), what)
+
+
+def refuse_input(out: str | Path, inputs: list[str | Path] | tuple[str | Path, ...]) -> None:
+    """One line (exit 2) when ``out`` names one of the command's own inputs: no command writes over
+    what it reads (a trace, a results file), whatever path spells it."""
+    if is_stdout(out):
+        return
+    target = Path(out)
+    for item in inputs:
+        source = Path(item)
+        try:
+            same = target.resolve() == source.resolve() or (target.exists() and source.exists()
+                                                             and os.path.samefile(target, source))
+        except OSError:
+            same = False
+        if same:
+            raise UserError(f"{one_line(out)}: is one of this command's inputs; refusing to write over it "
+                            "(choose another output path)")

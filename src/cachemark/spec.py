@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .backends.base import OPS
 from .errors import SpecError
+from .limits import MAX_RATE, MIN_RATE
 from .textfile import MAX_DEPTH, check_tree, location, one_line, read_text
 from .workload.keys import KeyDist, parse_key_size
 from .workload.origin import parse_origin
@@ -122,7 +123,7 @@ class Phase(_Model):
     duration: float | None = None
     warmup: float | None = None
     warmup_ops: int | None = Field(None, ge=0)
-    rate: float | None = Field(None, gt=0, allow_inf_nan=False)
+    rate: float | None = Field(None, ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)
     arrival: Arrival | None = None
 
     @field_validator("mix", mode="before")
@@ -155,7 +156,7 @@ class Workload(_Model):
     warmup_ops: int | None = Field(None, ge=0)
     duration: float | None = 4.0
     ops: int | None = Field(None, ge=1)
-    rate: float | None = Field(None, gt=0, allow_inf_nan=False)
+    rate: float | None = Field(None, ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)
     arrival: Arrival = "fixed"  # open loop: fixed intervals, or a Poisson process (exponential gaps)
     on_error: OnError = "stop"  # stop a phase after `error_grace` seconds of nothing but errors
     error_grace: float = Field(2.0, gt=0, le=3600)
@@ -279,7 +280,7 @@ class Experiment(_Model):
         if value is not None:
             from .needs import parse_needs
 
-            parse_needs(value, "[needs]")
+            parse_needs(value, "[needs]", stated=True)
         return value
 
     @field_validator("sweep", mode="before")

@@ -204,7 +204,12 @@ def split_query(text: str) -> tuple[str, dict[str, str]]:
     an origin's ``fixed:10ms?pool=4``), so every ``?…`` in cachemark decodes alike.
     """
     head, _, query = text.partition("?")
-    return head, dict(parse_qsl(query, keep_blank_values=True))
+    pairs = parse_qsl(query, keep_blank_values=True)
+    names = [name for name, _ in pairs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # last-wins would silently drop one of the two values the user gave
+        raise SpecError(f"{shown(redact(text))!r}: parameter {twice[0]!r} is given twice; give it once")
+    return head, dict(pairs)
 
 
 def parse_target(url: str) -> Target:

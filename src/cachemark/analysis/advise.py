@@ -50,7 +50,7 @@ def load_needs(path: Path) -> Needs:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not TOML ({exc})") from None
-    return parse_needs(data.get("needs", data), str(path))
+    return parse_needs(data.get("needs", data), str(path), stated=True)
 
 
 @dataclass

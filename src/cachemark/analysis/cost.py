@@ -68,20 +68,30 @@ def load_prices(path: Path | None = None) -> PriceTable:
     if not isinstance(table, dict):
         raise UserError(f"{where}: offerings is a table of [offerings.NAME] rows")
     hours = data.get("hours_per_month", 730)
-    if not _finite(hours) or hours <= 0:
-        raise UserError(f"{where}: hours_per_month must be a finite number > 0, not {hours!r}")
+    if not _finite(hours) or not 1 <= hours <= 744:
+        raise UserError(f"{where}: hours_per_month must be a number from 1 to 744, not {hours!r}")
     for name, row in table.items():
         if not isinstance(row, dict) or row.get("kind") not in ("instance", "requests"):
             raise UserError(f"{where}: offering {name!r} needs kind = \"instance\" or \"requests\"")
         fields = {k: row[k] for k in ("hourly", "memory_gb", "read_per_million", "write_per_million", "gb_month",
                                       "min_gb") if k in row}
         for key, value in fields.items():
-            if not _finite(value) or value < 0:
-                raise UserError(f"{where}: offering {name!r}: {key} must be a finite number ≥ 0, not {value!r}")
+            if not _priced(value):
+                raise UserError(f"{where}: offering {name!r}: {key} must be a finite number, 0 or from "
+                                f"{PRICE_MIN:g} to {PRICE_MAX:g}, not {value!r}")
         if row["kind"] == "instance" and not fields.get("hourly"):
             raise UserError(f"{where}: offering {name!r}: an instance needs hourly > 0")
         offerings[name] = Offering(name, row["kind"], str(row.get("source", "")), **fields)
     return PriceTable(str(data.get("currency", "USD")), float(hours), offerings, where)
+
+
+# A price or a size outside these makes the products and quotients of a cost overflow or vanish
+# (1e-320 GB of memory divides to infinity): refused where the table is read.
+PRICE_MIN, PRICE_MAX = 1e-9, 1e9
+
+
+def _priced(value: object) -> bool:
+    return _finite(value) and (value == 0 or PRICE_MIN <= value <= PRICE_MAX)  # type: ignore[operator]
 
 
 def _finite(value: object) -> bool:

@@ -245,9 +245,15 @@ def run(
         console.print("exit 1: the figures above include failed ops or a cache that keeps nothing "
                       "(--allow-errors exits 0 anyway)", markup=False, highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)
-    if runs and all(run.status == "skipped" for run in runs):
+    skipped = [run for run in runs if run.status == "skipped"]
+    if skipped and len(skipped) == len(runs):
         console.print("nothing was measured: every target was skipped (see the reasons above)", markup=False,
                       highlight=False)
+        raise typer.Exit(EXIT_RUN_FAILED)
+    if skipped:  # exit 0 means every run was measured
+        for run in skipped:
+            console.print(f"exit 1: {run.label} was skipped: {one_line(run.reason or 'no reason recorded')}",
+                          markup=False, highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)
 
 

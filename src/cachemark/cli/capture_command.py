@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def upstream_of(url: str, protocol: str | None) -> tuple[str, int, str]:
     """(host, port, protocol) from ``redis://host:port``, ``memcached://host:port`` or ``host:port``."""
     from ..schemes import find_scheme
-    from ..target import parse_target
+    from ..target import check_params, parse_target
 
     if "://" not in url:
         host, _, port = url.rpartition(":")
@@ -43,6 +43,10 @@ def upstream_of(url: str, protocol: str | None) -> tuple[str, int, str]:
                         "front of a plain-text port (TLS terminated before it)")
     if row is None or not row.capture:  # the row says which protocol the recorder reads in front of it
         raise UserError(f"--upstream {target.redacted}: capture speaks redis:// (RESP) and memcached:// only")
+    check_params(target)  # the same URL rules as run's ...
+    if target.params:  # ... and the recorder only forwards bytes: no parameter could be honoured
+        raise UserError(f"--upstream {target.redacted}: capture forwards bytes to host:port and honours no "
+                        f"URL parameter; drop {next(iter(target.params))}=")
     if len(target.hosts) > 1:
         raise UserError(f"--upstream {target.redacted}: one server at a time (run one capture per server)")
     server = target.endpoint()

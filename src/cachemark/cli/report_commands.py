@@ -55,7 +55,7 @@ def report(
 
     Example: cachemark report results/cachemark-20261122-080904.json -f markdown --baseline redis -o bench.md
     """
-    from .. import outfile
+    from ..outfile import refuse_input
     from ..report.export import strip_histograms
     from ..report.formats import FORMATS, render
     from ..results import load, write_atomic
@@ -70,7 +70,7 @@ def report(
     if format == "json" and str(out) != "-":
         if baseline is not None:
             raise UserError("--baseline applies to the markdown and html formats")
-        outfile.not_an_input(out, [results], "the summary")
+        refuse_input(out, [results])
         write_atomic(out, strip_histograms(document))
         _console().print(f"wrote {out}", markup=False, highlight=False)
         return
@@ -80,9 +80,9 @@ def report(
 def compare(
     base: Annotated[Path, typer.Argument(help="The results file to compare against.")],
     new: Annotated[list[Path], typer.Argument(help="One or more newer results files.")],
-    format: Annotated[str | None, typer.Option("--format", "-f", help="table | markdown | json (default: --out's "
-                                               "suffix, .md or .json, else table)")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the comparison here (any format).")] = None,
+    format: Annotated[str | None, typer.Option(
+        "--format", "-f", help="table | markdown | json (default: --out's suffix .md/.json, else table)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the table, markdown or json here.")] = None,
     fail_on: Annotated[str | None, typer.Option(
         "--fail-on", help="CI gate: comma-separated rules on the figures as printed (ops/s, p50, p90, p99, "
         "p99.9, max), e.g. 'p99>10%,ops/s<-5%'. Exit 1, one line per regression, when a figure moves beyond "
@@ -96,20 +96,21 @@ def compare(
     --fail-on makes it a CI gate: exit 1 and one line per regression beyond its rule and the noise, else 0.
     Example: cachemark compare results/before.json results/after.json --fail-on 'p99>10%,ops/s<-5%'
     """
-    from .. import outfile
     from ..errors import EXIT_REGRESSION
     from ..report import compare as cmp
     from ..results import load
 
+    to_file = out is not None and str(out) != "-"
     if format is None:
-        suffix = out.suffix.lower() if out is not None and not outfile.is_stdout(out) else ""
-        format = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(suffix, "table")
+        format = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(
+            out.suffix.lower() if to_file and out is not None else "", "table")
     if format not in ("table", "markdown", "json"):
         raise UserError(f"unknown format {format!r}; choose one of table, markdown, json")
+    if to_file and out is not None:
+        from ..outfile import refuse_input
+
+        refuse_input(out, [base, *new])
     rules = cmp.parse_rules(fail_on) if fail_on is not None else None  # a typo costs no work
-    if out is not None and not outfile.is_stdout(out):
-        outfile.check(out, "the comparison")
-        outfile.not_an_input(out, [base, *new], "the comparison")
     base_doc = load(base)
     new_docs = [load(path) for path in new]
     rows = cmp.compare(base_doc, new_docs)
@@ -120,19 +121,16 @@ def compare(
     verdict = cmp.gate(rows, rules, names, cmp.failed_runs(new_docs, names)) if rules else None
     missing = cmp.unmatched(base_doc, new_docs)
     if format == "table":
-        to_file = out is not None and not outfile.is_stdout(out)
         from rich.console import Console
 
-        buffer = io.StringIO()
-        console = Console(file=buffer, width=200) if to_file else make_console()
-        cmp.render_table(rows, console, names=names, warnings=warnings)
+        console = make_console()
+        table = Console(record=True, width=console.width, file=io.StringIO()) if to_file else console
+        cmp.render_table(rows, table, names=names, warnings=warnings)
         if missing:
-            console.print("not compared (on one side only): " + ", ".join(missing), markup=False, highlight=False)
+            table.print("not compared (on one side only): " + ", ".join(missing), markup=False, highlight=False)
         if to_file:
-            for line in cmp.gate_lines(verdict) if verdict else []:
-                console.print(line, markup=False, highlight=False, soft_wrap=True)
-            _emit(buffer.getvalue(), out)
-            console = _console()  # the file holds the table: the gate speaks on stderr too
+            _emit(table.export_text(), out)
+            console = _console()
     else:
         _compare_output(format, out, cmp.to_json(str(base), [str(p) for p in new], rows, warnings, missing, verdict))
         console = _console()  # stdout (or the file) holds the document: the gate speaks on stderr

@@ -175,6 +175,13 @@ def size(
         stream, description, reader = _trace(Path(source), trace_format)
     else:
         stream, description, synthetic = _synthetic(source, keys, key_dist, value_size, requests)
+        from ..limits import check_memory, size_memory_estimate
+
+        simulated = len([p for p in policies if p != "lru"])
+        check_memory(f"size over {synthetic['keys']:,} keys, {synthetic['requests']:,} requests and "
+                     f"{', '.join(policies)}",
+                     size_memory_estimate(synthetic["keys"], synthetic["requests"], simulated),
+                     "use fewer keys or requests, --policy lru alone, or --sample-rate below 1")
         # a drawn stream starts empty only because it was drawn: the first half fills the cache
         # uncounted, so the curve is of a cache that runs on (what Che's approximation predicts)
         warmup = synthetic["requests"] // 2
@@ -321,12 +328,14 @@ def measured_on(url: str, value_sizes: Any, items: int = 20_000, seed: int = 0) 
 
     from ..analysis.footprint import Footprint
     from ..backends import create_backend
+    from ..errors import PrefillFailed, is_bug
     from ..measure.server_stats import open_source
     from ..run.provide import provide
     from ..schemes import find_scheme
-    from ..target import parse_target, redact_text
+    from ..target import check_params, parse_target, redact_text
 
     given = parse_target(url)
+    check_params(given)  # the same URL rules as run's, before a server is spawned
     with provide(given) as (reachable, _servers):
         row = find_scheme(reachable.scheme)
         if row is None or not row.stats:
@@ -349,7 +358,15 @@ def measured_on(url: str, value_sizes: Any, items: int = 20_000, seed: int = 0) 
                                     "per item by")
                 for start in range(0, items, 1000):
                     batch = zip(keys[start:start + 1000], sizes[start:start + 1000], strict=True)
-                    backend.set_many({key: b"v" * size for key, size in batch})
+                    try:
+                        backend.set_many({key: b"v" * size for key, size in batch})
+                    except Exception as exc:  # the server's refusal, said as run's prefill says it
+                        if is_bug(exc):
+                            raise
+                        raise PrefillFailed(
+                            f"{given.redacted}: {reachable.scheme} refused values of {min(sizes):,}–{max(sizes):,} "
+                            f"bytes while measuring bytes per item ({start:,} of {items:,} written): "
+                            f"{type(exc).__name__}: {redact_text(str(exc), 300)}") from None
                 after = source.read()["used_memory_bytes"]
                 version = str(backend.info().get("server_version") or "?")
             finally:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import UserError
-from ..target import parse_target
+from ..target import check_params, parse_target
 from .terminal import make_console
 
 if TYPE_CHECKING:
@@ -60,8 +61,8 @@ def stampede_params(data: dict) -> StampedeParams:
         rate, clients, beta = float(params["rate"]), int(params["clients"]), float(params["beta"])
     except (TypeError, ValueError):
         raise UserError("rate, clients and beta must be numbers") from None
-    if not 0 < rate <= 100_000 or not 1 <= clients <= 512 or beta <= 0:
-        raise UserError("--rate must be in (0, 100000], --clients in [1, 512], --beta > 0")
+    if not 0 < rate <= 100_000 or not 1 <= clients <= 512 or not 0 < beta < math.inf:  # nan fails both
+        raise UserError("--rate must be in (0, 100000], --clients in [1, 512], --beta a finite number > 0")
     delta_s = parse_duration(params["recompute"], "recompute")
     ttl_s = parse_duration(params["ttl"], "ttl")
     duration_s = parse_duration(params["duration"], "duration")
@@ -85,6 +86,10 @@ def run_stampedes(targets: list[str], data: dict, markdown: bool = False) -> Non
     for url in targets:
         target = parse_target(url)
         shown = target.redacted  # a password never printed
+        check_params(target)  # the same URL rules as run's
+        if "client" in target.params:
+            raise UserError(f"{shown}: stampede drives the target with its own client; drop client="
+                            f"{target.params['client']!r} (it could not be honoured)")
         supported(target)  # its row says whether stampedes run on it: one line before a server is spawned
         load = Stampedes(p, lambda name, shown=shown: console.status(f"{shown}: {name} for {p.duration_s:g} s"))
         outcome = run_sequence(target, STAMPEDE_WORKLOAD, load, sample_server=False)

@@ -104,8 +104,10 @@ def convert(
 
     Example: cachemark trace convert monitor.log monitor.cmtrace.zst
     """
+    from ..outfile import refuse_input
     from ..workload.traces import TraceWriter
 
+    refuse_input(out, [file])  # before the reader opens it: the user's own trace is never rewritten
     reader = _reader(file, format, strict, keep_keys=raw_keys)
     if raw_keys and reader.format == "oracle":
         raise UserError(f"{one_line(file)}: oracleGeneral traces hold object ids, not keys: drop --raw-keys")

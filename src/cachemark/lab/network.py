@@ -12,11 +12,13 @@ evenly between the two directions; ``same-host`` adds nothing and uses no proxy 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..errors import SpecError
+from ..limits import MAX_BANDWIDTH_BPS, PROXY_MAX_DELAY_US
 
 JITTER_DISTS = ("uniform", "normal", "pareto")
 FAULT_KINDS = ("reset", "blackhole", "stall")
@@ -154,7 +156,7 @@ def _allowed() -> str:
     )
 
 
-def parse_duration_us(text: str, what: str = "latency") -> float:
+def parse_duration_us(text: str, what: str = "latency", max_us: float = PROXY_MAX_DELAY_US) -> float:
     """``"0.2ms"`` -> 200.0 (µs). Units: ns, us/µs, ms, s; a bare ``0`` is allowed."""
     m = _NUMBER_UNIT.match(text)
     if m is None or (m.group(2) == "" and float(m.group(1)) != 0):
@@ -162,7 +164,10 @@ def parse_duration_us(text: str, what: str = "latency") -> float:
     unit = m.group(2)
     if unit and unit not in _TIME_UNITS:
         raise SpecError(f"bad {what} unit in {text!r}: use ns, us, ms or s")
-    return float(m.group(1)) * _TIME_UNITS.get(unit, 1.0)
+    us = float(m.group(1)) * _TIME_UNITS.get(unit, 1.0)
+    if not math.isfinite(us) or us > max_us:
+        raise SpecError(f"bad {what} {text!r}: at most {max_us / 1e6:g}s (the network proxy's longest delay)")
+    return us
 
 
 def parse_bandwidth_bps(text: str) -> int:
@@ -173,14 +178,18 @@ def parse_bandwidth_bps(text: str) -> int:
         raise SpecError(
             f"bad bandwidth {text!r}: use kbit, mbit, gbit (bits/s) or kB/s, MB/s, GB/s (bytes/s), e.g. 100mbit"
         )
-    bps = int(float(m.group(1)) * _RATE_UNITS[unit])
+    raw = float(m.group(1)) * _RATE_UNITS[unit]
+    if not math.isfinite(raw) or raw > MAX_BANDWIDTH_BPS:
+        raise SpecError(f"bad bandwidth {text!r}: at most 10tbit (10,000 gbit)")
+    bps = int(raw)
     if bps <= 0:
         raise SpecError(f"bad bandwidth {text!r}: must be more than 0")
     return bps
 
 
 def _custom(latency: str) -> NetworkProfile:
-    rtt = parse_duration_us(latency)
+    # the round trip is split evenly between the directions, each at most the proxy's 600 s
+    rtt = parse_duration_us(latency, "round-trip latency", 2 * PROXY_MAX_DELAY_US)
     return NetworkProfile(name=latency, rtt_us=rtt, description=f"custom: {latency} added round trip")
 
 

@@ -59,9 +59,10 @@ def _groups(document: ResultsDocument) -> dict[Key, list[dict[str, Any]]]:
 def _aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean of each figure over repeats, and the relative spread when there are two or more."""
     out: dict[str, Any] = {"repeats": len(rows)}
-    count = sum(r.get("count") or 0 for r in rows)
-    out["errors"] = sum(r.get("errors") or 0 for r in rows)
-    out["error_rate"] = out["errors"] / count if count else 0.0
+    errors = sum(r.get("errors") or 0 for r in rows)
+    done = sum(r.get("count") or 0 for r in rows)
+    out["errors"] = errors
+    out["error_rate"] = errors / (done + errors) if done + errors else 0.0  # of the ops attempted
     for metric in METRICS:
         values = [r[metric] for r in rows if r.get(metric) is not None]
         mean = sum(values) / len(values) if values else None
@@ -162,7 +163,7 @@ def noise_note(rows: list[dict[str, Any]]) -> str | None:
             + " — neither better nor worse.")
 
 
-COMPARE_COLUMNS = ("new", "backend", "op", "base ops/s", "new ops/s", "ops/s", "p50", "p99", "p99.9", "errors")
+COMPARE_COLUMNS = ("new", "backend", "op", "base ops/s", "new ops/s", "ops/s", "p50", "p99", "p99.9")
 COMPARE_DROP_ORDER = ("p99.9", "base ops/s", "new ops/s", FOLD_NAMES, "p50", "p99")
 
 
@@ -173,17 +174,8 @@ def _table_cells(rows: list[dict[str, Any]], names: list[str] | None, same: str)
         op = op_label(row["phase"], row["op"], row["phase"] != "main")
         cells.append([names[row["new"]] if names else str(row["new"]), backend, op,
                       fmt_rate(row["base_ops_per_s"] or 0.0), fmt_rate(row["new_ops_per_s"] or 0.0),
-                      *[_verdict(row, m, same) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")],
-                      _errors(row)])
+                      *[_verdict(row, m, same) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")]])
     return cells
-
-
-def _errors(row: dict[str, Any]) -> str:
-    """An op's failed ops, base → new, with their share of its ops: errors are figures too."""
-    if not row["base_errors"] and not row["new_errors"]:
-        return "0"
-    return (f"{row['base_errors']:,} ({row['base_error_rate']:.2%}) → {row['new_errors']:,} "
-            f"({row['new_error_rate']:.2%})")
 
 
 def render_table(rows: list[dict[str, Any]], console: Console | None = None,
@@ -213,14 +205,14 @@ def to_markdown(rows: list[dict[str, Any]], warnings: list[str] | None = None,
     lines = [f"> **{w.partition(': ')[0]}:** {w.partition(': ')[2]}" for w in warnings or []]
     if lines:
         lines.append("")
-    lines += ["| backend | op | base ops/s | new ops/s | ops/s | base p99 | new p99 | p99 | errors |",
-              "| :--- | :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["| backend | op | base ops/s | new ops/s | ops/s | base p99 | new p99 | p99 |",
+              "| :--- | :--- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         backend = row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
         lines.append(f"| {backend} | {row['op']} | "
                      f"{fmt_rate(row['base_ops_per_s'] or 0.0)} | {fmt_rate(row['new_ops_per_s'] or 0.0)} | "
                      f"{_verdict(row, 'ops_per_s')} | {fmt_latency(row['base_p99_us'])} | "
-                     f"{fmt_latency(row['new_p99_us'])} | {_verdict(row, 'p99_us')} | {_errors(row)} |")
+                     f"{fmt_latency(row['new_p99_us'])} | {_verdict(row, 'p99_us')} |")
     note = noise_note(rows)
     if note:
         lines += ["", f"*{note}*"]
@@ -240,9 +232,11 @@ def to_json(base: str, new: list[str], rows: list[dict[str, Any]], warnings: lis
 # --- the CI gate: --fail-on 'p99>10%,ops/s<-5%' -----------------------------------------------
 
 RULE_EXAMPLE = "'p99>10%,ops/s<-5%'"
-ERRORS = "errors"  # a rule on an op's error rate, in percentage points of its ops (errors>0.5%)
 _RULE = re.compile(r"\s*(?P<name>[^<>]*?)\s*(?P<op>[<>])\s*(?P<pct>[+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*%\s*")
 _BY_NAME = {name: metric for metric, name in PRINTED.items()}
+# Errors are a figure too: any rise in an op's error rate fails the gate unless ``errors>N%`` allows a
+# rise of up to N percentage points; a failed run always fails it.
+ERRORS = "errors"
 NOISE_GROUNDS = f"the spread across repeats; {DEFAULT_NOISE:.0%} assumed where neither side has repeats"
 
 
@@ -260,7 +254,7 @@ class Rule:
         return f"{self.name}{'<' if self.metric in HIGHER_IS_BETTER else '>'}{self.threshold_pct:g}%"
 
     @property
-    def on_errors(self) -> bool:
+    def loosens_errors(self) -> bool:
         return self.metric == ERRORS
 
     def exceeded(self, change_pct: float) -> bool:
@@ -278,14 +272,14 @@ def _rule(part: str) -> Rule:
                         f"throughput, comma-separated, e.g. {RULE_EXAMPLE}")
     name, pct = match["name"].lower(), float(match["pct"]) + 0.0  # + 0.0: "-0%" reads as 0
     if name == ERRORS:
-        if match["op"] != ">" or not 0 <= pct < 100:
-            raise UserError(f"--fail-on {shown}: errors regress when their share of an op's ops rises; write "
-                            "errors>N% with N from 0 to 100 (percentage points)")
+        if match["op"] != ">" or not 0 <= pct <= 100:
+            raise UserError(f"--fail-on {shown}: the error rate regresses when it rises; write errors>N% "
+                            "with N from 0 to 100 (percentage points of the ops attempted)")
         return Rule(name, ERRORS, pct)
     metric = _BY_NAME.get(name)
     if metric is None:
         raise UserError(f"--fail-on {shown}: unknown figure '{one_line(match['name'])}'; "
-                        f"choose one of {', '.join([*PRINTED.values(), ERRORS])}")
+                        f"choose one of {', '.join(PRINTED.values())}, {ERRORS}")
     # a rule names a regression: one pointing the other way (or that can never fire) is a typo
     if metric in HIGHER_IS_BETTER and (match["op"] != "<" or pct > 0):
         raise UserError(f"--fail-on {shown}: ops/s regresses when it falls; write ops/s<-{abs(pct):g}%")
@@ -297,39 +291,11 @@ def _rule(part: str) -> Rule:
 
 
 def parse_rules(text: str) -> list[Rule]:
-    """``p99>10%,ops/s<-5%`` as rules, before any file is read: a typo costs no work. Errors are figures too:
-    without an ``errors>N%`` rule, any rise in an op's error rate is a regression (``errors>0%``)."""
+    """``p99>10%,ops/s<-5%`` as rules, before any file is read: a typo costs no work."""
     parts = text.split(",")
     if any(not part.strip() for part in parts):
         raise UserError(f"--fail-on '{one_line(text)}': an empty rule; write rules like {RULE_EXAMPLE}")
-    rules = [_rule(part) for part in parts]
-    if not any(rule.on_errors for rule in rules):
-        rules.append(Rule(ERRORS, ERRORS, 0.0))
-    return rules
-
-
-def _error_failure(row: dict[str, Any], rule: Rule, file: str, show_file: bool) -> dict[str, Any]:
-    """An op whose error rate rose beyond the rule (percentage points of its ops)."""
-    base, new = row["base_error_rate"], row["new_error_rate"]
-    where = (f"{file}: " if show_file else "") + row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
-    change = (new - base) * 100
-    line = (f"regression: {where} {row['phase']}:{row['op']} errors {row['base_errors']:,} ({base:.2%}) → "
-            f"{row['new_errors']:,} ({new:.2%} of its ops), beyond {rule.text}")
-    return {"file": file, "label": row["label"], "sweep": row["sweep"], "phase": row["phase"], "op": row["op"],
-            "figure": ERRORS, "rule": rule.text, "threshold_pct": rule.threshold_pct, "base": base, "new": new,
-            "change_pct": change, "noise_pct": 0.0, "noise_measured": False, "line": line}
-
-
-def failed_runs(new_docs: list[Document], names: list[str]) -> list[dict[str, Any]]:
-    """Every run of the new results that failed: a broken run fails the gate, whatever its figures."""
-    out = []
-    for index, document in enumerate(new_docs):
-        for run in as_model(document).runs:
-            if run.status == "failed":
-                where = (f"{names[index]}: " if len(new_docs) > 1 else "") + run.label
-                out.append({"file": names[index], "label": run.label, "figure": "run", "rule": "a run failed",
-                            "line": f"failed: {where}: {one_line(run.reason or 'no reason given')}"})
-    return out
+    return [_rule(part) for part in parts]
 
 
 def _failure(row: dict[str, Any], rule: Rule, change_pct: float, file: str, show_file: bool) -> dict[str, Any]:
@@ -348,19 +314,53 @@ def _failure(row: dict[str, Any], rule: Rule, change_pct: float, file: str, show
             "line": line}
 
 
+def _error_failure(row: dict[str, Any], allowed_pct: float, file: str, show_file: bool) -> dict[str, Any] | None:
+    """An op whose error rate rose by more than ``allowed_pct`` points (0 by default): a regression."""
+    base, new = row["base_error_rate"] * 100, row["new_error_rate"] * 100
+    change = new - base
+    if not (row["new_errors"] and change > allowed_pct):
+        return None
+    where = (f"{file}: " if show_file else "") + row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
+    line = (f"regression: {where} {row['phase']}:{row['op']} errors {row['base_errors']:,} → {row['new_errors']:,} "
+            f"(error rate {base:.2f}% → {new:.2f}%), beyond errors>{allowed_pct:g}%")
+    return {"file": file, "label": row["label"], "sweep": row["sweep"], "phase": row["phase"], "op": row["op"],
+            "figure": ERRORS, "rule": f"errors>{allowed_pct:g}%", "threshold_pct": allowed_pct,
+            "base": row["base_errors"], "new": row["new_errors"], "change_pct": change, "noise_pct": 0.0,
+            "noise_measured": False, "line": line}
+
+
+def failed_runs(new_docs: list[Document], names: list[str]) -> list[dict[str, Any]]:
+    """Every run of a new file that failed: the gate fails on each (a broken run is no pass). A skipped
+    run measured nothing, and is named among the runs not compared."""
+    out = []
+    for index, document in enumerate(new_docs):
+        for run in as_model(document).runs:
+            if run.status != "failed":
+                continue
+            reason = one_line(run.reason or "no reason recorded")
+            where = (f"{names[index]}: " if len(names) > 1 else "") + run.label
+            out.append({"file": names[index], "label": run.label, "sweep": run.sweep_key, "phase": "", "op": "",
+                        "figure": "run", "rule": "no failed run", "threshold_pct": 0.0, "base": None,
+                        "new": run.status, "change_pct": None, "noise_pct": 0.0, "noise_measured": False,
+                        "line": f"regression: {where}: the run {run.status}: {reason}"})
+    return out
+
+
 def gate(rows: list[dict[str, Any]], rules: list[Rule], names: list[str],
-         failed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+         broken: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The verdict of ``--fail-on``: each figure a rule names that moved beyond both the
-    rule's threshold and the noise (beyond the threshold alone is not enough: a change
-    the noise can explain would fail jobs at random); an op's error rate risen beyond its
-    rule; and every ``failed`` run (:func:`failed_runs`)."""
-    failures, checked = list(failed or []), 0
+    rule's threshold and the noise. Beyond the threshold alone is not enough: a change
+    the noise can explain would fail jobs at random. Errors are checked whatever the rules
+    (a rise in an op's error rate fails, ``errors>N%`` allows N points), and ``broken`` —
+    the new files' failed runs (:func:`failed_runs`) — fails it too."""
+    failures, checked = list(broken or []), 0
+    allowed = max((rule.threshold_pct for rule in rules if rule.loosens_errors), default=0.0)
     for row in rows:
+        failure = _error_failure(row, allowed, names[row["new"]], len(names) > 1)
+        if failure:
+            failures.append(failure)
         for rule in rules:
-            if rule.on_errors:
-                checked += 1
-                if (row["new_error_rate"] - row["base_error_rate"]) * 100 > rule.threshold_pct:
-                    failures.append(_error_failure(row, rule, names[row["new"]], len(names) > 1))
+            if rule.loosens_errors:
                 continue
             ratio = row[f"{rule.metric}_ratio"]
             if ratio is None:
@@ -369,7 +369,8 @@ def gate(rows: list[dict[str, Any]], rules: list[Rule], names: list[str],
             change = (ratio - 1.0) * 100
             if rule.exceeded(change) and not row[f"{rule.metric}_within_noise"]:
                 failures.append(_failure(row, rule, change, names[row["new"]], len(names) > 1))
-    return {"rules": [rule.text for rule in rules], "default_noise_pct": DEFAULT_NOISE * 100,
+    return {"rules": [rule.text for rule in rules], "errors_allowed_pct": allowed,
+            "default_noise_pct": DEFAULT_NOISE * 100,
             "checked": checked, "passed": not failures, "failures": failures}
 
 
@@ -377,8 +378,8 @@ def _gate_summary(verdict: dict[str, Any]) -> str:
     rules = ",".join(verdict["rules"])
     count = len(verdict["failures"])
     if count:
-        return (f"{count} failure{'s' if count != 1 else ''} (a failed run, or a figure beyond --fail-on "
-                f"'{rules}' and the noise: {NOISE_GROUNDS})")
+        return (f"{count} regression{'s' if count != 1 else ''} beyond --fail-on '{rules}' and the noise "
+                f"({NOISE_GROUNDS})")
     return (f"no figure regressed beyond --fail-on '{rules}' and the noise ({NOISE_GROUNDS}); "
             f"{verdict['checked']} checked")
 

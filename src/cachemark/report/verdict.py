@@ -1026,7 +1026,12 @@ def _hit_ratio_warning(run: Run, phase: Phase, spec: dict[str, Any], document: R
             isinstance(capacity, int) and (not isinstance(keys, int) or capacity < keys)):
         return
     hits, misses = get.hits, get.misses
-    expected = _expected_hit_ratio(spec.get("mix") or {})
+    mix = spec.get("mix") or {}
+    if isinstance(mix, str):  # a swept mix is saved as the text the user gave (--sweep 'mix=get=1;set=1')
+        from ..spec import parse_mix
+
+        mix = parse_mix(mix)
+    expected = _expected_hit_ratio(mix)
     if expected is None or hits + misses < FEW_SAMPLES:
         return
     observed = hits / (hits + misses)

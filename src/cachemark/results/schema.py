@@ -50,9 +50,9 @@ Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 # The int member is tried first (strict: never for a float or a bool); _first_error reads the float one.
 Figure = (Annotated[int, Field(ge=-FIGURE_MAX, le=FIGURE_MAX)]
           | Annotated[float, Field(ge=-FIGURE_MAX, le=FIGURE_MAX, allow_inf_nan=False)])
-# a figure that cannot be negative (a rate, a latency, a ratio): a file saying otherwise is malformed
-Measure = (Annotated[int, Field(ge=0, le=FIGURE_MAX)]
-           | Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)])
+# A rate or a latency: never below 0 (a file saying p99 -5 µs is malformed, refused where it is read).
+Positive = (Annotated[int, Field(ge=0, le=FIGURE_MAX)]
+            | Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)])
 Seconds = Annotated[int, Field(ge=0, le=FIGURE_MAX)] | Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)]
 HistogramText = Annotated[str, AfterValidator(_histogram)]
 
@@ -83,16 +83,16 @@ class _Record(BaseModel):
 class OpSummary(_Record):
     """Figures over one op's successful outcomes (errors counted apart); null when not measured."""
 
-    ops_per_s: Measure | None = None
-    hit_ratio: Measure | None = None
+    ops_per_s: Positive | None = None
+    hit_ratio: Positive | None = None
     error_count: Count | None = None
-    p50_us: Measure | None = None
-    p90_us: Measure | None = None
-    p99_us: Measure | None = None
-    p999_us: Measure | None = None
-    max_us: Measure | None = None
-    mean_us: Measure | None = None
-    ops_per_latency_s: Measure | None = None
+    p50_us: Positive | None = None
+    p90_us: Positive | None = None
+    p99_us: Positive | None = None
+    p999_us: Positive | None = None
+    max_us: Positive | None = None
+    mean_us: Positive | None = None
+    ops_per_latency_s: Positive | None = None
 
 
 class OpResult(_Record):

@@ -577,8 +577,10 @@ def _prefill(drivers: list[DriverProcess], target: Target, workload: Workload, s
         shown = f"{sizes.sizes[0]:,}-byte values" if len(set(sizes.sizes)) == 1 else (
             f"values of {sizes.min:,}–{sizes.max:,} bytes")
         sample = next((r.get("error_sample") for r, _ in replies if r.get("error_sample")), "")
+        stopped = any(r.get("stopped_at_refusal") for r, _ in replies)  # a driver that stops at the first
         raise PrefillFailed(f"{target.redacted}: {target.scheme} refused {shown} during prefill ({refused:,} of "
-                            f"{workload.keys:,} writes refused, through {drivers[0].spec.name}): {sample}")
+                            f"{workload.keys:,} writes refused{', stopped at the first' if stopped else ''}, "
+                            f"through {drivers[0].spec.name}): {sample}")
     return any(r.get("interrupted") for r, _ in replies)
 
 

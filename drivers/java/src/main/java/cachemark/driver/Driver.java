@@ -143,10 +143,13 @@ final class Driver {
             } else {
                 refused++;
                 sample = sample == null ? failure : sample;
+                // one refusal fails the prefill; spymemcached reconnects after a SERVER_ERROR, so
+                // each further write would wait out a reconnect (61 s for a refused prefill)
+                break;
             }
         }
         wire.send(message("type", "prefilled", "written", written, "refused", refused, "error_sample", sample,
-                "interrupted", stop));
+                "interrupted", stop, "stopped_at_refusal", refused > 0));
     }
 
     /**
