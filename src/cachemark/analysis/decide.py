@@ -197,10 +197,6 @@ def aimed_hit_ratio(needs_hit_ratio: float | None, best: float) -> tuple[float, 
                  "gets on this traffic")
 
 
-def describe(value: Any) -> str:
-    return str(value)
-
-
 def decide(requests: Any, traffic: Traffic, needs: Needs, urls: list[str], prices: PriceTable,
            network: Any = None, verify: bool = True, progress: Progress | None = None,
            capacity_options: dict[str, Any] | None = None) -> Decision:
@@ -220,6 +216,9 @@ def decide(requests: Any, traffic: Traffic, needs: Needs, urls: list[str], price
     if needs.ops_per_s:
         decision.notes.append(f"Load: the needs' {needs.ops_per_s:,.0f} ops/s (the trace's own peak is "
                               f"{traffic.peak_rate:,.0f}/s).")
+    if budgets:
+        decision.notes.append("Nodes for the load count each node at the capacity measured here, on this host's "
+                              "server: a node type with fewer or slower cores carries less.")
     workload = traffic_workload(traffic)
     for c in candidates:
         a = Assessment(c.label, _shown(c.url), c.kind, c.client)

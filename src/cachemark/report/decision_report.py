@@ -8,7 +8,6 @@ It draws :class:`cachemark.analysis.decision.Decision` only; every figure is com
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 from html import escape
 from typing import Any
@@ -248,6 +247,3 @@ def decision_html(d: Decision) -> str:
             f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>{''.join(body)}"
             f'<p class="note">Made by cachemark decide in {d.seconds:,.0f} s.</p></body></html>')
 
-
-def finite_or_none(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
