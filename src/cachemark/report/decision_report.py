@@ -246,4 +246,3 @@ def decision_html(d: Decision) -> str:
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>{''.join(body)}"
             f'<p class="note">Made by cachemark decide in {d.seconds:,.0f} s.</p></body></html>')
-
