@@ -19,10 +19,10 @@ ROOT = Path(__file__).parent.parent / "src" / "cachemark"
 # ``__version__``, and every module below imports it anyway (it is their parent package).
 LAYERS = [
     {"__init__", "errors", "textfile", "interrupts", "procs", "scratch", "_engine", "wire", "memcache_binary",
-     "outfile", "driver_registry"},
-    {"schemes", "target", "proctitle", "crash", "sweep", "needs"},
+     "outfile", "driver_registry", "limits"},
+    {"schemes", "target", "proctitle", "crash", "sweep"},
     {"workload"},
-    {"spec", "backends", "engine", "measure"},
+    {"spec", "backends", "engine", "measure", "needs"},  # needs: its op names are the backends' ops
     {"lab", "results"},
     {"plan", "run", "presets", "analysis"},
     {"report"},

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cachemark.errors import SpecError
 from cachemark.schemes import find_scheme, lab_kinds, schemes
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "cachemark"
@@ -140,9 +141,11 @@ def test_an_endpoint_of_a_unix_socket_and_its_secrets() -> None:
 def test_split_query_reads_a_query_as_parse_target_does() -> None:
     from cachemark.target import parse_target, split_query
 
-    text = "local:4?agents=2&measure=&x=a%20b+c&x=last"
-    assert split_query(text) == ("local:4", {"agents": "2", "measure": "", "x": "last"})
+    text = "local:4?agents=2&measure=&x=a%20b+c"
+    assert split_query(text) == ("local:4", {"agents": "2", "measure": "", "x": "a b c"})
     assert parse_target("redis://h/0?" + text.split("?", 1)[1]).params == split_query(text)[1]
+    with pytest.raises(SpecError, match="parameter 'x' is given twice"):  # never last-wins: refused
+        split_query(text + "&x=last")
 
 
 # --- the worked example: keydb:// is one row (docs/architecture.md, "adding a scheme") -------
