@@ -71,7 +71,7 @@ def capacity(
     """
     from .. import outfile
     from ..analysis.capacity import find_capacity, parse_budgets
-    from ..lab.network import parse_network
+    from ..lab.network import one_profile
     from ..plan import labels_for
     from ..report.blocks import to_rich
     from ..report.capacity_report import capacity_blocks, capacity_document
@@ -80,12 +80,7 @@ def capacity(
     budgets = parse_budgets(p99)
     if out is not None:
         outfile.check(out, "capacity JSON")
-    profile = None
-    if network is not None:
-        profiles = parse_network(network)
-        if len(profiles) != 1:
-            raise UserError(f"--network {network!r}: give one profile (capacity is searched behind one at a time)")
-        profile = profiles[0]
+    profile = one_profile(network, "capacity is searched behind one at a time")
     if min_samples < 100 or max_steps < 1:
         raise UserError("--min-samples must be ≥ 100 and --max-steps ≥ 1")
     fields: dict[str, Any] = {"keys": keys, "key_dist": key_dist, "value_size": value_size, "workers": workers,

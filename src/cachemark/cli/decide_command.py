@@ -113,14 +113,9 @@ def decide(
         outfile.check(out, "the decision")
     stated = load_needs(needs) if needs is not None else Needs()
     table = load_prices(prices)
-    profile = None
-    if network is not None:
-        from ..lab.network import parse_network
+    from ..lab.network import one_profile
 
-        profiles = parse_network(network)
-        if len(profiles) != 1:
-            raise UserError(f"--network {network!r}: one profile (where the cache would live)")
-        profile = profiles[0]
+    profile = one_profile(network, "where the cache would live")
     progress = _Progress()
     progress("reading the traffic")
     traffic_requests = _requests(source, trace_format, keys, key_dist, value_size, requests, rate)

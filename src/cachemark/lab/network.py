@@ -214,6 +214,17 @@ def _apply(profile: NetworkProfile, key: str, value: str) -> NetworkProfile:
     raise SpecError(f"unknown network option {key!r}: use {', '.join(_OPTIONS)}")
 
 
+def one_profile(spec: str | None, why: str) -> NetworkProfile | None:
+    """``--network`` where a command measures behind one profile at a time (``capacity``, ``decide``):
+    None without one, else the one profile, or one line saying ``why`` only one."""
+    if spec is None:
+        return None
+    profiles = parse_network(spec)
+    if len(profiles) != 1:
+        raise SpecError(f"--network {spec!r}: give one profile ({why})")
+    return profiles[0]
+
+
 def parse_network(spec: str) -> list[NetworkProfile]:
     """Parse a ``--network`` value into profiles, in the order given.
 
