@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -118,7 +119,8 @@ def cli_in_process(monkeypatch):
         signal.signal(number, handler)
 
 
-def test_a_ctrl_c_a_library_raised_as_its_own_error_ends_as_an_interrupt(cli_in_process, monkeypatch, capsys):
+def test_a_ctrl_c_a_library_raised_as_its_own_error_ends_as_an_interrupt(cli_in_process, monkeypatch, capsys,
+                                                                        tmp_path):
     """pydantic, building a model's validator when a Ctrl-C lands, raises a SchemaError that only names the
     KeyboardInterrupt: that is the user's Ctrl-C (one line, exit 130), not a crash of ours. The same error
     without a signal received is one."""
@@ -140,9 +142,11 @@ def test_a_ctrl_c_a_library_raised_as_its_own_error_ends_as_an_interrupt(cli_in_
         raise ValueError("KeyboardInterrupt")
 
     monkeypatch.setattr(cli_in_process, "_app", a_bug)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the crash report lands here, not in /tmp
     with pytest.raises(SystemExit) as ended:
         cli_in_process.main()
     assert ended.value.code == 70 and "crash (a bug in cachemark" in capsys.readouterr().err
+    assert len(list(tmp_path.glob("cachemark-crash-*.txt"))) == 1
 
 
 @pytest.mark.alone

@@ -18,6 +18,7 @@ import contextlib
 import io
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -64,6 +65,14 @@ def _paths() -> list[str]:
 
 
 PATHS = _paths()
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _scratch_removed():
+    """The scratch directory goes with the module: a suite run leaves nothing in /tmp."""
+    yield
+    shutil.rmtree(WORK, ignore_errors=True)
 VALUES = st.one_of(st.sampled_from(EDGES), st.sampled_from(PATHS),
                    st.integers(-(10**20), 10**20).map(str),
                    st.floats(allow_nan=True, allow_infinity=True).map(repr),
@@ -141,6 +150,7 @@ def run_main(argv: list[str]) -> tuple[int, str]:
     """``cachemark ARGV`` in this process, through the console script's main: (exit code, all output)."""
     out, err = io.StringIO(), io.StringIO()
     saved = sys.argv, sys.stdin
+    handlers = {n: signal.getsignal(n) for n in SIGNALS}  # main() installs its own: the suite keeps pytest's
     sys.argv, sys.stdin = ["cachemark", *argv], io.StringIO("")
     code: int = 0
     here = os.getcwd()
@@ -154,6 +164,8 @@ def run_main(argv: list[str]) -> tuple[int, str]:
     finally:
         sys.argv, sys.stdin = saved
         os.chdir(here)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
     return code, out.getvalue() + err.getvalue()
 
 
