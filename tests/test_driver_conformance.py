@@ -604,6 +604,24 @@ def test_refused_writes_are_server_errors(name, kind, spawn):
     assert all("\n" not in s for s in samples)
 
 
+@every_target
+def test_a_refused_prefill_ends_the_run_in_one_line(name, kind, spawn):
+    """A server that refuses the prefill's values ends the run at once, in one line naming the sizes, as the
+    engine and the Python workers do (spymemcached once waited out 61 s of timeouts, then exited 1)."""
+    needs_driver(name)
+    if kind == "redis":
+        server, size, keys = spawn("redis", maxmemory="1mb", maxmemory_policy="noeviction"), 20_000, 200
+    else:
+        server, size, keys = spawn("memcached", max_item_size="1k"), 1_000, 20
+    started = time.monotonic()
+    with pytest.raises(UserError) as refused:
+        run_target(with_client(server.url(), name),
+                   workload(mix={"get": 1}, ops=10, keys=keys, value_size=size, workers=1))
+    assert f"refused {size:,}-byte values during prefill" in str(refused.value), refused.value
+    # at the first refusal, not after a timeout per key: 0.2-1.3 s here (a JVM start included), 10 s is 7x
+    assert time.monotonic() - started < 10
+
+
 # -- a server that dies, Ctrl-C, open loop ------------------------------------------------------
 
 

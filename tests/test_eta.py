@@ -8,9 +8,10 @@ import subprocess
 import sys
 import time
 
-from cachemark.cli.eta import Clock, fmt_span, planned_seconds
+from cachemark.cli.eta import Clock, planned_seconds
 from cachemark.plan import plan_runs
 from cachemark.spec import build_experiment
+from cachemark.units import fmt_span
 
 
 def _specs(workload: dict, targets: int = 3, network: str | None = None, repeat: int = 1):

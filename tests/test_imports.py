@@ -19,7 +19,7 @@ ROOT = Path(__file__).parent.parent / "src" / "cachemark"
 # ``__version__``, and every module below imports it anyway (it is their parent package).
 LAYERS = [
     {"__init__", "errors", "textfile", "interrupts", "procs", "scratch", "_engine", "wire", "memcache_binary",
-     "outfile", "driver_registry", "limits"},
+     "outfile", "driver_registry", "limits", "units"},
     {"schemes", "target", "proctitle", "crash", "sweep"},
     {"workload"},
     {"spec", "backends", "engine", "measure", "needs"},  # needs: its op names are the backends' ops

@@ -285,3 +285,93 @@ def test_size_beyond_the_memory_available_is_refused_up_front_with_its_estimate(
                             capture_output=True, text=True, timeout=120, preexec_fn=four_gb)
     _one_line_exit_2(result, "GB of memory", "available")
     assert time.monotonic() - started < 30
+
+
+# --- a prefill: estimated before it starts, refused when it cannot finish, its progress moving -----
+
+def _specs(target: str, network: str | None = None, **workload):
+    from cachemark.plan import plan_runs
+    from cachemark.spec import Experiment, Workload
+
+    return plan_runs(Experiment(targets=[target], network=network, workload=Workload(**workload)))
+
+
+def test_a_prefill_is_sized_from_the_plan_and_said_before_it_starts_when_long():
+    from cachemark.run.prefill_plan import announced, plan_prefill
+
+    (spec,) = _specs("spawn:redis", keys=10**9, value_size="1000")
+    plan = plan_prefill(spec)
+    assert plan.keys == 10**9 and plan.value_bytes == 10**12
+    assert announced(spec).startswith("prefill of 1,000,000,000 keys (") and "about 2 h 4" in announced(spec)
+    # 1,000 keys of 1,000 B (+ key and framing) through a 1 kB/s link: 1.06 MB at 1,000 B/s
+    (linked,) = _specs("spawn:redis", "1ms,link=1kB/s", keys=1000, value_size="1000")
+    assert 1050 < plan_prefill(linked).floor_s < 1070 and "through the 1 kB/s link" in announced(linked)
+    # memory:// holds a copy in each worker; a short prefill is not announced; no prefill, no plan
+    (private,) = _specs("memory://", keys=1000, value_size="100", workers=4)
+    assert plan_prefill(private).keys == 4000 and announced(private) is None
+    (none,) = _specs("spawn:redis", keys=1000, prefill=False)
+    assert plan_prefill(none) is None
+
+
+def test_a_prefill_that_cannot_finish_is_refused_before_any_work(tmp_path, cachemark):
+    started = time.monotonic()
+    result = cachemark("run", "-t", NO_SERVER, "--network", "1ms,link=1kB/s", "--keys", "100000",
+                       "--no-calibrate", cwd=tmp_path)
+    _one_line_exit_2(result, "prefill of 100,000 keys", "through the 1 kB/s link", "over the 1 h", "--no-prefill")
+    assert time.monotonic() - started < 30 and not list(tmp_path.glob("*.json"))
+
+
+def test_a_prefill_into_this_process_beyond_its_memory_is_refused(tmp_path):
+    import resource
+
+    def four_gb() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 * 10**9, resource.RLIM_INFINITY))
+
+    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", "memory://", "--keys", "50000000",
+                             "--value-size", "100", "--no-calibrate"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, preexec_fn=four_gb)
+    _one_line_exit_2(result, "held in this process", "available", "--keys")
+
+
+def test_a_prefills_progress_counts_keys_and_the_time_left(tmp_path, cachemark):
+    # 3,000 keys of 500 B through a 100 kB/s link: at least 16 s, so the line (every 5 s) comes 2-3 times
+    result = cachemark("run", "-t", "spawn:redis", "--network", "1ms,link=100kB/s", "--keys", "3000",
+                       "--value-size", "500", "--ops", "100", "--warmup", "0", "--no-calibrate", "-o", "p.json",
+                       cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if " · prefill: " in line]
+    written = [int(line.split(" · prefill: ")[1].split(" of ")[0].replace(",", "")) for line in lines]
+    assert len(written) >= 2 and written == sorted(written) and written[-1] > written[0], result.stdout
+    assert all(" of 3,000 keys · " in line for line in lines) and any(" left" in line for line in lines)
+
+
+# --- reading a large results file: memory bounded by the file's size --------------------------------
+
+PEAK_PROBE = ("import resource, sys\nfrom cachemark.cli import main\ntry:\n    main()\nfinally:\n"
+              "    print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, file=sys.stderr)\n")
+
+
+def _peak_bytes(*args: str, cwd: Path) -> int:
+    result = subprocess.run([sys.executable, "-c", PEAK_PROBE, *args], cwd=cwd, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    return int(result.stderr.rsplit("peak ", 1)[1].split()[0])
+
+
+def test_show_and_report_of_a_large_results_file_take_memory_in_proportion(tmp_path):
+    """A results file of 600 runs (4.3 MB): each command's peak memory beyond what it takes for one of
+    those runs, against the file's size. Measured here: show 8.4x, Markdown 7.3x, HTML 14.5x (the HTML
+    report held every run's decoded histograms at once: 105x here, 1.2 GB for an 11.4 MB file)."""
+    source = json.loads((Path(__file__).parent / "data" / "report-doc.json").read_text())
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(source))
+    source["runs"] = [{**run, "label": f"{run['label']}-{i}"} for i in range(100) for run in source["runs"]]
+    large = tmp_path / "large.json"
+    large.write_text(json.dumps(source, separators=(",", ":")))
+    size = large.stat().st_size
+    commands = {"show": ["show"], "markdown": ["report", "-o", "r.md"], "html": ["report", "-o", "r.html"]}
+    for name, (command, *out) in commands.items():
+        grew = _peak_bytes(command, str(large), *out, cwd=tmp_path) - _peak_bytes(command, str(one), *out,
+                                                                                 cwd=tmp_path)
+        bound = 20 if name == "html" else 12  # margins: 1.3x and 1.3x over what was measured
+        assert grew < bound * size, (name, grew / size)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import EXIT_INTERRUPTED, UserError
-from .eta import fmt_span
+from ..units import fmt_span
 from .terminal import make_console
 
 LINE_EVERY_S = 5.0  # piped output: a progress line at most this often

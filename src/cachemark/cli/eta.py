@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..plan import RunSpec
+from ..units import fmt_span
 
 SHOWN_FROM_S = 60.0  # an experiment expected to take longer says how long, and how long is left
 FIRST_OVERHEAD_S = 1.0  # a run's set-up before any has been timed: spawn, prefill, connect
@@ -31,18 +32,6 @@ def planned_seconds(spec: RunSpec) -> float | None:
         warmup = 0.0 if phase.warmup_ops is not None else phase.warmup or 0.0  # an op count: in the ops' time
         total += warmup + phase.duration
     return total
-
-
-def fmt_span(seconds: float) -> str:
-    """``45 s``, ``3 min 20 s``, ``1 h 5 min``: as a person says it (never to the tenth)."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, rest = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {rest} s" if rest and minutes < 10 else f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 def _profile(spec: RunSpec) -> str:

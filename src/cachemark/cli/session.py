@@ -21,10 +21,12 @@ from ..plan import RunSpec
 from ..report.table import render
 from ..results import LoadedDocument, Run, as_model
 from ..run.experiment import run_experiment as run_all
-from ..run.load_path import ProgressFn
+from ..run.load_path import PREFILL, ProgressFn
 from ..run.outcome import RunOutcome
+from ..run.prefill_plan import announced
 from ..spec import Experiment
 from ..textfile import one_line
+from ..units import fmt_span
 from .agents_table import print_agents
 from .eta import Clock
 
@@ -40,10 +42,19 @@ class BarProgress:
 
     def update(self, phase: str, done: int, ops: int | None, elapsed: float, duration: float | None) -> None:
         fraction = done / ops if ops else (elapsed / duration if duration else 0.0)
-        self.progress.update(self.task, completed=min(fraction, 1.0), detail=f"{phase}: {done:,} ops")
+        detail = (f"{phase}: {done:,} of {ops or 0:,} keys{_left(done, ops, elapsed)}" if phase == PREFILL
+                  else f"{phase}: {done:,} ops")
+        self.progress.update(self.task, completed=min(fraction, 1.0), detail=detail)
 
     def end(self, status: str, run: Run) -> None:
         self.progress.update(self.task, completed=1.0, detail=status)
+
+
+def _left(done: int, total: int | None, elapsed: float) -> str:
+    """`` · about 4 min left`` at the pace so far (the prefill's: its keys are known, its speed is not)."""
+    if not total or done <= 0 or elapsed < 1.0:
+        return ""
+    return f" · about {fmt_span(elapsed * (total - done) / done)} left"
 
 
 class LineProgress:
@@ -79,9 +90,11 @@ class LineProgress:
         if self.state is None:
             return f"{self.name}: starting"
         phase, done, ops, elapsed, duration = self.state
-        count = f"{done:,} of {ops:,} ops" if ops else f"{done:,} ops"
+        unit = "keys" if phase == PREFILL else "ops"
+        count = f"{done:,} of {ops:,} {unit}" if ops else f"{done:,} {unit}"
         seconds = f"{elapsed:.1f} s" + (f" of {duration:g} s" if duration else "")
-        return f"{self.name} · {phase}: {count} · {seconds}"
+        left = _left(done, ops, elapsed) if phase == PREFILL else ""
+        return f"{self.name} · {phase}: {count} · {seconds}{left}"
 
     def _say(self, text: str) -> None:
         self.last = self.clock()
@@ -125,6 +138,8 @@ class TerminalView:
             yield
 
     def run_started(self, spec: RunSpec, name: str) -> ProgressFn:
+        if (prefill := announced(spec)) is not None:
+            self._say(f"{name}: {prefill}")
         self.shown = BarProgress(self.bar, name) if self.bar is not None else LineProgress(self.console, name)
         return self.shown.update
 

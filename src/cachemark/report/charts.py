@@ -13,6 +13,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#7f7f7f", "#bcbd22", "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd")
@@ -106,7 +110,7 @@ class Axis:
 @dataclass
 class Series:
     name: str
-    points: list[tuple[float, float]]
+    points: Sequence[tuple[float, float]] | np.ndarray  # (x, y) pairs, or an array of them as rows
     color: str
     markers: bool = False
     dashed: bool = False

@@ -14,19 +14,13 @@ from typing import Any
 from ..analysis.footprint import Footprint
 from ..analysis.mrc import RESOLVED_ERROR, Curve
 from ..analysis.sizing import ExpectedLatency, SizeAnswer
+from ..units import fmt_bytes
 from .blocks import Block
 from .figures import fmt_latency
 
 CURVE_SHARES = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 NOT_RESOLVED = "not resolved"
 APPROX = "≈ "
-
-
-def fmt_bytes(value: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= scale:
-            return f"{value / scale:,.1f} {unit}"
-    return f"{value:,.0f} B"
 
 
 def fmt_count(value: float) -> str:

@@ -358,7 +358,7 @@ def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[l
 
     last_progress = [0.0]
 
-    def tick(current: int, done: int) -> None:
+    def tick(current: int, done: int, prefilled: int) -> None:  # an agent's slice never prefills
         if time.monotonic() - last_progress[0] >= 1.0:
             last_progress[0] = time.monotonic()
             out("progress", done=done)

@@ -26,6 +26,7 @@ from ..results import LoadedDocument, ResultsBuilder, Run, default_path
 from ..spec import Experiment
 from .load_path import ProgressFn
 from .outcome import RunOutcome
+from .prefill_plan import check_prefills
 
 OVERHEAD_SAMPLES = 2000  # round trips each way for the proxy's own overhead: well under a second
 
@@ -91,6 +92,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
     Ctrl-C ends it after saving the interrupted run (``Finished.interrupted``)."""
     view = view or Silent()
     specs = plan_runs(experiment)
+    check_prefills(specs)  # before the first run: one that cannot finish is refused, not started
     experiment = named(experiment, specs)
     proxied = bool(experiment.network) and any(spec.network is not None and spec.network.proxied for spec in specs)
     # idle CPUs poll for the whole experiment, baseline and profiles alike (lab/wakeups.py)

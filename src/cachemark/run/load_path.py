@@ -20,8 +20,10 @@ from ..spec import Workload
 from ..target import Target
 from .outcome import RunOutcome
 
-# (phase name, ops done in it, its op budget, seconds since its first op, its duration)
+# (phase name, ops done in it, its op budget, seconds since its first op, its duration); while the
+# keys are written first, the phase is PREFILL and the counts are keys written and keys to write
 ProgressFn = Callable[[str, int, int | None, float, float | None], None]
+PREFILL = "prefill"
 
 
 @dataclass

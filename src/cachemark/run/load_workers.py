@@ -15,7 +15,7 @@ from ..measure.summary import merge_ops, merge_timeseries
 from ..results.phase_record import WORKERS, PhaseRecord
 from ..spec import Workload
 from ..workload.origin import remove_pool
-from .load_path import LoadPath, ProgressFn, Run
+from .load_path import PREFILL, LoadPath, ProgressFn, Run
 from .messages import PhaseReport
 from .outcome import INTERRUPTED
 from .supervise import Tick, supervise
@@ -30,7 +30,8 @@ class PythonWorkers(LoadPath):
         tasks = [WorkerTask(run.target, run.namespace, workload.model_dump(), w, workload.workers, run.shared)
                  for w in range(workload.workers)]
         try:
-            got = supervise(tasks, workload, run.monitor, len(tasks), progress_tick(run.progress, workload))
+            got = supervise(tasks, workload, run.monitor, len(tasks),
+                            progress_tick(run.progress, workload, run.shared))
         finally:
             run.monitor.stop_all()
             remove_pool(run.namespace)  # the origin pool's names, a killed worker's too
@@ -38,15 +39,20 @@ class PythonWorkers(LoadPath):
         outcome.phases = got.records(workload, run.monitor, merge_phase)
 
 
-def progress_tick(progress: ProgressFn | None, workload: Workload) -> Tick | None:
-    """The progress callback, fed the current phase and its ops done; its clock starts at the
-    phase's first op (not while its workers prefill)."""
+def progress_tick(progress: ProgressFn | None, workload: Workload, shared: bool = True) -> Tick | None:
+    """The progress callback, fed the current phase, its ops done and the keys prefilled: the
+    prefill's keys until every one is written (its clock from the first tick), then each phase's
+    ops (its clock from the phase's first op)."""
     if progress is None:
         return None
     phases = workload.effective_phases()
-    seen: dict[str, Any] = {"phase": -1, "started": None}
+    seen: dict[str, Any] = {"phase": -1, "started": None, "prefill_started": time.monotonic()}
+    to_prefill = (workload.keys if shared else workload.keys * workload.workers) if workload.prefill else 0
 
-    def tick(current: int, done: int) -> None:
+    def tick(current: int, done: int, prefilled: int) -> None:
+        if current == 0 and not done and prefilled < to_prefill:
+            progress(PREFILL, prefilled, to_prefill, time.monotonic() - seen["prefill_started"], None)
+            return
         if current != seen["phase"]:
             seen["phase"], seen["started"] = current, None
         if seen["started"] is None and done:

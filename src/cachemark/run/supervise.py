@@ -31,7 +31,7 @@ from .forkserver import context
 from .messages import Done, Fatal, PhaseReport, death
 from .worker import Board, WorkerTask, worker_main
 
-Tick = Callable[[int, int], None]  # (phase index, ops done so far in it), called about every 0.1 s
+Tick = Callable[[int, int, int], None]  # (phase index, ops done so far in it, keys prefilled), about every 0.1 s
 
 
 @dataclass
@@ -84,7 +84,8 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
     ctx = context()
     results: Any = ctx.Queue()
     barrier = ctx.Barrier(n + 1)
-    board = Board(ctx.RawArray("q", board_slots), ctx.RawArray("q", board_slots), ctx.RawArray("b", 1))
+    board = Board(ctx.RawArray("q", board_slots), ctx.RawArray("q", board_slots), ctx.RawArray("b", 1),
+                  ctx.RawArray("q", board_slots))
     procs = {t.worker: ctx.Process(target=worker_main, args=(t, results, barrier, board), daemon=True) for t in tasks}
     got = Supervised(ErrorWatch(workload, tasks[0].target))
     phases = workload.effective_phases()
@@ -131,7 +132,7 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
                 got.halted[current] = got.watch.failing_since_wall or time.time()
                 board.halt[0] = 1
             if tick is not None:
-                tick(current, sum(board.done))
+                tick(current, sum(board.done), sum(board.prefilled))
             if len(got.per_phase.get(current, [])) == n:
                 monitor.phase_ended(current, sum(op.count for part in got.per_phase[current]
                                                  for name, op in part.ops.items() if name not in PSEUDO_OPS))

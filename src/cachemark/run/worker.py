@@ -50,6 +50,8 @@ from .messages import Done, Fatal, PhaseReport
 # ``delete`` says whether the key existed: False is a miss, as reference 003 counts them)
 READ, WRITE, BOOL, MANY, DELETE = 0, 1, 2, 3, 4
 PRECOMPUTE_KEYS = 2_000_000
+PREFILL_BATCH = 100  # keys per set_many: one round trip each
+SIZE_BLOCK = 65_536  # prefill value sizes drawn at a time
 PROGRESS_EVERY_NS = 100_000_000
 
 
@@ -70,14 +72,16 @@ class Board:
     """What workers and the parent share while a phase runs (RawArrays, one slot per worker).
 
     ``done`` and ``failed`` are op counts a worker publishes at its checkpoints (about
-    every 100 ms); ``halt`` is set by the parent to end the run early (the on-error policy,
-    Ctrl-C, another worker's fatal error), which workers notice at their next checkpoint or
-    prefill batch.
+    every 100 ms); ``prefilled`` the keys it has written before the first phase (after each
+    batch: the prefill's progress line); ``halt`` is set by the parent to end the run early
+    (the on-error policy, Ctrl-C, another worker's fatal error), which workers notice at
+    their next checkpoint or prefill batch.
     """
 
     done: Any
     failed: Any
     halt: Any
+    prefilled: Any
 
     def reset(self) -> None:
         for i in range(len(self.done)):
@@ -157,11 +161,12 @@ class Worker:
         self._origin_sink: tuple[Recorder, int, bool] | None = None
 
     # -- untimed phases ------------------------------------------------------------
-    def prefill(self, halt=None) -> int:
+    def prefill(self, halt=None, published=None) -> int:
         """Write this worker's share of the keys; a refusal becomes one PrefillFailed line.
-        ``halt`` (the parent's stop flag) is checked between batches."""
+        ``halt`` (the parent's stop flag) is checked between batches, and the keys written so far
+        go to ``published[worker]`` (the board's prefill counts) after each."""
         try:
-            return self._prefill(halt)
+            return self._prefill(halt, published)
         except Exception as exc:
             if is_bug(exc):
                 raise
@@ -180,32 +185,45 @@ class Worker:
         return (f"{server} {what} during prefill ({self.prefilled:,} of {self.prefill_total:,} keys "
                 f"written by worker {self.task.worker}): {type(exc).__name__}: {one_line(text, 300)}")
 
-    def _prefill(self, halt) -> int:
+    def _prefill(self, halt, published) -> int:
         wl, task = self.workload, self.task
         ids = range(wl.keys) if not task.shared else range(task.worker, wl.keys, task.workers)
-        rng = stream_seed(wl.seed, "prefill", task.worker)
-        sizes = self.sizes.draw(rng, len(ids)).tolist()
         tagged = wl.tags is not None
         batch: dict[str, bytes] = {}
         written = self.prefilled = 0
         self.prefill_total = len(ids)
-        for size, k in zip(sizes, ids, strict=True):
+
+        def wrote(count: int) -> int:
+            self.prefilled = written + count
+            if published is not None:
+                published[task.worker] = self.prefilled
+            if halt is not None and halt[0]:
+                raise KeyboardInterrupt
+            return self.prefilled
+
+        for size, k in zip(self._prefill_sizes(len(ids)), ids, strict=True):
             value = make_value(self.headers[k], size)
             if tagged:
                 self.backend.set_tagged(self.keys[k], value, self._tags(k), self.ttl)
-                written = self.prefilled = written + 1
+                written = wrote(1)
                 continue
             batch[self.keys[k]] = value
-            if len(batch) >= 100:
+            if len(batch) >= PREFILL_BATCH:
                 self._write_batch(batch, halt)
-                written = self.prefilled = written + len(batch)
+                written = wrote(len(batch))
                 batch = {}
-                if halt is not None and halt[0]:
-                    raise KeyboardInterrupt
         if batch:
             self._write_batch(batch, halt)
-            written = self.prefilled = written + len(batch)
+            written = wrote(len(batch))
         return written
+
+    def _prefill_sizes(self, count: int) -> Iterator[int]:
+        """The prefill's value sizes, drawn a block at a time: memory stays flat however many keys
+        (one draw of 10⁸ sizes as Python ints would take gigabytes). One stream, so the sizes are
+        the ones a single draw gives."""
+        rng = stream_seed(self.workload.seed, "prefill", self.task.worker)
+        for start in range(0, count, SIZE_BLOCK):
+            yield from self.sizes.draw(rng, min(SIZE_BLOCK, count - start)).tolist()
 
     def _write_batch(self, batch: dict[str, bytes], halt) -> None:
         """One prefill batch; a target that fails over (Sentinel) has its connection errors waited
@@ -680,7 +698,7 @@ def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
         return  # stopped before we started (our SIGINT may have come before our handler)
     if wl.prefill:
         try:
-            worker.prefill(board.halt)
+            worker.prefill(board.halt, board.prefilled)
         except PrefillFailed as exc:
             raise _Failed(Fatal(task.worker, str(exc), "user")) from None
     for index, phase in enumerate(wl.effective_phases()):
