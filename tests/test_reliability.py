@@ -333,9 +333,16 @@ def test_a_prefill_into_this_process_beyond_its_memory_is_refused(tmp_path):
     _one_line_exit_2(result, "held in this process", "available", "--keys")
 
 
-def test_a_prefills_progress_counts_keys_and_the_time_left(tmp_path, cachemark):
+@pytest.mark.parametrize("client", ["", "engine", "go-redis"])
+def test_a_prefills_progress_counts_keys_and_the_time_left(tmp_path, cachemark, client):
+    """On every load path: the Python workers' board, the engine's count of replies, a driver's blocks."""
+    if client == "go-redis":
+        from driver_kit import needs_driver
+
+        needs_driver(client)
     # 3,000 keys of 500 B through a 100 kB/s link: at least 16 s, so the line (every 5 s) comes 2-3 times
-    result = cachemark("run", "-t", "spawn:redis", "--network", "1ms,link=100kB/s", "--keys", "3000",
+    target = f"spawn:redis?client={client}" if client else "spawn:redis"
+    result = cachemark("run", "-t", target, "--network", "1ms,link=100kB/s", "--keys", "3000",
                        "--value-size", "500", "--ops", "100", "--warmup", "0", "--no-calibrate", "-o", "p.json",
                        cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -153,6 +153,29 @@ def test_the_recorded_timing_is_kept_at_the_speed_asked(tmp_path, spawn, speed, 
     assert np.median(off) < 0.05 * span and np.max(off) < 0.10 * span, off  # one stall of a busy core: ≤ 10 %
 
 
+def test_the_html_re_run_spec_of_a_replay_runs_again(tmp_path):
+    """The page's TOML names the user's trace, not the directory its shares were prepared in (removed
+    with the run), nor what the replay read from the trace: saved and run, it replays the trace again."""
+    import html
+    import re
+
+    write_trace(tmp_path / "app.cmtrace", requests=300, keys=40)
+    result = run_cli("run", "-t", "memory://", "--trace", "app.cmtrace", "--speed", "0", "--duration", "5",
+                     "--no-calibrate", "-o", "first.json", "--html", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / "first.html").read_text()
+    toml = html.unescape(re.search(r'<pre id="spec-toml">(.*?)</pre>', page, re.S).group(1))
+    assert "prepared" not in toml and "cachemark-replay-" not in page and 'path = "app.cmtrace"' in toml
+    assert "duration = 5" in toml and "phases" not in toml
+    (tmp_path / "again.toml").write_text(toml)
+    again = run_cli("run", "again.toml", "--no-calibrate", "-o", "again.json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    first, second = (json.loads((tmp_path / f"{n}.json").read_text())["runs"][0]["phases"][0]["ops"]
+                     for n in ("first", "again"))
+    assert {op: figures["count"] for op, figures in first.items()} == {
+        op: figures["count"] for op, figures in second.items()}
+
+
 def test_bad_replays_are_one_line(tmp_path):
     result = run_cli("run", "-t", "memory://", "--trace", "missing.csv", "--no-calibrate", cwd=tmp_path)
     assert result.returncode == 2 and "missing.csv" in result.stderr and "Traceback" not in result.stderr

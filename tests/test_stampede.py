@@ -23,10 +23,14 @@ def redis_url(redis_server):
 @pytest.mark.alone
 def test_unprotected_expiry_sends_about_lambda_delta_clients_to_the_origin(redis_url) -> None:
     result = run_stampede(redis_url, "none", RATE, DELTA, TTL, duration_s=5.5, clients=16)
-    assert result.expiries >= 4
+    assert result.expiries >= 4  # one per TTL (1 s) in 5.5 s: 5, so one lost to a stall still passes
+    # Margin: the readers arriving in Δ are Poisson(λΔ = 10), sd 3.2 per expiry and 1.6 over the >= 4
+    # averaged: ±5 is 3 sd of sampling alone. Load only lengthens Δ (a slower recompute: more callers),
+    # which the upper bound absorbs up to a 1.5x slower origin sleep.
     assert 0.5 * RATE * DELTA <= result.mean_calls_per_expiry <= 1.5 * RATE * DELTA, result.calls_per_expiry
     assert result.errors == 0
-    assert result.latency.percentile(99) >= DELTA * 1e9 * 0.9  # the herd waits for its own recomputation
+    # the herd waits for its own recomputation: p99 is the origin's 50 ms sleep, which load cannot shorten
+    assert result.latency.percentile(99) >= DELTA * 1e9 * 0.9
 
 
 @pytest.mark.parametrize("strategy", ["lock", "xfetch", "swr"])
@@ -119,7 +123,9 @@ def test_every_server_the_row_allows_runs_a_stampede(spawned) -> None:
 
     with provide(parse_target(spawned)) as (reachable, _servers):
         result = run_stampede(reachable.url, "lock", 100.0, 0.01, 0.3, duration_s=1.0, clients=2)
-    assert result.errors == 0 and result.reads >= 50  # (memcached TTLs are whole seconds: maybe no expiry yet)
+    # 100 reads/s for 1 s: 100 due; >= 50 leaves half the schedule to a loaded host (at load 24, TLS
+    # clients sent 2 of 94: why this runs alone). memcached TTLs are whole seconds: maybe no expiry yet.
+    assert result.errors == 0 and result.reads >= 50
 
 
 def test_what_the_row_refuses_is_one_line_before_any_server_starts(tmp_path, cachemark) -> None:

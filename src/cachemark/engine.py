@@ -14,6 +14,7 @@ usable by the Python workers so both sides produce the same, mergeable histogram
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -32,8 +33,10 @@ __all__ = ["Histogram", "run_load", "target_config", "PROTOCOLS"]
 PROTOCOLS = ("resp2", "resp3", "memcache_text", "memcache_meta", "memcache_binary")
 
 
-def run_load(config: dict[str, Any]) -> dict[str, Any]:
-    """Run one load test on the native engine and return its result.
+def run_load(config: dict[str, Any], progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run one load test on the native engine and return its result; ``progress``, when given, is
+    told the requests answered so far about every 100 ms (what raises there is raised here, after
+    the engine has stopped).
 
     Raises :class:`SpecError` for an invalid config and :class:`BackendUnavailable`
     when a server cannot be reached, refuses the credentials, or speaks another
@@ -46,14 +49,26 @@ def run_load(config: dict[str, Any]) -> dict[str, Any]:
         text = json.dumps(config)
     except (TypeError, ValueError) as exc:
         raise SpecError(f"engine config is not JSON-serialisable: {exc}") from None
+    raised: list[BaseException] = []
+
+    def told(done: int) -> bool:
+        """The engine stops when this says so: when ``progress`` raised."""
+        try:
+            progress(done)  # type: ignore[misc]
+        except BaseException as exc:  # noqa: BLE001 — raised below, once the engine has stopped
+            raised.append(exc)
+        return bool(raised)
+
     try:
-        out = _run_load(text)
+        out = _run_load(text, told if progress is not None else None)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     except ConnectionError as exc:
         raise BackendUnavailable(str(exc)) from None
     except OSError as exc:  # the host refused a load thread: fewer threads is the user's remedy
         raise UserError(str(exc)) from None
+    if raised:
+        raise raised[0]
     return json.loads(out)
 
 

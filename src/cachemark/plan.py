@@ -154,6 +154,28 @@ def with_trace(experiment: Experiment, directory: str) -> Experiment:
                                                                             "phases": [phase.model_dump()]})})
 
 
+# what with_trace sets from the trace itself: a re-run reads the trace again and sets them anew
+_FROM_THE_TRACE = ("keys", "key_dist", "value_size", "mix", "ops", "duration", "warmup", "rate", "phases")
+
+
+def as_given(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved experiment as the user gave it, to run again: a trace replay's workload without what
+    :func:`with_trace` derived from the trace (its key count, mix, phase) and without the directory
+    its shares were prepared in (gone with the run); any other experiment as it is."""
+    workload = saved.get("workload")
+    trace = workload.get("trace") if isinstance(workload, dict) else None
+    if not isinstance(trace, dict) or not trace.get("prepared"):
+        return saved
+    given = {k: v for k, v in workload.items() if k not in _FROM_THE_TRACE}
+    given["trace"] = {k: v for k, v in trace.items() if k != "prepared"}
+    phases = workload.get("phases") or [{}]
+    if isinstance(phases[0], dict) and phases[0].get("duration") is not None:  # --duration cut the replay
+        given["duration"] = phases[0]["duration"]
+    if not given.get("prefill"):
+        given.pop("prefill", None)  # a replay's own default
+    return {**saved, "workload": given}
+
+
 def describe(spec: RunSpec, repeats: int = 1) -> str:
     """The run's name before it has results (progress line): the same as :func:`run_name`'s, cut and
     escaped as in an error line (a label is the user's text, a URL parameter may be 100 KB long)."""

@@ -14,22 +14,31 @@ use std::time::{Duration, Instant};
 ///
 /// The GIL is released while the load runs; signals are checked about every 100 ms,
 /// and Ctrl-C (or any signal whose Python handler raises) ends the run early with
-/// `"interrupted": true` in the result. The on-error policy may end it early too, with
-/// its reason in `"stopped_on_errors"`.
+/// `"interrupted": true` in the result. `progress`, when given, is called as often with the
+/// requests answered so far, and ends the run the same way when it returns true (or raises).
+/// The on-error policy may end it early too, with its reason in `"stopped_on_errors"`.
 /// Raises ValueError for a bad config and ConnectionError when a server cannot be
 /// reached, refuses the credentials, or does not speak the protocol.
 #[pyfunction]
-fn run_load(py: Python<'_>, config_json: &str) -> PyResult<String> {
+#[pyo3(signature = (config_json, progress=None))]
+fn run_load(py: Python<'_>, config_json: &str, progress: Option<PyObject>) -> PyResult<String> {
     let plan = Config::from_json(config_json)
         .and_then(|c| c.plan())
         .map_err(PyValueError::new_err)?;
     let result = py.allow_threads(|| {
         let mut last = Instant::now();
         let mut stopped = false;
-        let mut poll = || {
+        let mut poll = |done: u64| {
             if !stopped && last.elapsed() >= Duration::from_millis(100) {
                 last = Instant::now();
-                stopped = Python::with_gil(|py| py.check_signals().is_err());
+                stopped = Python::with_gil(|py| {
+                    py.check_signals().is_err()
+                        || progress.as_ref().is_some_and(|told| {
+                            told.call1(py, (done,))
+                                .and_then(|stop| stop.is_truthy(py))
+                                .unwrap_or(true)
+                        })
+                });
             }
             stopped
         };

@@ -494,9 +494,10 @@ def _environment(document: ResultsDocument) -> str:
 
 
 def _spec(document: ResultsDocument) -> str:
+    from ..plan import as_given
     from ..spec import to_toml  # the experiment models: only the HTML page needs them (formats imports us)
 
-    experiment = document.experiment.saved  # the spec as saved, to re-run
+    experiment = as_given(document.experiment.saved)  # the spec as saved, to re-run
     toml = to_toml(experiment)
     return ("<h2>Re-run this experiment</h2><p class=\"note\">Save as <code>experiment.toml</code> and run "
             "<code>cachemark run experiment.toml</code>. Target URLs are redacted in results: put passwords "

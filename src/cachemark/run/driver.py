@@ -45,6 +45,7 @@ from ..workload.replay import load_share
 from .driver_protocol import SCHEMA_FILE
 from .driver_protocol import load as load_protocol
 from .error_policy import stopped_reason
+from .load_path import PREFILL, ProgressFn
 from .messages import death
 from .worker import arrival_gaps
 
@@ -57,6 +58,10 @@ PIPE_BYTES = 1 << 20  # both pipes widened to this (Linux's default limit), so a
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 HELLO_TIMEOUT_S = 30.0
 REPLY_TIMEOUT_S = 60.0  # setup, ops upload, bye; plus per-op allowances for prefill and go
+# keys per prefill message to each driver, least and most: blocks of about PREFILL_BLOCK_S each, so the
+# progress line moves between them at a message's cost (a round trip) per half second
+PREFILL_BLOCKS = (1_000, 200_000)
+PREFILL_BLOCK_S = 0.5
 INTERRUPT_TIMEOUT_S = 10.0  # after Ctrl-C: how long a driver may take to report what it ran
 PER_OP_TIMEOUT_S = 0.002  # a generous bound on one op of a count-bounded phase (Ruby: ~50 µs)
 
@@ -483,7 +488,8 @@ def check_workload(spec: DriverSpec, target: Target, workload: Workload) -> None
                                         f"{', '.join(sorted(spec.ops))}")
 
 
-def run_driver_phases(target: Target, workload: Workload, namespace: str, outcome: Any, monitor: Any = None) -> None:
+def run_driver_phases(target: Target, workload: Workload, namespace: str, outcome: Any, monitor: Any = None,
+                      progress: ProgressFn | None = None) -> None:
     """Every phase of ``workload`` through the target's driver, into ``outcome`` (phases, backend
     info, and ``failed`` with one line when a driver dies or hangs)."""
     spec = driver_for(target)
@@ -517,7 +523,7 @@ def run_driver_phases(target: Target, workload: Workload, namespace: str, outcom
                      "client_library_version": reply.get("client_version"), "libraries": libraries,
                      # as the report prints it: "ruby-activesupport 6.1.7.10 (dalli 3.0.6, ruby 3.1.7)"
                      "client_version": f"{framework} ({library}{hello.get('runtime')})".strip()})
-        _run_phases(drivers, target, workload, outcome, monitor)
+        _run_phases(drivers, target, workload, outcome, monitor, progress)
     except DriverFailed as exc:
         outcome.status, outcome.reason = "failed", str(exc)
     finally:
@@ -526,11 +532,11 @@ def run_driver_phases(target: Target, workload: Workload, namespace: str, outcom
 
 
 def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload, outcome: Any,
-                monitor: Any) -> None:
+                monitor: Any, progress: ProgressFn | None = None) -> None:
     for index, phase in enumerate(workload.effective_phases()):
         entries = [e.name for e in mix_entries(phase.mix or workload.mix)]
         shared = outcome.backend.get("capabilities", {}).get("shared", True)
-        if index == 0 and workload.prefill and _prefill(drivers, target, workload, shared):
+        if index == 0 and workload.prefill and _prefill(drivers, target, workload, shared, progress):
             outcome.phases.append(_phase_record(phase, workload, [], interrupted=True))
             outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
             return
@@ -560,28 +566,51 @@ def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload
             return
 
 
-def _prefill(drivers: list[DriverProcess], target: Target, workload: Workload, shared: bool) -> bool:
+def _prefill(drivers: list[DriverProcess], target: Target, workload: Workload, shared: bool,
+             progress: ProgressFn | None = None) -> bool:
     """Each driver writes its share of the keys (all of them when each has a private cache, as
-    Rails' MemoryStore in each process); a refusal is one PrefillFailed line. True: Ctrl-C."""
+    Rails' MemoryStore in each process); a refusal is one PrefillFailed line. True: Ctrl-C.
+
+    The shares go in blocks, every driver's block at once, each sized to take about
+    :data:`PREFILL_BLOCK_S`: the progress line counts keys between blocks, and memory stays flat
+    however many keys."""
     n = len(drivers)
-    shares = [np.arange(w if shared else 0, workload.keys, n if shared else 1, dtype=np.uint32) for w in range(n)]
-    for w, (d, ids) in enumerate(zip(drivers, shares, strict=True)):
-        sizes = workload.sizes.draw(stream_seed(workload.seed, "prefill", w), len(ids)).astype("<u4")
-        d.send({"type": "prefill", "count": len(ids)}, ids.astype("<u4").tobytes() + sizes.tobytes())
-    replies = [d.recv(REPLY_TIMEOUT_S + PER_OP_TIMEOUT_S * len(ids)) for d, ids in zip(drivers, shares, strict=True)]
-    refused = sum(int(r.get("refused", 0)) for r, _ in replies)
-    for d, (reply, _) in zip(drivers, replies, strict=True):
-        d.check(reply, "prefilled")
+    shares = [range(w if shared else 0, workload.keys, n if shared else 1) for w in range(n)]
+    streams = [stream_seed(workload.seed, "prefill", w) for w in range(n)]
+    total, written, started = sum(len(ids) for ids in shares), 0, time.monotonic()
+    replies: list[dict[str, Any]] = []
+    start, size, longest = 0, PREFILL_BLOCKS[0], max(len(ids) for ids in shares)
+    while start < longest:
+        sent, began = [], time.monotonic()
+        for d, ids, rng in zip(drivers, shares, streams, strict=True):
+            block = np.asarray(ids[start:start + size], dtype="<u4")
+            if len(block):
+                sizes = workload.sizes.draw(rng, len(block)).astype("<u4")  # one stream: block by block as whole
+                d.send({"type": "prefill", "count": len(block)}, block.tobytes() + sizes.tobytes())
+                sent.append((d, len(block)))
+        answers = [(d, d.recv(REPLY_TIMEOUT_S + PER_OP_TIMEOUT_S * count)[0]) for d, count in sent]
+        for d, reply in answers:
+            d.check(reply, "prefilled")
+        replies += [reply for _, reply in answers]
+        written += sum(count for _, count in sent)
+        start += size
+        took = max(time.monotonic() - began, 1e-3)
+        size = int(min(max(size * PREFILL_BLOCK_S / took, PREFILL_BLOCKS[0]), PREFILL_BLOCKS[1]))
+        if progress is not None:
+            progress(PREFILL, written, total, time.monotonic() - started, None)
+        if any(r.get("refused") or r.get("interrupted") for r in replies):
+            break
+    refused = sum(int(r.get("refused", 0)) for r in replies)
     if refused:
         sizes = workload.sizes
         shown = f"{sizes.sizes[0]:,}-byte values" if len(set(sizes.sizes)) == 1 else (
             f"values of {sizes.min:,}–{sizes.max:,} bytes")
-        sample = next((r.get("error_sample") for r, _ in replies if r.get("error_sample")), "")
-        stopped = any(r.get("stopped_at_refusal") for r, _ in replies)  # a driver that stops at the first
+        sample = next((r.get("error_sample") for r in replies if r.get("error_sample")), "")
+        stopped = any(r.get("stopped_at_refusal") for r in replies)  # a driver that stops at the first
         raise PrefillFailed(f"{target.redacted}: {target.scheme} refused {shown} during prefill ({refused:,} of "
                             f"{workload.keys:,} writes refused{', stopped at the first' if stopped else ''}, "
                             f"through {drivers[0].spec.name}): {sample}")
-    return any(r.get("interrupted") for r, _ in replies)
+    return any(r.get("interrupted") for r in replies)
 
 
 class _Going:

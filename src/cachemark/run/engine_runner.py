@@ -20,6 +20,7 @@ from ..spec import Phase, Workload
 from ..target import Target
 from ..workload.keys import KeyDist, key_lengths
 from .error_policy import error_grace
+from .load_path import PREFILL, ProgressFn
 
 ENGINE_OPS = {"get": "get", "set": "set", "delete": "delete", "exists": "exists", "incr": "incr",
               "get_many": "mget"}
@@ -85,7 +86,8 @@ def phase_config(target: Target, workload: Workload, phase: Phase, namespace: st
     return config
 
 
-def run_engine_phases(target: Target, workload: Workload, namespace: str, monitor: Any = None) -> list[PhaseRecord]:
+def run_engine_phases(target: Target, workload: Workload, namespace: str, monitor: Any = None,
+                      progress: ProgressFn | None = None) -> list[PhaseRecord]:
     """Every phase of ``workload`` on the engine, as phase records of the results schema.
 
     Prefill and warm-up run as separate, discarded engine calls, so the server sampler
@@ -102,7 +104,7 @@ def run_engine_phases(target: Target, workload: Workload, namespace: str, monito
     for index, phase in enumerate(workload.effective_phases()):
         config = phase_config(target, workload, phase, namespace, index == 0)
         follow = _primary_now(target) if failover_s is not None else None
-        cut = _run_untimed(config, failover_s, follow)
+        cut = _run_untimed(config, failover_s, follow, _prefill_progress(progress, workload.keys))
         if cut is not None:  # nothing of this phase was timed
             untimed = {"wall_s": 0.0, "client_cpu_s": 0.0, "missed": 0, "wire_bytes_out": 0, "wire_bytes_in": 0}
             phases.append(_phase_record(phase, config, cut | untimed, {}))
@@ -141,8 +143,21 @@ def _primary_now(target: Target) -> Callable[[dict[str, Any]], None]:
     return follow
 
 
+def _prefill_progress(progress: ProgressFn | None, keys: int) -> Callable[[int], None] | None:
+    """The engine's prefill told as the workers' is (its requests answered, as keys written)."""
+    if progress is None:
+        return None
+    started = time.monotonic()
+
+    def told(done: int) -> None:
+        progress(PREFILL, min(done, keys), keys, time.monotonic() - started, None)
+
+    return told
+
+
 def _run_untimed(config: dict[str, Any], failover_s: float | None = None,
-                 follow: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
+                 follow: Callable[[dict[str, Any]], None] | None = None,
+                 progress: Callable[[int], None] | None = None) -> dict[str, Any] | None:
     """The phase's prefill and warm-up, each its own discarded engine call; the result of
     the one that was cut short (a Ctrl-C the engine swallowed would otherwise be lost), else None.
 
@@ -164,7 +179,7 @@ def _run_untimed(config: dict[str, Any], failover_s: float | None = None,
             try:
                 if follow is not None:
                     follow(call)
-                result = run_load(call)
+                result = run_load(call, progress if call["prefill"] else None)
             except BackendUnavailable:
                 if not (call["prefill"] and time.monotonic() < deadline):
                     raise

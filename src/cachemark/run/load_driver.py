@@ -14,4 +14,4 @@ class OtherStackDriver(LoadPath):
     """One driver process per worker, started from ``drivers/<stack>/``."""
 
     def run_phases(self, run: Run) -> None:
-        run_driver_phases(run.target, run.workload, run.namespace, run.outcome, run.monitor)
+        run_driver_phases(run.target, run.workload, run.namespace, run.outcome, run.monitor, run.progress)

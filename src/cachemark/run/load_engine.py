@@ -21,7 +21,7 @@ class NativeEngine(LoadPath):
         outcome = run.outcome
         outcome.backend["info"]["client"] = ENGINE_CLIENT
         try:
-            outcome.phases = run_engine_phases(run.target, run.workload, run.namespace, run.monitor)
+            outcome.phases = run_engine_phases(run.target, run.workload, run.namespace, run.monitor, run.progress)
         except PrefillFailed as exc:  # named by the user's URL, as the workers' refusals are
             raise PrefillFailed(f"{outcome.target}: {exc}") from None
         if any(p.interrupted for p in outcome.phases):

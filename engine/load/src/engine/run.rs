@@ -19,11 +19,11 @@ use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// The orchestrating thread's two reasons to stop the load threads early: `poll` (Ctrl-C)
-/// and the on-error policy.
+/// The orchestrating thread's two reasons to stop the load threads early: `poll` (Ctrl-C;
+/// told the ops done so far, the caller's progress) and the on-error policy.
 struct Control<'a> {
     shared: &'a Shared,
-    poll: &'a mut dyn FnMut() -> bool,
+    poll: &'a mut dyn FnMut(u64) -> bool,
     watch: ErrorWatch,
     interrupted: bool,
     stopped_on_errors: Option<String>,
@@ -33,31 +33,30 @@ impl Control<'_> {
     /// Looks at both and tells every load thread to stop when one says so; true once
     /// stopping. `during` names the part of the run, for the on-error reason.
     fn check(&mut self, during: &str) -> bool {
-        if !self.interrupted && (self.poll)() {
+        let (ok, failed) = self.shared.totals();
+        if !self.interrupted && (self.poll)(ok + failed.iter().sum::<u64>()) {
             self.interrupted = true;
             self.shared.stop.store(true, Ordering::Relaxed);
         }
-        if !self.shared.stopping() {
-            let (ok, failed) = self.shared.totals();
-            if self.watch.should_stop(self.shared.now(), ok, failed) {
-                let last = self
-                    .shared
-                    .last_error
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                self.stopped_on_errors = Some(self.watch.reason(during, last.as_deref()));
-                self.shared.stop.store(true, Ordering::Relaxed);
-            }
+        if !self.shared.stopping() && self.watch.should_stop(self.shared.now(), ok, failed) {
+            let last = self
+                .shared
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.stopped_on_errors = Some(self.watch.reason(during, last.as_deref()));
+            self.shared.stop.store(true, Ordering::Relaxed);
         }
         self.shared.stopping()
     }
 }
 
-/// Runs a whole load test. `poll` is called about every 10 ms from the calling
-/// thread and returns true to stop (e.g. on Ctrl-C); the result then says `interrupted`.
+/// Runs a whole load test. `poll` is called about every 10 ms from the calling thread with
+/// the requests answered so far (a prefill's keys, while it runs) and returns true to stop
+/// (e.g. on Ctrl-C); the result then says `interrupted`.
 /// With `on_error: "stop"` the run also stops once every op of the last `error_grace_s`
 /// failed; the result then says why in `stopped_on_errors`.
-pub fn run(plan: &Plan, poll: &mut dyn FnMut() -> bool) -> Result<RunResult, RunError> {
+pub fn run(plan: &Plan, poll: &mut dyn FnMut(u64) -> bool) -> Result<RunResult, RunError> {
     // Redis Cluster: the seeds give way to the primaries of the slot map.
     let resolved;
     let plan = if plan.cluster {
