@@ -31,7 +31,7 @@ def write_trace(path: Path, requests: int = 3000, keys: int = 400, seed: int = 5
     """A cachemark trace at distinct microsecond times over SPAN_S; returns what a cold cache must give."""
     rng = random.Random(seed)
     present: set[bytes] = set()
-    expected = {"get": 0, "set": 0, "delete": 0, "hits": 0}
+    expected = {"get": 0, "set": 0, "delete": 0, "hits": 0, "deleted": 0}
     with TraceWriter(path, raw_keys=True) as writer:
         for i in range(requests):
             key = f"user:{int(rng.paretovariate(1.1)) % keys}".encode()
@@ -43,6 +43,7 @@ def write_trace(path: Path, requests: int = 3000, keys: int = 400, seed: int = 5
             elif op == "set":
                 present.add(key)
             else:
+                expected["deleted"] += key in present
                 present.discard(key)
     return expected
 
@@ -69,12 +70,15 @@ def test_shares_keep_every_request_and_each_key_on_one_worker(tmp_path):
     assert total == got.records == 2 * 3000 and len(owners) == got.keys
 
 
-@pytest.mark.parametrize(("workers", "engine"), [(1, False), (3, False), (3, True)])
-def test_a_replay_runs_the_traces_ops_in_each_keys_order(tmp_path, redis_server, workers, engine):
+@pytest.mark.parametrize(("workers", "engine", "server"), [(1, False, "redis"), (3, False, "redis"),
+                                                       (3, True, "redis"), (2, False, "memcached"),
+                                                       (2, True, "memcached")])
+def test_a_replay_runs_the_traces_ops_in_each_keys_order(tmp_path, request, workers, engine, server):
     expected = write_trace(tmp_path / "t.cmtrace")
-    client = redis.Redis.from_url(redis_server.url())
-    client.config_resetstat()
-    url = redis_server.url() + ("?client=engine&pipeline=4" if engine else "")
+    served = request.getfixturevalue(f"{server}_server")
+    if server == "redis":
+        redis.Redis.from_url(served.url()).config_resetstat()
+    url = served.url() + ("?client=engine&pipeline=4" if engine else "")
     result = run_cli("run", "-t", url, "--trace", "t.cmtrace", "--speed", "0", "--workers",
                      str(workers), "--no-calibrate", "-o", "out.json", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -83,8 +87,13 @@ def test_a_replay_runs_the_traces_ops_in_each_keys_order(tmp_path, redis_server,
     ops = json.loads((tmp_path / "out.json").read_text())["runs"][0]["phases"][0]["ops"]
     assert {op: ops[op]["count"] for op in ops} == {op: expected[op] for op in ("get", "set", "delete")}
     assert ops["get"]["hits"] == expected["hits"]  # a cold cache, no evictions: the trace's own hits
-    calls = {name: client.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("set",)}
-    assert calls["set"] >= expected["set"]  # the server saw every recorded write (and the probe's few)
+    # a delete's hit: the key was there (DEL's count, memcached's DELETED), counted alike on every path
+    assert (ops["delete"]["hits"], ops["delete"]["misses"]) == (expected["deleted"],
+                                                                expected["delete"] - expected["deleted"])
+    if server == "redis":
+        client = redis.Redis.from_url(served.url())
+        calls = {name: client.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("set",)}
+        assert calls["set"] >= expected["set"]  # the server saw every recorded write (and the probe's few)
 
 
 def test_a_replay_through_a_driver_runs_every_request_in_segments(tmp_path, redis_server):

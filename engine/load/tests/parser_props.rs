@@ -162,8 +162,8 @@ fn resp_reply() -> impl Strategy<Value = Valid> {
         )
             .prop_map(move |(i, k)| {
                 let outcome = match (k, i > 0) {
-                    (Kind::Exists, true) => Hit,
-                    (Kind::Exists, false) => Miss,
+                    (Kind::Exists | Kind::Delete, true) => Hit,
+                    (Kind::Exists | Kind::Delete, false) => Miss,
                     _ => Ok,
                 };
                 r(k, format!(":{i}\r\n").into_bytes(), outcome)
@@ -264,11 +264,8 @@ fn text_reply() -> impl Strategy<Value = Valid> {
         }),
         Just(t(Kind::Set, b"STORED\r\n", Ok)),
         Just(t(Kind::Set, b"NOT_STORED\r\n", ServerError)),
-        prop::sample::select(vec![&b"DELETED\r\n"[..], b"NOT_FOUND\r\n"]).prop_map(move |b| t(
-            Kind::Delete,
-            b,
-            Ok
-        )),
+        Just(t(Kind::Delete, b"DELETED\r\n", Hit)),
+        Just(t(Kind::Delete, b"NOT_FOUND\r\n", Miss)),
         prop::sample::select(vec![&b"TOUCHED\r\n"[..], b"NOT_FOUND\r\n"]).prop_map(move |b| t(
             Kind::Touch,
             b,
@@ -317,11 +314,8 @@ fn meta_reply() -> impl Strategy<Value = Valid> {
         Just(m(Kind::Exists, b"EN\r\n", Miss)),
         Just(m(Kind::Set, b"HD\r\n", Ok)),
         Just(m(Kind::Set, b"NS\r\n", ServerError)),
-        prop::sample::select(vec![&b"HD\r\n"[..], b"NF\r\n"]).prop_map(move |b| m(
-            Kind::Delete,
-            b,
-            Ok
-        )),
+        Just(m(Kind::Delete, b"HD\r\n", Hit)),
+        Just(m(Kind::Delete, b"NF\r\n", Miss)),
         Just(m(Kind::Incr, b"HD\r\n", Ok)),
         Just(m(Kind::Incr, b"NF\r\n", Miss)),
         (prop::collection::vec(prop::option::of(payload()), 1..5)).prop_map(move |items| {
@@ -395,13 +389,8 @@ fn binary_reply() -> impl Strategy<Value = Valid> {
         Just(one(Kind::Get, OP_GET, 1, b"Not found", Miss)),
         Just(one(Kind::Set, OP_SET, 0, b"", Ok)),
         line_text().prop_map(move |t| one(Kind::Set, OP_SET, 5, t.as_bytes(), ServerError)),
-        prop::sample::select(vec![0u16, 1]).prop_map(move |st| one(
-            Kind::Delete,
-            OP_DELETE,
-            st,
-            b"",
-            Ok
-        )),
+        Just(one(Kind::Delete, OP_DELETE, 0, b"", Hit)),
+        Just(one(Kind::Delete, OP_DELETE, 1, b"", Miss)),
         prop::sample::select(vec![0u16, 1]).prop_map(move |st| one(
             Kind::Touch,
             OP_TOUCH,

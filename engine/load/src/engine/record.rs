@@ -418,11 +418,17 @@ impl Recorder {
 
     /// The result's `ops`: each op's counters and histograms under its name.
     pub(super) fn op_results(&self, plan: &Plan) -> BTreeMap<String, OpResult> {
-        let read = |kind| matches!(kind, Kind::Get | Kind::Gets | Kind::Exists | Kind::MGet(_));
+        // reads, and deletes (a hit: the key was there), as the Python clients count them
+        let hit_or_miss = |kind| {
+            matches!(
+                kind,
+                Kind::Get | Kind::Gets | Kind::Exists | Kind::MGet(_) | Kind::Delete
+            )
+        };
         plan.ops
             .iter()
             .zip(&self.ops)
-            .map(|(op, st)| (op.name.clone(), st.result(plan.open, read(op.kind))))
+            .map(|(op, st)| (op.name.clone(), st.result(plan.open, hit_or_miss(op.kind))))
             .collect()
     }
 }

@@ -321,9 +321,10 @@ pub fn parse_text(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
             }
             Kind::Delete => {
                 return match line {
-                    b"DELETED" | b"NOT_FOUND" => done(next, Outcome::Ok),
+                    b"DELETED" => done(next, Outcome::Hit), // the key was there
+                    b"NOT_FOUND" => done(next, Outcome::Miss),
                     _ => protocol_error(next, pos..cr),
-                }
+                };
             }
             Kind::Touch => {
                 return match line {
@@ -459,7 +460,8 @@ pub fn parse_meta(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
             (Kind::Exists, b"HD") => done(next, Outcome::Hit),
             (Kind::Set, b"HD") => done(next, Outcome::Ok),
             (Kind::Set, _) => server_error(next, pos..cr),
-            (Kind::Delete, b"HD" | b"NF") => done(next, Outcome::Ok),
+            (Kind::Delete, b"HD") => done(next, Outcome::Hit),
+            (Kind::Delete, b"NF") => done(next, Outcome::Miss),
             (Kind::Touch, b"HD" | b"EN" | b"NF") => done(next, Outcome::Ok),
             (Kind::Incr, b"HD" | b"VA") => done(next, Outcome::Ok),
             (Kind::Incr, b"NF") => done(next, Outcome::Miss),
@@ -503,6 +505,18 @@ mod tests {
     }
     fn m(buf: &[u8], kind: Kind) -> Parse {
         parse_meta(buf, kind, &Limits::default())
+    }
+
+    #[test]
+    fn a_delete_says_whether_the_key_was_there() {
+        let said = |r: Parse| match r {
+            Parse::Done(reply) => reply.outcome,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(said(t(b"DELETED\r\n", Kind::Delete)), Outcome::Hit);
+        assert_eq!(said(t(b"NOT_FOUND\r\n", Kind::Delete)), Outcome::Miss);
+        assert_eq!(said(m(b"HD\r\n", Kind::Delete)), Outcome::Hit);
+        assert_eq!(said(m(b"NF\r\n", Kind::Delete)), Outcome::Miss);
     }
 
     #[test]

@@ -271,9 +271,9 @@ pub fn parse(buf: &[u8], kind: Kind, lim: &Limits) -> Parse {
         (Kind::Get | Kind::Gets | Kind::Exists | Kind::Incr, STATUS_NOT_FOUND) => {
             reply(f.len, Outcome::Miss, None, 0)
         }
-        (Kind::Delete | Kind::Touch, STATUS_OK | STATUS_NOT_FOUND) => {
-            reply(f.len, Outcome::Ok, None, 0)
-        }
+        (Kind::Delete, STATUS_OK) => reply(f.len, Outcome::Hit, None, 0), // the key was there
+        (Kind::Delete, STATUS_NOT_FOUND) => reply(f.len, Outcome::Miss, None, 0),
+        (Kind::Touch, STATUS_OK | STATUS_NOT_FOUND) => reply(f.len, Outcome::Ok, None, 0),
         (Kind::Set | Kind::Incr | Kind::Template | Kind::Setup, STATUS_OK) => {
             reply(f.len, Outcome::Ok, None, 0)
         }
@@ -421,10 +421,10 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        for status in [STATUS_OK, STATUS_NOT_FOUND] {
+        for (status, deleted) in [(STATUS_OK, Outcome::Hit), (STATUS_NOT_FOUND, Outcome::Miss)] {
             assert_eq!(
                 outcome(p(&resp(OP_DELETE, status, &[], b"", b""), Kind::Delete)),
-                Outcome::Ok
+                deleted
             );
             assert_eq!(
                 outcome(p(&resp(OP_TOUCH, status, &[], b"", b""), Kind::Touch)),

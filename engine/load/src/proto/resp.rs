@@ -520,7 +520,9 @@ fn judge(kind: Kind, consumed: usize, v: Val) -> Reply {
         }
         (Kind::Get | Kind::Gets, Val::Null) => r.outcome = Outcome::Miss,
         (Kind::Set, Val::Simple) => r.outcome = Outcome::Ok,
-        (Kind::Delete | Kind::Incr | Kind::Touch, Val::Int(_)) => r.outcome = Outcome::Ok,
+        // a delete says whether the key was there: a hit or a miss, as the Python clients count it
+        (Kind::Delete, Val::Int(n)) => r.outcome = if n > 0 { Outcome::Hit } else { Outcome::Miss },
+        (Kind::Incr | Kind::Touch, Val::Int(_)) => r.outcome = Outcome::Ok,
         (Kind::Exists, Val::Int(n)) => r.outcome = if n > 0 { Outcome::Hit } else { Outcome::Miss },
         (Kind::MGet(k), Val::Agg { n, nulls, payload }) => {
             r.payload = payload;
@@ -671,6 +673,15 @@ mod tests {
             })
         ));
         assert_eq!(p(b"$5\r\nhel", Kind::Get), Parse::Need(11));
+    }
+
+    #[test]
+    fn a_delete_says_whether_the_key_was_there() {
+        for (reply, outcome) in [(&b":1\r\n"[..], Outcome::Hit), (b":0\r\n", Outcome::Miss)] {
+            assert!(
+                matches!(p(reply, Kind::Delete), Parse::Done(Reply { outcome: o, .. }) if o == outcome)
+            );
+        }
     }
 
     #[test]
