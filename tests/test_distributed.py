@@ -130,6 +130,8 @@ def test_open_loop_rate_is_split(local_cluster: dist.Cluster, spawn) -> None:
     assert outcome.status == "ok", outcome.reason
     (phase,) = outcome.to_json()["phases"]
     done = sum(op["count"] for op in phase["ops"].values())
+    # a fixed schedule: 1,200 due, 1,204 done in two runs beside the suite's parallel pass (602 per agent; the
+    # 4 are ops due in the last tick); ±60 leaves 5 % of the schedule to a loaded host's missed ops
     assert abs(done - rate * seconds) <= 0.05 * rate * seconds, done
     assert [a["workers"] for a in phase["agents"]] == [[0, 2], [2, 2]]
     assert all(abs(a["ops"] - rate * seconds / 2) <= 0.05 * rate * seconds / 2 for a in phase["agents"])
@@ -203,7 +205,7 @@ def test_measuring_agent_is_reported_apart(cli_cluster, spawn) -> None:
     measuring = phase["measuring_agent"]
     assert measuring["rate"] == 50
     count = sum(op["count"] for op in measuring["ops"].values())
-    assert abs(count - 100) <= 5, count
+    assert abs(count - 100) <= 5, count  # 50/s for 2 s: 101 in two runs beside the parallel pass
     assert [a["role"] for a in phase["agents"]] == ["load"]  # its ops are not in the load's merge
     assert sum(a["ops"] for a in phase["agents"]) == sum(op["count"] for op in phase["ops"].values())
     # the agents' table is in every report, not only on the terminal after the run
@@ -253,7 +255,7 @@ def test_killed_agent_is_named_not_waited_for(cli_cluster, spawn) -> None:
     took = time.monotonic() - started
     killer.join(timeout=5)
     assert found, "no agent process was seen"
-    assert took < 45, took
+    assert took < 45, took  # 9.2-9.3 s beside the parallel pass (6 s phase, 5 s of silence named): 4.8x
     assert outcome.status == "failed"
     assert f"pid {found[0].pid}" in outcome.reason and "killed by SIGKILL" in outcome.reason
     lost = outcome.to_json()["dask"]["lost"]

@@ -72,7 +72,9 @@ def test_sql_servers_report_their_own_counters():
         # the server's processes (PostgreSQL forks one per client) burned CPU
         assert server["cpu_us_per_op"] > 0, (source, server["samples"], server["withheld"])
         first, last = server["samples"][0], server["samples"][-1]
-        assert last["commands"] - first["commands"] >= 3000  # every op is at least one statement
+        # every op is at least one statement: 3,006-3,011 counted (the probe's and sampler's own included);
+        # a bound of the ops themselves, so not a timing: it holds alone, where the counters have settled
+        assert last["commands"] - first["commands"] >= 3000
 
 
 def test_django_and_direct_clients_count_the_same_hits_and_misses(redis_server, memcached_server):
