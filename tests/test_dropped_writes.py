@@ -57,6 +57,21 @@ def test_untrusted_runs_counts_failed_ops() -> None:
     assert untrusted_runs({"runs": [run]}) == []
 
 
+def test_a_finding_of_several_repeats_is_one_line_naming_them_all() -> None:
+    """A cache that drops writes, run twice: one line says so for #1 and #2, and its canaries' dropped_write
+    errors are not counted again as failed ops (the same finding); other failures are summed over repeats."""
+    def run(repeat: int, errors: dict[str, int]) -> dict:  # repeat: 0-based, named #1, #2
+        return {"label": "django(dummy)", "target": "django://?BACKEND=dummy", "status": "ok", "repeat": repeat,
+                "dropped_writes": "a 1,000-byte value written without error was not there when read back",
+                "phases": [{"ops": {"set": {"count": 10, "errors": errors}}}]}
+
+    lines = untrusted_runs({"runs": [run(0, {"dropped_write": 12}), run(1, {"dropped_write": 22})]})
+    assert lines == ["django(dummy) #1, #2: drops writes: a 1,000-byte value written without error was not there "
+                     "when read back"]
+    lines = untrusted_runs({"runs": [run(0, {"dropped_write": 12, "timeout": 1}), run(1, {"timeout": 2})]})
+    assert lines[1:] == ["django(dummy) #1, #2: 3 ops failed (timeout 3)"]
+
+
 def test_output_suffix_chooses_the_format() -> None:
     assert output_paths(Path("r.json")) == (Path("r.json"), None, None)
     assert output_paths(Path("r")) == (Path("r"), None, None)

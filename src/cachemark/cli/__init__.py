@@ -86,21 +86,38 @@ def output_paths(out: Path | None) -> tuple[Path | None, Path | None, str | None
 
 
 def untrusted_runs(document: dict[str, Any] | ResultsDocument) -> list[str]:
-    """One line per run whose figures are not of a working cache: failed ops, or dropped writes."""
+    """The runs whose figures are not of a working cache: one line per finding, each once, naming every
+    repeat it covers (``django(dummy) #1, #2: drops writes: …``). A run that drops writes is said to
+    drop them, not counted again as the canaries' ``dropped_write`` errors: that is the same finding."""
+    import re
+
     from ..results import as_model
 
-    lines = []
+    repeat = re.compile(r" #(\d+)\b")
+    found: dict[tuple[str, str], tuple[list[str], dict[str, int]]] = {}  # (run, finding) -> repeats, errors
     for run in as_model(document).runs:
+        base, number = repeat.sub("", run.name, count=1), (m.group(1) if (m := repeat.search(run.name)) else "")
         if run.dropped_writes:
-            lines.append(f"{run.name}: drops writes: {run.dropped_writes}")
+            found.setdefault((base, f"drops writes: {run.dropped_writes}"), ([], {}))[0].append(number)
         kinds: dict[str, int] = {}
         for phase in run.phases:
             for op in phase.ops.values():
                 for kind, count in op.errors.items():
-                    kinds[kind] = kinds.get(kind, 0) + count
+                    if not (run.dropped_writes and kind == "dropped_write"):
+                        kinds[kind] = kinds.get(kind, 0) + count
         if sum(kinds.values()):
-            detail = ", ".join(f"{kind} {count:,}" for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]))
-            lines.append(f"{run.name}: {sum(kinds.values()):,} ops failed ({detail})")
+            numbers, total = found.setdefault((base, "failed"), ([], {}))
+            numbers.append(number)
+            for kind, count in kinds.items():
+                total[kind] = total.get(kind, 0) + count
+    lines = []
+    for (base, finding), (numbers, kinds) in found.items():
+        name = base + (" " + ", ".join(f"#{n}" for n in numbers) if any(numbers) else "")
+        if finding != "failed":
+            lines.append(f"{name}: {finding}")
+            continue
+        detail = ", ".join(f"{kind} {count:,}" for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        lines.append(f"{name}: {sum(kinds.values()):,} ops failed ({detail})")
     return lines
 
 
