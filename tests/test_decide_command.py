@@ -89,6 +89,11 @@ def test_decide_sizes_both_servers_so_that_they_give_the_predicted_hit_ratio(tmp
         assert sizing["measured"] >= 0.8 - 0.02
         assert c["capacity"]["capacity_ops_per_s"] is not None and c["capacity"]["capacity_ops_per_s"] > 0, c
         assert c["plan"]["nodes"] >= 1
+        # p99 at the peak each node carries (20,000/s here, well under either capacity): measured there
+        capacity = c["capacity"]
+        assert capacity["p99_at_peak_measured"] and capacity["p99_at_peak_ms"]["get"] > 0, capacity
+        assert capacity["per_node_rate"] == pytest.approx(20_000, rel=0.05)
+    assert "(measured there)" in result.stdout
     assert decision["decision"]["deploy"] in ("redis", "memcached")
     # Sized the old way — objects for the hit ratio × the mean bytes of an item — Redis misses it (memcached's
     # -m counts whole MiB: at this trace's 2 MiB both ways round up to a size that reaches it).

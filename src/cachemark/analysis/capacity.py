@@ -245,6 +245,26 @@ def find_capacity(target: Target | str, budgets: dict[str, float], workload: Wor
     return search.run()
 
 
+def measure_at(target: Target | str, budgets: dict[str, float], rate: float, workload: Workload | None = None,
+               network: Any = None, label: str | None = None, min_samples: int = MIN_SAMPLES,
+               warmup_s: float = WARMUP_S, max_step_s: float = MAX_STEP_S) -> CapacityPoint | None:
+    """One open-loop step of the search at ``rate``, on its own: each budgeted op's p99 measured at that
+    rate (``decide``'s p99 at the traffic's peak), not read off the search's points. None: skipped."""
+    target = parse_target(target) if isinstance(target, str) else target
+    workload = workload or Workload()
+    mix = workload.mix
+    shares = {op: sum(w for name, w in mix.items() if op in name.split("+")) / sum(mix.values()) for op in budgets}
+    search = _Search(target, {op: b for op, b in budgets.items() if shares[op] > 0}, workload,
+                     {op: v for op, v in shares.items() if v > 0}, network, None, label, PRECISION, min_samples, 1,
+                     warmup_s, max_step_s)
+    try:
+        with provide(search._with_room(target)) as (reachable, _servers):
+            search.reachable = reachable
+            return search._step(rate)
+    except BackendMissing:
+        return None
+
+
 class _Search:
     """One target's search: the steps, the bracket, the ETA."""
 

@@ -244,7 +244,9 @@ def decide(requests: Any, traffic: Traffic, needs: Needs, urls: list[str], price
         if a.capacity is not None:
             nodes = a.plan.load_nodes if a.plan is not None else 1
             a.capacity.per_node_rate = peak / nodes
-            a.capacity.p99_at_peak_ms = _p99_at(a.capacity.points, a.capacity.per_node_rate)
+            say(f"{c.label}: measuring p99 at the peak of {a.capacity.per_node_rate:,.0f} ops/s per node")
+            a.capacity.p99_at_peak_ms, a.capacity.p99_at_peak_measured = _p99_at_peak(
+                c, setting_params, budgets, workload, network, a.capacity, capacity_options or {})
         a.fails = judge(a, c, needs, aim, peak)
     decision.seconds = time.monotonic() - started
     return decision
@@ -320,6 +322,24 @@ def _capacity(c: Candidate, params: dict[str, str], budgets: dict[str, float], w
                "p99_ms": {op: v * 1000 for op, v in p.p99_s.items() if v is not None}} for p in found.points]
     return Capacity(found.capacity_ops_per_s, found.low or 0.0, found.high, points,
                     f"{found.trusted_path}: {found.path_note}")
+
+
+def _p99_at_peak(c: Candidate, params: dict[str, str], budgets: dict[str, float], workload: Any, network: Any,
+                 capacity: Any, options: dict[str, Any]) -> tuple[dict[str, float], bool]:
+    """Each budgeted op's p99 at the peak rate one node carries, measured there (an open-loop step on the
+    server configured at its size); read off the search's points where that step could not run."""
+    from ..target import parse_target, with_params
+    from .capacity import measure_at
+
+    given = parse_target(c.url)
+    target = with_params(given, {**given.params, **params})
+    step = {k: v for k, v in options.items() if k in ("min_samples", "warmup_s", "max_step_s")}
+    point = measure_at(target, {op: ms / 1000 for op, ms in budgets.items()}, capacity.per_node_rate,
+                       workload=workload, network=network, label=c.label, **step)
+    measured = {op: v * 1000 for op, v in point.p99_s.items() if v is not None} if point is not None else {}
+    if measured:
+        return measured, True
+    return _p99_at(capacity.points, capacity.per_node_rate), False
 
 
 def _p99_at(points: list[dict[str, Any]], rate: float) -> dict[str, float]:

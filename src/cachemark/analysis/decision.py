@@ -82,10 +82,11 @@ class Capacity:
     high: float | None
     points: list[dict[str, Any]]  # {"rate", "achieved", "p99_ms": {op: ms}, "within": bool}
     trusted: str  # the load path whose tails the budget was judged on, and why
-    # at the traffic's peak rate shared by the nodes the load needs (peak ÷ load nodes a node), read off
-    # the measured points (interpolated between the two rates around it)
+    # at the traffic's peak rate shared by the nodes the load needs (peak ÷ load nodes a node): measured
+    # there, an open-loop step of its own; else read off the search's points (interpolated)
     p99_at_peak_ms: dict[str, float] = field(default_factory=dict)
     per_node_rate: float = 0.0
+    p99_at_peak_measured: bool = False
 
 
 @dataclass

@@ -91,7 +91,8 @@ def decision_lines(d: Decision) -> list[str]:
     if c is not None:
         share = (f" ({fmt_rate(c.per_node_rate)}/s on each of {chosen.plan.load_nodes} nodes)"
                  if chosen.plan is not None and chosen.plan.load_nodes > 1 else "")
-        at_peak = f"p99 at the peak of {fmt_rate(t.peak_rate)} requests/s{share}: {_p99s(chosen)}"
+        how = "measured there" if c.p99_at_peak_measured else "read off the search's steps"
+        at_peak = f"p99 at the peak of {fmt_rate(t.peak_rate)} requests/s{share}: {_p99s(chosen)} ({how})"
         cap = (f"; within the budget up to {_capacity(chosen, t.peak_rate)}" if c.ops_per_s is not None else "")
         lines.append(at_peak + cap + ".")
     if d.runner_up is not None:
