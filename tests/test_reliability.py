@@ -330,7 +330,7 @@ def test_a_prefill_into_this_process_beyond_its_memory_is_refused(tmp_path):
     result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", "memory://", "--keys", "50000000",
                              "--value-size", "100", "--no-calibrate"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=120, preexec_fn=four_gb)
-    _one_line_exit_2(result, "held in this process", "available", "--keys")
+    _one_line_exit_2(result, "held in the workers' own memory", "available", "--keys")
 
 
 @pytest.mark.parametrize("client", ["", "engine", "go-redis"])

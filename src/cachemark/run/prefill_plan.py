@@ -63,9 +63,7 @@ def plan_prefill(spec: RunSpec) -> PrefillPlan | None:
     wl = spec.workload
     if not wl.prefill or wl.trace is not None or not wl.keys:
         return None
-    row = find_scheme(spec.target.scheme)
-    private = row is not None and _in_process(spec)
-    keys = wl.keys * (wl.workers if private else 1)
+    keys = wl.keys * (wl.workers if _in_process(spec) else 1)
     value = wl.sizes.mean() if wl.sizes is not None else 0.0
     wire = keys * (value + _key_chars(wl) + WIRE_BYTES_PER_SET)
     link, bps = _cap(spec)
@@ -86,8 +84,9 @@ def check_prefills(specs: list[RunSpec]) -> None:
             raise SpecError(f"{spec.label}: a {plan.line()}, over the {fmt_span(MAX_PREFILL_S)} a prefill may take: "
                             f"{fix}")
         if _in_process(spec) and (free := available_memory()) is not None and plan.value_bytes > MEMORY_SHARE * free:
-            raise SpecError(f"{spec.label}: the prefill's values ({fmt_bytes(plan.value_bytes)}) would be held in this "
-                            f"process, and this host has {fmt_bytes(free)} available: {fix}")
+            raise SpecError(f"{spec.label}: the prefill's values ({fmt_bytes(plan.value_bytes)}) would be held in the "
+                            f"workers' own memory (each holds every key), and this host has {fmt_bytes(free)} "
+                            f"available: {fix}")
 
 
 def announced(spec: RunSpec) -> str | None:
