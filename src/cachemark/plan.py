@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from .errors import UserError
 from .results.names import run_name
 from .schemes import find_scheme
@@ -166,11 +168,14 @@ def as_given(saved: dict[str, Any]) -> dict[str, Any]:
     trace = workload.get("trace") if isinstance(workload, dict) else None
     if not isinstance(trace, dict) or not trace.get("prepared"):
         return saved
+    try:
+        replay = Workload.model_validate(workload)  # the replay's workload, as with_trace made it
+    except ValidationError:
+        return saved  # not one of ours: shown as saved
     given = {k: v for k, v in workload.items() if k not in _FROM_THE_TRACE}
     given["trace"] = {k: v for k, v in trace.items() if k != "prepared"}
-    phases = workload.get("phases") or [{}]
-    if isinstance(phases[0], dict) and phases[0].get("duration") is not None:  # --duration cut the replay
-        given["duration"] = phases[0]["duration"]
+    if replay.phases and replay.phases[0].duration is not None:  # --duration cut the replay
+        given["duration"] = replay.phases[0].duration
     if not given.get("prefill"):
         given.pop("prefill", None)  # a replay's own default
     return {**saved, "workload": given}
