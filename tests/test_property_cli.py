@@ -48,31 +48,30 @@ EDGES = ["0", "-1", "1", "2", "nan", "-nan", "inf", "-inf", "1e400", "-1e400", "
          "p99>nan%", "redis=cache.m7g.large", "\x00", "é", "-", "--", "?bogus=1"]
 
 
-def _paths() -> list[str]:
-    WORK.mkdir(parents=True, exist_ok=True)
-    (WORK / "t.csv").write_text("timestamp,key,op,size\n1,a,get,10\n2,b,set,20\n")
-    (WORK / "empty.toml").write_text("")
-    (WORK / "needs.toml").write_text("[needs]\np99_ms = { get = 1.0 }\nops_per_s = 1000\n")
-    (WORK / "prices.toml").write_text('[offerings.x]\nkind = "instance"\nhourly = 1e308\nmemory_gb = 1e-320\n')
-    data = []
-    for source in sorted(DATA.glob("*.json")):  # copies: a report is written beside its results file
-        if source.stat().st_size < 2_000_000:
-            shutil.copyfile(source, WORK / source.name)
-            data.append(str(WORK / source.name))
-    made = [str(WORK / n) for n in ("t.csv", "empty.toml", "needs.toml", "prices.toml")]
-    return [*data, *made, str(WORK / "missing.json"), str(WORK), "/dev/null",
-            *(str(WORK / f"out{s}") for s in (".json", ".md", ".txt", ".html", ".csv", ".zst", ".yaml"))]
-
-
-PATHS = _paths()
+SOURCES = sorted(s for s in DATA.glob("*.json") if s.stat().st_size < 2_000_000)
+MADE = {"t.csv": "timestamp,key,op,size\n1,a,get,10\n2,b,set,20\n",
+        "empty.toml": "",
+        "needs.toml": "[needs]\np99_ms = { get = 1.0 }\nops_per_s = 1000\n",
+        "prices.toml": '[offerings.x]\nkind = "instance"\nhourly = 1e308\nmemory_gb = 1e-320\n'}
+PATHS = [*(str(WORK / s.name) for s in SOURCES), *(str(WORK / name) for name in MADE),
+         str(WORK / "missing.json"), str(WORK), "/dev/null",
+         *(str(WORK / f"out{s}") for s in (".json", ".md", ".txt", ".html", ".csv", ".zst", ".yaml"))]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _scratch_removed():
-    """The scratch directory goes with the module: a suite run leaves nothing in /tmp."""
+def _scratch():
+    """The scratch directory is made when the module's tests run and goes with them (collection
+    alone, in every xdist worker and every pass, makes nothing): a suite run leaves nothing in /tmp."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    for source in SOURCES:  # copies: a report is written beside its results file
+        shutil.copyfile(source, WORK / source.name)
+    for name, text in MADE.items():
+        (WORK / name).write_text(text)
     yield
     shutil.rmtree(WORK, ignore_errors=True)
+
+
 VALUES = st.one_of(st.sampled_from(EDGES), st.sampled_from(PATHS),
                    st.integers(-(10**20), 10**20).map(str),
                    st.floats(allow_nan=True, allow_infinity=True).map(repr),

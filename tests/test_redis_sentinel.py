@@ -200,7 +200,7 @@ def _fail_over_mid_run(lab, out: Path, target: str, duration: str, kill_after: f
         if run.poll() is None:
             run.kill()
     assert run.returncode == 0, output
-    assert time.monotonic() - killed_at > 3  # the run went on after the kill (6.1-7.6 s; the deadline is a floor)
+    assert time.monotonic() - killed_at > 3  # the run went on after the kill (8-9 s; the deadline is a floor)
 
     # the Sentinels promoted the replica, and the run's ops after the failover went to it
     assert lab.primary_port() == replica
@@ -217,9 +217,10 @@ def _fail_over_mid_run(lab, out: Path, target: str, duration: str, kill_after: f
     assert outage["recovered"] and outage["server"] == f"127.0.0.1:{replica}"
     assert 0.5 < outage["duration_s"] < 15, outage  # down-after 1 s + the election and promotion
     assert 0 < outage["failed_writes"] <= outage["errors"] <= errors
-    # beside a busy loop the outage ran from 2.2 to 4.5 s into the phase (Python, 9-s run) and from 1.5 to
-    # 3.9 s (engine, 7 s): 2.3 s each; it may last 1.9x that before the engine's run ends within a second
-    # of it (2.5x for Python's)
+    # beside a busy loop the outage ran from 2.2 to 4.5 s into the phase (Python) and from 1.5 to 3.9 s
+    # (engine): 2.3 s each. Rarely all three Sentinels start an election at once and none wins; the lab's
+    # failover-timeout (2 s) has one retried within about 5 s, so an outage of up to 7.5 s still ends a
+    # second before the run (11 s Python, 10 s engine)
     assert 1 < outage["start_s"] < outage["end_s"] < phase["wall_s"] - 1
 
     line = f"failover: writes failed for {outage['duration_s']:.1f} s"
@@ -234,14 +235,14 @@ def _fail_over_mid_run(lab, out: Path, target: str, duration: str, kill_after: f
 def test_failover_mid_run_is_ridden_through_and_timed(spawn, tmp_path: Path):
     lab = spawn("redis-sentinel")
     started = time.monotonic()
-    phase = _fail_over_mid_run(lab, tmp_path / "failover.json", lab.url(), "9s", 2.0, "--workers", "2")
+    phase = _fail_over_mid_run(lab, tmp_path / "failover.json", lab.url(), "11s", 2.0, "--workers", "2")
     assert phase["ops"]["get"]["errors"].keys() <= {"connection", "timeout"}
     # the new primary's reads are the run's (its gets, and a get per write canary: 1 in 256 sets)
     gets_on_new_primary = _info(lab.primary_port(), "commandstats")["cmdstat_get"]["calls"]
     assert gets_on_new_primary <= phase["ops"]["get"]["count"] + phase["ops"]["set"]["count"] // 256 + 1
     tail = phase["timeseries"][-3:]
     assert all(second["ops"] > 0 and second["errors"] == 0 for second in tail[:-1]), tail
-    assert time.monotonic() - started < 40  # 13 s beside a busy loop (3x)
+    assert time.monotonic() - started < 45  # 15 s beside a busy loop (3x)
 
     processes = [p.proc for p in [*lab.sentinels, *lab.nodes]]
     assert len(processes) == 5
@@ -256,13 +257,13 @@ def test_engine_follows_a_failover_mid_run_and_times_it(spawn, tmp_path: Path):
     lab = spawn("redis-sentinel")
     started = time.monotonic()
     phase = _fail_over_mid_run(lab, tmp_path / "engine-failover.json",
-                               lab.url() + "?client=engine&threads=1&connections=4", "7s", 1.5)
+                               lab.url() + "?client=engine&threads=1&connections=4", "10s", 1.5)
     for op in phase["ops"].values():
         assert op["errors"].keys() <= {"connection", "timeout"}, op["errors"]
     # the new primary's reads are the run's (its gets, and at most 100 canaries' reads)
     gets_on_new_primary = _info(lab.primary_port(), "commandstats")["cmdstat_get"]["calls"]
     assert gets_on_new_primary <= phase["ops"]["get"]["count"] + 100
-    assert time.monotonic() - started < 25  # 8.7 s beside a busy loop (2.9x)
+    assert time.monotonic() - started < 35  # 11.7 s beside a busy loop (3x)
 
 
 def test_on_error_policy_waits_out_a_failover():

@@ -3,8 +3,10 @@
 Owns :class:`SentinelLab`: one redis-server primary, one replica of it (``--replicaof``),
 and three ``redis-server sentinel.conf --sentinel`` processes that monitor the primary
 as ``mymaster`` with a quorum of 2, a short ``down-after-milliseconds`` (1000, or
-``down_after_ms=``) and ``failover-timeout`` (5000), so a failover is over in seconds,
-not the minute Sentinel's defaults take. Each process has its own temp dir (a Sentinel
+``down_after_ms=``) and ``failover-timeout`` (2000), so a failover is over in seconds,
+not the minute Sentinel's defaults take. The short failover-timeout matters when all three
+Sentinels start an election at once and none wins (rare, but seen beside a busy CPU): the next
+try comes after twice that timeout, within the run that is timing the outage. Each process has its own temp dir (a Sentinel
 rewrites its config file as it learns). Ready means every Sentinel names the same
 primary, sees the two other Sentinels and knows the replica, and the replica's link to
 the primary is up: only then can a failover happen at all.
@@ -29,7 +31,7 @@ from .redis import RedisServer, _read_replies, _resp
 SERVICE = "mymaster"
 QUORUM = 2
 SENTINELS = 3
-FAILOVER_TIMEOUT_MS = 5000
+FAILOVER_TIMEOUT_MS = 2000
 
 
 class _Primary(RedisServer):
