@@ -6,10 +6,10 @@ as ``mymaster`` with a quorum of 2, a short ``down-after-milliseconds`` (1000, o
 ``down_after_ms=``) and ``failover-timeout`` (2000), so a failover is over in seconds,
 not the minute Sentinel's defaults take. The short failover-timeout matters when all three
 Sentinels start an election at once and none wins (rare, but seen beside a busy CPU): the next
-try comes after twice that timeout, within the run that is timing the outage. Each process has its own temp dir (a Sentinel
-rewrites its config file as it learns). Ready means every Sentinel names the same
-primary, sees the two other Sentinels and knows the replica, and the replica's link to
-the primary is up: only then can a failover happen at all.
+try comes after twice that timeout, within the run that is timing the outage. Each process
+has its own temp dir (a Sentinel rewrites its config file as it learns). Ready means every
+Sentinel names the same primary, sees the two other Sentinels and knows the replica, and the
+replica's link to the primary is up: only then can a failover happen at all.
 
 The URL it hands out is ``redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster/0``
 (the Sentinels, then the service name and the database). :meth:`SentinelLab.kill_primary`
