@@ -367,8 +367,9 @@ def _peak_bytes(*args: str, cwd: Path) -> int:
 
 def test_show_and_report_of_a_large_results_file_take_memory_in_proportion(tmp_path):
     """A results file of 600 runs (4.3 MB): each command's peak memory beyond what it takes for one of
-    those runs, against the file's size. Measured here: show 8.4x, Markdown 7.3x, HTML 14.5x (the HTML
-    report held every run's decoded histograms at once: 105x here, 1.2 GB for an 11.4 MB file)."""
+    those runs, against the file's size, within the 10x the file that a user may expect. Measured here:
+    show 8.2x (9.9x while rich held the whole table), Markdown 6.2x, HTML 7.9x (14.5x while the page
+    was joined in memory; 105x while every run's decoded histograms were held at once)."""
     source = json.loads((Path(__file__).parent / "data" / "report-doc.json").read_text())
     one = tmp_path / "one.json"
     one.write_text(json.dumps(source))
@@ -380,5 +381,4 @@ def test_show_and_report_of_a_large_results_file_take_memory_in_proportion(tmp_p
     for name, (command, *out) in commands.items():
         grew = _peak_bytes(command, str(large), *out, cwd=tmp_path) - _peak_bytes(command, str(one), *out,
                                                                                  cwd=tmp_path)
-        bound = 20 if name == "html" else 12  # margins: 1.3x and 1.3x over what was measured
-        assert grew < bound * size, (name, grew / size)
+        assert grew < 10 * size, (name, grew / size)  # margins: 1.2x (show) to 1.6x (Markdown); memory, not timing

@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -131,11 +132,11 @@ class AtomicFile:
             self.discard()
 
 
-def write_bytes(path: str | Path, data: bytes, what: str = "") -> Path:
-    """``data`` to ``path`` all at once (or to stdout for ``-``)."""
+def _write_all(path: str | Path, chunks: Iterable[bytes], what: str) -> Path:
     out = AtomicFile(path, what)
     try:
-        out.file.write(data)
+        for chunk in chunks:
+            out.file.write(chunk)
     except OSError as exc:
         out.discard()
         raise out._error(exc) from None
@@ -145,9 +146,21 @@ def write_bytes(path: str | Path, data: bytes, what: str = "") -> Path:
     return out.commit()
 
 
+def write_bytes(path: str | Path, data: bytes, what: str = "") -> Path:
+    """``data`` to ``path`` all at once (or to stdout for ``-``)."""
+    return _write_all(path, [data], what)
+
+
 def write_text(path: str | Path, text: str, what: str = "") -> Path:
     """``text`` as UTF-8 to ``path`` all at once (or to stdout for ``-``)."""
-    return write_bytes(path, text.encode("utf-8"), what)
+    return _write_all(path, [text.encode("utf-8")], what)
+
+
+def write_parts(path: str | Path, parts: Iterable[str], what: str = "") -> Path:
+    """The texts ``parts`` yields, as UTF-8 to ``path``, still all at once for a reader (or to
+    stdout for ``-``): each is written as it is made, so a large report never holds its whole
+    text, nor an encoded copy of it, in memory."""
+    return _write_all(path, (part.encode("utf-8") for part in parts), what)
 
 
 def json_text(data: object) -> str:

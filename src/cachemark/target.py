@@ -533,13 +533,20 @@ def scrub(data: Any) -> Any:
 
     Histograms (base64 under a ``histogram``/``histograms`` key) are left alone: they
     hold no text, and a remembered secret could match inside their encoding by chance.
+    A container in which nothing changed is returned itself, not copied: a large results file
+    read by ``show`` or ``report`` is then held once, not twice.
     """
     if isinstance(data, dict):
-        return {key: value if str(key).startswith("histogram") else scrub(value) for key, value in data.items()}
+        scrubbed = {key: value if str(key).startswith("histogram") else scrub(value) for key, value in data.items()}
+        return data if all(scrubbed[key] is value for key, value in data.items()) else scrubbed
     if isinstance(data, list):
-        return [scrub(item) for item in data]
+        items = [scrub(item) for item in data]
+        return data if all(new is old for new, old in zip(items, data)) else items
     if isinstance(data, str):
-        return redact_text(data, limit=None) if data and not data.startswith("HISTF") else data
+        if not data or data.startswith("HISTF"):
+            return data
+        redacted = redact_text(data, limit=None)
+        return data if redacted == data else redacted  # an equal copy would count as a change
     return data
 
 

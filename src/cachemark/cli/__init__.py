@@ -280,7 +280,7 @@ def show(results: Annotated[Path, typer.Argument(help="A results JSON file.")]) 
     from ..report.table import render
     from ..results import load
 
-    render(load(results), console)
+    render(load(results).model, console)  # the typed document alone: the file's dict goes before the table
 
 
 @app.command()

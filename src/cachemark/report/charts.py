@@ -10,7 +10,7 @@ Every chart is one ``<svg class="chart">`` with a fixed size and viewBox, series
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING
@@ -169,19 +169,31 @@ def _frame(title: str, width: int, height: int, body: list[str], x_label: str, y
     return "".join(parts)
 
 
+def _span(values: Iterable[float], empty: tuple[float, float]) -> tuple[float, float]:
+    """The lowest and highest of ``values`` (``empty`` when there are none), read in one pass: a
+    chart of a thousand runs' curves never lists all of their points at once."""
+    lo = hi = None
+    for value in values:
+        if lo is None or value < lo:
+            lo = value
+        if hi is None or value > hi:
+            hi = value
+    return empty if lo is None or hi is None else (lo, hi)
+
+
 def line_chart(series: list[Series], *, title: str, x_label: str, y_label: str, x_kind: str = "linear",
                y_kind: str = "linear", x_fmt: Callable[[float], str] = str,
                y_fmt: Callable[[float], str] = str, categories: Sequence[str] = (),
                markers: Sequence[Marker] = (), chart_id: str = "chart", width: int = WIDTH,
                height: int = HEIGHT, y_zero: bool = True) -> str:
     m = _MARGIN
-    xs = [x for s in series for x, _ in s.points] or [0.0, 1.0]
-    ys = [y for s in series for _, y in s.points if y is not None and (y_kind != "log" or y > 0)] or [1.0]
-    y_lo = min(ys)
+    x_lo, x_hi = _span((x for s in series for x, _ in s.points), (0.0, 1.0))
+    y_lo, y_hi = _span((y for s in series for _, y in s.points if y is not None and (y_kind != "log" or y > 0)),
+                       (1.0, 1.0))
     if y_kind == "linear" and y_zero:
         y_lo = min(0.0, y_lo)
-    x_axis = Axis(x_kind, min(xs), max(xs), m["left"], width - m["right"], x_fmt, categories)
-    y_axis = Axis(y_kind, y_lo, max(ys), height - m["bottom"], m["top"], y_fmt)
+    x_axis = Axis(x_kind, x_lo, x_hi, m["left"], width - m["right"], x_fmt, categories)
+    y_axis = Axis(y_kind, y_lo, y_hi, height - m["bottom"], m["top"], y_fmt)
     body: list[str] = []
     for index, s in enumerate(series):
         points = [(x, y) for x, y in s.points if y is not None and (y_kind != "log" or y > 0)]

@@ -10,11 +10,13 @@ nothing of results: the run table, the answer blocks and compare all draw throug
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import NamedTuple
 
 from rich.box import HEAVY_HEAD, Box
 from rich.cells import cell_len
 from rich.console import Console
+from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
@@ -136,11 +138,20 @@ def print_fitted(console: Console, columns: Sequence[str], table_rows: list[list
             table.add_section()
         last = row[0]
         table.add_row(*(Text(row[i]) for i in fit.keep))  # plain text: labels are not markup
-    console.print(table)
+    _print_by_lines(console, table)
     if fit.dropped:
         console.print(f"not shown at {console.width} columns: {', '.join(fit.dropped)} ({more})", markup=False,
                       highlight=False)
     return fit.dropped
+
+
+def _print_by_lines(console: Console, table: Table, lines_at_once: int = 200) -> None:
+    """``console.print(table)``, a few hundred lines at a time: rich renders a table row by row but
+    ``print`` holds every segment of it until the end (19 MB for 600 runs' rows), so ``show`` of a
+    large results file would take more memory for its table than for the file."""
+    lines = Segment.split_lines(console.render(table, console.options))
+    while chunk := list(islice(lines, lines_at_once)):
+        console.print(Segments(segment for line in chunk for segment in (*line, Segment.line())), end="")
 
 
 def _print_as_lines(console: Console, columns: Sequence[str], table_rows: list[list[str]], names: int,

@@ -2,29 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import UserError
 from ..results import ResultsDocument
 from .export import to_csv, to_json, to_markdown
-from .html import render_html
+from .html import html_parts
 
-# name -> (render(document, baseline), takes a --baseline)
-_FORMATS: dict[str, tuple[Callable[[dict[str, Any] | ResultsDocument, str | None], str], bool]] = {
-    "markdown": (lambda document, baseline: to_markdown(document, baseline), True),
-    "csv": (lambda document, baseline: to_csv(document), False),
-    "json": (lambda document, baseline: to_json(document), False),
-    "html": (lambda document, baseline: render_html(document, baseline=baseline), True),
+# name -> (its parts(document, baseline), takes a --baseline)
+_FORMATS: dict[str, tuple[Callable[[dict[str, Any] | ResultsDocument, str | None], Iterable[str]], bool]] = {
+    "markdown": (lambda document, baseline: [to_markdown(document, baseline)], True),
+    "csv": (lambda document, baseline: [to_csv(document)], False),
+    "json": (lambda document, baseline: [to_json(document)], False),
+    "html": (lambda document, baseline: html_parts(document, baseline=baseline), True),
 }
 FORMATS = tuple(_FORMATS)
 
 
-def render(document: dict[str, Any] | ResultsDocument, fmt: str, baseline: str | None = None) -> str:
-    """The document in ``fmt`` (markdown, csv, json, html)."""
+def render_parts(document: dict[str, Any] | ResultsDocument, fmt: str, baseline: str | None = None) -> Iterable[str]:
+    """The document in ``fmt`` (markdown, csv, json, html) as texts to write one after another: an
+    HTML page is made part by part, so a large one is never whole in memory."""
     if fmt not in _FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     write, takes_baseline = _FORMATS[fmt]
     if baseline is not None and not takes_baseline:
         raise UserError("--baseline applies to the markdown and html formats")
     return write(document, baseline)
+
+
+def render(document: dict[str, Any] | ResultsDocument, fmt: str, baseline: str | None = None) -> str:
+    """The document in ``fmt`` (markdown, csv, json, html), whole."""
+    return "".join(render_parts(document, fmt, baseline))

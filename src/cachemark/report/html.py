@@ -1,14 +1,15 @@
 """The HTML report: one self-contained file (inline CSS, a few lines of inline JS, SVG charts).
 
-Owns :func:`render_html`. Sections: the summary table (with "% of baseline" columns when a
-baseline label is given), server figures, the latency percentile spectrum per phase × op
-(HdrHistogram-style nines axis, log latency), throughput and hit-ratio bars, per-second
-time series when phases carry ``timeseries``, sweep charts (ops/s, bandwidth and p99 vs
-the swept value with the saturation point marked) when runs carry ``sweep``, the
-environment with its calibration, and the exact spec as TOML to re-run. Nothing is
-fetched from the network; the charts are drawn here as SVG (:mod:`.charts`), so the page
-renders the same offline, in a mail attachment or in a CI artefact. It reads the typed document
-(:mod:`cachemark.results.schema`); :func:`render_html` takes the document's dict too.
+Owns :func:`html_parts` (the page, written as it is made) and :func:`render_html` (whole).
+Sections: the summary table (with "% of baseline" columns when a baseline label is given),
+server figures, the latency percentile spectrum per phase × op (HdrHistogram-style nines axis,
+log latency), throughput and hit-ratio bars, per-second time series when phases carry
+``timeseries``, sweep charts (ops/s, bandwidth and p99 vs the swept value with the saturation
+point marked) when runs carry ``sweep``, the environment with its calibration, and the exact
+spec as TOML to re-run. Nothing is fetched from the network; the charts are drawn here as SVG
+(:mod:`.charts`), so the page renders the same offline, in a mail attachment or in a CI
+artefact. It reads the typed document (:mod:`cachemark.results.schema`); both functions take
+the document's dict too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from html import escape
 from typing import Any
 
@@ -230,32 +232,33 @@ def _server_table(phases: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
-def _spectrum_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) -> str:
-    # One chart at a time, each run's curve read off its histograms as they are decoded, which are then
-    # let go: a decoded histogram is ~100x its encoded size, and holding every run's histograms (or every
-    # chart's points) at once took a 12 MB results file of 1,590 runs to 1.2 GB.
+def _spectrum_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) -> Iterator[str]:
+    """The section's parts, a chart at a time. Each run's curve is read off its histograms as they
+    are decoded, which are then let go: a decoded histogram is ~100x its encoded size, and holding
+    every run's histograms (or every chart's points) at once took a 12 MB results file of 1,590 runs
+    to 1.2 GB."""
     measured = [(index, run) for index, run in enumerate(document.runs) if run.measured]
     charts = list(dict.fromkeys((phase.name, name) for _, run in measured for phase in run.phases
                                 for name in phase.ops))
     many_phases = len({p for p, _ in charts}) > 1
-    figures = []
+    opened = False
     for phase, op in charts:
         series = [curve for index, run in measured
                   if (curve := _spectrum(run, phase, op, colors[index])) is not None]
         if not series:
             continue
+        if not opened:
+            yield ("<h2>Latency percentile spectrum</h2><p class=\"note\">Successful ops (hits, misses, ok); "
+                   "x: percentile on the nines scale, y: latency (log).</p><div class=\"charts\">")
+            opened = True
         chart_id = ids("spectrum")
         title = f"{phase}: {op}" if many_phases else op
         svg = line_chart(series, title=f"latency by percentile — {title}", x_label="percentile",
                          y_label="latency", x_kind="percentile", y_kind="log", y_fmt=_fmt_us,
                          chart_id=chart_id)
-        legend = _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])
-        figures.append(_figure(svg, legend))
-    if not figures:
-        return ""
-    return ("<h2>Latency percentile spectrum</h2><p class=\"note\">Successful ops (hits, misses, ok); "
-            "x: percentile on the nines scale, y: latency (log).</p><div class=\"charts\">"
-            + "".join(figures) + "</div>")
+        yield _figure(svg, _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)]))
+    if opened:
+        yield "</div>"
 
 
 def _spectrum(run: Run, phase_name: str, op_name: str, color: str) -> Series | None:
@@ -508,6 +511,12 @@ def _spec(document: ResultsDocument) -> str:
 
 def render_html(document: dict[str, Any] | ResultsDocument, baseline: str | None = None) -> str:
     """The whole report as one HTML string."""
+    return "".join(html_parts(document, baseline))
+
+
+def html_parts(document: dict[str, Any] | ResultsDocument, baseline: str | None = None) -> Iterator[str]:
+    """The report's page, section by section: written as made, a report of many runs never holds
+    its whole text (the spectrum and time-series charts are most of it)."""
     document = as_model(document)
     rows = op_rows(document)
     phases = phase_rows(document)
@@ -516,23 +525,26 @@ def render_html(document: dict[str, Any] | ResultsDocument, baseline: str | None
     experiment = document.experiment
     name = experiment.name
     sweeps = {r.sweep_key for r in document.runs if r.sweep}
-    parts = [
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
-        f"<title>cachemark: {escape(name)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>cachemark: {escape(name)}</h1>",
-        f"<p class=\"note\">{escape(experiment.description or '')} results created "
-        f"{escape(str(document.stated('created', '?')))} · schema {escape(str(document.schema_))} · "
-        f"{len(document.runs)} runs{f' · {len(sweeps)} sweep points' if sweeps else ''}</p>",
-        *(to_html(block) for block in verdict_blocks(document)),
-        *(to_html(block) for block in headline_blocks(document)),
-        "<h2>Summary</h2>",
-        _summary_table(document, rows, baseline),
-        _network_section(document),
-        _server_table(phases),
-    ]
+    yield ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+           f"<title>cachemark: {escape(name)}</title><style>{_CSS}</style></head><body>"
+           f"<h1>cachemark: {escape(name)}</h1>"
+           f"<p class=\"note\">{escape(experiment.description or '')} results created "
+           f"{escape(str(document.stated('created', '?')))} · schema {escape(str(document.schema_))} · "
+           f"{len(document.runs)} runs{f' · {len(sweeps)} sweep points' if sweeps else ''}</p>")
+    yield from (to_html(block) for block in verdict_blocks(document))
+    yield from (to_html(block) for block in headline_blocks(document))
+    yield "<h2>Summary</h2>"
+    yield _summary_table(document, rows, baseline)
+    yield _network_section(document)
+    yield _server_table(phases)
+    del phases
     if rows:
-        parts += [_spectrum_charts(document, colors, ids), _bar_charts(rows, colors, ids)]
-    parts += [_timeseries_charts(document, colors, ids), _sweep_charts(document, colors, ids),
-              _environment(document), _spec(document), f"<script>{_JS}</script></body></html>"]
-    return "".join(parts)
+        yield from _spectrum_charts(document, colors, ids)
+        yield _bar_charts(rows, colors, ids)
+    del rows
+    yield _timeseries_charts(document, colors, ids)
+    yield _sweep_charts(document, colors, ids)
+    yield _environment(document)
+    yield _spec(document)
+    yield f"<script>{_JS}</script></body></html>"

@@ -150,12 +150,14 @@ def load(path: str | Path) -> LoadedDocument:
     if not isinstance(document, dict):
         raise UserError(f"{name}: not a cachemark results file (expected a JSON object at the top level)")
     # Decoded UTF-8 holds no lone surrogate; only a "\\udXXX" escape can make one.
-    check_tree(document, name, strings=_SURROGATE_ESCAPE.search(text) is not None)
+    escapes = _SURROGATE_ESCAPE.search(text) is not None
+    del text  # a large file is held once, as its dict, while the model is built
+    check_tree(document, name, strings=escapes)
     model = validate(document, name)
     from ..target import scrub
 
     scrubbed = scrub(document)  # a file written before secrets were redacted everywhere
-    if scrubbed != document:  # rare (such a file): the model must hold the masked text too
+    if scrubbed is not document:  # rare (such a file): the model must hold the masked text too
         del document, model
         model = validate(scrubbed, name)
     loaded = LoadedDocument(scrubbed)
