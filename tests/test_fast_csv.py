@@ -133,7 +133,7 @@ def test_cachelib_random_broken_lines(header: bytes) -> None:
     index = cachelib_header(header, "x")
     width = header.count(b",") + 1
     ops = [b"GET", b"GET_LEASE", b"SET", b"SET_LEASE", b"DELETE", b"SAT", b"GET_LEASX", b"GET_LEAS", b"",
-           b"get", b"GET\0", b"GET_LEASE\0"]
+           b"get", b"get_lease", b"set_lease", b"delete", b"Get", b"get_leasE", b"GET\0", b"GET_LEASE\0"]
     names = header.split(b",")
 
     def fields(rng: np.random.Generator, i: int) -> list[bytes]:

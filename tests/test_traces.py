@@ -196,6 +196,19 @@ def test_cachelib_v1_header_and_errors(tmp_path: Path) -> None:
         list(open_trace(bad, "cachelib"))
 
 
+def test_cachelib_columns_with_ops_in_lower_case_read_as_in_capitals(tmp_path: Path) -> None:
+    """A CSV of CacheLib's columns written by hand (``get``, not ``GET``) was refused line by line as
+    "unknown op 'get'"; a mixed-case spelling still is."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"timestamp,key,op,size\n1,a,get,10\n2,b,set,20\n3,a,GET,10\n4,b,delete,0\n5,a,get_lease,10\n"
+                     b"6,b,Get,10\n")
+    records, reader = _read(path)
+    assert reader.format == "cachelib"
+    assert [(r.op, r.key) for r in records] == [("get", b"a"), ("set", b"b"), ("get", b"a"), ("delete", b"b"),
+                                                 ("get", b"a")]
+    assert reader.problems.malformed == {"unknown op 'Get'": [1, [7]]}
+
+
 # -- Redis MONITOR ----------------------------------------------------------------------
 
 
@@ -625,7 +638,8 @@ def test_vectorised_cachelib_parser_agrees_with_the_line_parser() -> None:
     index = cachelib_header(header, "x")
     rng = np.random.default_rng(13)
     numbers = [b"0", b"7", b"", b"-1", b"x", b"+5", b"65536", b"4294967296", b"1.5", b"99999999999999"]
-    ops = [b"GET", b"GET_LEASE", b"SET", b"SET_LEASE", b"DELETE", b"SAT", b"GET_LEASX", b"", b"get"]
+    ops = [b"GET", b"GET_LEASE", b"SET", b"SET_LEASE", b"DELETE", b"SAT", b"GET_LEASX", b"", b"get", b"set_lease",
+           b"Delete"]
     lines = []
     for i in range(3000):
         pick = lambda options: options[int(rng.integers(len(options)))]  # noqa: E731

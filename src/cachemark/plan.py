@@ -18,7 +18,7 @@ from .results.names import run_name
 from .schemes import find_scheme
 from .spec import Experiment, Phase, Workload, build_experiment
 from .sweep import sweep_points
-from .target import Target, check_params, parse_target, redact, with_params
+from .target import Target, check_params, names_a_target, parse_target, redact, with_params
 from .textfile import one_line
 
 TARGET_PARAMS = ("connections", "pipeline")  # swept on the target URL, not the workload
@@ -40,7 +40,7 @@ def default_label(target: Target) -> str:
     # the parameters the row names the run by: nested targets by their own labels, a class by its last part
     parts = [target.param(name) or "" for name in row.label_from] if row is not None else []
     if parts and all(parts):
-        inner = [default_label(parse_target(v)) if v.startswith("spawn:") or "://" in v else v.rsplit(".", 1)[-1]
+        inner = [default_label(parse_target(v)) if names_a_target(v) else v.rsplit(".", 1)[-1]
                  for v in parts]
         return f"{target.scheme}({'+'.join(inner)})"
     kind = target.path if row is not None and row.spawner else target.scheme

@@ -258,7 +258,15 @@ def lab_kinds() -> list[str]:
 
 
 def scheme(name: str, shown: str = "") -> Scheme:
-    """The row of a scheme, or one line naming the known ones."""
+    """The row of a scheme, or one line naming the known ones.
+
+    >>> row = scheme("redis")
+    >>> row.default_port, row.family
+    (6379, 'resp')
+    >>> scheme("rediss-typo")
+    Traceback (most recent call last):
+    cachemark.errors.SpecError: unknown backend scheme 'rediss-typo'...
+    """
     try:
         return _SCHEMES[name]
     except KeyError:

@@ -212,8 +212,25 @@ def split_query(text: str) -> tuple[str, dict[str, str]]:
     return head, dict(pairs)
 
 
+def names_a_target(text: str) -> bool:
+    """Whether ``text`` is a target (``spawn:…`` or a URL), not a label, path or module name: the
+    one test every command uses to tell them apart (a nested ``?session=`` value, a CLI source).
+
+    >>> names_a_target("redis://127.0.0.1:6379"), names_a_target("spawn:memcached"), names_a_target("redis")
+    (True, True, False)
+    """
+    return text.startswith("spawn:") or "://" in text
+
+
 def parse_target(url: str) -> Target:
-    """Parse a target URL; ``spawn:redis`` style URLs keep their name in ``path``."""
+    """Parse a target URL; ``spawn:redis`` style URLs keep their name in ``path``. A password is
+    kept for connecting and masked wherever the target is shown:
+
+    >>> target = parse_target("redis://:s3cret@127.0.0.1:6379/0?client=engine")
+    >>> target.scheme, target.hosts, target.params["client"]
+    ('redis', (('127.0.0.1', 6379),), 'engine')
+    >>> target
+    Target('redis://:***@127.0.0.1:6379/0?client=engine')"""
     url = url.strip()
     if not url:
         raise SpecError("empty target URL")
@@ -567,5 +584,5 @@ def check_params(target: Target) -> None:
         if not row.takes(name):
             raise SpecError(f"{target.redacted}: unknown parameter {name!r} for {row.name}://; "
                             f"it takes {', '.join(row.allowed())}")
-        if name in row.nested and (value.startswith("spawn:") or "://" in value):
+        if name in row.nested and names_a_target(value):
             check_params(parse_target(value))

@@ -36,6 +36,7 @@ from ..needs import Needs, parse_needs
 from ..plan import price_labels
 from ..results import ResultsDocument, Run, as_model
 from ..results.findings import QUALIFY_FIGURES, Finding, Kind
+from ..results.names import ENGINE_CLIENT
 from ..schemes import find_scheme
 from ..textfile import read_text
 from .cost import PriceTable, cost_of
@@ -75,7 +76,6 @@ class Advice:
         return sum(c.result == FAIL for c in self.checks)
 
 
-ENGINE_CLIENT = "cachemark-engine"  # the client the engine's runs name (run/load_engine.py)
 
 
 def _last_phase(run: Run, op: str) -> Any:

@@ -119,7 +119,15 @@ def lru_curves(chunks: Iterable[Chunk], sample_rate: float = 1.0, seed: int = 0,
     ``objects``: the key space when it is known (a synthetic workload), else counted or
     estimated from the stream; the curve also holds the points at these ``shares`` of it.
     ``near``, ``level``: a sampled run's exact stack and its denser samples' stacks (None: the
-    engine's defaults; ``near=0``: plain SHARDS-adj, for comparison)."""
+    engine's defaults; ``near=0``: plain SHARDS-adj, for comparison).
+
+    Ten keys read in turn, a hundred times: LRU hits only once all ten fit.
+
+    >>> keys = np.tile(np.arange(10, dtype=np.uint64), 100)
+    >>> by_objects, by_bytes = lru_curves([(keys, None)])
+    >>> by_objects.hit_ratio_at(9), by_objects.hit_ratio_at(10), round(by_objects.size_for(0.99))
+    (0.0, 0.99, 10)
+    """
     if not 0 < sample_rate <= 1:
         raise UserError(f"sample rate {sample_rate!r}: must be in (0, 1]")
     distances = StackDistances(sample_rate, seed, warmup, near, level)

@@ -71,16 +71,15 @@ def _workload_flags(**flags: Any) -> dict[str, Any]:
     return {name: value for name, value in flags.items() if value is not None}
 
 
-# -o x.<suffix> writes that format; the results JSON then goes to the default results/ path
-REPORT_SUFFIXES = {".csv": "csv", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
-
-
 def output_paths(out: Path | None) -> tuple[Path | None, Path | None, str | None]:
-    """``-o`` as (results JSON path, report path, report format)."""
+    """``-o`` as (results JSON path, report path, report format): ``-o x.md`` writes that report, and
+    the results JSON goes to the default results/ path."""
+    from ..report.formats import FORMAT_BY_SUFFIX
+
     if out is None:
         return None, None, None
-    fmt = REPORT_SUFFIXES.get(out.suffix.lower())
-    if fmt is None:
+    fmt = FORMAT_BY_SUFFIX.get(out.suffix.lower())
+    if fmt is None or fmt == "json":
         return out, None, None
     return None, out, fmt
 

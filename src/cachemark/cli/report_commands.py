@@ -25,8 +25,6 @@ from .terminal import make_console
 if TYPE_CHECKING:
     from rich.console import Console
 
-_SUFFIXES = {"html": ".html", "markdown": ".md", "csv": ".csv", "json": ".summary.json"}
-_BY_SUFFIX = {".html": "html", ".htm": "html", ".md": "markdown", ".csv": "csv", ".json": "json"}
 
 
 def _console() -> Console:
@@ -61,16 +59,16 @@ def report(
     """
     from ..outfile import refuse_input
     from ..report.export import strip_histograms
-    from ..report.formats import FORMATS, render_parts
+    from ..report.formats import BESIDE_RESULTS, FORMAT_BY_SUFFIX, FORMATS, render_parts
     from ..results import load, write_atomic
 
     if format is None:
-        format = _BY_SUFFIX.get(out.suffix.lower(), "html") if out is not None and str(out) != "-" else "html"
+        format = FORMAT_BY_SUFFIX.get(out.suffix.lower(), "html") if out is not None and str(out) != "-" else "html"
     if format not in FORMATS:
         raise UserError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
     document = load(results)
     if out is None:
-        out = results.with_name(results.name.removesuffix(".json") + _SUFFIXES[format])
+        out = results.with_name(results.name.removesuffix(".json") + BESIDE_RESULTS[format])
     if format == "json" and str(out) != "-":
         if baseline is not None:
             raise UserError("--baseline applies to the markdown and html formats")

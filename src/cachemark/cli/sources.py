@@ -51,7 +51,9 @@ def experiment_from(data: dict[str, Any], where: str, targets: list[str] | None,
 
 def split_sources(sources: list[str]) -> tuple[str | None, list[str]]:
     """``cachemark run spawn:redis spawn:memcached`` means what ``-t`` means; at most one file or preset."""
-    targets = [s for s in sources if s.startswith("spawn:") or "://" in s]
+    from ..target import names_a_target
+
+    targets = [s for s in sources if names_a_target(s)]
     rest = [s for s in sources if s not in targets]
     if len(rest) > 1:
         raise SpecError(f"one experiment file or preset at a time, not {len(rest)}: {', '.join(map(repr, rest[:3]))}"

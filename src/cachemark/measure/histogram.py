@@ -74,7 +74,14 @@ _LOWEST_EQUIVALENT, _HIGHEST_EQUIVALENT = _index_bounds()
 
 
 class Histogram:
-    """A counts array with the fixed parameters above; cheap to merge and summarise."""
+    """A counts array with the fixed parameters above; cheap to merge and summarise.
+
+    >>> latencies_ns = Histogram.of([100, 200, 300, 1000])
+    >>> latencies_ns.total, latencies_ns.percentile(50), latencies_ns.percentile(100)
+    (4, 200, 1000)
+    >>> Histogram.decode(latencies_ns.encode()).add(latencies_ns).total  # as saved in results, merged
+    8
+    """
 
     __slots__ = ("counts",)
 

@@ -18,6 +18,11 @@ _FORMATS: dict[str, tuple[Callable[[dict[str, Any] | ResultsDocument, str | None
     "html": (lambda document, baseline: html_parts(document, baseline=baseline), True),
 }
 FORMATS = tuple(_FORMATS)
+# ``-o x.md`` writes Markdown, for every command that writes a report (a .json is the summary JSON for
+# ``report``, the results themselves for ``run``); ``report`` without -o writes beside the results
+FORMAT_BY_SUFFIX = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown", ".csv": "csv",
+                    ".json": "json"}
+BESIDE_RESULTS = {"html": ".html", "markdown": ".md", "csv": ".csv", "json": ".summary.json"}
 
 
 def render_parts(document: dict[str, Any] | ResultsDocument, fmt: str, baseline: str | None = None) -> Iterable[str]:

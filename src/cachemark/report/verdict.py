@@ -34,7 +34,7 @@ from ..errors import SpecError
 from ..measure.outage import longest, outage_text
 from ..results import OpResult, Phase, ResultsDocument, Run, as_model, as_run
 from ..results.findings import QUALIFY_FIGURES, Finding, Kind
-from ..results.names import op_label
+from ..results.names import ENGINE_CLIENT, op_label
 from ..schemes import find_scheme
 from ..sweep import LOAD_PARAMS
 from ..target import parse_target
@@ -50,7 +50,6 @@ CPU_SATURATED = 0.9  # client CPU ≥ this share of its cores: the generator is 
 HIT_RATIO_SLACK = 0.10  # a get hit ratio this far under the prediction is flagged
 MIN_WALL_S = 0.1  # a shorter phase's CPU share is start-up noise
 LOAD_FALL = 1.05  # p50 at the lower load more than this × the higher load's: "latency falls as load rises"
-ENGINE_CLIENT = "cachemark-engine"
 RANKED_STATUSES = ("ok", "interrupted")
 OUTAGE_SHOWN_S = 1.0  # writes failing this long (or any outage of a target that fails over) gets a line
 # a hiccup: a stall inside a phase (the host, the server or the network stopped for a while)

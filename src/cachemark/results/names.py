@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .schema import Run
 
+ENGINE_CLIENT = "cachemark-engine"  # the client a run through cachemark's own engine names
+
 
 def sweep_key(run: Run | dict[str, Any]) -> str:
     """``value_size=1024`` (several swept fields joined by ``,``); empty when not a sweep."""

@@ -127,7 +127,13 @@ def _no_figure(constant: str) -> None:
 
 
 def read(path: str | Path) -> ResultsDocument:
-    """The typed results document at ``path`` (what the reports read); else one-line :class:`UserError`."""
+    """The typed results document at ``path`` (what the reports read); else one-line :class:`UserError`.
+
+    >>> document = read("tests/data/report-doc.json")
+    >>> run = document.runs[0]
+    >>> run.name, list(run.last_phase.ops), run.last_phase.ops["get"].summary.p99_us
+    ('memory #1', ['get', 'set', 'delete'], 1.012)
+    """
     model = load(path).model
     assert model is not None
     return model

@@ -34,12 +34,12 @@ from typing import Any
 from ..errors import Crash, PrefillFailed, UserError
 from ..measure.histogram import Histogram
 from ..measure.summary import OpRecord, merge_ops, merge_timeseries
+from ..results.names import ENGINE_CLIENT
 from ..results.phase_record import MERGED, PhaseRecord
 from ..spec import Workload
 from ..target import Target, split_query
 from ..textfile import one_line
 from ..workload.ops import split_ops
-from .load_engine import ENGINE_CLIENT
 from .load_path import LoadPath, ProgressFn, Run
 from .outcome import RunOutcome
 from .preflight import uses_engine

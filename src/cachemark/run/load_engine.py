@@ -7,11 +7,10 @@ here it is one load path among the others, naming the client and the run's end a
 from __future__ import annotations
 
 from ..errors import PrefillFailed
+from ..results.names import ENGINE_CLIENT
 from .engine_runner import run_engine_phases
 from .load_path import LoadPath, Run
 from .outcome import INTERRUPTED
-
-ENGINE_CLIENT = "cachemark-engine"
 
 
 class NativeEngine(LoadPath):

@@ -17,7 +17,7 @@ from .. import scratch
 from ..lab import server_class
 from ..lab.base import LocalServer
 from ..schemes import scheme, split_spawn_params
-from ..target import Target, parse_target, with_params
+from ..target import Target, names_a_target, parse_target, with_params
 
 
 @contextlib.contextmanager
@@ -49,7 +49,7 @@ def _provide(stack: contextlib.ExitStack, target: Target, servers: list[LocalSer
         path = os.path.join(tmpdir, row.embedded or "store")
         return with_params(parse_target(f"{target.scheme}://{path}"), target.params)
     nested = {k: v for k, v in target.params.items()
-              if k in row.nested and (v.startswith("spawn:") or "://" in v)}
+              if k in row.nested and names_a_target(v)}
     if not nested:
         return target
     params = dict(target.params)

@@ -255,10 +255,9 @@ def parse_own_block(data: bytes, first: int, problems: Problems, keep_keys: bool
                             make_own_parser(with_keys), _own_columns())
 
 
-_CL_NAMES = {b"GET": 0, b"GET_LEASE": 0, b"SET": 1, b"SET_LEASE": 1, b"DELETE": 2}
 # (first 8 bytes as a word, length, op code, 9th byte): "GET_LEASE" is longer than a word
 _CL_TABLE = sorted((int.from_bytes(name[:8], "little"), len(name), CACHELIB_OPS[name], name[8] if len(name) > 8 else 0)
-                   for name in _CL_NAMES)
+                   for name in CACHELIB_OPS)
 _CL_WORDS, _CL_LENGTHS, _CL_CODES, _CL_NINTH = (np.array(column, dtype=dtype) for column, dtype in
                                                 zip(zip(*_CL_TABLE), (np.uint64, np.int64, np.uint8, np.uint8)))
 

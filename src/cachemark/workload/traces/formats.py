@@ -178,7 +178,10 @@ def _twitter_problem(line: bytes, line_no: int, problems: Problems, c: Columns) 
 # CacheLib KV replay CSV (cachebench's KVReplayGenerator): a header names the columns.
 # Required: key, op, size. Optional: op_time (seconds), key_size, op_count, ttl; others ignored.
 
-CACHELIB_OPS = {b"GET": GET, b"GET_LEASE": GET, b"SET": SET, b"SET_LEASE": SET, b"DELETE": DELETE}
+# CacheBench writes them in capitals; a CSV of the same columns written by hand often has them in lower case
+CACHELIB_OPS = {spelled: code for name, code in ((b"GET", GET), (b"GET_LEASE", GET), (b"SET", SET),
+                                                 (b"SET_LEASE", SET), (b"DELETE", DELETE))
+                for spelled in (name, name.lower())}
 CACHELIB_REQUIRED = ("key", "op", "size")
 CACHELIB_OPTIONAL = ("op_time", "key_size", "op_count", "ttl")
 MAX_OP_COUNT = 0xFFFF  # cachebench keeps the repeat count in a uint16
