@@ -20,6 +20,7 @@ import yaml
 from cachemark.report.blocks import to_markdown
 from cachemark.report.data import LOW_SAMPLES_MARK, phase_rows
 from cachemark.report.thresholds import LOW_HIT_RATIO, bandwidth_headline, compute
+from cachemark.results import as_model
 
 pytestmark = pytest.mark.alone  # timed: runs alone (conftest.py)
 
@@ -105,7 +106,7 @@ def test_threshold_line_and_markdown_agree_with_the_thresholds_command(preset_ru
     assert f"({_mbps(best)} Mbps at value_size=100000)" in line
     assert f"100 %: {int(best * 1e6 / 8):,} B/s" in line
     # the same block in Markdown (the report renders the same figures)
-    (block,) = bandwidth_headline(document)
+    (block,) = bandwidth_headline(as_model(document))
     markdown = to_markdown(block)
     assert f"| local-redis | 1024 | {_headline_rows(stdout)['1024'][0]} |" in markdown
 
@@ -144,12 +145,12 @@ def test_behind_the_reference_nodes_link_bandwidth_plateaus_and_cpu_falls(tmp_pa
     # the server's CPU at the cap: 10.3-11.2 % against 12.9-18.9 % at 1 kB (1.3x at the closest: the test's
     # narrowest margin, and why it runs alone)
     assert linked["cpu_pct_p50"] < points[("0ms,link=750mbit", "1024")]["cpu_pct_p50"]
-    (block,) = bandwidth_headline(document)
+    (block,) = bandwidth_headline(as_model(document))
     assert block.columns[:3] == ["target", "network", "value size (B)"]
     assert [row[1] for row in block.rows] == ["same-host", "same-host", "0ms,link=750mbit", "0ms,link=750mbit"]
     # 001's thresholds as the author computed them: from the node's maximum (the link-capped profile),
     # not loopback's, which is no NIC's limit; the note says what was left out
-    result = compute([document], "bandwidth", [100, 90, 80])
+    result = compute([as_model(document)], "bandwidth", [100, 90, 80])
     (target,) = result["targets"].values()
     assert target["network"] == "0ms,link=750mbit"
     assert target["max_mbps"] == pytest.approx(max(p["net_out_mbps_p90"] for (network, _), p in points.items()
@@ -159,7 +160,7 @@ def test_behind_the_reference_nodes_link_bandwidth_plateaus_and_cpu_falls(tmp_pa
     # the % table: each value size against its own baseline (same-host at that size), under its own column
     from cachemark.report.table import network_baseline_table
 
-    columns, rows, left = network_baseline_table(document)
+    columns, rows, left = network_baseline_table(as_model(document))
     assert columns[:4] == ["backend", "network", "value size (B)", "op"] and left == 4
     assert sum(row[-1] == "baseline" for row in rows) == 2 * len(SIZES)  # get and set at each size
 
@@ -168,7 +169,7 @@ def test_html_has_cpu_and_bytes_out_charts_against_value_size(preset_run):
     _, _, document = preset_run
     from cachemark.report.html import render_html
 
-    html = render_html(document)
+    html = render_html(as_model(document))
     assert TITLE in html
     assert "sweep server net out Mbps p90 (bytes out) vs value_size" in html
     assert "sweep server CPU % p90 (of one core) vs value_size" in html
@@ -215,7 +216,7 @@ duration = "1s"
 
 def test_warning_logic_on_a_real_run_with_edited_fields(report_doc):
     """The checked-in real sweep (tests/data/report-doc.json, not prefilled), then its maximum's point edited."""
-    real = compute([report_doc], "bandwidth", [100, 90, 80])
+    real = compute([as_model(report_doc)], "bandwidth", [100, 90, 80])
     at = real["targets"]["redis"]["max_at"]["sweep"]["value_size"]
     doc = copy.deepcopy(report_doc)
     run = next(r for r in doc["runs"] if r["label"] == "redis" and r["sweep"]["value_size"] == at)
@@ -229,24 +230,24 @@ def test_warning_logic_on_a_real_run_with_edited_fields(report_doc):
     assert warning in real["warnings"]
     # every get a hit: nothing to say
     get["hits"], get["misses"] = reads, 0
-    assert "warnings" not in compute([doc], "bandwidth", [100])["targets"]["redis"]
+    assert "warnings" not in compute([as_model(doc)], "bandwidth", [100])["targets"]["redis"]
     # the server evicted: said, with the count
     phase["server"]["evictions"] = 17
-    (evicted,) = compute([doc], "bandwidth", [100])["targets"]["redis"]["warnings"]
+    (evicted,) = compute([as_model(doc)], "bandwidth", [100])["targets"]["redis"]["warnings"]
     assert "evicted 17 keys" in evicted and f"value_size={at}" in evicted
     # both at once: two lines
     get["hits"], get["misses"] = reads // 2, reads - reads // 2
-    both = compute([doc], "bandwidth", [100])["targets"]["redis"]["warnings"]
+    both = compute([as_model(doc)], "bandwidth", [100])["targets"]["redis"]["warnings"]
     assert len(both) == 2 and "evicted 17 keys" in both[0] and f"< {LOW_HIT_RATIO:.0%}" in both[1]
     # a hit ratio at the line is not low
     phase["server"]["evictions"] = 0
     hits = -(-reads * 9 // 10)  # ceil(0.9 × reads)
     get["hits"], get["misses"] = hits, reads - hits
-    assert "warnings" not in compute([doc], "bandwidth", [100])["targets"]["redis"]
+    assert "warnings" not in compute([as_model(doc)], "bandwidth", [100])["targets"]["redis"]
     # a metric whose maximum is at another point gets that point's warnings, not this one's
     phase["server"]["evictions"] = 17
-    best_ops = max((p for p in phase_rows(doc) if p["label"] == "redis"), key=lambda p: p["ops_per_s"])
-    ops = compute([doc], "ops", [100])["targets"]["redis"]
+    best_ops = max((p for p in phase_rows(as_model(doc)) if p["label"] == "redis"), key=lambda p: p["ops_per_s"])
+    ops = compute([as_model(doc)], "ops", [100])["targets"]["redis"]
     assert ops["max_at"]["sweep"] == best_ops["sweep_values"]
     if best_ops["sweep_values"]["value_size"] != at:
         assert not any("evicted" in w for w in ops.get("warnings", []))

@@ -18,6 +18,7 @@ import pytest
 from cachemark.errors import SpecError, UnsupportedOp
 from cachemark.measure.histogram import Histogram
 from cachemark.measure.summary import OpRecord
+from cachemark.results import as_model
 from cachemark.run.engine_runner import engine_mix
 from cachemark.run.runner import run_target
 from cachemark.run.worker import Worker, WorkerTask
@@ -309,7 +310,7 @@ def test_origin_calls_are_not_counted_as_ops_of_the_load() -> None:
                 "origin": {"count": 20, "summary": {**summary, "p50_us": 10_000.0}}}}]}
 
     document = {"experiment": {"workload": {}}, "runs": [run("a"), run("b")]}
-    (row, _) = phase_rows(document)
+    (row, _) = phase_rows(as_model(document))
     assert row["count"] == 100 and row["ops_per_s"] == 50.0  # fetches only: an origin call is part of one
-    text = "\n".join(line for block in verdict_blocks(document) for r in block.rows for line in r)
+    text = "\n".join(line for block in verdict_blocks(as_model(document)) for r in block.rows for line in r)
     assert "origin" not in text  # the origin is nobody's op to rank

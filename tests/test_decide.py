@@ -14,7 +14,7 @@ from cachemark.analysis.cost import cost_of, load_prices
 from cachemark.errors import UserError
 from cachemark.needs import parse_needs
 from cachemark.report.advice_report import advice_block, judged
-from cachemark.results import write_atomic
+from cachemark.results import as_model, write_atomic
 
 
 def _run(label: str, scheme: str, p99_us: float, ops_per_s: float = 10_000, shared: bool = True,
@@ -50,7 +50,7 @@ def test_needs_rank_shared_caches_first_and_say_why_the_others_fail() -> None:
                          _run("memcached", "memcached", 400.0), _run("redis", "redis", 900.0),
                          _run("slow", "redis", 1500.0)]}
     needs = parse_needs({"app_servers": 4, "p99_ms": {"get": 1.0}}, "test")
-    ranked = advise(document, needs)
+    ranked = advise(as_model(document), needs)
     assert [a.label for a in ranked] == ["memcached", "redis", "memory", "sqlite", "slow"]
     reasons = {a.label: {c.need: (c.result, c.why) for c in a.checks} for a in ranked}
     assert reasons["memory"]["shared across 4 app servers"][0] == "fail"
@@ -62,7 +62,7 @@ def test_needs_rank_shared_caches_first_and_say_why_the_others_fail() -> None:
 
 def test_a_budget_met_at_the_median_but_not_in_every_repeat_fails_and_says_so() -> None:
     runs = [_run("redis", "redis", p99, repeat=i) for i, p99 in enumerate((800.0, 900.0, 1200.0))]
-    (advice,) = advise({"runs": runs}, parse_needs({"p99_ms": {"get": 1.0}}, "test"))
+    (advice,) = advise(as_model({"runs": runs}), parse_needs({"p99_ms": {"get": 1.0}}, "test"))
     (check,) = advice.checks
     assert check.result == "fail"
     assert "worst of 3 repeats 1.2 ms" in check.why and "not in every repeat" in check.why
@@ -71,7 +71,7 @@ def test_a_budget_met_at_the_median_but_not_in_every_repeat_fails_and_says_so() 
 def test_a_target_that_dropped_writes_fails_first() -> None:
     run = _run("dummy", "django", 1.0)
     run["dropped_writes"] = "a 100-byte value written without error was not there when read back"
-    (advice,) = advise({"runs": [run]}, parse_needs({}, "test"))
+    (advice,) = advise(as_model({"runs": [run]}), parse_needs({}, "test"))
     assert advice.checks[0].result == "fail" and "read back" in advice.checks[0].why
 
 
@@ -163,7 +163,7 @@ def real_doc() -> dict:
 
 
 def checks_of(document: dict, label: str = "redis") -> dict[str, Any]:
-    advice = next(a for a in judged(document, parse_needs(NEEDS, "test"), None) if a.label == label)
+    advice = next(a for a in judged(as_model(document), parse_needs(NEEDS, "test"), None) if a.label == label)
     return {c.need: c for c in advice.checks} | {"warnings": advice.warnings}
 
 
@@ -190,7 +190,7 @@ def test_a_pass_on_a_saturated_host_says_it_passes_only_on_those_figures() -> No
         assert checks[need].result == "pass" and checks[need].caveats == ("host saturated",)
         assert checks[need].why.endswith("; passes only on figures with warnings: host saturated (below)")
     assert not checks["shared across 2 app servers"].caveats  # what the backend is, not a figure
-    block = advice_block(judged(saturate(real_doc()), parse_needs(NEEDS, "test"), None))
+    block = advice_block(judged(as_model(saturate(real_doc())), parse_needs(NEEDS, "test"), None))
     assert "redis meets them only on figures with warnings (below)." in block.lines
     assert block.notes[-2:] == ["Warnings that change how these figures read (from the run's own report):",
                                 f"- {line}"]
@@ -255,7 +255,7 @@ def test_an_overstated_open_loop_tail_cannot_fail_a_budget() -> None:
 
     document = open_loop_doc(engine_twin=False)
     assert any("redis: open loop through Python workers" in line and "overstated" in line
-               for line in warnings(document, document["runs"]))  # the run's own word
+               for line in warnings(as_model(document), document["runs"]))  # the run's own word
     check = checks_of(document)["get p99 ≤ 1000 ms"]
     assert check.result == "check", check.why  # it was a FAIL on a tail the same run calls overstated
     assert "2 s (worst of 3 repeats 2 s) through redis-py, open loop: overstated" in check.why
@@ -282,7 +282,7 @@ def test_a_label_keeps_its_price_whatever_client_measures_it(tmp_path, cachemark
             run["label"], run["target"] = "redis(engine)", run["target"] + "?client=engine"
             run["backend"]["info"]["client"] = "cachemark-engine"
     needs = parse_needs({"monthly_budget": 100, "ops_per_s": 100, "prices": {"redis": "cache.t4g.micro"}}, "test")
-    advice = next(a for a in judged(document, needs, load_prices()) if a.label == "redis(engine)")
+    advice = next(a for a in judged(as_model(document), needs, load_prices()) if a.label == "redis(engine)")
     budget = next(c for c in advice.checks if c.need.startswith("costs"))
     assert budget.result == "pass" and "cache.t4g.micro" in budget.why, budget.why  # was "check: no price"
     write_atomic(tmp_path / "r.json", document)

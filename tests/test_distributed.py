@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from cachemark.measure.histogram import Histogram
+from cachemark.results import as_model
 from cachemark.spec import Workload
 
 distributed_mod = pytest.importorskip("distributed")
@@ -213,7 +214,7 @@ def test_measuring_agent_is_reported_apart(cli_cluster, spawn) -> None:
     from cachemark.report.blocks import to_html
     from cachemark.report.export import to_block_markdown
 
-    (block,) = agent_blocks({"runs": [outcome.to_json()]})
+    (block,) = agent_blocks(as_model({"runs": [outcome.to_json()]}))
     load, measure, total = block.rows
     assert load[3] == f"{phase['agents'][0]['ops']:,}" and measure[0].endswith("(measure)")
     assert total[0] == "all" and total[3] == load[3]

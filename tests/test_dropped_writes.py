@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from cachemark.cli import output_paths, untrusted_runs
+from cachemark.results import as_model
 
 
 def _results(path: Path) -> dict:
@@ -52,9 +53,9 @@ def test_untrusted_runs_counts_failed_ops() -> None:
     run = {"label": "redis", "target": "spawn:redis", "status": "ok",
            "phases": [{"ops": {"get": {"count": 10, "errors": {"connection": 3}},
                                "set": {"count": 5, "errors": {"timeout": 2}}}}]}
-    assert untrusted_runs({"runs": [run]}) == ["redis: 5 ops failed (connection 3, timeout 2)"]
+    assert untrusted_runs(as_model({"runs": [run]})) == ["redis: 5 ops failed (connection 3, timeout 2)"]
     run["phases"][0]["ops"] = {"get": {"count": 10, "errors": {}}}
-    assert untrusted_runs({"runs": [run]}) == []
+    assert untrusted_runs(as_model({"runs": [run]})) == []
 
 
 def test_a_finding_of_several_repeats_is_one_line_naming_them_all() -> None:
@@ -65,10 +66,10 @@ def test_a_finding_of_several_repeats_is_one_line_naming_them_all() -> None:
                 "dropped_writes": "a 1,000-byte value written without error was not there when read back",
                 "phases": [{"ops": {"set": {"count": 10, "errors": errors}}}]}
 
-    lines = untrusted_runs({"runs": [run(0, {"dropped_write": 12}), run(1, {"dropped_write": 22})]})
+    lines = untrusted_runs(as_model({"runs": [run(0, {"dropped_write": 12}), run(1, {"dropped_write": 22})]}))
     assert lines == ["django(dummy) #1, #2: drops writes: a 1,000-byte value written without error was not there "
                      "when read back"]
-    lines = untrusted_runs({"runs": [run(0, {"dropped_write": 12, "timeout": 1}), run(1, {"timeout": 2})]})
+    lines = untrusted_runs(as_model({"runs": [run(0, {"dropped_write": 12, "timeout": 1}), run(1, {"timeout": 2})]}))
     assert lines[1:] == ["django(dummy) #1, #2: 3 ops failed (timeout 3)"]
 
 

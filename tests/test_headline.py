@@ -13,6 +13,7 @@ import pytest
 
 from cachemark.measure.histogram import Histogram
 from cachemark.report.headline import headline_blocks
+from cachemark.results import as_model
 
 RATE = re.compile(r"^([0-9.,]+)(k|M)?\*?$")
 
@@ -56,7 +57,7 @@ def test_timeit_seconds_per_1000_per_repeat_and_dropped_writes_marked(tmp_path, 
     s3 = [r for r in document["runs"] if r["backend"]["scheme"] == "s3"]
     assert s3 and all(r["backend"]["info"]["key_naming"] == "sha1" and r["backend"]["info"]["encoding"] == "pickle"
                       for r in s3)  # django-s3-cache's layout reached the backend
-    (block,) = headline_blocks(document)
+    (block,) = headline_blocks(as_model(document))
     assert block.columns[:5] == ["backend", "phase", "repeat 1", "repeat 2", "repeat 3"]
     assert len(block.rows) == 4 * 2  # 4 caches × (set, get)
     for label in document["experiment"]["labels"]:
@@ -83,7 +84,7 @@ def test_timeit_seconds_per_1000_per_repeat_and_dropped_writes_marked(tmp_path, 
     bare = copy.deepcopy(document)
     for run in bare["runs"]:
         run["dropped_writes"] = None
-    rows = headline_blocks(bare)[0].rows
+    rows = headline_blocks(as_model(bare))[0].rows
     assert [r[0].endswith("[writes dropped]") for r in rows] == [r[0].endswith("[writes dropped]")
                                                                   for r in block.rows]
 
@@ -92,7 +93,7 @@ def test_tag_clean_rates_as_the_harness_and_the_wall_clock_count_them(tmp_path, 
     result, document = run_preset(cachemark, tmp_path, "magento-clean-by-tag", "--ops", "2000", "--keys", "300")
     assert result.returncode == 0, result.stderr
     assert document["experiment"]["workload"]["duration"] is None  # ends by count, never by a time cap
-    (block,) = headline_blocks(document)
+    (block,) = headline_blocks(as_model(document))
     assert block.columns == ["backend", "read ops/s (harness)", "read ops/s (wall)", "write ops/s (harness)",
                              "write ops/s (wall)", "clean ops/s (harness)", "clean ops/s (wall)"]
     sequences = set()
@@ -135,7 +136,7 @@ def test_percentile_tables_with_totals_and_delete_misses(tmp_path, cachemark):
     result, document = run_preset(cachemark, tmp_path, "diskcache-django", "--ops", "2000", "--warmup-ops", "0",
                                   "--workers", "2")
     assert result.returncode == 0, result.stderr
-    blocks = headline_blocks(document)
+    blocks = headline_blocks(as_model(document))
     assert [b.title for b in blocks] == [f"Timings for {label}" for label in document["experiment"]["labels"]]
     counts = set()
     for run, block in zip(document["runs"], blocks, strict=True):
@@ -180,7 +181,7 @@ def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path,
     result, document = run_preset(cachemark, tmp_path, "rails-local-vs-remote", "--ops", "40",
                                   "--network", "same-host,same-zone")
     assert result.returncode == 0, result.stderr
-    (block,) = headline_blocks(document)
+    (block,) = headline_blocks(as_model(document))
     assert block.columns == ["Configuration", "added RTT", "iterations", "block (s)", "Comparison to Baseline",
                              "read block %"]
     # the proxy's own overhead, measured in the run, beside the percentages it is part of
@@ -204,7 +205,7 @@ def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path,
     # one baseline for every target, chosen by label@profile
     other = copy.deepcopy(document)
     other["experiment"]["baseline"] = "memcached@same-zone"
-    rows = headline_blocks(other)[0].rows
+    rows = headline_blocks(as_model(other))[0].rows
     (chosen,) = [i for i, r in enumerate(rows) if r[4] == "--"]
     assert rows[chosen][0] == "memcached [same-zone]"
     assert float(rows[0][4].rstrip("%")) == pytest.approx(base / blocks[chosen] * 100, abs=0.51)
@@ -214,7 +215,7 @@ def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path,
     single = copy.deepcopy(document)
     read = next(p for p in single["runs"][1]["phases"] if p["name"] == "read")
     next(iter(read["ops"].values()))["count"] = 1
-    assert headline_blocks(single)[0].rows[1][4] == "-"
+    assert headline_blocks(as_model(single))[0].rows[1][4] == "-"
 
     markdown = cachemark("report", "out.json", "-f", "markdown", "-o", "-", cwd=tmp_path)
     assert markdown.returncode == 0, markdown.stderr
@@ -234,13 +235,13 @@ def test_no_headline_without_the_field_and_bandwidth_is_the_thresholds_module(mo
     from cachemark.report import thresholds
     from cachemark.report.blocks import Block
 
-    assert headline_blocks({"experiment": {"name": "x"}, "runs": []}) == []
+    assert headline_blocks(as_model({"experiment": {"name": "x"}, "runs": []})) == []
     document = {"experiment": {"headline": "bandwidth"}, "runs": []}
     sentinel = Block(title="bandwidth")
     monkeypatch.setattr(thresholds, "bandwidth_headline", lambda doc: [sentinel], raising=False)
-    assert headline_blocks(document) == [sentinel]
+    assert headline_blocks(as_model(document)) == [sentinel]
     monkeypatch.delattr(thresholds, "bandwidth_headline")
-    assert headline_blocks(document) == []  # before thresholds.py has it, nothing breaks
+    assert headline_blocks(as_model(document)) == []  # before thresholds.py has it, nothing breaks
 
 
 def test_each_reference_preset_names_its_scale():
@@ -252,8 +253,9 @@ def test_each_reference_preset_names_its_scale():
         preset = load_preset(name)
         if preset.get("headline") is None:
             continue  # not a reference's figure
-        note = scale_note({"experiment": {"name": name, "full_scale": preset.get("full_scale")}})
+        note = scale_note(as_model({"experiment": {"name": name, "full_scale": preset.get("full_scale")}}))
         assert note is not None and f"`cachemark run {name}" in note, name
-    assert scale_note({"experiment": {"name": "x", "full_scale": ""}}).endswith("own scale (`cachemark run x`).")
-    assert "`cachemark run x --ops 9`" in scale_note({"experiment": {"name": "x", "full_scale": "--ops 9"}})
-    assert scale_note({"experiment": {"name": "x"}}) is None
+    own_scale = scale_note(as_model({"experiment": {"name": "x", "full_scale": ""}}))
+    assert own_scale.endswith("own scale (`cachemark run x`).")
+    assert "`cachemark run x --ops 9`" in scale_note(as_model({"experiment": {"name": "x", "full_scale": "--ops 9"}}))
+    assert scale_note(as_model({"experiment": {"name": "x"}})) is None

@@ -23,7 +23,7 @@ import pytest
 
 from cachemark.measure.fingerprint import fingerprint
 from cachemark.report.verdict import Kind, findings
-from cachemark.results import new_document, write_atomic
+from cachemark.results import as_model, new_document, write_atomic
 from cachemark.run.runner import run_target
 from cachemark.spec import Experiment, Workload
 from conftest import run_cli  # noqa: E402
@@ -36,7 +36,7 @@ WORKLOAD = {"duration": 4.0, "warmup": 0.5, "keys": 1000, "workers": 2}
 
 def hiccups(document: dict[str, Any]) -> list[str]:
     runs = [r for r in document["runs"] if r.get("label") is not None]
-    return [f.text for f in findings(document, runs) if f.kind == Kind.HICCUP]
+    return [f.text for f in findings(as_model(document), runs) if f.kind == Kind.HICCUP]
 
 
 # --- real runs: one with the server stopped for a second, one without ------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from cachemark.report.html import render_html
+from cachemark.results import as_model
 
 pytest_plugins = ["report_fixtures"]
 
@@ -90,7 +91,7 @@ def render_in_browser(html: str, tmp_path: Path) -> tuple[dict, str]:
 
 
 def test_report_renders_in_chromium_without_errors(report_doc, tmp_path):
-    html = render_html(report_doc, baseline="memory")
+    html = render_html(as_model(report_doc), baseline="memory")
     result, log = render_in_browser(html, tmp_path)
     assert result["errors"] == []
     assert not [line for line in log.splitlines() if "CONSOLE" in line and ("Uncaught" in line or "rror" in line)]
@@ -106,7 +107,7 @@ def test_report_renders_in_chromium_without_errors(report_doc, tmp_path):
 def test_screenshot(report_doc, tmp_path):
     browser = _browser()
     page = tmp_path / "report.html"
-    page.write_text(render_html(report_doc), encoding="utf-8")
+    page.write_text(render_html(as_model(report_doc)), encoding="utf-8")
     shot = tmp_path / "report.png"
     done = _chromium(browser, tmp_path / "profile", "--window-size=1280,1600", f"--screenshot={shot}",
                      page.as_uri())

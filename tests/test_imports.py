@@ -7,6 +7,7 @@ hides a circle from the interpreter, not from the reader); imports under
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,3 +228,62 @@ def _shortest_cycle(graph: dict[str, set[str]], start: str, group: set[str]) -> 
 def test_cycle_finder_sees_a_knot_and_leaves_a_chain() -> None:
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}) == [["a", "b", "c", "a"]]
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+# --- the Rust engine: the same rule for its modules -------------------------------------------------
+
+ENGINE = Path(__file__).parent.parent / "engine"
+_RUST_USE = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+(crate|super)::([A-Za-z0-9_:{}, \n]+?);", re.M)
+
+
+def _rust_modules(src: Path) -> dict[str, Path]:
+    """Each module of one crate by its path (``proto::resp``), ``""`` for the crate root."""
+    modules = {}
+    for path in src.rglob("*.rs"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] in ("lib", "main", "mod"):
+            parts.pop()
+        modules["::".join(parts)] = path
+    return modules
+
+
+def rust_module_graph(src: Path) -> dict[str, set[str]]:
+    """Edges from each module to the modules it ``use``s, between modules neither of which holds the
+    other: a parent declares and re-exports its children, and a child takes items from its parent,
+    without making a circle a reader has to untangle. Test modules (``#[cfg(test)]``) are left out."""
+    modules = _rust_modules(src)
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        here = name.split("::") if name else []
+        for root, tail in _RUST_USE.findall(path.read_text().split("#[cfg(test)]", 1)[0]):
+            base = [] if root == "crate" else here[:-1]
+            tail = " ".join(tail.split())
+            items = [i for i in tail.strip("{}").split(",")] if tail.startswith("{") else [tail]
+            for item in items:
+                segments = [s.strip() for s in item.split("{", 1)[0].split("::") if s.strip()]
+                prefixes = ("::".join([*base, *segments[:n]]) for n in range(len(segments), 0, -1))
+                target = next((m for m in prefixes if m in modules), None)
+                if target is None or target == name or not target or not name:
+                    continue
+                if name.startswith(target + "::") or target.startswith(name + "::"):
+                    continue  # a parent and its child
+                graph[name].add(target)
+    return graph
+
+
+def test_no_cycles_between_engine_modules() -> None:
+    """The engine's crates keep the rule too: two modules that use each other were one module
+    (the protocols and their dispatch; the proxy and its pumps) until their shared part moved below."""
+    crates = sorted({ENGINE, *(p.parent for p in ENGINE.glob("*/src") if p.is_dir())})
+    assert len(crates) >= 5  # the extension module and its four crates
+    found = {crate.name: import_cycles(rust_module_graph(crate / "src")) for crate in crates}
+    assert not any(found.values()), found
+
+
+def test_the_engine_graph_sees_a_circle_between_siblings(tmp_path: Path) -> None:
+    (tmp_path / "lib.rs").write_text("pub mod a;\npub mod b;\npub use a::Thing;\n")
+    (tmp_path / "a.rs").write_text("use crate::b::helper;\npub struct Thing;\n")
+    (tmp_path / "b.rs").write_text("use super::a::Thing;\npub fn helper() {}\n")
+    assert import_cycles(rust_module_graph(tmp_path)) == [["a", "b", "a"]]
+    (tmp_path / "b.rs").write_text("pub fn helper() {}\n")
+    assert import_cycles(rust_module_graph(tmp_path)) == []

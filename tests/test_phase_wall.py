@@ -14,6 +14,7 @@ import time
 import pytest
 
 from cachemark.measure.histogram import Histogram
+from cachemark.results import as_model
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
 from driver_kit import needs_driver  # noqa: E402
@@ -84,7 +85,7 @@ def test_an_engine_run_with_a_stalled_server_warns_of_its_extreme_tail(spawn):
     finally:
         stopper.join()
     assert run["status"] == "ok", run["reason"]
-    found = warnings(document([run], ["spawn:redis"], "stall", 2.0), [run])
+    found = warnings(as_model(document([run], ["spawn:redis"], "stall", 2.0)), [run])
     tail = [w for w in found if "an extreme tail" in w]
     print(tail)  # the line, with -s
     assert tail, found

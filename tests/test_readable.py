@@ -27,7 +27,7 @@ from cachemark.report.data import latency_cell
 from cachemark.report.figures import fmt_latency, fmt_rate
 from cachemark.report.fitted_table import print_fitted
 from cachemark.report.table import COLUMNS, render, rows
-from cachemark.results import as_run
+from cachemark.results import as_model, as_run
 
 DATA = Path(__file__).parent / "data"
 REPORT_DOC = DATA / "report-doc.json"
@@ -140,7 +140,7 @@ def test_network_baseline_table_fits_too(tmp_path, width):
 
 def _render(document: dict[str, Any], width: int) -> str:
     console = Console(file=io.StringIO(), width=width)
-    render(document, console, title="cachemark: a title long enough to wrap at narrow widths")
+    render(as_model(document), console, title="cachemark: a title long enough to wrap at narrow widths")
     return console.file.getvalue()
 
 
@@ -148,7 +148,7 @@ def _render(document: dict[str, Any], width: int) -> str:
                                   "results-closed-server"])
 def test_every_width_keeps_every_figure_whole(name):
     document = json.loads((DATA / f"{name}.json").read_text())
-    medians = [row[5] for row in rows(document) if row[5]]
+    medians = [row[5] for row in rows(as_model(document)) if row[5]]
     for width in (24, 40, 52, 66, 80, 97, 120, 160):
         text = _render(document, width)
         assert_fits(text, width)
@@ -200,7 +200,7 @@ def test_print_fitted_drops_in_the_given_order_and_reports_it():
 def test_narrower_than_any_table_indents_every_line_of_figures():
     text = _render(json.loads(REPORT_DOC.read_text()), 30)
     figures = [line for line in text.splitlines() if re.search(r"(?:^|\s)(?:count|ops/s|p50|max|errors)=", line)]
-    assert len(figures) > len(rows(json.loads(REPORT_DOC.read_text())))  # they wrap at 30 columns
+    assert len(figures) > len(rows(as_model(json.loads(REPORT_DOC.read_text()))))  # they wrap at 30 columns
     assert all(line.startswith("  ") for line in figures), figures  # continuations too, not from column 0
 
 
@@ -257,7 +257,7 @@ def test_every_presets_headline_stays_a_table_at_80_columns(headline):
     from cachemark.report.blocks import to_rich
     from cachemark.report.headline import headline_blocks
 
-    blocks = headline_blocks(_preset_document(headline))
+    blocks = headline_blocks(as_model(_preset_document(headline)))
     assert blocks and all(block.rows for block in blocks)
     for block in blocks:
         console = Console(file=io.StringIO(), width=80)
@@ -389,15 +389,16 @@ def test_workload_differences_name_each_field_with_both_values():
     workload.update(workers=4, seed=99, mix={"get": 50.0, "set": 50.0})
     new["experiment"]["network"] = "same-zone"
     new["experiment"]["sweep"] = {"value_size": ["100", "1000"]}
-    differences = {d["field"]: (d["base"], d["new"]) for d in cmp.workload_differences(base, new)}
+    differences = {d["field"]: (d["base"], d["new"]) for d in cmp.workload_differences(as_model(base), as_model(new))}
     assert differences == {
         "workers": ("1", "4"),
         "mix": ("get=90,set=9,delete=1", "get=50,set=50"),
         "network": ("none", "same-zone"),
         "sweep": ("none", "value_size=100,1000"),
     }  # the seed is another draw of the same workload, not another workload
-    assert cmp.workload_differences(base, copy.deepcopy(base)) == []
-    warnings = cmp.workload_warnings(base, [copy.deepcopy(base), new], names=["same.json", "other.json"])
+    assert cmp.workload_differences(as_model(base), as_model(copy.deepcopy(base))) == []
+    warnings = cmp.workload_warnings(as_model(base), [as_model(copy.deepcopy(base)), as_model(new)],
+                                     names=["same.json", "other.json"])
     assert warnings == ["warning: the workloads differ (other.json): mix get=90,set=9,delete=1 vs get=50,set=50; "
                         "workers 1 vs 4; network none vs same-zone; sweep none vs value_size=100,1000 — the "
                         "comparison mixes two experiments"]
@@ -407,14 +408,15 @@ def test_workload_differences_compare_phases_field_by_field():
     base = json.loads((DATA / "results-network-phases.json").read_text())
     new = copy.deepcopy(base)
     new["experiment"]["workload"]["phases"][1]["ops"] = 2000
-    assert cmp.workload_differences(base, new) == [{"field": "read.ops", "base": "1000", "new": "2000"}]
+    read_ops = {"field": "read.ops", "base": "1000", "new": "2000"}
+    assert cmp.workload_differences(as_model(base), as_model(new)) == [read_ops]
     new["experiment"]["workload"]["phases"].pop()
-    assert cmp.workload_differences(base, new) == [
+    assert cmp.workload_differences(as_model(base), as_model(new)) == [
         {"field": "phases", "base": "write,read,delete", "new": "write,read"}]
 
 
 def test_files_without_an_experiment_compare_without_crashing():
     base = json.loads(REPORT_DOC.read_text())
     bare = {k: v for k, v in base.items() if k != "experiment"}
-    assert {d["field"] for d in cmp.workload_differences(base, bare)} >= {"keys", "value_size"}
-    assert cmp.workload_differences(bare, bare) == []
+    assert {d["field"] for d in cmp.workload_differences(as_model(base), as_model(bare))} >= {"keys", "value_size"}
+    assert cmp.workload_differences(as_model(bare), as_model(bare)) == []

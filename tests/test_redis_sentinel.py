@@ -20,6 +20,7 @@ import redis
 from cachemark.engine import sentinel_config, target_config
 from cachemark.errors import BackendUnavailable, SpecError
 from cachemark.measure.outage import WriteOutages, merge_outages
+from cachemark.results import as_model
 from cachemark.results.schema import validate
 from cachemark.run.runner import run_target
 from cachemark.schemes import sentinel_parts
@@ -227,7 +228,7 @@ def _fail_over_mid_run(lab, out: Path, target: str, duration: str, kill_after: f
     assert line in output and f"then succeeded against 127.0.0.1:{replica}" in output
     from cachemark.report.formats import render
 
-    assert line in render(document, "markdown") and line in render(document, "html")
+    assert line in render(as_model(document), "markdown") and line in render(as_model(document), "html")
     return phase
 
 

@@ -24,7 +24,7 @@ from cachemark.report import data, export
 from cachemark.report.charts import percentile_grid, percentile_to_x
 from cachemark.report.data import op_rows
 from cachemark.report.html import render_html, saturation_point
-from cachemark.results import write_atomic
+from cachemark.results import as_model, write_atomic
 from cachemark.spec import to_toml
 
 pytest_plugins = ["report_fixtures"]
@@ -36,12 +36,12 @@ def _all_ops(doc):
 
 
 def test_markdown_tables_and_percent_of_baseline(report_doc):
-    text = export.to_markdown(report_doc, baseline="redis")
+    text = export.to_markdown(as_model(report_doc), baseline="redis")
     tables = [line for line in text.splitlines() if line.startswith("|")]
     # summary: header + align + one line per run × op
     assert len([t for t in tables if t.startswith("| memory #")]) == 3 * 2 * 3  # summary + baseline tables
     assert "### Server" in text and "### Comparison to baseline (redis)" in text
-    rows = op_rows(report_doc)
+    rows = op_rows(as_model(report_doc))
     base = {(r["sweep"], r["op"]): r for r in rows if r["label"] == "redis"}
     # the baseline's own rows read "--"; another label's ops/s is the exact ratio to the first redis point
     first_sweep = min(base)[0]
@@ -53,11 +53,11 @@ def test_markdown_tables_and_percent_of_baseline(report_doc):
 
 def test_unknown_baseline_is_a_user_error(report_doc):
     with pytest.raises(UserError, match="baseline 'nope'"):
-        export.to_markdown(report_doc, baseline="nope")
+        export.to_markdown(as_model(report_doc), baseline="nope")
 
 
 def test_csv_one_row_per_run_phase_op_with_every_figure(report_doc):
-    rows = list(csv.DictReader(io.StringIO(export.to_csv(report_doc))))
+    rows = list(csv.DictReader(io.StringIO(export.to_csv(as_model(report_doc)))))
     ops = _all_ops(report_doc)
     assert len(rows) == len(ops)
     for row, (run, phase, name, op) in zip(rows, ops, strict=True):
@@ -86,7 +86,7 @@ def test_write_text_leaves_no_temp_files(tmp_path):
 
 
 def test_html_has_every_section_and_chart(report_doc):
-    html = render_html(report_doc, baseline="memory")
+    html = render_html(as_model(report_doc), baseline="memory")
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
     for heading in ("Summary", "Server", "Latency percentile spectrum", "Throughput and hit ratio",
                     "Per-second time series", "Sweeps", "Environment", "Calibration", "Re-run this experiment"):
@@ -188,7 +188,7 @@ def test_a_handful_of_ops_marks_its_tail_and_a_single_op_has_no_percentile(tmp_p
     assert latency_cell(299, "p999_us", 12.0, fmt_latency) == "12µs*"
     assert latency_cell(29, "p50_us", 12.0, fmt_latency) == "12µs"
     document = json.loads((Path(__file__).parent / "data" / "results-network-phases.json").read_text())
-    text = to_markdown(document)
+    text = to_markdown(as_model(document))
     assert FEW_SAMPLES_NOTE in text
     summary = [line for line in text.splitlines() if line.count(" | ") == 10]  # the op table's 11 columns
     one_op = [line for line in summary if line.split(" | ")[1:2] in (["write:set"], ["delete"])]
@@ -199,12 +199,13 @@ def test_the_proxy_overhead_note_follows_the_proxied_runs():
     from cachemark.report.data import proxy_overhead_note
 
     document = json.loads((Path(__file__).parent / "data" / "results-network-phases.json").read_text())
-    assert proxy_overhead_note(document).startswith("network proxy: adds 154 µs p50, 846 µs p99 per round trip")
+    note = proxy_overhead_note(as_model(document))
+    assert note.startswith("network proxy: adds 154 µs p50, 846 µs p99 per round trip")
     del document["environment"]["proxy_overhead"]  # an older file: said so, not silently dropped
-    assert "not measured" in proxy_overhead_note(document)
+    assert "not measured" in proxy_overhead_note(as_model(document))
     for run in document["runs"]:
         run["network"]["proxied"] = False
-    assert proxy_overhead_note(document) is None  # nothing went through the proxy
+    assert proxy_overhead_note(as_model(document)) is None  # nothing went through the proxy
 
 
 def test_a_phase_named_after_its_op_is_not_said_twice(report_doc):
@@ -215,10 +216,10 @@ def test_a_phase_named_after_its_op_is_not_said_twice(report_doc):
     from cachemark.report.verdict import verdict_blocks
 
     document = json.loads((Path(__file__).parent / "data" / "results-network-phases.json").read_text())
-    assert {row[1] for row in table.rows(document)} == {"write:set", "read:exists+get", "delete"}
-    outputs = [export.to_markdown(document), render_html(document),
+    assert {row[1] for row in table.rows(as_model(document))} == {"write:set", "read:exists+get", "delete"}
+    outputs = [export.to_markdown(as_model(document)), render_html(as_model(document)),
                "\n".join(" | ".join(row) for row in percentile_table(document["runs"][0])[0]),
-               "\n".join(verdict_blocks(document)[0].notes)]
+               "\n".join(verdict_blocks(as_model(document))[0].notes)]
     for text in outputs:
         assert "delete:delete" not in text and "write:set" in text
     assert re.search(r"^\| redis \[same-host\] \| delete \|", outputs[0], re.M)
@@ -237,8 +238,8 @@ def test_a_few_ops_never_sent_are_a_note_in_words_not_a_warning(report_doc):
     sent = sum(op["count"] for op in phase["ops"].values())
     share = 100 / (1 + sent)
     assert share < 1
-    (note,) = data.load_notes(document)
+    (note,) = data.load_notes(as_model(document))
     assert note == (f"redis [value_size=100]: main: the load fell behind its rate: 1 op due was never sent "
                     f"({share:.2g}% of the schedule); the latencies cover the ops that were sent")
-    assert not any("never sent" in line for line in verdict_blocks(document)[0].notes)
+    assert not any("never sent" in line for line in verdict_blocks(as_model(document))[0].notes)
 

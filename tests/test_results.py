@@ -21,7 +21,7 @@ import pytest
 
 from cachemark.errors import UserError
 from cachemark.outfile import write_text
-from cachemark.results import SCHEMA, load, write_atomic
+from cachemark.results import SCHEMA, as_model, load, write_atomic
 
 pytest_plugins = ["report_fixtures"]
 
@@ -385,8 +385,8 @@ def test_a_dask_runs_record_written_as_cluster_loads_as_dask(tmp_path) -> None:
     renamed = json.loads(old.read_text())
     renamed["runs"][0]["dask"] = renamed["runs"][0].pop("cluster")
     (tmp_path / "new.json").write_text(json.dumps(renamed))
-    blocks = agent_blocks(loaded)
-    assert agent_blocks(load(tmp_path / "new.json")) == blocks
+    blocks = agent_blocks(as_model(loaded))
+    assert agent_blocks(as_model(load(tmp_path / "new.json"))) == blocks
     (block,) = blocks
     assert block.rows[1][-1] == "-1.60 !" and block.rows[-1][:3] == ["all", "1 host(s)", "2"]
     assert block.notes[0].startswith("Measuring agent 2 (50 ops/s, open loop, apart from the load): get p50")

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from cachemark.measure.server_stats import NOT_SEEN, ServerSampler, read_proc, summarize
+from cachemark.results import as_model
 from cachemark.run.monitor import PhaseMonitor
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
@@ -503,8 +504,8 @@ def test_reports_mark_low_sample_figures():
     server = summarize([_reading(0.0, 0, 0, 0.0), _reading(0.2, 2000, 1000, 0.01)], 10, kind="redis")
     doc = {"experiment": {"name": "x"}, "runs": [{"label": "redis", "status": "ok", "phases": [
         {"name": "main", "wall_s": 0.2, "ops": {}, "server": server}]}]}
-    markdown = to_markdown(doc)
+    markdown = to_markdown(as_model(doc))
     assert "† " in markdown and "fewer than two" in markdown
-    assert "†" in _server_table(phase_rows(doc))
+    assert "†" in _server_table(phase_rows(as_model(doc)))
     server["low_samples"] = False
-    assert "†" not in to_markdown(doc) and "†" not in _server_table(phase_rows(doc))
+    assert "†" not in to_markdown(as_model(doc)) and "†" not in _server_table(phase_rows(as_model(doc)))

@@ -15,7 +15,7 @@ from cachemark.cli.report_commands import thresholds as thresholds_cmd
 from cachemark.errors import UserError
 from cachemark.report.data import phase_rows
 from cachemark.report.thresholds import compute, parse_levels, prometheus_rules, render, to_cloudformation
-from cachemark.results import write_atomic
+from cachemark.results import as_model, write_atomic
 
 pytest_plugins = ["report_fixtures"]
 LEVELS = [100, 90, 80]
@@ -23,9 +23,9 @@ LEVELS = [100, 90, 80]
 
 def test_bandwidth_max_is_the_best_server_out_p90_over_the_sweep(report_doc):
     # the default is bytes out only, reference 001's NetworkBytesOut
-    result = compute([report_doc], "bandwidth", LEVELS)
+    result = compute([as_model(report_doc)], "bandwidth", LEVELS)
     assert result["direction"] == "out"
-    phases = phase_rows(report_doc)
+    phases = phase_rows(as_model(report_doc))
     redis_best = max(p["server_net_out_mbps_p90"] for p in phases if p["label"] == "redis") * 1e6 / 8
     redis = result["targets"]["redis"]
     assert redis["max"] == pytest.approx(redis_best)
@@ -41,14 +41,14 @@ def test_bandwidth_max_is_the_best_server_out_p90_over_the_sweep(report_doc):
 
 
 def test_bandwidth_in_and_out_is_an_option(report_doc):
-    result = compute([report_doc], "bandwidth", LEVELS, direction="both")
+    result = compute([as_model(report_doc)], "bandwidth", LEVELS, direction="both")
     assert result["direction"] == "in + out"
-    phases = phase_rows(report_doc)
+    phases = phase_rows(as_model(report_doc))
     redis_best = max(p["server_net_mbps_p90"] for p in phases if p["label"] == "redis") * 1e6 / 8
     redis = result["targets"]["redis"]
     assert redis["max"] == pytest.approx(redis_best)
     assert redis["source"].startswith("server net Mbps p90") and "in + out" in redis["source"]
-    out_only = compute([report_doc], "bandwidth", LEVELS)["targets"]["redis"]["max"]
+    out_only = compute([as_model(report_doc)], "bandwidth", LEVELS)["targets"]["redis"]["max"]
     assert out_only < redis["max"]  # in + out is more than out alone
     memory_best = max(p["payload_mbps"] for p in phases if p["label"] == "memory") * 1e6 / 8
     assert result["targets"]["memory"]["max"] == pytest.approx(memory_best)
@@ -58,27 +58,28 @@ def test_bandwidth_in_and_out_is_an_option(report_doc):
     redis_rule = next(r for r in rules if r["labels"]["cache_target"] == "redis")
     assert "redis_net_input_bytes_total" in redis_rule["expr"]
     with pytest.raises(UserError, match="--direction"):
-        compute([report_doc], "bandwidth", LEVELS, direction="sideways")
+        compute([as_model(report_doc)], "bandwidth", LEVELS, direction="sideways")
 
 
 def test_ops_and_cpu(report_doc):
-    ops = compute([report_doc], "ops", LEVELS)
-    best = max(p["ops_per_s"] for p in phase_rows(report_doc) if p["label"] == "memory")
+    ops = compute([as_model(report_doc)], "ops", LEVELS)
+    best = max(p["ops_per_s"] for p in phase_rows(as_model(report_doc)) if p["label"] == "memory")
     assert ops["targets"]["memory"]["max"] == pytest.approx(best)
-    cpu = compute([report_doc], "cpu", LEVELS)
+    cpu = compute([as_model(report_doc)], "cpu", LEVELS)
     assert list(cpu["targets"]) == ["redis"]  # only the sampled server has CPU figures
     assert cpu["targets"]["redis"]["max"] > 0
 
 
 def test_labels_name_each_file(report_doc, slower_doc):
-    result = compute([report_doc, slower_doc], "ops", LEVELS, labels=["cache.m4.xlarge", "cache.r4.large"])
+    result = compute([as_model(report_doc), as_model(slower_doc)], "ops", LEVELS,
+                     labels=["cache.m4.xlarge", "cache.r4.large"])
     assert list(result["targets"]) == ["cache.m4.xlarge", "cache.r4.large"]
     with pytest.raises(UserError, match="one per file"):
-        compute([report_doc], "ops", LEVELS, labels=["a", "b"])
+        compute([as_model(report_doc)], "ops", LEVELS, labels=["a", "b"])
 
 
 def test_cloudformation_yaml_and_json_have_the_reference_shape(report_doc):
-    result = compute([report_doc], "bandwidth", LEVELS)
+    result = compute([as_model(report_doc)], "bandwidth", LEVELS)
     from_yaml = yaml.safe_load(render(result, "cloudformation"))
     from_json = json.loads(to_cloudformation(result, as_json=True))
     assert from_yaml == from_json
@@ -93,7 +94,7 @@ def test_cloudformation_yaml_and_json_have_the_reference_shape(report_doc):
 def test_cloudformation_template_passes_cfn_lint(report_doc, tmp_path):
     if shutil.which("cfn-lint") is None and not (Path(sys.executable).parent / "cfn-lint").exists():
         pytest.skip("cfn-lint is not installed")
-    result = compute([report_doc], "bandwidth", LEVELS, labels=["cache.m4.xlarge"])
+    result = compute([as_model(report_doc)], "bandwidth", LEVELS, labels=["cache.m4.xlarge"])
     template = yaml.safe_load(render(result, "cloudformation"))
     template.update({
         "AWSTemplateFormatVersion": "2010-09-09",
@@ -111,7 +112,7 @@ def test_cloudformation_template_passes_cfn_lint(report_doc, tmp_path):
 
 
 def test_prometheus_rules_structure(report_doc):
-    result = compute([report_doc], "bandwidth", LEVELS)
+    result = compute([as_model(report_doc)], "bandwidth", LEVELS)
     doc = yaml.safe_load(render(result, "prometheus"))
     assert doc == prometheus_rules(result)
     (group,) = doc["groups"]

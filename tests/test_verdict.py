@@ -23,7 +23,7 @@ from cachemark.report.blocks import to_rich
 from cachemark.report.figures import fmt_factor, fmt_latency, fmt_rate
 from cachemark.report.headline import headline_blocks
 from cachemark.report.verdict import TIE_WITHOUT_REPEATS, verdict_blocks
-from cachemark.results import load
+from cachemark.results import as_model, load
 from conftest import run_cli  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
@@ -31,7 +31,7 @@ T95_DF2 = 4.303  # Student's t, 97.5 % quantile, 2 degrees of freedom (3 repeats
 
 
 def verdict(document: dict[str, Any]):
-    blocks = verdict_blocks(document)
+    blocks = verdict_blocks(as_model(document))
     assert len(blocks) == 1 and blocks[0].kind == "verdict"
     return blocks[0]
 
@@ -445,7 +445,7 @@ def test_an_old_file_with_little_in_it_still_gets_a_verdict():
     block = verdict(document)
     assert block.rows == [["get", "a (10µs)", "b", "2.50×", "-"]]
     assert block.lines[0].startswith("Workload:")
-    assert verdict_blocks({"schema": "cachemark.results/1", "runs": []}) == []
+    assert verdict_blocks(as_model({"schema": "cachemark.results/1", "runs": []})) == []
 
 
 def test_phases_with_their_own_key_distribution_say_so(doc):
@@ -625,7 +625,7 @@ def test_magento_verdict_and_headline_agree_at_every_op(tmp_path):
                      "-o", "out.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     document = json.loads((tmp_path / "out.json").read_text())
-    (head,) = headline_blocks(document)
+    (head,) = headline_blocks(as_model(document))
     columns = {"get": "read ops/s (harness)", "set": "write ops/s (harness)", "clean": "clean ops/s (harness)"}
     printed = {(row[0], op): row[head.columns.index(column)] for row in head.rows for op, column in columns.items()}
     by_hand = {}
@@ -664,7 +664,7 @@ def test_django_s3_factor_is_the_same_in_the_headline_and_the_verdict(tmp_path):
                      cwd=tmp_path)
     assert result.returncode == 1, result.stderr  # the dummy cache drops writes, by design
     document = json.loads((tmp_path / "out.json").read_text())
-    (head,) = headline_blocks(document)
+    (head,) = headline_blocks(as_model(document))
     block = verdict(document)
     assert block.columns[1] == "fastest (s/1000 ops)"
     rows = ranking(document)
@@ -710,7 +710,7 @@ def test_a_client_other_than_the_references_is_flagged(doc):
     runs = [django_run(doc, "memcached", "pymemcache", "memcached.PyMemcacheCache"),
             django_run(doc, "redis", "redis-py", "redis.RedisCache")]
     document = {**doc, "experiment": {**doc["experiment"], "reference": reference}, "runs": runs}
-    found = [f for f in findings(document, runs) if f.kind == Kind.CLIENT]
+    found = [f for f in findings(as_model(document), runs) if f.kind == Kind.CLIENT]
     assert [f.text for f in found] == [
         "memcached: measured through pymemcache (Django's PyMemcacheCache) where reference 003 used pylibmc: the "
         "client library's own cost is in every figure, so these are not the figures of the "

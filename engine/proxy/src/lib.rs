@@ -9,20 +9,23 @@
 //!
 //! Modules: [`config`] (the JSON schema and the release-time arithmetic), [`timer`]
 //! (microsecond timers), [`capture`] (the tap and the trace recorder), [`proxy`] (listener,
-//! faults, stats), `pump` (one direction of a connection), [`spin`] and [`spare`] (when a
-//! pump stays awake between segments), [`runtime`] (its tokio runtime: a refused thread is
-//! an error) and [`python`] (the `cachemark._engine.Proxy` class).
+//! faults), `pump` (one direction of a connection), [`shared`] (the counters and state both
+//! read), [`spin`] and [`spare`] (when a pump stays awake between segments), [`runtime`] (its
+//! tokio runtime: a refused thread is an error) and [`python`] (the `cachemark._engine.Proxy`
+//! class).
 pub mod capture;
 pub mod config;
 pub mod proxy;
 mod pump;
 pub mod runtime;
+pub mod shared;
 pub mod sock;
 pub mod spare;
 pub mod spin;
 pub mod timer;
 
 pub use config::Config;
-pub use proxy::{Proxy, StatsSnapshot};
+pub use proxy::Proxy;
+pub use shared::StatsSnapshot;
 
 pub mod python;

@@ -1,9 +1,10 @@
 //! The proxy itself: a listener on its own tokio runtime, one task per client connection,
 //! two pumps ([`crate::pump`]: client -> upstream "up", upstream -> client "down") inside
-//! that task, and the per-connection fault controller.
+//! that task, and the per-connection fault controller. The state both it and the pumps read
+//! (counters, the shared link, a connection's faults) is [`crate::shared`]'s.
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,139 +14,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
-use crate::capture::{ConnTap, Tap};
+use crate::capture::Tap;
 use crate::config::{Config, FaultKind};
 use crate::pump::{pump, Out};
+use crate::shared::{ConnState, Dir, Shared, Stats, StatsSnapshot};
 use crate::sock::Sock;
-use crate::spare::SpareCore;
-use crate::spin::Spin;
 use crate::timer::{now_ns, PreciseTimer};
-
-/// Wake-up lateness samples above this are preemption, not timer latency: ignore them.
-const MAX_LATENESS_SAMPLE_NS: u64 = 200_000;
-
-/// Upper edges (µs) of the release-lateness buckets: early/on time, then ever later.
-pub const LATE_EDGES_US: [u64; 8] = [0, 10, 30, 100, 300, 1_000, 3_000, 10_000];
-
-/// Counters the Python side reads with `stats()`. All monotonic except `connections_active`.
-#[derive(Default)]
-pub struct Stats {
-    pub connections_total: AtomicU64,
-    pub connections_active: AtomicI64,
-    pub bytes_up: AtomicU64,
-    pub bytes_down: AtomicU64,
-    pub bytes_dropped: AtomicU64,
-    pub upstream_errors: AtomicU64,
-    pub faults_reset: AtomicU64,
-    pub faults_blackhole: AtomicU64,
-    pub faults_stall: AtomicU64,
-    /// Segments that went through the delay queue, and how far from their due time they
-    /// were written (signed: negative = early), to report the delay actually applied.
-    pub segments_delayed: AtomicU64,
-    pub release_error_sum_ns: AtomicI64,
-    pub release_error_max_ns: AtomicI64,
-    pub release_error_min_ns: AtomicI64,
-    /// How late delayed segments left, bucketed by [`LATE_EDGES_US`] (last = beyond).
-    pub release_late: [AtomicU64; LATE_EDGES_US.len() + 1],
-    /// Estimated timer wake-up latency (EWMA); timers are armed this much early.
-    pub wake_lateness_ns: AtomicU64,
-}
-
-impl Stats {
-    fn new() -> Stats {
-        let s = Stats::default();
-        s.release_error_max_ns.store(i64::MIN, Relaxed);
-        s.release_error_min_ns.store(i64::MAX, Relaxed);
-        s
-    }
-}
-
-/// A plain copy of [`Stats`].
-#[derive(Debug, Clone, Default)]
-pub struct StatsSnapshot {
-    pub connections_total: u64,
-    pub connections_active: i64,
-    pub bytes_up: u64,
-    pub bytes_down: u64,
-    pub bytes_dropped: u64,
-    pub upstream_errors: u64,
-    pub faults_reset: u64,
-    pub faults_blackhole: u64,
-    pub faults_stall: u64,
-    pub segments_delayed: u64,
-    pub release_error_mean_ns: i64,
-    pub release_error_max_ns: i64,
-    pub release_error_min_ns: i64,
-    pub release_late: Vec<u64>,
-    pub wake_lateness_ns: u64,
-}
-
-pub(crate) struct Shared {
-    pub(crate) stats: Stats,
-    upstream: SocketAddr,
-    cfg_rx: watch::Receiver<Arc<Config>>,
-    /// Capturing: every segment read is also handed to the tap (never waited on).
-    pub(crate) tap: Option<Arc<Tap>>,
-    /// With a shared link cap (`link_bps`): when each direction's link is next free, in
-    /// `now_ns` time; every connection's pieces queue for it in the order they arrive.
-    link_free: [AtomicU64; 2],
-    /// Whether the machine has a core for spinning.
-    pub(crate) spare: SpareCore,
-}
-
-impl Shared {
-    /// Reserves the shared link of `dir` for `tx_ns` from `ready_ns` (or from when it is next
-    /// free); returns when the piece has left it.
-    pub(crate) fn take_link(&self, dir: Dir, ready_ns: u64, tx_ns: u64) -> u64 {
-        let link = &self.link_free[dir as usize];
-        let before = link
-            .fetch_update(Relaxed, Relaxed, |free| Some(free.max(ready_ns) + tx_ns))
-            .expect("the update always stores");
-        before.max(ready_ns) + tx_ns
-    }
-
-    pub(crate) fn observe_wake(&self, sample_ns: u64) {
-        if sample_ns > MAX_LATENESS_SAMPLE_NS {
-            return;
-        }
-        // EWMA, weight 1/8; the read-modify-write races between pumps are harmless.
-        let old = self.stats.wake_lateness_ns.load(Relaxed) as i64;
-        let new = old + (sample_ns as i64 - old) / 8;
-        self.stats
-            .wake_lateness_ns
-            .store(new.max(0) as u64, Relaxed);
-    }
-
-    pub(crate) fn record_release(&self, error_ns: i64) {
-        self.stats.segments_delayed.fetch_add(1, Relaxed);
-        self.stats.release_error_sum_ns.fetch_add(error_ns, Relaxed);
-        self.stats.release_error_max_ns.fetch_max(error_ns, Relaxed);
-        self.stats.release_error_min_ns.fetch_min(error_ns, Relaxed);
-        let late_us = (error_ns.max(0) as u64).div_ceil(1000);
-        let bucket = LATE_EDGES_US
-            .iter()
-            .position(|&edge| late_us <= edge)
-            .unwrap_or(LATE_EDGES_US.len());
-        self.stats.release_late[bucket].fetch_add(1, Relaxed);
-    }
-}
-
-/// Fault state one connection's pumps consult on every segment.
-#[derive(Default)]
-pub(crate) struct ConnState {
-    pub(crate) blackhole: AtomicBool,
-    pub(crate) stall_until_ns: AtomicU64,
-    /// When to stay awake between segments (both pumps learn from every read).
-    pub(crate) spin: Spin,
-    /// This connection's handle on the capture tap, when capturing.
-    pub(crate) tap: Option<ConnTap>,
-}
-
-#[derive(Clone, Copy, PartialEq, Debug)]
-pub(crate) enum Dir {
-    Up,
-    Down,
-}
 
 enum Ending {
     /// Both directions forwarded their EOF.
@@ -314,14 +188,7 @@ impl Proxy {
         std_listener.set_nonblocking(true)?;
         let local = std_listener.local_addr()?;
         let (cfg_tx, cfg_rx) = watch::channel(Arc::new(cfg));
-        let shared = Arc::new(Shared {
-            stats: Stats::new(),
-            upstream: upstream_addr,
-            cfg_rx,
-            tap,
-            link_free: [AtomicU64::new(0), AtomicU64::new(0)],
-            spare: SpareCore::new(),
-        });
+        let shared = Arc::new(Shared::new(upstream_addr, cfg_rx, tap));
         let listener = {
             let _guard = rt.enter();
             TcpListener::from_std(std_listener)?

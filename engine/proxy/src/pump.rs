@@ -20,7 +20,7 @@ use rand::SeedableRng;
 use tokio::sync::watch;
 
 use crate::config::{Config, DirConfig};
-use crate::proxy::{ConnState, Dir, Shared};
+use crate::shared::{ConnState, Dir, Shared};
 use crate::sock::Sock;
 use crate::timer::{now_ns, PreciseTimer};
 

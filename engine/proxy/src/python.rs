@@ -188,11 +188,11 @@ impl PyProxy {
         // {"<=0us": n, "<=10us": n, ..., ">10000us": n}: how late delayed segments left.
         let late = PyDict::new(py);
         for (i, count) in s.release_late.iter().enumerate() {
-            let label = match crate::proxy::LATE_EDGES_US.get(i) {
+            let label = match crate::shared::LATE_EDGES_US.get(i) {
                 Some(edge) => format!("<={edge}us"),
                 None => format!(
                     ">{}us",
-                    crate::proxy::LATE_EDGES_US[crate::proxy::LATE_EDGES_US.len() - 1]
+                    crate::shared::LATE_EDGES_US[crate::shared::LATE_EDGES_US.len() - 1]
                 ),
             };
             late.set_item(label, count)?;

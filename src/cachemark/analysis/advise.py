@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from ..errors import UserError
 from ..needs import Needs, parse_needs
 from ..plan import price_labels
-from ..results import ResultsDocument, Run, as_model
+from ..results import ResultsDocument, Run
 from ..results.findings import QUALIFY_FIGURES, Finding, Kind
 from ..results.names import ENGINE_CLIENT
 from ..schemes import find_scheme
@@ -222,7 +222,7 @@ def _qualify(check: Check, label: str, found: list[Finding]) -> list[Finding]:
     return bearing
 
 
-def advise(document: dict[str, Any] | ResultsDocument, needs: Needs, prices: PriceTable | None = None,
+def advise(document: ResultsDocument, needs: Needs, prices: PriceTable | None = None,
            found: list[Finding] | None = None) -> list[Advice]:
     """Per label, each need checked against its runs; ``found``: the results' own warnings that change
     how a figure reads (the verdict's, ``report.verdict.reading_warnings``), named beside the checks
@@ -231,7 +231,7 @@ def advise(document: dict[str, Any] | ResultsDocument, needs: Needs, prices: Pri
     overstated = {label for f in found if f.kind == Kind.OPEN_LOOP for label in f.labels}
     found = [f for f in found if f.kind in QUALIFY_FIGURES]
     by_label: dict[str, list[Run]] = {}
-    for run in as_model(document).measured_runs:
+    for run in document.measured_runs:
         by_label.setdefault(run.label, []).append(run)
     advice = []
     for label, runs in by_label.items():

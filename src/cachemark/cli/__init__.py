@@ -84,17 +84,15 @@ def output_paths(out: Path | None) -> tuple[Path | None, Path | None, str | None
     return None, out, fmt
 
 
-def untrusted_runs(document: dict[str, Any] | ResultsDocument) -> list[str]:
+def untrusted_runs(document: ResultsDocument) -> list[str]:
     """The runs whose figures are not of a working cache: one line per finding, each once, naming every
     repeat it covers (``django(dummy) #1, #2: drops writes: …``). A run that drops writes is said to
     drop them, not counted again as the canaries' ``dropped_write`` errors: that is the same finding."""
     import re
 
-    from ..results import as_model
-
     repeat = re.compile(r" #(\d+)\b")
     found: dict[tuple[str, str], tuple[list[str], dict[str, int]]] = {}  # (run, finding) -> repeats, errors
-    for run in as_model(document).runs:
+    for run in document.runs:
         base, number = repeat.sub("", run.name, count=1), (m.group(1) if (m := repeat.search(run.name)) else "")
         if run.dropped_writes:
             found.setdefault((base, f"drops writes: {run.dropped_writes}"), ([], {}))[0].append(number)
@@ -230,7 +228,6 @@ def run(
         from ..run.forkserver import start_early
 
         start_early(experiment.targets)
-    from ..results import as_model
     from ..run.distributed import cluster_session
     from ..scratch import directory as scratch_directory
     from .session import run_experiment
@@ -251,7 +248,7 @@ def run(
 
         outfile.write_text(where_to, render_format(document, fmt), "the report")
         console.print(f"report: {where_to}", markup=False, highlight=False)
-    runs = as_model(document).runs
+    runs = document.runs
     if any(run.status == "failed" for run in runs):
         raise typer.Exit(EXIT_RUN_FAILED)  # each failed run's reason is already on the screen
     untrusted = untrusted_runs(document)

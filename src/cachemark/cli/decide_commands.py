@@ -36,9 +36,9 @@ def advise(
     from ..analysis.advise import load_needs
     from ..analysis.cost import load_prices
     from ..report.advice_report import advice_block, judged
-    from ..results import load
+    from ..results import read
 
-    document = load(results)
+    document = read(results)
     stated = load_needs(needs)
     _show([advice_block(judged(document, stated, load_prices(prices)))], markdown)
 

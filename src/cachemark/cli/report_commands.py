@@ -104,7 +104,7 @@ def compare(
     """
     from ..errors import EXIT_REGRESSION
     from ..report import compare as cmp
-    from ..results import load
+    from ..results import read
 
     to_file = out is not None and str(out) != "-"
     if format is None:
@@ -117,8 +117,8 @@ def compare(
 
         refuse_input(out, [base, *new])
     rules = cmp.parse_rules(fail_on) if fail_on is not None else None  # a typo costs no work
-    base_doc = load(base)
-    new_docs = [load(path) for path in new]
+    base_doc = read(base)
+    new_docs = [read(path) for path in new]
     rows = cmp.compare(base_doc, new_docs)
     if not rows:
         raise UserError(f"nothing to compare: no label and op appears in both {one_line(base)} and the new results")
@@ -187,7 +187,7 @@ def thresholds(
     """
     from ..outfile import write_json
     from ..report import thresholds as th
-    from ..results import load
+    from ..results import read
 
     if format not in th.FORMATS:
         raise UserError(f"unknown format {format!r}; choose one of {', '.join(th.FORMATS)}")
@@ -195,7 +195,7 @@ def thresholds(
         raise UserError(f"unknown metric {metric!r}; choose one of {', '.join(th.METRICS)}")
     parsed = th.parse_levels(levels)
     chosen = th.parse_direction(direction)
-    documents = [load(path) for path in results]
+    documents = [read(path) for path in results]
     result = th.compute(documents, metric, parsed, label or None, direction=chosen)
     as_json = out is not None and out.suffix.lower() == ".json"
     to_file = out is not None and str(out) != "-"

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from ..backends.base import PSEUDO_OPS
 from ..plan import RunSpec
 from ..report.table import render
-from ..results import LoadedDocument, Run, as_model
+from ..results import ResultsDocument, Run
 from ..run.experiment import run_experiment as run_all
 from ..run.load_path import PREFILL, ProgressFn
 from ..run.outcome import RunOutcome
@@ -158,16 +158,16 @@ class TerminalView:
 
 
 def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: bool = True,
-                   console: Console | None = None) -> tuple[LoadedDocument, Path]:
+                   console: Console | None = None) -> tuple[ResultsDocument, Path]:
     """``cachemark run``'s experiment, drawn on ``console``: its runs, then the table and the lines
     that say how to read it; Ctrl-C ends it after saving (KeyboardInterrupt, once said where).
-    The document comes back with its typed model kept (``results.as_model`` reads it at once)."""
+    The document comes back as the typed document the reports read."""
     console = console or Console()
     finished = run_all(experiment, out, calibrate, TerminalView(console))
-    document, path = finished.document, finished.path
+    document, path = finished.document.model, finished.path
+    assert document is not None  # the writer keeps the model it validated
     render(document, console, title=f"cachemark: {one_line(finished.experiment.name)}")
-    typed = as_model(document)
-    for run in typed.runs:
+    for run in document.runs:
         for phase in run.phases:
             # a run that drops writes is said to once (the warnings, the exit line): not again by its canaries
             samples = [s for s in phase.error_samples if not (run.dropped_writes and "dropped_write" in s)]
@@ -175,7 +175,7 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
                 console.print(f"{run.name}: {sample}", markup=False, highlight=False)
         if run.status == "failed":
             console.print(f"{run.name}: failed: {run.reason}", markup=False, highlight=False)
-    for item in typed.saturation or []:
+    for item in document.saturation or []:
         where = item.saturation
         console.print(f"{item.label}: " + (f"saturates at {item.param}={where}" if where is not None
                                            else f"throughput still rising at the largest {item.param}"),

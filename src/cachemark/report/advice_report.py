@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..analysis.advise import FAIL, PASS, Advice, advise
 from ..analysis.cost import Cost, PriceTable, load_prices
 from ..errors import UserError
 from ..needs import Needs, parse_needs
-from ..results import ResultsDocument, as_model
+from ..results import ResultsDocument
 from ..results.findings import QUALIFY_FIGURES, Kind
 from .blocks import Block
 from .verdict import findings
@@ -80,18 +78,16 @@ def cost_block(costs: list[Cost], prices: PriceTable, load: float | None, data_g
     return Block("What it costs", lines, columns, rows, notes, left=2)
 
 
-def judged(document: dict[str, Any] | ResultsDocument, needs: Needs, prices: PriceTable | None) -> list[Advice]:
+def judged(document: ResultsDocument, needs: Needs, prices: PriceTable | None) -> list[Advice]:
     """:func:`advise` with the results' own warnings that change how a figure reads named beside the
     checks resting on them: the one way every command asks for advice."""
-    document = as_model(document)
     # the verdict's own word on whose open-loop tail is overstated, beside the warnings that qualify figures
     found = [f for f in findings(document, document.runs) if f.kind in QUALIFY_FIGURES or f.kind == Kind.OPEN_LOOP]
     return advise(document, needs, prices, found)
 
 
-def experiment_advice(document: dict[str, Any] | ResultsDocument) -> list[Block]:
+def experiment_advice(document: ResultsDocument) -> list[Block]:
     """The advice block of a run whose experiment states ``[needs]`` (none otherwise)."""
-    document = as_model(document)
     data = document.experiment.stated("needs")
     if not data:
         return []

@@ -4,18 +4,16 @@ what the terminal said after the run."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..results import ResultsDocument, as_model
+from ..results import ResultsDocument
 from ..results.schema import AgentRow, DaskAgent
 from .blocks import Block
 
 COLUMNS = ["agent", "host", "workers", "ops", "ops/s", "CPU s", "cores", "start lag ms", "clock ms"]
 
 
-def agent_blocks(document: dict[str, Any] | ResultsDocument) -> list[Block]:
+def agent_blocks(document: ResultsDocument) -> list[Block]:
     blocks = []
-    for run in as_model(document).runs:
+    for run in document.runs:
         dask = run.dask  # a file before it was named so wrote it as the run's "cluster": migrated on load
         if dask is None:
             continue

@@ -9,9 +9,7 @@ same answers in the same order; :mod:`.blocks` draws them.
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..results import ResultsDocument, as_model
+from ..results import ResultsDocument
 from .advice_report import experiment_advice
 from .agents import agent_blocks
 from .blocks import Block
@@ -19,15 +17,13 @@ from .headline import headline_blocks as preset_headline_blocks
 from .verdict import verdict_blocks as run_verdict_blocks
 
 
-def headline_blocks(document: dict[str, Any] | ResultsDocument) -> list[Block]:
+def headline_blocks(document: ResultsDocument) -> list[Block]:
     """The preset's own figure(s), when its experiment declares a headline view; and, for a run
     driven from a cluster, its agents' share, throughput and CPU."""
-    document = as_model(document)
     return [*preset_headline_blocks(document), *agent_blocks(document)]
 
 
-def verdict_blocks(document: dict[str, Any] | ResultsDocument) -> list[Block]:
+def verdict_blocks(document: ResultsDocument) -> list[Block]:
     """What the run means: the workload, the ranking per op, the warnings that change the reading;
     and, when the experiment states its needs, which target meets them."""
-    document = as_model(document)
     return [*run_verdict_blocks(document), *experiment_advice(document)]

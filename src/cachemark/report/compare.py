@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from ..errors import UserError
-from ..results import ResultsDocument, as_model
+from ..results import ResultsDocument
 from ..results.names import op_label
 from ..textfile import one_line
 from .data import op_rows
@@ -44,9 +44,6 @@ PRINTED = {"ops_per_s": "ops/s", "p50_us": "p50", "p90_us": "p90", "p99_us": "p9
 DEFAULT_NOISE = 0.05
 
 Key = tuple[str, str, str, str]  # label, sweep point, phase, op
-
-
-Document = dict[str, Any] | ResultsDocument  # as loaded or built in memory, or the typed document
 
 
 def _groups(document: ResultsDocument) -> dict[Key, list[dict[str, Any]]]:
@@ -94,7 +91,7 @@ def _figure(b: dict[str, Any], n: dict[str, Any], metric: str) -> dict[str, Any]
     }
 
 
-def compare(base_doc: Document, new_docs: list[Document]) -> list[dict[str, Any]]:
+def compare(base_doc: ResultsDocument, new_docs: list[ResultsDocument]) -> list[dict[str, Any]]:
     """One row per new document × (label, sweep point, phase, op) present in both.
 
     Each row has, per figure: ``base_<m>``, ``new_<m>``, ``<m>_ratio`` (new ÷ base),
@@ -103,10 +100,10 @@ def compare(base_doc: Document, new_docs: list[Document]) -> list[dict[str, Any]
     ``<m>_within_noise`` (|ratio − 1| ≤ noise) and ``<m>_direction`` (better | worse, or
     same when within the noise).
     """
-    base = {key: _aggregate(rows) for key, rows in _groups(as_model(base_doc)).items()}
+    base = {key: _aggregate(rows) for key, rows in _groups(base_doc).items()}
     out: list[dict[str, Any]] = []
     for index, document in enumerate(new_docs):
-        for key, rows in _groups(as_model(document)).items():
+        for key, rows in _groups(document).items():
             if key not in base:
                 continue
             b, n = base[key], _aggregate(rows)
@@ -121,12 +118,12 @@ def compare(base_doc: Document, new_docs: list[Document]) -> list[dict[str, Any]
     return out
 
 
-def unmatched(base_doc: Document, new_docs: list[Document]) -> list[str]:
+def unmatched(base_doc: ResultsDocument, new_docs: list[ResultsDocument]) -> list[str]:
     """Labels/ops present on one side only (so a reader knows what was not compared)."""
-    base = set(_groups(as_model(base_doc)))
+    base = set(_groups(base_doc))
     seen: set[Key] = set()
     for document in new_docs:
-        seen |= set(_groups(as_model(document)))
+        seen |= set(_groups(document))
     return sorted(f"{k[0]} {k[3]}" + (f" [{k[1]}]" if k[1] else "") for k in base ^ seen)
 
 
@@ -329,12 +326,12 @@ def _error_failure(row: dict[str, Any], allowed_pct: float, file: str, show_file
             "noise_measured": False, "line": line}
 
 
-def failed_runs(new_docs: list[Document], names: list[str]) -> list[dict[str, Any]]:
+def failed_runs(new_docs: list[ResultsDocument], names: list[str]) -> list[dict[str, Any]]:
     """Every run of a new file that failed: the gate fails on each (a broken run is no pass). A skipped
     run measured nothing, and is named among the runs not compared."""
     out = []
     for index, document in enumerate(new_docs):
-        for run in as_model(document).runs:
+        for run in document.runs:
             if run.status != "failed":
                 continue
             reason = one_line(run.reason or "no reason recorded")
@@ -436,10 +433,10 @@ def _fields(document: ResultsDocument) -> dict[str, Any]:
     return out
 
 
-def workload_differences(base_doc: Document, new_doc: Document) -> list[dict[str, str]]:
+def workload_differences(base_doc: ResultsDocument, new_doc: ResultsDocument) -> list[dict[str, str]]:
     """Each field of the experiment (workload, phases, network, sweep) whose value differs:
     ``{"field", "base", "new"}`` with the values as text. Files without the field count as none."""
-    base, new = _fields(as_model(base_doc)), _fields(as_model(new_doc))
+    base, new = _fields(base_doc), _fields(new_doc)
     same_phases = base["phases"] == new["phases"]
     out = []
     for field in [*base, *(k for k in new if k not in base)]:
@@ -451,7 +448,7 @@ def workload_differences(base_doc: Document, new_doc: Document) -> list[dict[str
     return out
 
 
-def workload_warnings(base_doc: Document, new_docs: list[Document],
+def workload_warnings(base_doc: ResultsDocument, new_docs: list[ResultsDocument],
                       names: list[str] | None = None) -> list[str]:
     """One line per new document whose experiment differs from the base's, naming each field."""
     out = []

@@ -6,8 +6,8 @@ bandwidth, server figures). Export, compare, thresholds and the HTML report all 
 here, so a figure means the same thing in every output. Summaries missing from an older
 file are recomputed from the histograms.
 
-Every function reads the typed document (:mod:`cachemark.results.schema`); each public one also
-takes the document's dict, as ``load`` returns it or a session builds it (``as_model``).
+Every function reads the typed document (:mod:`cachemark.results.schema`), as ``results.read``
+returns it: never the file's dict.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from ..backends.base import PSEUDO_OPS
 from ..errors import UserError
-from ..results import OpResult, OpSummary, Phase, ResultsDocument, as_model
+from ..results import OpResult, OpSummary, Phase, ResultsDocument
 from ..results.names import run_name, sweep_key  # noqa: F401 (re-exported: reports name runs through here)
 from ..results.schema import ClusterFigures, ServerFigures
 from ..textfile import one_line
@@ -47,10 +47,10 @@ def _server(phase: Phase) -> dict[str, Any]:
 _NO_SERVER = ServerFigures()
 
 
-def op_rows(document: dict[str, Any] | ResultsDocument, include_failed: bool = False) -> list[dict[str, Any]]:
+def op_rows(document: ResultsDocument, include_failed: bool = False) -> list[dict[str, Any]]:
     """One row per (run, phase, op) with every figure; runs without phases are left out."""
     rows: list[dict[str, Any]] = []
-    for index, run in enumerate(as_model(document).runs):
+    for index, run in enumerate(document.runs):
         if not run.measured and not include_failed:
             continue
         shown, sweep = run.name, run.sweep_key
@@ -75,10 +75,10 @@ def op_rows(document: dict[str, Any] | ResultsDocument, include_failed: bool = F
     return rows
 
 
-def phase_rows(document: dict[str, Any] | ResultsDocument) -> list[dict[str, Any]]:
+def phase_rows(document: ResultsDocument) -> list[dict[str, Any]]:
     """One row per (run, phase): totals over its ops, plus the server figures."""
     rows: list[dict[str, Any]] = []
-    for index, run in enumerate(as_model(document).runs):
+    for index, run in enumerate(document.runs):
         if not run.measured:
             continue
         shown, sweep = run.name, run.sweep_key
@@ -119,14 +119,14 @@ def fmt_value(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def load_notes(document: dict[str, Any] | ResultsDocument) -> list[str]:
+def load_notes(document: ResultsDocument) -> list[str]:
     """What the load itself could not do, per run and phase: ops of an open-loop schedule
     that fell due but were never sent (the client fell behind its rate), which the latency
     figures cannot show, since they cover only the ops that were sent. And, for a Redis
     Cluster on the engine, the redirects its nodes answered (a slot map that changed under
     the load costs those ops a second round trip)."""
     notes = []
-    for run in as_model(document).runs:
+    for run in document.runs:
         for phase in run.phases:
             if phase.cluster is not None and not phase.cluster.is_empty:
                 notes.append(f"{run.name}: {phase.name}: {cluster_note(phase.cluster)}")
@@ -149,7 +149,7 @@ def missed_ops(phase: Phase) -> tuple[int, float]:
     return missed, missed / max(missed + sent, 1)
 
 
-def proxy_overhead_note(document: dict[str, Any] | ResultsDocument) -> str | None:
+def proxy_overhead_note(document: ResultsDocument) -> str | None:
     """The network proxy's own zero-delay overhead as one line beside every proxied figure,
     or ``None`` when no run went through the proxy.
 
@@ -158,7 +158,6 @@ def proxy_overhead_note(document: dict[str, Any] | ResultsDocument) -> str | Non
     once per experiment (``environment.proxy_overhead``) so the reader can subtract it: per
     round trip, so an op making several round trips pays it several times.
     """
-    document = as_model(document)
     if not any(run.network is not None and run.network.stated("proxied") for run in document.runs):
         return None
     overhead = document.environment.proxy_overhead

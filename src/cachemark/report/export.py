@@ -14,7 +14,7 @@ import io
 import json
 from typing import Any
 
-from ..results import ResultsDocument, as_model
+from ..results import ResultsDocument
 from ..results.names import op_label
 from ..results.store import without_histograms
 from .answers import headline_blocks, verdict_blocks
@@ -52,8 +52,7 @@ def _op_name(row: dict[str, Any], many_phases: bool) -> str:
     return op_label(row["phase"], row["op"], many_phases)
 
 
-def to_markdown(document: dict[str, Any] | ResultsDocument, baseline: str | None = None) -> str:
-    document = as_model(document)
+def to_markdown(document: ResultsDocument, baseline: str | None = None) -> str:
     rows = op_rows(document)
     many_phases = len({r["phase"] for r in rows}) > 1
     name = document.experiment.name
@@ -140,7 +139,7 @@ def _bytes(value: float | None) -> str:
     return fmt_memory(value)
 
 
-def to_csv(document: dict[str, Any] | ResultsDocument) -> str:
+def to_csv(document: ResultsDocument) -> str:
     rows = op_rows(document)
     buffer = io.StringIO()
     if not rows:
@@ -153,7 +152,8 @@ def to_csv(document: dict[str, Any] | ResultsDocument) -> str:
 
 
 def strip_histograms(document: dict[str, Any] | ResultsDocument) -> dict[str, Any]:
-    """The document without the (large) encoded histograms (``results.store.without_histograms``)."""
+    """The document without the (large) encoded histograms (``results.store.without_histograms``): the
+    file's own dict, in its key order, is the one input a report takes besides the typed document."""
     return without_histograms(document)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ..errors import UserError
 from ..results import ResultsDocument
@@ -11,7 +10,7 @@ from .export import to_csv, to_json, to_markdown
 from .html import html_parts
 
 # name -> (its parts(document, baseline), takes a --baseline)
-_FORMATS: dict[str, tuple[Callable[[dict[str, Any] | ResultsDocument, str | None], Iterable[str]], bool]] = {
+_FORMATS: dict[str, tuple[Callable[[ResultsDocument, str | None], Iterable[str]], bool]] = {
     "markdown": (lambda document, baseline: [to_markdown(document, baseline)], True),
     "csv": (lambda document, baseline: [to_csv(document)], False),
     "json": (lambda document, baseline: [to_json(document)], False),
@@ -25,7 +24,7 @@ FORMAT_BY_SUFFIX = {".html": "html", ".htm": "html", ".md": "markdown", ".markdo
 BESIDE_RESULTS = {"html": ".html", "markdown": ".md", "csv": ".csv", "json": ".summary.json"}
 
 
-def render_parts(document: dict[str, Any] | ResultsDocument, fmt: str, baseline: str | None = None) -> Iterable[str]:
+def render_parts(document: ResultsDocument, fmt: str, baseline: str | None = None) -> Iterable[str]:
     """The document in ``fmt`` (markdown, csv, json, html) as texts to write one after another: an
     HTML page is made part by part, so a large one is never whole in memory."""
     if fmt not in _FORMATS:
@@ -36,6 +35,6 @@ def render_parts(document: dict[str, Any] | ResultsDocument, fmt: str, baseline:
     return write(document, baseline)
 
 
-def render(document: dict[str, Any] | ResultsDocument, fmt: str, baseline: str | None = None) -> str:
+def render(document: ResultsDocument, fmt: str, baseline: str | None = None) -> str:
     """The document in ``fmt`` (markdown, csv, json, html), whole."""
     return "".join(render_parts(document, fmt, baseline))

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..measure.histogram import Histogram
 from ..measure.summary import latency_histogram
-from ..results import OpResult, Phase, ResultsDocument, Run, as_model, as_run
+from ..results import OpResult, Phase, ResultsDocument, Run, as_run
 from ..results.names import op_label
 from .blocks import Block
 from .data import proxy_overhead_note
@@ -30,12 +30,8 @@ MIN_RATE_SAMPLES = 30
 DROPPED_NOTE = "writes were dropped: these timings are of a cache that stores nothing"
 
 
-Document = dict[str, Any] | ResultsDocument  # as loaded or built in memory, or the typed document
-
-
-def headline_blocks(document: Document) -> list[Block]:
+def headline_blocks(document: ResultsDocument) -> list[Block]:
     """The figure the experiment's ``headline`` names; none when it names none (or nothing ran)."""
-    document = as_model(document)
     kind = document.experiment.stated("headline")
     if not kind:
         return []
@@ -54,9 +50,9 @@ def headline_blocks(document: Document) -> list[Block]:
     return blocks
 
 
-def scale_note(document: Document) -> str | None:
+def scale_note(document: ResultsDocument) -> str | None:
     """The one command that runs the reference at its own scale, where the preset's defaults cut it."""
-    experiment = as_model(document).experiment
+    experiment = document.experiment
     flags, name = experiment.stated("full_scale"), experiment.stated("name")
     if flags is None or not name:
         return None
@@ -131,9 +127,8 @@ def writes_dropped(run: Run | dict[str, Any]) -> str | None:
     return None
 
 
-def timeit_rows(document: Document) -> tuple[list[str], list[list[str]], list[str]]:
+def timeit_rows(document: ResultsDocument) -> tuple[list[str], list[list[str]], list[str]]:
     """Per configuration × phase: seconds per 1000 ops of each repeat, min, median, × the fastest."""
-    document = as_model(document)
     groups: dict[tuple[str, str], list[tuple[int, float | None]]] = {}
     dropped: dict[str, str] = {}
     for run in _measured(document):
@@ -178,8 +173,7 @@ def timeit_rows(document: Document) -> tuple[list[str], list[list[str]], list[st
     return columns, rows, notes
 
 
-def timeit_headline(document: Document) -> list[Block]:
-    document = as_model(document)
+def timeit_headline(document: ResultsDocument) -> list[Block]:
     columns, rows, notes = timeit_rows(document)
     return [Block(
         title="timeit: seconds per 1000 ops, each repeat (reference 000)",
@@ -214,8 +208,7 @@ def _rate(value: float | None, count: int) -> str:
     return text + (FEW if count < MIN_RATE_SAMPLES else "")
 
 
-def tag_clean_rows(document: Document) -> tuple[list[str], list[list[str]], list[str]]:
-    document = as_model(document)
+def tag_clean_rows(document: ResultsDocument) -> tuple[list[str], list[list[str]], list[str]]:
     columns = ["backend"]
     for what, _ in TAG_OPS:
         columns += [f"{what} ops/s (harness)", f"{what} ops/s (wall)"]
@@ -248,8 +241,7 @@ def tag_clean_rows(document: Document) -> tuple[list[str], list[list[str]], list
     return columns, rows, notes
 
 
-def tag_clean_headline(document: Document) -> list[Block]:
-    document = as_model(document)
+def tag_clean_headline(document: ResultsDocument) -> list[Block]:
     columns, rows, notes = tag_clean_rows(document)
     return [Block(
         title="read / write / clean-by-tag ops/s (reference 002, Mollenhour's cache-benchmark)",
@@ -313,8 +305,7 @@ def percentile_table(run: Run | dict[str, Any]) -> tuple[list[list[str]], bool]:
     return rows, few
 
 
-def percentiles_headline(document: Document) -> list[Block]:
-    document = as_model(document)
+def percentiles_headline(document: ResultsDocument) -> list[Block]:
     blocks = []
     counts = set()
     any_few = False
@@ -390,11 +381,10 @@ def _rtt(run: Run) -> str:
     return fmt_latency(rtt) if network.stated("proxied") and rtt else "0"
 
 
-def baseline_rows(document: Document) -> tuple[list[str], list[list[str]], list[str]]:
+def baseline_rows(document: ResultsDocument) -> tuple[list[str], list[list[str]], list[str]]:
     """Per configuration: the profile's added round trip, the iterations, the whole block's time and
     its % of the baseline's whole block (the reference's "Comparison to Baseline"), and the read
     block alone beside it (the N iterations without the write and the delete around them)."""
-    document = as_model(document)
     runs = _measured(document)
     base, problem = choose_baseline(runs, document.experiment.stated("baseline"))
     base_read = _phase(base, "read") if base else None
@@ -426,8 +416,7 @@ def baseline_rows(document: Document) -> tuple[list[str], list[list[str]], list[
     return columns, rows, notes
 
 
-def baseline_headline(document: Document) -> list[Block]:
-    document = as_model(document)
+def baseline_headline(document: ResultsDocument) -> list[Block]:
     columns, rows, notes = baseline_rows(document)
     return [Block(
         title="Time of the block per configuration, and % of baseline (reference 004)",

@@ -8,8 +8,8 @@ log latency), throughput and hit-ratio bars, per-second time series when phases 
 point marked) when runs carry ``sweep``, the environment with its calibration, and the exact
 spec as TOML to re-run. Nothing is fetched from the network; the charts are drawn here as SVG
 (:mod:`.charts`), so the page renders the same offline, in a mail attachment or in a CI
-artefact. It reads the typed document (:mod:`cachemark.results.schema`); both functions take
-the document's dict too.
+artefact. It reads the typed document (:mod:`cachemark.results.schema`), as ``results.read``
+returns it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..measure.histogram import Histogram
 from ..measure.saturation import find_saturation
 from ..measure.server_stats import timeseries as server_timeseries
 from ..measure.summary import latency_histogram
-from ..results import Phase, ResultsDocument, Run, as_model
+from ..results import Phase, ResultsDocument, Run
 from ..results.names import op_label
 from ..results.schema import TimeseriesEntry
 from ..sweep import LOAD_PARAMS
@@ -509,15 +509,14 @@ def _spec(document: ResultsDocument) -> str:
             f"<pre>{escape(json.dumps(experiment, indent=1))}</pre></details>")
 
 
-def render_html(document: dict[str, Any] | ResultsDocument, baseline: str | None = None) -> str:
+def render_html(document: ResultsDocument, baseline: str | None = None) -> str:
     """The whole report as one HTML string."""
     return "".join(html_parts(document, baseline))
 
 
-def html_parts(document: dict[str, Any] | ResultsDocument, baseline: str | None = None) -> Iterator[str]:
+def html_parts(document: ResultsDocument, baseline: str | None = None) -> Iterator[str]:
     """The report's page, section by section: written as made, a report of many runs never holds
     its whole text (the spectrum and time-series charts are most of it)."""
-    document = as_model(document)
     rows = op_rows(document)
     phases = phase_rows(document)
     colors = {i: color_for(i) for i in range(len(document.runs))}

@@ -7,11 +7,9 @@ the blocks above and below it are the ones the Markdown and HTML print (:mod:`.a
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 
-from ..results import ResultsDocument, as_model
+from ..results import ResultsDocument
 from ..results.names import op_label
 from .answers import headline_blocks, verdict_blocks
 from .blocks import to_rich
@@ -28,14 +26,14 @@ from .fitted_table import FOLD_NAMES, print_fitted
 COLUMNS = ("backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors")
 
 
-def rows(document: dict[str, Any] | ResultsDocument, uncorrected: bool = False) -> list[list[str]]:
+def rows(document: ResultsDocument, uncorrected: bool = False) -> list[list[str]]:
     """One row per (run, phase, op); skipped and failed runs get one row with the reason.
 
     Reads the typed document (cachemark.results.schema): summaries recomputed from the
     histograms when a file has none.
     """
     out: list[list[str]] = []
-    for run in as_model(document).runs:
+    for run in document.runs:
         name = run.name
         phases = run.phases
         if run.status in ("skipped", "failed") and not phases:
@@ -62,10 +60,9 @@ def rows(document: dict[str, Any] | ResultsDocument, uncorrected: bool = False) 
     return out
 
 
-def render(document: dict[str, Any] | ResultsDocument, console: Console | None = None,
+def render(document: ResultsDocument, console: Console | None = None,
            title: str | None = None) -> None:
     console = console or Console()
-    document = as_model(document)
     for block in headline_blocks(document):
         to_rich(block, console)
     measured = rows(document)
@@ -132,7 +129,7 @@ def _sweep_head(field: str) -> str:
     return "value size (B)" if field == "value_size" else field
 
 
-def network_baseline_table(document: dict[str, Any] | ResultsDocument) -> tuple[list[str], list[list[str]], int]:
+def network_baseline_table(document: ResultsDocument) -> tuple[list[str], list[list[str]], int]:
     """(columns, rows, left-aligned columns): per target, sweep point, phase and op, the mean latency
     under each network profile as % of the first profile's at the same sweep point.
 
@@ -140,7 +137,7 @@ def network_baseline_table(document: dict[str, Any] | ResultsDocument) -> tuple[
     cache on the application's own host. A sweep (reference 001's value sizes) compares each
     point with its own baseline, under a column that names it: a 10 kB get is not a 1 kB one.
     """
-    runs = as_model(document).runs
+    runs = document.runs
     fields = sorted({f for run in runs for f in (run.sweep or {})})
     out: list[list[str]] = []
     baselines: dict[tuple[str, str, str, str], float | None] = {}
@@ -170,12 +167,12 @@ def network_baseline_table(document: dict[str, Any] | ResultsDocument) -> tuple[
     return columns, out, 3 + len(fields)
 
 
-def baseline_rows(document: dict[str, Any] | ResultsDocument) -> list[list[str]]:
+def baseline_rows(document: ResultsDocument) -> list[list[str]]:
     """The rows of :func:`network_baseline_table`."""
     return network_baseline_table(document)[1]
 
 
-def render_baseline(document: dict[str, Any] | ResultsDocument, console: Console) -> None:
+def render_baseline(document: ResultsDocument, console: Console) -> None:
     columns, rows, left = network_baseline_table(document)
     print_fitted(console, tuple(columns), rows, names=left, drop_order=("p99", "mean"),
                  title="% of baseline: mean latency vs the first network profile of each target"

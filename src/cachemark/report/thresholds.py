@@ -34,7 +34,7 @@ import re
 from typing import Any
 
 from ..errors import UserError
-from ..results import Phase, ResultsDocument, as_model
+from ..results import Phase, ResultsDocument
 from ..textfile import one_line
 from .blocks import Block
 from .data import LOW_SAMPLES_MARK, LOW_SAMPLES_NOTE, phase_rows
@@ -104,10 +104,10 @@ def _phase(document: ResultsDocument, row: dict[str, Any]) -> Phase | None:
     return next((p for p in document.runs[row["run"]].phases if p.name == row["phase"]), None)
 
 
-def hit_ratio(document: dict[str, Any] | ResultsDocument, row: dict[str, Any]) -> float | None:
+def hit_ratio(document: ResultsDocument, row: dict[str, Any]) -> float | None:
     """Hits ÷ (hits + misses) of the phase's gets (``get``, ``get_many``, ``exists+get``…; any op
     that counted hits when none is a get); None when nothing read."""
-    phase = _phase(as_model(document), row)
+    phase = _phase(document, row)
     ops = phase.ops if phase is not None else {}
     gets = {name: op for name, op in ops.items() if "get" in name and op.hits + op.misses}
     chosen = (gets or ops).values()
@@ -154,7 +154,7 @@ def point_warnings(row: dict[str, Any], ratio: float | None, name: str | None = 
     return out
 
 
-def compute(documents: list[dict[str, Any]] | list[ResultsDocument], metric: str, levels: list[int],
+def compute(documents: list[ResultsDocument], metric: str, levels: list[int],
             labels: list[str] | None = None, direction: str = "out") -> dict[str, Any]:
     """Per target label: the maximum of ``metric`` and the alarm level at each percentage.
 
@@ -168,7 +168,7 @@ def compute(documents: list[dict[str, Any]] | list[ResultsDocument], metric: str
     if labels and len(labels) != len(documents):
         raise UserError(f"{len(labels)} --label values for {len(documents)} results files: give one per file")
     per_label: dict[str, list[dict[str, Any]]] = {}
-    for i, document in enumerate(map(as_model, documents)):
+    for i, document in enumerate(documents):
         for row in phase_rows(document):
             name = labels[i] if labels else row["label"]
             row = {**row, "received_mbps": _received_mbps(document, row), "hit_ratio": hit_ratio(document, row)}
@@ -368,11 +368,10 @@ def _cell(value: float | None, fmt: str, low: bool) -> str:
     return f"{text} {LOW_SAMPLES_MARK}" if low else text
 
 
-def bandwidth_points(document: dict[str, Any] | ResultsDocument) -> list[dict[str, Any]]:
+def bandwidth_points(document: ResultsDocument) -> list[dict[str, Any]]:
     """One entry per (target label, network profile, phase, sweep point): the headline's figures,
     repeats averaged (as reference 001 averaged its test passes), with the flags and warnings of
     the point. Two profiles are two experiments (loopback, and a capped link): never averaged."""
-    document = as_model(document)
     groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for row in phase_rows(document):
         groups.setdefault((row["label"], row["network"], row["phase"], row["sweep"]), []).append(row)
@@ -403,10 +402,9 @@ def bandwidth_points(document: dict[str, Any] | ResultsDocument) -> list[dict[st
     return sorted(points, key=order)
 
 
-def bandwidth_headline(document: dict[str, Any] | ResultsDocument) -> list[Block]:
+def bandwidth_headline(document: ResultsDocument) -> list[Block]:
     """Reference 001's table: per value size (sweep point), network Mbps p90 and p70 of bytes
     out, server CPU % p90 and p50, ops/s; then the alarm thresholds it turns into."""
-    document = as_model(document)
     points = bandwidth_points(document)
     if not points:
         return []

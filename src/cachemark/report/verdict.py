@@ -24,15 +24,15 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..backends.base import PSEUDO_OPS
 from ..errors import SpecError
 from ..measure.outage import longest, outage_text
-from ..results import OpResult, Phase, ResultsDocument, Run, as_model, as_run
+from ..results import OpResult, Phase, ResultsDocument, Run, as_run
 from ..results.findings import QUALIFY_FIGURES, Finding, Kind
 from ..results.names import ENGINE_CLIENT, op_label
 from ..schemes import find_scheme
@@ -97,11 +97,7 @@ def _pm(x: float, spread: float) -> str:
     return f"{fmt_factor(x)} ± {spread:,.{digits}f}×"
 
 
-Document = dict[str, Any] | ResultsDocument  # as loaded or built in memory, or the typed document
-
-
-def verdict_blocks(document: Document) -> list[Block]:
-    document = as_model(document)
+def verdict_blocks(document: ResultsDocument) -> list[Block]:
     runs = document.runs
     if not runs:
         return []
@@ -216,9 +212,8 @@ def _clients(runs: list[Run], version: Any) -> str:
     return "; ".join(f"{label} via {' / '.join(texts)}" for label, texts in seen.items())
 
 
-def workload_sentence(document: Document, runs: list[Run]) -> str:
+def workload_sentence(document: ResultsDocument, runs: list[Run]) -> str:
     """The workload, the clients and the network, in one sentence."""
-    document = as_model(document)
     experiment = document.experiment
     wl = experiment.workload_spec
     parts: list[str] = []
@@ -386,9 +381,9 @@ HEADLINE_FIGURES = {
 }
 
 
-def ranking_figure(document: Document) -> Figure:
+def ranking_figure(document: ResultsDocument) -> Figure:
     """The figure the verdict ranks by: the preset's headline figure where it has one, else the p50."""
-    return HEADLINE_FIGURES.get(str(as_model(document).experiment.stated("headline")), P50)
+    return HEADLINE_FIGURES.get(str(document.experiment.stated("headline")), P50)
 
 
 class _Ranking:
@@ -774,61 +769,134 @@ def _expected_hit_ratio(mix: dict[str, Any]) -> float | None:
     return adds / (adds + deletes) if adds else None
 
 
-def reading_warnings(document: Document) -> list[Finding]:
+def reading_warnings(document: ResultsDocument) -> list[Finding]:
     """The warnings that change how a measured figure reads (:data:`QUALIFY_FIGURES`): what ``advise``
     and ``cost`` name beside a pass or FAIL."""
-    document = as_model(document)
     return [f for f in findings(document, document.runs) if f.kind in QUALIFY_FIGURES]
 
 
-def warnings(document: Document, runs: list[Run] | list[dict[str, Any]]) -> list[str]:
+def warnings(document: ResultsDocument, runs: list[Run] | list[dict[str, Any]]) -> list[str]:
     """One line each, naming the run; the most serious first."""
     return [f.text for f in findings(document, runs)]
 
 
-def findings(document: Document, runs: list[Run] | list[dict[str, Any]]) -> list[Finding]:
+def findings(document: ResultsDocument, runs: list[Run] | list[dict[str, Any]]) -> list[Finding]:
     """The warnings with their kinds, labels and ops; the most serious first. ``runs``: the document's
-    runs to warn about (typed, or their dicts)."""
-    document = as_model(document)
+    runs to warn about (typed, or their dicts). Each kind of finding is one function below."""
     runs = [as_run(run) for run in runs]
-    dropped: list[Finding] = []
-    broken: list[Finding] = []
-    errors: list[Finding] = []
-    outages: list[Finding] = []
-    hiccups: list[Finding] = []
-    evictions: list[Finding] = []
-    hits: list[Finding] = []
-    budget: list[Finding] = []
-    generator: list[Finding] = []
-    samples: list[Finding] = []
-    cpus = document.environment.cpus
-    # facts about a backend, not a run: one line each, naming every label it applies to
-    emulated: dict[str, str] = {}
-    private: dict[str, None] = {}
-    local: dict[str, str] = {}
-    open_python: dict[str, None] = {}
-    few: dict[tuple[str, str, str, str], list[int]] = {}  # (label, label [sweep point], phase, op) → counts
+    seen = [_Seen(run, phase, _phase_label(run, phase), _workload_phase(document, run, phase.name or "main"))
+            for run in runs for phase in run.phases]
+    return _once([*_dropped_writes(runs), *_not_measured(runs), *_failed_ops(runs), *_outages(seen),
+                  *_hiccups(seen), *_budgets(seen), *_evictions(seen), *_hit_ratios(document, seen),
+                  *_backend_facts(document, runs), *_generator_limits(document, seen), *_open_loop_tails(seen),
+                  *_load_falls(runs), *_few_samples(runs)])
+
+
+class _Seen(NamedTuple):
+    """One phase of one run, as the findings read it: ``where`` names it, ``spec`` is its plan."""
+
+    run: Run
+    phase: Phase
+    where: str
+    spec: dict[str, Any]
+
+    @property
+    def about(self) -> tuple[str]:
+        return (self.run.label,)
+
+    @property
+    def done(self) -> int:
+        return sum(op.count for op in self.phase.ops.values())
+
+
+def _dropped_writes(runs: list[Run]) -> Iterator[Finding]:
     for run in runs:
-        name, label = run.name, run.label
-        about = (label,)
         if run.dropped_writes:
             what = run.dropped_writes.strip().rstrip(".")
-            dropped.append(Finding(Kind.DROPPED, f"{name} {_dropped_share(run)}: {what}; its timings are not a "
-                                   "cache's: left out of the ranking", about))
-        status = run.status
-        if status in ("failed", "skipped"):
+            yield Finding(Kind.DROPPED, f"{run.name} {_dropped_share(run)}: {what}; its timings are not a "
+                          "cache's: left out of the ranking", (run.label,))
+
+
+def _not_measured(runs: list[Run]) -> Iterator[Finding]:
+    for run in runs:
+        if run.status in ("failed", "skipped"):
             reason = f": {run.reason}" if run.reason else ""
-            broken.append(Finding(Kind.FAILED, f"{name} {status}{reason}", about))
+            yield Finding(Kind.FAILED, f"{run.name} {run.status}{reason}", (run.label,))
+
+
+def _failed_ops(runs: list[Run]) -> Iterator[Finding]:
+    for run in runs:
         n_errors, total, kinds = _errors(run)
         if run.dropped_writes and kinds.pop("dropped_write", 0):  # the dropped-writes line says it
             n_errors = sum(kinds.values())
         if n_errors:
             what = ", ".join(f"{kind} {n:,}" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
             plural = "s" if n_errors != 1 else ""
-            errors.append(Finding(Kind.ERRORS, f"{name}: {n_errors:,} error{plural} in {total:,} ops ({what}); "
-                                  "latencies cover the successes", about))
-        info = _info(run)
-        emulator = info.get("emulator") or next((e for e in _emulators(run) if e), None)
+            yield Finding(Kind.ERRORS, f"{run.name}: {n_errors:,} error{plural} in {total:,} ops ({what}); "
+                          "latencies cover the successes", (run.label,))
+
+
+def _outages(seen: list[_Seen]) -> Iterator[Finding]:
+    for s in seen:
+        outages_seen = [o.model_dump() for o in s.phase.write_outages or []]
+        outage = longest(outages_seen)
+        # a Sentinel's primary, or a cluster node's keys, moving to a promoted replica
+        scheme = find_scheme(str(s.run.scheme or ""))
+        fails_over = scheme is not None and (scheme.failover_grace is not None or scheme.cluster)
+        if outage is not None and (fails_over or outage["duration_s"] >= OUTAGE_SHOWN_S):
+            yield Finding(Kind.OUTAGE, f"{s.where}: {'failover: ' if fails_over else ''}"
+                          f"{outage_text(outage, len(outages_seen) - 1)}", s.about)
+
+
+def _hiccups(seen: list[_Seen]) -> Iterator[Finding]:
+    for s in seen:
+        hiccup = _hiccup(s.phase, s.spec)
+        if hiccup:
+            yield Finding(Kind.HICCUP, f"{s.where}: a hiccup: {hiccup}: a stall (of the host, the server or the "
+                          "network), not the backend's steady pace; its throughput and tail include it: run it "
+                          "again", s.about)
+        for op_name, text in _extreme_tails(s.phase, bool(hiccup)):
+            yield Finding(Kind.TAIL, f"{s.where} {op_name}: an extreme tail: {text}: its mean and p50 do not speak "
+                          "for its slowest ops", s.about, (op_name,))
+
+
+def _budgets(seen: list[_Seen]) -> Iterator[Finding]:
+    for s in seen:
+        planned = s.spec.get("ops")
+        if s.phase.stopped_on_errors:
+            yield Finding(Kind.BUDGET, f"{s.where}: stopped early by the on-error policy: "
+                          f"{s.phase.stopped_on_errors}", s.about)
+        elif s.phase.interrupted:
+            yield Finding(Kind.BUDGET, f"{s.where}: interrupted: the figures cover only part of the planned run",
+                          s.about)
+        elif isinstance(planned, int) and s.done < planned:
+            yield Finding(Kind.BUDGET, f"{s.where}: {s.done:,} of the {planned:,} ops planned were done", s.about)
+
+
+def _evictions(seen: list[_Seen]) -> Iterator[Finding]:
+    for s in seen:
+        evicted = s.phase.server.evictions if s.phase.server is not None else None
+        if isinstance(evicted, int | float) and evicted > 0:
+            keys = "key" if evicted == 1 else "keys"
+            yield Finding(Kind.EVICTIONS, f"{s.where}: the server evicted {_num(evicted)} {keys}: hit ratios "
+                          "reflect its memory limit, not the key space", s.about)
+
+
+def _hit_ratios(document: ResultsDocument, seen: list[_Seen]) -> list[Finding]:
+    found: list[Finding] = []
+    for s in seen:
+        _hit_ratio_warning(s.run, s.phase, s.spec, document, s.where, found)
+    return found
+
+
+def _backend_facts(document: ResultsDocument, runs: list[Run]) -> list[Finding]:
+    """Facts about a backend, not a run: one line each, naming every label it applies to."""
+    emulated: dict[str, str] = {}
+    private: dict[str, None] = {}
+    local: dict[str, str] = {}
+    for run in runs:
+        label = run.label
+        emulator = _info(run).get("emulator") or next((e for e in _emulators(run) if e), None)
         if emulator:
             emulated[label] = f" ({emulator})" if isinstance(emulator, str) else emulated.get(label, "")
         scheme = find_scheme(str(run.scheme or ""))
@@ -839,77 +907,6 @@ def findings(document: Document, runs: list[Run] | list[dict[str, Any]]) -> list
             private[label] = None
         elif where == LOCAL:
             local[label] = str(store)
-        for phase in run.phases:
-            where = _phase_label(run, phase)
-            spec = _workload_phase(document, run, phase.name or "main")
-            ops = phase.ops
-            done = sum(op.count for op in ops.values())
-            evicted = phase.server.evictions if phase.server is not None else None
-            if isinstance(evicted, int | float) and evicted > 0:
-                keys = "key" if evicted == 1 else "keys"
-                evictions.append(Finding(Kind.EVICTIONS, f"{where}: the server evicted {_num(evicted)} {keys}: hit "
-                                         "ratios reflect its memory limit, not the key space", about))
-            outages_seen = [o.model_dump() for o in phase.write_outages or []]
-            outage = longest(outages_seen)
-            # a Sentinel's primary, or a cluster node's keys, moving to a promoted replica
-            fails_over = scheme is not None and (scheme.failover_grace is not None or scheme.cluster)
-            if outage is not None and (fails_over or outage["duration_s"] >= OUTAGE_SHOWN_S):
-                others = len(outages_seen) - 1
-                outages.append(Finding(Kind.OUTAGE, f"{where}: {'failover: ' if fails_over else ''}"
-                                       f"{outage_text(outage, others)}", about))
-            hiccup = _hiccup(phase, spec)
-            if hiccup:
-                hiccups.append(Finding(Kind.HICCUP, f"{where}: a hiccup: {hiccup}: a stall (of the host, the server "
-                                       "or the network), not the backend's steady pace; its throughput and tail "
-                                       "include it: run it again", about))
-            hiccups += [Finding(Kind.TAIL, f"{where} {op_name}: an extreme tail: {text}: its mean and p50 do not "
-                                "speak for its slowest ops", about, (op_name,))
-                        for op_name, text in _extreme_tails(phase, bool(hiccup))]
-            if phase.stopped_on_errors:
-                budget.append(Finding(Kind.BUDGET, f"{where}: stopped early by the on-error policy: "
-                                      f"{phase.stopped_on_errors}", about))
-            elif phase.interrupted:
-                budget.append(Finding(Kind.BUDGET, f"{where}: interrupted: the figures cover only part of the "
-                                      "planned run", about))
-            elif isinstance(spec.get("ops"), int) and done < spec["ops"]:
-                budget.append(Finding(Kind.BUDGET, f"{where}: {done:,} of the {spec['ops']:,} ops planned were done",
-                                      about))
-            missed, share = missed_ops(phase)
-            if share >= MISSED_WARNING:
-                generator.append(Finding(Kind.GENERATOR, f"{where}: {missed:,} open-loop ops "
-                                         f"({fmt_percent(share * 100)} of the schedule) fell due but were never "
-                                         "sent: the generator could not keep the rate", about))
-            workers = phase.workers or 1
-            cores = min(workers, cpus) if isinstance(cpus, int) and cpus > 0 else workers
-            wall, cpu = phase.wall_s or 0.0, phase.client_cpu_s
-            if (cpu and wall >= MIN_WALL_S and not _in_process(run) and done >= FEW_SAMPLES
-                    and cpu >= CPU_SATURATED * wall * cores):
-                generator.append(Finding(Kind.GENERATOR, f"{where}: the load generator used "
-                                         f"{cpu / wall / cores:.0%} of its {cores} core{'s' if cores != 1 else ''}: "
-                                         "it, not the backend, may be the limit", about))
-            elif done >= FEW_SAMPLES and (share := _host_share(run, phase, cpus)) is not None \
-                    and share >= CPU_SATURATED:
-                generator.append(Finding(Kind.HOST, f"{where}: client and server share this host and together used "
-                                         f"{share:.0%} of its {cpus} cores: the host, not the backend, may be the "
-                                         "limit (the server on a host of its own would do more)", about))
-            _hit_ratio_warning(run, phase, spec, document, where, hits)
-            for op_name, op in ops.items():
-                count = op.count
-                if 0 < count < FEW_SAMPLES:
-                    named = f"{label} [{run.sweep_key}]" if run.sweep else label
-                    few.setdefault((label, named, phase.name or "main", op_name), []).append(count)
-            if (phase.mode == "open" and info.get("client") != ENGINE_CLIENT and not phase.stated("engine")
-                    and not _in_process(run)):
-                open_python[label] = None
-    many_phases = len({k[2] for k in few}) > 1
-    for (label, named, phase, op_name), counts in few.items():
-        where = f"{named} {op_label(phase, op_name, many_phases)}"
-        low = min(counts)
-        runs_text = "" if len(counts) == 1 else (f" in each of {len(counts)} runs" if max(counts) == low
-                                                  else f" (fewest of {len(counts)} runs)")
-        what = "no percentile at all" if low == 1 else "no trustworthy p99"
-        samples.append(Finding(Kind.FEW_SAMPLES, f"{where}: {low} sample{'s' if low != 1 else ''}{runs_text}: {what}",
-                               (label,), (op_name,)))
     facts = []
     if emulated:
         facts.append(Finding(Kind.EMULATOR, f"{_names(f'{k}{v}' for k, v in emulated.items())} ran against an "
@@ -923,14 +920,61 @@ def findings(document: Document, runs: list[Run] | list[dict[str, Any]]) -> list
         what = _plural(local, "a local store", "local stores")
         facts.append(Finding(Kind.LOCAL_STORE, f"{_names(f'{k} ({v})' for k, v in local.items())}: {what} on this "
                              "host's disk: shared by its processes only, not between app servers", tuple(local)))
-    facts += substitutions(document, runs)
-    tails = []
-    if open_python:
-        tails.append(Finding(Kind.OPEN_LOOP, f"{_names(open_python)}: open loop through Python workers that block on "
-                             "each reply: the corrected tail is overstated against an open system "
-                             "(docs/validation.md); `?client=engine` is the open-loop reference", tuple(open_python)))
-    return _once([*dropped, *broken, *errors, *outages, *hiccups, *budget, *evictions, *hits, *facts, *generator,
-                  *tails, *_load_falls(runs), *samples])
+    return facts + substitutions(document, runs)
+
+
+def _generator_limits(document: ResultsDocument, seen: list[_Seen]) -> Iterator[Finding]:
+    """Where the load generator, or the host it shares with the server, may be the limit."""
+    cpus = document.environment.cpus
+    for s in seen:
+        run, phase, where = s.run, s.phase, s.where
+        missed, share = missed_ops(phase)
+        if share >= MISSED_WARNING:
+            yield Finding(Kind.GENERATOR, f"{where}: {missed:,} open-loop ops ({fmt_percent(share * 100)} of the "
+                          "schedule) fell due but were never sent: the generator could not keep the rate", s.about)
+        workers = phase.workers or 1
+        cores = min(workers, cpus) if isinstance(cpus, int) and cpus > 0 else workers
+        wall, cpu = phase.wall_s or 0.0, phase.client_cpu_s
+        if (cpu and wall >= MIN_WALL_S and not _in_process(run) and s.done >= FEW_SAMPLES
+                and cpu >= CPU_SATURATED * wall * cores):
+            yield Finding(Kind.GENERATOR, f"{where}: the load generator used {cpu / wall / cores:.0%} of its "
+                          f"{cores} core{'s' if cores != 1 else ''}: it, not the backend, may be the limit", s.about)
+        elif s.done >= FEW_SAMPLES and (host := _host_share(run, phase, cpus)) is not None and host >= CPU_SATURATED:
+            yield Finding(Kind.HOST, f"{where}: client and server share this host and together used {host:.0%} of "
+                          f"its {cpus} cores: the host, not the backend, may be the limit (the server on a host of "
+                          "its own would do more)", s.about)
+
+
+def _open_loop_tails(seen: list[_Seen]) -> list[Finding]:
+    labels = {s.run.label: None for s in seen
+              if s.phase.mode == "open" and _info(s.run).get("client") != ENGINE_CLIENT
+              and not s.phase.stated("engine") and not _in_process(s.run)}
+    if not labels:
+        return []
+    return [Finding(Kind.OPEN_LOOP, f"{_names(labels)}: open loop through Python workers that block on each reply: "
+                    "the corrected tail is overstated against an open system (docs/validation.md); "
+                    "`?client=engine` is the open-loop reference", tuple(labels))]
+
+
+def _few_samples(runs: list[Run]) -> list[Finding]:
+    few: dict[tuple[str, str, str, str], list[int]] = {}  # (label, label [sweep point], phase, op) → counts
+    for run in runs:
+        for phase in run.phases:
+            for op_name, op in phase.ops.items():
+                if 0 < op.count < FEW_SAMPLES:
+                    named = f"{run.label} [{run.sweep_key}]" if run.sweep else run.label
+                    few.setdefault((run.label, named, phase.name or "main", op_name), []).append(op.count)
+    many_phases = len({k[2] for k in few}) > 1
+    samples = []
+    for (label, named, phase_name, op_name), counts in few.items():
+        where = f"{named} {op_label(phase_name, op_name, many_phases)}"
+        low = min(counts)
+        runs_text = "" if len(counts) == 1 else (f" in each of {len(counts)} runs" if max(counts) == low
+                                                  else f" (fewest of {len(counts)} runs)")
+        what = "no percentile at all" if low == 1 else "no trustworthy p99"
+        samples.append(Finding(Kind.FEW_SAMPLES, f"{where}: {low} sample{'s' if low != 1 else ''}{runs_text}: {what}",
+                               (label,), (op_name,)))
+    return samples
 
 
 _REPEAT = re.compile(r" #(\d+)\b")
@@ -981,10 +1025,10 @@ def _same_client(ours: str, theirs: str) -> bool:
     return norm(ours) == norm(theirs)
 
 
-def substitutions(document: Document, runs: list[Run]) -> list[Finding]:
+def substitutions(document: ResultsDocument, runs: list[Run]) -> list[Finding]:
     """A line per label the experiment's ``reference.clients`` names, measured through another client
     than the reference's (a preset reproducing a write-up with the clients it could run here)."""
-    reference = _dict(as_model(document).experiment.stated("reference"))
+    reference = _dict(document.experiment.stated("reference"))
     title = str(reference.get("name") or "the reference")
     out = []
     for label, theirs in _dict(reference.get("clients")).items():

@@ -4,7 +4,7 @@
 use super::KeysConfig;
 use crate::cluster::key_slot;
 use crate::keyspace::KeyDist;
-use crate::proto::request::key_bytes;
+use crate::proto::common::key_bytes;
 use crate::proto::Kind;
 use std::sync::Arc;
 

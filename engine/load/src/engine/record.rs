@@ -10,7 +10,7 @@ use crate::cluster::key_slot;
 use crate::config::Plan;
 use crate::hist::{self, Hist};
 use crate::keyspace::{verify_value, write_key};
-use crate::proto::request::key_bytes;
+use crate::proto::common::key_bytes;
 use crate::proto::{self, printable, Kind, Outcome};
 use crate::watch::Kinds;
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 //! A multi-get in the meta protocol is sent as quiet `mg … q` requests closed by
 //! `mn`, so its reply is the hits followed by `MN`.
 
-use super::request::{key_bytes, render, Handshake, Request};
+use super::common::{key_bytes, render, Handshake, Request};
 use super::Seg;
 use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply, ValueHead};
 use crate::keyspace::write_u64;

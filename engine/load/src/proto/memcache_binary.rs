@@ -14,7 +14,7 @@
 //! command memcached refuses before authentication (unlike `VERSION`), so a server that
 //! wants credentials fails the connect instead of every op.
 
-use super::request::{key_bytes, Handshake, Request};
+use super::common::{key_bytes, Handshake, Request};
 use super::{Kind, Limits, Outcome, Parse, Reply, ValueHead};
 use crate::outbuf::OutBuf;
 use std::ops::Range;

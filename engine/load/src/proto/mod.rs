@@ -1,6 +1,7 @@
 //! Wire protocols: request encoders, connection handshakes and incremental, bounded reply
-//! parsers, one module per protocol family (`resp`, `memcache`, `memcache_binary`); `request` holds what they
-//! share (keys, templates) and dispatches on the plan's protocol.
+//! parsers, one module per protocol family (`resp`, `memcache`, `memcache_binary`); `common` holds what they
+//! share (the request, keys, templates), below them, and `request` dispatches on the plan's protocol,
+//! above them.
 //!
 //! Parsers are pure functions over a byte slice holding the unread replies of one
 //! connection: they either recognise one whole reply (`Parse::Done`), say how many
@@ -10,16 +11,16 @@
 //! misbehaving server costs counted errors, not a crash or a hang. The fuzz target
 //! and the randomized tests in this module hold them to that.
 
+pub mod common;
 pub mod memcache;
 pub mod memcache_binary;
 pub mod ops;
 pub mod request;
 pub mod resp;
 
+pub use common::{key_bytes, Handshake, Request};
 pub use ops::{OpPlan, Protocol, Seg};
-pub use request::{
-    encode, encode_counter, handshake, key_bytes, parse, value_head, Handshake, Request,
-};
+pub use request::{encode, encode_counter, handshake, parse, value_head};
 
 use std::ops::Range;
 

@@ -1,53 +1,15 @@
-//! Requests, whatever the protocol: key formatting, template rendering, and the
-//! dispatch to each protocol's encoder, connection handshake and reply parser.
+//! Requests, whatever the protocol: the dispatch to each protocol's encoder, connection
+//! handshake and reply parser (what the protocols share is [`super::common`]'s).
 //!
 //! Encoders write straight into a connection's [`OutBuf`] (no allocation per op; keys
 //! are formatted into a reused scratch buffer, a value is its 12-byte header plus a
 //! slice of the shared filler) and return the payload bytes (keys + values) the
 //! request carries, which is what the results count as `bytes_out`.
 
+use super::common::{Handshake, Request};
+use super::Protocol;
 use super::{memcache, memcache_binary, resp, Kind, Limits, Parse, ValueHead};
-use super::{OpPlan, Protocol, Seg};
-use crate::keyspace::{write_key, write_u64, write_value};
 use crate::outbuf::OutBuf;
-
-/// One request to encode: `op` on the keys `prefix + i` for each `i` in `keys` (more
-/// than one for a multi-get), with a value of `size` bytes where the op writes one.
-pub struct Request<'a> {
-    pub op: &'a OpPlan,
-    pub prefix: &'a [u8],
-    /// Key lengths (`keyspace::write_key`); empty: plain keys.
-    pub lengths: &'a [u16],
-    pub keys: &'a [u64],
-    pub size: usize,
-    /// Expiry in seconds for `set` and `touch` (0: none).
-    pub ttl: u64,
-    /// The shared filler values are cut from (docs/contracts.md).
-    pub filler: &'a [u8],
-}
-
-/// The set every key gets during prefill.
-pub static PREFILL_SET: OpPlan = OpPlan {
-    name: String::new(),
-    kind: Kind::Set,
-    template: Vec::new(),
-    writes_value: true,
-    write: true,
-};
-
-/// Formats key `i` into `out`: `prefix + i` (padded to its length from `lengths`, if any),
-/// or `prefix + "n:" + i` for the counters `incr` works on.
-#[inline(always)]
-pub fn key_bytes(out: &mut Vec<u8>, prefix: &[u8], lengths: &[u16], kind: Kind, i: u64) {
-    out.clear();
-    if kind == Kind::Incr {
-        out.extend_from_slice(prefix);
-        out.extend_from_slice(b"n:");
-        write_u64(out, i);
-    } else {
-        write_key(out, prefix, lengths, i);
-    }
-}
 
 /// Encodes one request into `out`; returns the payload bytes (keys + values) it carries.
 /// `kb` and `tmp` are scratch buffers (`kb` holds the first key afterwards).
@@ -103,14 +65,6 @@ pub fn value_head(protocol: Protocol, buf: &[u8], kind: Kind, lim: &Limits) -> O
     (head.len <= lim.max_bulk && head.at <= buf.len()).then_some(head)
 }
 
-/// The set-up a new connection sends before any load: the request bytes (all steps,
-/// pipelined) and, per step, what it is called in an error message. Each step gets one
-/// reply of kind [`Kind::Setup`]; the last one proves the server speaks the protocol.
-pub struct Handshake {
-    pub request: Vec<u8>,
-    pub steps: Vec<&'static str>,
-}
-
 /// The handshake a connection of `protocol` sends (credentials: RESP and memcached's binary SASL;
 /// database: RESP only).
 pub fn handshake(
@@ -129,24 +83,14 @@ pub fn handshake(
     }
 }
 
-/// Renders one template argument made of several segments (`h:{key}`, `{ttl}` …).
-pub fn render(out: &mut Vec<u8>, segs: &[Seg], key: &[u8], size: usize, ttl: u64, filler: &[u8]) {
-    for s in segs {
-        match s {
-            Seg::Lit(l) => out.extend_from_slice(l),
-            Seg::Key => out.extend_from_slice(key),
-            Seg::Value => write_value(out, key, size, filler),
-            Seg::Ttl => write_u64(out, ttl),
-            Seg::Len => write_u64(out, size as u64),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::keyspace::write_value;
     use crate::keyspace::{make_filler, value_header};
+    use crate::proto::common::key_bytes;
+    use crate::proto::{OpPlan, Seg};
 
     const ALL: [Protocol; 4] = [
         Protocol::Resp2,

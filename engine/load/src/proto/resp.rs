@@ -5,7 +5,7 @@
 //! was switched to RESP3 with HELLO 3 is read correctly; out-of-band push messages and
 //! attributes are skipped.
 
-use super::request::{key_bytes, render, Handshake, Request};
+use super::common::{key_bytes, render, Handshake, Request};
 use super::Seg;
 use super::{find_crlf, parse_int, printable, Kind, Limits, Outcome, Parse, Reply, ValueHead};
 use crate::keyspace::{decimal_len, put_decimal, write_u64};

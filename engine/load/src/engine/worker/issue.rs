@@ -9,7 +9,7 @@ use super::super::record::{record_error, E_CONNECTION, INTERNAL};
 use super::super::router::{Router, ASKING};
 use super::{Issue, Phase, Worker};
 use crate::keyspace::route;
-use crate::proto::request::PREFILL_SET;
+use crate::proto::common::PREFILL_SET;
 use crate::proto::{encode, encode_counter, key_bytes, Kind, Request};
 use crate::replay::Step;
 
