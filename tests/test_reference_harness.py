@@ -145,17 +145,19 @@ def within(ours: float, theirs: float, share: float = 0.10) -> bool:
     return abs(ours - theirs) <= share * theirs
 
 
-# Two harnesses timed against each other within 10 % do not hold on this shared 2-core VM: in a clean-clone
-# `make test`, alone, the best of 8 alternating rounds came out 0.89× (PyLibMCCache set, 62.4 against
-# 69.7 ms) and 0.52× (004's memcached block, 11.8 against 22.7 ms), where they agreed at load ~3. Until
-# they do, they run on request (CACHEMARK_REFERENCE_HARNESS=1); tests/test_phase_wall.py keeps
-# cachemark's own start-up out of every phase's wall in the suite.
-HARNESS = pytest.mark.skipif(os.environ.get("CACHEMARK_REFERENCE_HARNESS") != "1",
-                             reason="two harnesses against each other within 10 %: on request "
-                                    "(CACHEMARK_REFERENCE_HARNESS=1), not stable on a shared 2-core VM")
+@pytest.fixture(autouse=True)
+def _idle_cpus_poll():
+    """Both harnesses run with idle CPUs polling (lab/wakeups.py). On this VM a loopback round trip
+    costs ~100 µs when the other vCPU has halted and ~45 µs when it polls, and which one an op gets
+    depended on what else ran: a Ruby block of 100 iterations measured 20-30 ms, or 10 ms while any
+    other process kept a CPU awake, so the best of each side compared two different machines (0.52x
+    once). Held, both sides see the same round trip: 004's memcached block 11.5 against 12.3 ms."""
+    from cachemark.lab.wakeups import fast_wakeups
+
+    with fast_wakeups():
+        yield
 
 
-@HARNESS
 @pytest.mark.parametrize("backend", ["PyMemcacheCache", "PyLibMCCache"])
 def test_timeit_figure_agrees_with_reference_000s_own_harness(memcached_server, tmp_path, cachemark, backend):
     location = memcached_server.url().split("://", 1)[1].rstrip("/")
@@ -186,7 +188,19 @@ def test_timeit_figure_agrees_with_reference_000s_own_harness(memcached_server, 
             f"{backend} {phase}: cachemark {min(ours[phase]):.4f} s, the reference's timeit {min(theirs[phase]):.4f} s"
 
 
-@HARNESS
+# 004's block, cachemark's against the Ruby code's, is not within 10 % yet (quiet VM, idle CPUs polling,
+# best of 8 rounds, twice): redis 13.4 against 11.9 ms (1.13x), memcached 11.6 against 13.1 ms (0.89x).
+# memcached: cachemark's values (a 12-byte header and a repeating 94-character filler, docs/contracts.md)
+# compress to a seventh under Rails' 1 kB compress_threshold, the reference's random base-36 text to about
+# two thirds, so each of its reads moves and inflates more (1.0 ms of the 100 iterations, measured in one
+# Ruby process). redis: the driver's loop costs ~10 us an op beside the reference's bare loop, and its
+# first read ~1.2 ms. Until both are mended it runs on request: CACHEMARK_REFERENCE_HARNESS=1.
+ON_REQUEST = pytest.mark.skipif(os.environ.get("CACHEMARK_REFERENCE_HARNESS") != "1",
+                                reason="004's block against its Ruby code: 0.89x and 1.13x, not within 10 % "
+                                       "yet; on request (CACHEMARK_REFERENCE_HARNESS=1)")
+
+
+@ON_REQUEST
 @pytest.mark.parametrize("kind", ["redis", "memcached"])
 def test_block_time_agrees_with_reference_004s_ruby_code(redis_server, memcached_server, tmp_path, cachemark, kind):
     needs_driver("ruby-activesupport")
