@@ -51,9 +51,14 @@ def test_markdown_tables_and_percent_of_baseline(report_doc):
     assert any(line.startswith("| redis [value_size=100] | get |") and "| -- |" in line for line in tables)
 
 
-def test_unknown_baseline_is_a_user_error(report_doc):
+def test_unknown_baseline_is_a_user_error(report_doc, tmp_path, cachemark):
     with pytest.raises(UserError, match="baseline 'nope'"):
         export.to_markdown(as_model(report_doc), baseline="nope")
+    # the HTML page is written as it is made: the label is refused before any of it reaches stdout
+    (tmp_path / "r.json").write_text(json.dumps(report_doc))
+    result = cachemark("report", "r.json", "-f", "html", "-o", "-", "--baseline", "nope", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "baseline 'nope' is not a label in the results" in result.stderr
 
 
 def test_csv_one_row_per_run_phase_op_with_every_figure(report_doc):

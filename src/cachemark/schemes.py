@@ -117,8 +117,6 @@ class LabKind:
     options: frozenset[str] = field(default_factory=frozenset)  # server options in the spawn: URL
 
 
-
-
 def drivers_of(scheme_name: str) -> frozenset[str]:
     """The driver ``client=`` names that run a scheme's targets (their rows in driver_registry.py)."""
     return frozenset(name for name, driver in DRIVERS.items() if scheme_name in driver.schemes)

@@ -76,8 +76,6 @@ class Advice:
         return sum(c.result == FAIL for c in self.checks)
 
 
-
-
 def _last_phase(run: Run, op: str) -> Any:
     """The last phase of ``run`` that measured ``op`` (None: none did)."""
     for phase in reversed(run.phases):

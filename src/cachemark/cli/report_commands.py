@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-
 def _console() -> Console:
     return make_console(stderr=True)
 

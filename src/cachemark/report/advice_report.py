@@ -98,7 +98,6 @@ def experiment_advice(document: ResultsDocument) -> list[Block]:
         return [Block("Which cache, for these needs", [f"not evaluated: {exc}"], kind="verdict")]
 
 
-
 def prices_blocks(prices: PriceTable) -> list[Block]:
     """The price table's offerings (``cachemark prices``), nodes apart from per-request services: the names
     ``cost --price LABEL=NAME`` and ``[needs] prices`` take."""

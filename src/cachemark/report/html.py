@@ -518,6 +518,8 @@ def html_parts(document: ResultsDocument, baseline: str | None = None) -> Iterat
     """The report's page, section by section: written as made, a report of many runs never holds
     its whole text (the spectrum and time-series charts are most of it)."""
     rows = op_rows(document)
+    if baseline:
+        baseline_rows(rows, baseline)  # an unknown label is refused before any of the page is written
     phases = phase_rows(document)
     colors = {i: color_for(i) for i in range(len(document.runs))}
     ids = _Ids()
