@@ -195,6 +195,8 @@ def run(
 
     Example: cachemark run -t redis://127.0.0.1:6379 -t spawn:memcached --mix get=80,set=20 --duration 10s
     """
+    # Long for its options alone (typer reads them from this signature): the body parses, hands the
+    # experiment to the session, then writes the reports and says how the run ended.
     source, positional_targets = split_sources(sources or [])
     if positional_targets:
         target = [*positional_targets, *(target or [])]
@@ -240,14 +242,22 @@ def run(
         experiment = with_trace(experiment, scratch)  # a trace replay: read once, split over the workers
         document, path = run_experiment(experiment, out=results_path, calibrate=calibrate, console=console)
     console.print(f"results: {path}", markup=False, highlight=False)
-    reports = [(report_path, report_format)] if report_path is not None else []
-    if html:
-        reports.append((path.with_suffix(".html"), "html"))
-    for where_to, fmt in reports:
-        from ..report.formats import render as render_format
+    reports = [(report_path, report_format)] if report_path is not None and report_format is not None else []
+    _write_reports(document, [*reports, *([(path.with_suffix(".html"), "html")] if html else [])])
+    _exit_for(document, allow_errors)
 
+
+def _write_reports(document: ResultsDocument, reports: list[tuple[Path, str]]) -> None:
+    """``run -o x.md`` and ``--html``: each report written (atomically) and named."""
+    from ..report.formats import render as render_format
+
+    for where_to, fmt in reports:
         outfile.write_text(where_to, render_format(document, fmt), "the report")
         console.print(f"report: {where_to}", markup=False, highlight=False)
+
+
+def _exit_for(document: ResultsDocument, allow_errors: bool) -> None:
+    """Exit 1, with its line, unless every run measured a working cache (the README's exit codes)."""
     runs = document.runs
     if any(run.status == "failed" for run in runs):
         raise typer.Exit(EXIT_RUN_FAILED)  # each failed run's reason is already on the screen
