@@ -562,7 +562,7 @@ def results_case(rng: random.Random, tmp: Path) -> Callable[[], None]:
 
     from cachemark.cli import report_commands as commands
     from cachemark.report.table import render
-    from cachemark.results import load
+    from cachemark.results import read
 
     seed_path = rng.choice(_RESULT_SEEDS)
     seed_text = seed_path.read_text()
@@ -574,7 +574,7 @@ def results_case(rng: random.Random, tmp: Path) -> Callable[[], None]:
     def run() -> None:
         path.write_bytes(data)
         if roll < 0.03:  # show (rich is slow: ~25 ms a table, so seldom)
-            render(load(path), Console(file=io.StringIO(), width=rng.choice([20, 80, 160, 400])))
+            render(read(path), Console(file=io.StringIO(), width=rng.choice([20, 80, 160, 400])))
         elif roll < 0.45:  # report
             fmt = rng.choices(["markdown", "csv", "json", "html"], weights=[4, 3, 3, 1])[0]
             out = tmp / rng.choice(["out.md", "out.csv", "out.json", "out.html", "-"])
