@@ -258,7 +258,7 @@ def rust_module_graph(src: Path) -> dict[str, set[str]]:
         for root, tail in _RUST_USE.findall(path.read_text().split("#[cfg(test)]", 1)[0]):
             base = [] if root == "crate" else here[:-1]
             tail = " ".join(tail.split())
-            items = [i for i in tail.strip("{}").split(",")] if tail.startswith("{") else [tail]
+            items = tail.strip("{}").split(",") if tail.startswith("{") else [tail]
             for item in items:
                 segments = [s.strip() for s in item.split("{", 1)[0].split("::") if s.strip()]
                 prefixes = ("::".join([*base, *segments[:n]]) for n in range(len(segments), 0, -1))

@@ -518,8 +518,7 @@ def html_parts(document: ResultsDocument, baseline: str | None = None) -> Iterat
     """The report's page, section by section: written as made, a report of many runs never holds
     its whole text (the spectrum and time-series charts are most of it)."""
     rows = op_rows(document)
-    if baseline:
-        baseline_rows(rows, baseline)  # an unknown label is refused before any of the page is written
+    summary = _summary_table(document, rows, baseline)  # first: an unknown baseline is refused before any output
     phases = phase_rows(document)
     colors = {i: color_for(i) for i in range(len(document.runs))}
     ids = _Ids()
@@ -536,7 +535,7 @@ def html_parts(document: ResultsDocument, baseline: str | None = None) -> Iterat
     yield from (to_html(block) for block in verdict_blocks(document))
     yield from (to_html(block) for block in headline_blocks(document))
     yield "<h2>Summary</h2>"
-    yield _summary_table(document, rows, baseline)
+    yield summary
     yield _network_section(document)
     yield _server_table(phases)
     del phases
