@@ -65,6 +65,46 @@ def test_a_candidate_is_rejected_by_the_need_it_fails_and_the_rest_ranked_by_cos
                      "local": ["shared across 3 app servers"], "costly": ["costs ≤ 100 a month"]}
 
 
+def test_a_p99_at_the_peak_that_contradicts_the_search_is_measured_twice_more(monkeypatch) -> None:
+    """Over budget at the peak while the search kept within it at a higher rate: a stall of the host,
+    not the server. The median of three steps is kept and the decision says so; no contradiction,
+    one step."""
+    import cachemark.analysis.capacity as capacity_module
+    from cachemark.analysis.capacity import CapacityPoint
+    from cachemark.analysis.decide import _p99_at_peak
+    from cachemark.report.decision_report import decision_lines
+
+    seen: list[float] = []
+
+    def steps(p99s: list[float]):
+        def measure_at(target, budgets, rate, **_options) -> CapacityPoint:
+            p99 = p99s[len(seen)]
+            seen.append(rate)
+            return CapacityPoint(rate, rate, {"get": p99}, {"get": p99}, {"get": 5000}, p99 <= budgets["get"], "",
+                                 1.0, p99 / budgets["get"])
+        monkeypatch.setattr(capacity_module, "measure_at", measure_at)
+
+    searched = Capacity(20_000.0, 19_000.0, 21_000.0, [{"rate": 19_000.0, "within": True}], "engine", {}, 500.0)
+    steps([0.004, 0.0004, 0.0005])
+    assert _p99_at_peak(_candidate("redis"), {}, {"get": 1.0}, None, None, searched, {}) == ({"get": 0.5}, True, 3)
+    assert seen == [500.0] * 3
+    seen.clear()
+    steps([0.0004])
+    assert _p99_at_peak(_candidate("redis"), {}, {"get": 1.0}, None, None, searched, {}) == ({"get": 0.4}, True, 1)
+    # over budget with no higher rate within it: the one step stands
+    seen.clear()
+    steps([0.004])
+    alone = Capacity(None, 0.0, 400.0, [{"rate": 400.0, "within": False}], "engine", {}, 500.0)
+    assert _p99_at_peak(_candidate("redis"), {}, {"get": 1.0}, None, None, alone, {}) == ({"get": 4.0}, True, 1)
+
+    setting = Setting("maxmemory", 10**7, "bytes", {"maxmemory": "10000000"}, 1e7)
+    searched.p99_at_peak_ms, searched.p99_at_peak_measured, searched.p99_at_peak_steps = {"get": 0.5}, True, 3
+    a = Assessment("redis", "spawn:redis", "redis", "engine", Sizing(setting, 0.91, 0.9), searched,
+                   NodePlan("cache.t4g.micro", 1, 1, 1, 12.0, "USD"))
+    lines = decision_lines(Decision(_traffic(), 0.9, {"get": 1.0}, [a]))
+    assert any("the median of 3 steps: the first was over budget" in line for line in lines), lines
+
+
 @pytest.mark.alone  # its capacity search times a p99 (conftest.py): by itself, with a budget of 20 ms
 @pytest.mark.timeout(600)
 def test_decide_sizes_both_servers_so_that_they_give_the_predicted_hit_ratio(tmp_path: Path, cachemark) -> None:

@@ -87,6 +87,7 @@ class Capacity:
     p99_at_peak_ms: dict[str, float] = field(default_factory=dict)
     per_node_rate: float = 0.0
     p99_at_peak_measured: bool = False
+    p99_at_peak_steps: int = 1  # 3 where the first step, over budget, contradicted the search: the median
 
 
 @dataclass
