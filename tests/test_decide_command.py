@@ -72,7 +72,7 @@ def test_a_p99_at_the_peak_that_contradicts_the_search_is_measured_twice_more(mo
     import cachemark.analysis.capacity as capacity_module
     from cachemark.analysis.capacity import CapacityPoint
     from cachemark.analysis.decide import _p99_at_peak
-    from cachemark.report.decision_report import decision_lines
+    from cachemark.report.decision_report import decision_blocks, decision_lines
 
     seen: list[float] = []
 
@@ -103,6 +103,13 @@ def test_a_p99_at_the_peak_that_contradicts_the_search_is_measured_twice_more(mo
                    NodePlan("cache.t4g.micro", 1, 1, 1, 12.0, "USD"))
     lines = decision_lines(Decision(_traffic(), 0.9, {"get": 1.0}, [a]))
     assert any("the median of 3 steps: the first was over budget" in line for line in lines), lines
+    assert not any(line.startswith("Caution") for line in lines)
+    # a search whose p99 fell as the rate rose: the answer says its figures may be the noise's
+    searched.warnings = ["p99 fell as the rate rose (4.3× budget at 7,983 ops/s, 1.1× at 63,866)"]
+    d = Decision(_traffic(), 0.9, {"get": 1.0}, [a])
+    assert decision_lines(d)[-1].startswith("Caution: the capacity search of redis saw p99 fall"), decision_lines(d)
+    notes = [n for block in decision_blocks(d) for n in block.notes]
+    assert "redis: capacity: p99 fell as the rate rose (4.3× budget at 7,983 ops/s, 1.1× at 63,866)" in notes
 
 
 @pytest.mark.alone  # its capacity search times a p99 (conftest.py): by itself, with a budget of 20 ms

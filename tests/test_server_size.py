@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -119,6 +120,25 @@ def test_the_chosen_size_holds_on_the_real_server(server, target) -> None:
     assert check.within, (check.summary(), check.notes)
     # objects × mean bytes (every request but deletes an access, no base memory) falls short of it
     assert sized.naive_predicted < target - 0.025, (sized.naive_bytes, sized.naive_predicted)
+
+
+def test_redis_lfu_is_simulated_and_its_size_holds_on_the_real_server(cachemark, tmp_path) -> None:
+    """allkeys-lfu sized by its own simulation (a log counter decaying by the minute), configured on a
+    spawned Redis evicting by LFU: measured within 0.02. Simulated as LRU, the same setting predicts
+    further from what the server gave: the policy matters (here LFU needs ~15 % less memory)."""
+    r = _trace()
+    lfu = size_server(r, "redis", target=0.6, policies=(), eviction="allkeys-lfu")
+    assert "maxmemory_policy=allkeys-lfu" in lfu.spawn_url and "allkeys-lfu" in lfu.model.notes[0]
+    check = verify(lfu, r)
+    assert check.within, (check.summary(), check.notes)
+    charged = lfu.model.charge(r.key_size, r.value_size, r.ttl_s)
+    as_lru = simulate(r, "redis", [lfu.model.capacity(lfu.setting)], sizes=charged, model=lfu.model)[0]
+    assert abs(as_lru - check.measured) > abs(lfu.predicted - check.measured), (as_lru, lfu.predicted, check)
+    lru = size_server(r, "redis", target=0.6, policies=(), model=replace(lfu.model, eviction="allkeys-lru"))
+    assert lfu.setting < 0.95 * lru.setting, (lfu.setting, lru.setting)
+    # a policy the model does not simulate: one line, exit 2, before any work
+    result = cachemark("size", "--keys", "100", "--redis-policy", "volatile-lru", cwd=tmp_path)
+    assert result.returncode == 2 and "--redis-policy 'volatile-lru': one of allkeys-lru, allkeys-lfu" in result.stderr
 
 
 def test_size_names_byte_capacities_verifies_and_carries_them_in_json(tmp_path, cachemark) -> None:

@@ -5,10 +5,8 @@
 //! answer is exact for every policy at the sizes asked for.
 //!
 //! Policies: `lru`, `fifo`, `sieve` (what libCacheSim calls them: evict until the new object
-//! fits, an object larger than the cache is not stored); `redis` (Redis's approximated LRU:
-//! `maxmemory-samples` random keys feed a pool of 16 candidates ordered by idle time on a clock
-//! of whole seconds, and keys are evicted before a command while the memory used is over the
-//! limit); `memcached` (slab classes: an item goes to the smallest chunk that holds it, pages of
+//! fits, an object larger than the cache is not stored); `redis` and `redis-lfu` (Redis's
+//! approximated LRU and LFU, `redis_evict`); `memcached` (slab classes: an item goes to the smallest chunk that holds it, pages of
 //! 1 MiB are handed to a class on demand until the memory limit — every class gets its first page
 //! regardless —, and each class evicts its own least recently used item).
 
@@ -16,10 +14,12 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::redis_evict::{Lfu, RedisEvict};
+
 /// Object ids are hashes already (or dense ids): one multiply-and-fold mixes them well enough,
 /// at a fraction of SipHash's cost — the map lookups are most of a simulation's time.
 #[derive(Default)]
-struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -38,7 +38,7 @@ impl Hasher for IdHasher {
     }
 }
 
-type HashMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<IdHasher>>;
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 pub const GET: u8 = 0;
 pub const SET: u8 = 1;
@@ -147,7 +147,7 @@ impl List {
 }
 
 /// What each policy does with its objects; the expiry and op rules are shared (`Sim`).
-trait Store {
+pub(crate) trait Store {
     fn contains(&self, id: u64) -> bool;
     /// A get hit: the policy's notion of a use.
     fn touch(&mut self, id: u64, now_us: i64);
@@ -156,6 +156,12 @@ trait Store {
     fn remove(&mut self, id: u64);
     /// Before each request (Redis evicts before a command while over its limit).
     fn before(&mut self, _now_us: i64) {}
+    /// A write of an object that may be present: a new object in its place. Redis's LFU keeps
+    /// the old object's counter (and counts the write as a use).
+    fn replace(&mut self, id: u64, size: u32, now_us: i64) -> bool {
+        self.remove(id);
+        self.insert(id, size, now_us)
+    }
 }
 
 /// LRU, FIFO and SIEVE in one list: they differ only in what a hit does and whom they evict.
@@ -253,128 +259,18 @@ impl Store for Listed {
 }
 
 /// A small, fast generator (xorshift64*): the simulation is reproducible for a seed.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545F4914F6CDD1D)
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (((self.next() >> 11) as u128 * n as u128) >> 53) as usize
-    }
-}
-
-const POOL: usize = 16;
-
-/// Redis's `allkeys-lru`: approximated LRU on a clock of seconds (`LRU_CLOCK_RESOLUTION`).
-struct RedisLru {
-    capacity: u64,
-    used: u64,
-    samples: usize,
-    keys: Vec<u64>,                       // for random sampling
-    index: HashMap<u64, (u32, u32, i64)>, // id -> (position in keys, size, last use in s)
-    pool: Vec<(u64, i64)>,                // (id, idle s), ascending idle
-    rng: Rng,
-}
-
-impl RedisLru {
-    fn new(capacity: u64, samples: usize, seed: u64) -> Self {
-        RedisLru {
-            capacity,
-            used: 0,
-            samples: samples.max(1),
-            keys: Vec::new(),
-            index: HashMap::default(),
-            pool: Vec::with_capacity(POOL),
-            rng: Rng(seed | 1),
-        }
-    }
-
-    /// `evictionPoolPopulate`: each sampled key enters the pool if it is idler than one in it.
-    fn populate(&mut self, clock: i64) {
-        // dictGetSomeKeys: distinct keys; all of them when there are no more than asked for
-        let n = self.keys.len();
-        for j in 0..self.samples.min(n) {
-            let id = if n <= self.samples {
-                self.keys[j]
-            } else {
-                self.keys[self.rng.below(n)]
-            };
-            let idle = clock - self.index[&id].2;
-            let mut k = 0;
-            while k < self.pool.len() && self.pool[k].1 < idle {
-                k += 1;
-            }
-            if k == 0 && self.pool.len() == POOL {
-                continue; // not idler than any, and the pool is full
-            }
-            if self.pool.len() == POOL {
-                self.pool.remove(0); // drop the least idle to make room below k
-                k -= 1;
-            }
-            self.pool.insert(k, (id, idle));
-        }
-    }
-
-    fn evict_one(&mut self, clock: i64) -> bool {
-        if self.keys.is_empty() {
-            return false;
-        }
-        loop {
-            self.populate(clock);
-            while let Some((id, _)) = self.pool.pop() {
-                if self.index.contains_key(&id) {
-                    self.remove(id);
-                    return true;
-                }
-            }
-        }
-    }
-}
-
-fn clock_s(now_us: i64) -> i64 {
-    now_us.div_euclid(1_000_000)
-}
-
-impl Store for RedisLru {
-    fn contains(&self, id: u64) -> bool {
-        self.index.contains_key(&id)
-    }
-
-    fn touch(&mut self, id: u64, now_us: i64) {
-        if let Some(e) = self.index.get_mut(&id) {
-            e.2 = clock_s(now_us);
-        }
-    }
-
-    fn insert(&mut self, id: u64, size: u32, now_us: i64) -> bool {
-        // Redis refuses a write only when it cannot get under the limit at all; an object larger
-        // than the whole limit is written and evicted before the next command
-        self.index
-            .insert(id, (self.keys.len() as u32, size, clock_s(now_us)));
-        self.keys.push(id);
-        self.used += size as u64;
-        true
-    }
-
-    fn remove(&mut self, id: u64) {
-        if let Some((pos, size, _)) = self.index.remove(&id) {
-            self.keys.swap_remove(pos as usize);
-            if (pos as usize) < self.keys.len() {
-                let moved = self.keys[pos as usize];
-                self.index.get_mut(&moved).unwrap().0 = pos;
-            }
-            self.used -= size as u64;
-        }
-    }
-
-    fn before(&mut self, now_us: i64) {
-        let clock = clock_s(now_us);
-        while self.used > self.capacity && self.evict_one(clock) {}
     }
 }
 
@@ -486,7 +382,7 @@ pub struct Sim {
 }
 
 /// The policies `Sim::new` knows.
-pub const POLICIES: [&str; 5] = ["lru", "fifo", "sieve", "redis", "memcached"];
+pub const POLICIES: [&str; 6] = ["lru", "fifo", "sieve", "redis", "redis-lfu", "memcached"];
 
 impl Sim {
     /// `capacity` in the unit of the requests' sizes; `samples`: Redis's `maxmemory-samples`;
@@ -502,7 +398,13 @@ impl Sim {
             "lru" => Box::new(Listed::new(0, capacity)),
             "fifo" => Box::new(Listed::new(1, capacity)),
             "sieve" => Box::new(Listed::new(2, capacity)),
-            "redis" => Box::new(RedisLru::new(capacity, samples, seed)),
+            "redis" => Box::new(RedisEvict::new(capacity, samples, None, seed)),
+            "redis-lfu" => Box::new(RedisEvict::new(
+                capacity,
+                samples,
+                Some(Lfu::default()),
+                seed,
+            )),
             "memcached" if !chunks.is_empty() => Box::new(Slabs::new(chunks.to_vec(), capacity)),
             _ => return None,
         };
@@ -551,17 +453,16 @@ impl Sim {
     }
 
     fn write(&mut self, r: &Req) {
-        self.store.remove(r.id);
         self.written.remove(&r.id);
         if self.lazy {
             self.expires_at.remove(&r.id);
-            if self.store.insert(r.id, r.size, r.t_us) && r.ttl_us > 0 {
+            if self.store.replace(r.id, r.size, r.t_us) && r.ttl_us > 0 {
                 self.expires_at
                     .insert(r.id, r.t_us.saturating_add(r.ttl_us));
             }
             return;
         }
-        if self.store.insert(r.id, r.size, r.t_us) && r.ttl_us > 0 {
+        if self.store.replace(r.id, r.size, r.t_us) && r.ttl_us > 0 {
             self.writes += 1;
             self.written.insert(r.id, self.writes);
             self.expiry.push(Reverse((

@@ -270,10 +270,13 @@ def _best_hit_ratio(requests: Any) -> float:
 def _size(c: Candidate, requests: Any, aim: float) -> tuple[Any, dict[str, str]]:
     """The candidate's setting for the aimed hit ratio (:func:`.server_size.size_server`: its server as it
     accounts and evicts), and the URL parameters that configure it."""
+    from ..target import parse_target
     from .decision import Setting, Sizing
     from .server_size import size_server
 
-    sized = size_server(requests, c.kind, target=aim, policies=())
+    # a Redis candidate evicts by its URL's maxmemory_policy (allkeys-lru unless it says otherwise)
+    eviction = str(parse_target(c.url).params.get("maxmemory_policy", "allkeys-lru"))
+    sized = size_server(requests, c.kind, target=aim, policies=(), eviction=eviction)
     curve = {"bytes": list(sized.curve.bytes), "hit_ratio": list(sized.curve.hit_ratios)}
     if sized.setting is None:
         return Sizing(None, None, why="; ".join(sized.notes[-1:]) or f"no setting reaches {aim:.3f}", curve=curve), {}
@@ -322,7 +325,7 @@ def _capacity(c: Candidate, params: dict[str, str], budgets: dict[str, float], w
     points = [{"rate": p.rate, "achieved": p.achieved, "within": p.within, "why": p.why,
                "p99_ms": {op: v * 1000 for op, v in p.p99_s.items() if v is not None}} for p in found.points]
     return Capacity(found.capacity_ops_per_s, found.low or 0.0, found.high, points,
-                    f"{found.trusted_path}: {found.path_note}")
+                    f"{found.trusted_path}: {found.path_note}", warnings=found.warnings)
 
 
 def _p99_at_peak(c: Candidate, params: dict[str, str], budgets: dict[str, float], workload: Any, network: Any,

@@ -88,6 +88,7 @@ class Capacity:
     per_node_rate: float = 0.0
     p99_at_peak_measured: bool = False
     p99_at_peak_steps: int = 1  # 3 where the first step, over budget, contradicted the search: the median
+    warnings: list[str] = field(default_factory=list)  # the search's: what changes how its figure reads
 
 
 @dataclass

@@ -6,8 +6,9 @@ Redis: ``maxmemory`` is compared with ``used_memory``, which holds the server's 
 its allocations (the key's sds, the value's object and sds — embedded up to 44 bytes —, a dict
 entry; another with a TTL) plus what is left over per item — hash-table buckets, allocator
 slack —, measured by writing a sample of the trace's own objects and reading ``used_memory``.
-Eviction is simulated as Redis does it (``ops.rs``: ``maxmemory-samples`` keys sampled into a
-pool of 16 on a clock of seconds).
+Eviction is simulated as Redis does it (``redis_evict.rs``: ``maxmemory-samples`` keys sampled
+into a pool of 16, the idlest evicted): ``allkeys-lru`` on a clock of seconds, ``allkeys-lfu`` by
+its logarithmic use counter decaying by the minute.
 
 memcached: ``-m`` MiB of 1 MiB pages; an item (48-byte header, 8 of CAS, key + 1, value + 2)
 takes the smallest chunk of the slab classes (96 bytes growing by the factor 1.25, 8-byte
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import UserError
 from ..lab import spawn_server
 
 KEY_MIN = 17
@@ -31,6 +33,8 @@ MEMCACHED_ITEM_HEADER = 48 + 8  # sizeof(item) and the CAS value
 MEMCACHED_PAGE = 1 << 20
 MEMCACHED_MIN_MB = 2  # memcached refuses -m below twice its 1 MiB item size limit
 SAMPLE_OBJECTS = 20_000
+#: The ``maxmemory-policy`` values the Redis model simulates (the simulator's policy for each).
+REDIS_EVICTIONS = {"allkeys-lru": "redis", "allkeys-lfu": "redis-lfu"}
 
 # jemalloc's small size classes; above 16 KiB four per doubling
 _JE_SMALL = np.array([8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896,
@@ -103,13 +107,16 @@ class ServerModel:
     per_item: float = 0.0  # Redis: measured beyond the allocations, per key
     per_ttl: float = 0.0  # Redis: measured beyond the allocations, per key with a TTL
     samples: int = 5  # Redis: maxmemory-samples
+    eviction: str = "allkeys-lru"  # Redis: maxmemory-policy (REDIS_EVICTIONS)
     chunks: list[int] = field(default_factory=memcached_chunks)  # memcached: its slab classes
     notes: list[str] = field(default_factory=list)
     mean_bytes: float = 0.0  # memory: key + value bytes per object, to show entries as bytes
 
     @property
     def policy(self) -> str:
-        return "lru" if self.param == ENTRIES else self.server
+        if self.param == ENTRIES:
+            return "lru"
+        return REDIS_EVICTIONS[self.eviction] if self.param == MAXMEMORY else self.server
 
     @property
     def lazy_expiry(self) -> bool:
@@ -158,7 +165,7 @@ class ServerModel:
         if self.param == ENTRIES:
             return {"max_entries": int(setting)}
         if self.param == MAXMEMORY:
-            return {"maxmemory": int(setting), "maxmemory_policy": "allkeys-lru"}
+            return {"maxmemory": int(setting), "maxmemory_policy": self.eviction}
         return {"memory_mb": int(setting)}
 
     def spawn_url(self, setting: int) -> str:
@@ -179,10 +186,14 @@ class ServerModel:
         return sorted({self.setting(c) for c in caps})
 
 
-def measure_redis(requests: object, samples: int = 5, objects: int = SAMPLE_OBJECTS, seed: int = 0) -> ServerModel:
+def measure_redis(requests: object, samples: int = 5, objects: int = SAMPLE_OBJECTS, seed: int = 0,
+                  eviction: str = "allkeys-lru") -> ServerModel:
     """Redis's base memory and per-key remainder, measured on a spawned server with a sample of
     the trace's own objects (their key and value sizes), without and with a TTL."""
     import redis
+
+    if eviction not in REDIS_EVICTIONS:
+        raise UserError(f"maxmemory_policy {eviction!r}: sizing simulates {' and '.join(REDIS_EVICTIONS)}")
 
     ids, key_size, value_size = _object_sample(requests, objects, seed)
     with spawn_server("redis") as server:
@@ -207,11 +218,12 @@ def measure_redis(requests: object, samples: int = 5, objects: int = SAMPLE_OBJE
                 remainders.append((grown - float(modelled)) / len(ids))
         finally:
             client.close()
-    notes = [f"Redis {version}: base used_memory {base:,} B with a client connected; per key {remainders[0]:.1f} B "
+    notes = [f"Redis {version} ({eviction}): base used_memory {base:,} B with a client connected; per key "
+             f"{remainders[0]:.1f} B "
              f"beyond its allocations (hash-table buckets, allocator slack), {remainders[1] - remainders[0]:.1f} B "
              f"more with a TTL (measured on {len(ids):,} of the trace's objects)."]
     return ServerModel("redis", "maxmemory", version, base, remainders[0], remainders[1] - remainders[0], samples,
-                       notes=notes)
+                       eviction, notes=notes)
 
 
 def memory_model(requests: object) -> ServerModel:

@@ -176,9 +176,10 @@ def curves(r: Requests, policies: Sequence[str] = POLICIES, points: int = 16, si
     return out
 
 
-def model_for(server: str, r: Requests, samples: int = 5) -> ServerModel:
-    """The server's model, measured where it must be (Redis: on a spawned server)."""
-    models = {"redis": lambda: measure_redis(r, samples=samples), "memcached": memcached_model,
+def model_for(server: str, r: Requests, samples: int = 5, eviction: str = "allkeys-lru") -> ServerModel:
+    """The server's model, measured where it must be (Redis: on a spawned server, evicting by its
+    ``maxmemory-policy`` ``eviction``)."""
+    models = {"redis": lambda: measure_redis(r, samples=samples, eviction=eviction), "memcached": memcached_model,
               "memory": lambda: memory_model(r)}
     if server not in models:
         raise UserError(f"server {server!r}: choose from {', '.join(SERVERS)}")
@@ -255,7 +256,7 @@ def _bisect(r: Requests, model: ServerModel, charged: np.ndarray, target: float,
 def size_server(r: Requests, server: str, target: float | None = None, settings: Sequence[int] = (),
                 points: int = 16, policies: Sequence[str] = POLICIES, sample_rate: float = 1.0,
                 samples: int = 5, model: ServerModel | None = None, seed: int = 0, warmup: int = 0,
-                curve: OpsCurve | None = None) -> ServerSize:
+                curve: OpsCurve | None = None, eviction: str = "allkeys-lru") -> ServerSize:
     """The ``server``'s setting for a ``target`` get hit ratio (or its curve at ``settings``).
 
     ``r``: :class:`~.requests.Requests`; ``server``: redis | memcached; ``samples``: Redis's
@@ -266,7 +267,7 @@ def size_server(r: Requests, server: str, target: float | None = None, settings:
     call with the same requests and model (several targets: simulated once)."""
     if target is not None and not 0 < target < 1:
         raise UserError(f"target hit ratio {target!r}: between 0 and 1")
-    model = model or model_for(server, r, samples)
+    model = model or model_for(server, r, samples, eviction)
     curve = curve or server_curve(r, model, settings, points, seed, warmup)
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     setting = predicted = None

@@ -112,6 +112,9 @@ def size(
         bool, typer.Option("--measure/--no-measure", help="Size Redis and memcached as they evict: Redis's base "
                            "memory and per-key bytes measured on a spawned server, memcached's slab classes.")
     ] = True,
+    redis_policy: Annotated[
+        str, typer.Option(help="Redis's maxmemory-policy to size and verify with: allkeys-lru or allkeys-lfu.")
+    ] = "allkeys-lru",
     verify: Annotated[
         bool, typer.Option("--verify", help="Configure each server's size for the first target on a spawned "
                            "server, replay the traffic under cache-aside, and print the measured get hit ratio "
@@ -135,8 +138,9 @@ def size(
 
     What is counted: the hit ratio the application sees, get hits / gets, under the trace's own ops
     — a get that misses fills the cache (cache-aside), a set writes, a delete removes, a TTL expires
-    on the trace's clock. Each server is simulated as it accounts and evicts (Redis's sampled LRU
-    against used_memory with its base memory; memcached's slab classes), and LRU, FIFO and SIEVE by
+    on the trace's clock. Each server is simulated as it accounts and evicts (Redis's sampled LRU, or
+    LFU with --redis-policy allkeys-lfu, against used_memory with its base memory; memcached's slab
+    classes), and LRU, FIFO and SIEVE by
     bytes at each size. The objects table is the one-pass LRU stack-distance curve (every request
     but deletes an access, no TTLs) — for SHARDS on very long traces.
 
@@ -144,6 +148,7 @@ def size(
     """
     from ..analysis.che import lru_hit_ratio, zipf_popularity
     from ..analysis.mrc import lru_curves, policy_curve
+    from ..analysis.server_model import REDIS_EVICTIONS
     from ..analysis.sizing import answers, expected_latencies
     from ..report.blocks import to_markdown, to_rich
     from ..report.size_report import (
@@ -157,6 +162,9 @@ def size(
         size_document,
         verified_block,
     )
+
+    if redis_policy not in REDIS_EVICTIONS:
+        raise UserError(f"--redis-policy {redis_policy!r}: one of {', '.join(REDIS_EVICTIONS)}")
 
     console = make_console()
     if markdown and json_out:
@@ -212,7 +220,7 @@ def size(
         ops_curves = ops_byte_curves(ops_requests, policies, named, sample_rate, ops_warmup)
     sized_servers: list[Any] = []
     if measure and not target:
-        sized_servers = _size_servers(console, ops_requests, targets, ops_warmup)
+        sized_servers = _size_servers(console, ops_requests, targets, ops_warmup, redis_policy)
     verified: list[Any] = []
     if verify:
         verified = _verify_servers(console, sized_servers, ops_requests)
@@ -276,8 +284,10 @@ def ops_byte_curves(requests: Any, policies: list[str], named: tuple[float, ...]
                   warmup=warmup)
 
 
-def _size_servers(console: Any, requests: Any, targets: tuple[float, ...], warmup: int) -> list[Any]:
-    """Redis and memcached sized for each target by simulating each server (Redis measured first)."""
+def _size_servers(console: Any, requests: Any, targets: tuple[float, ...], warmup: int,
+                  redis_policy: str) -> list[Any]:
+    """Redis (evicting by ``redis_policy``) and memcached sized for each target by simulating each server
+    (Redis measured first)."""
     from ..analysis.server_size import model_for, size_server
     from ..errors import BackendMissing
 
@@ -285,7 +295,7 @@ def _size_servers(console: Any, requests: Any, targets: tuple[float, ...], warmu
     for server in ("redis", "memcached"):
         try:
             with console.status(f"measuring and simulating {server}"):
-                model = model_for(server, requests)
+                model = model_for(server, requests, eviction=redis_policy)
                 curve = None
                 for t in targets:
                     out.append(size_server(requests, server, target=t, policies=(), model=model, warmup=warmup,

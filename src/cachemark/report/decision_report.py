@@ -72,7 +72,15 @@ def _plan(a: Assessment) -> str:
 
 
 def decision_lines(d: Decision) -> list[str]:
-    """The answer in sentences: what to deploy, with which setting, how many of which node, and why."""
+    """The answer in sentences: what to deploy, with which setting, how many of which node, and why;
+    a capacity search its noise may have decided says so here, beside the answer it moves."""
+    noisy = [a.label for a in d.assessments if a.capacity is not None and a.capacity.warnings]
+    caution = ([f"Caution: the capacity search of {', '.join(noisy)} saw p99 fall as the rate rose (a busy host): "
+                "the capacity, node count and p99 may be the noise's; re-run on a quiet host."] if noisy else [])
+    return _answer_lines(d) + caution
+
+
+def _answer_lines(d: Decision) -> list[str]:
     t = d.traffic
     chosen = d.chosen
     if chosen is None:
@@ -127,6 +135,8 @@ def decision_blocks(d: Decision) -> list[Block]:
             figures.notes.append(f"{a.label}: {a.sizing.why}")
         if a.capacity is not None and a.capacity.trusted:
             figures.notes.append(f"{a.label}: tails judged on {a.capacity.trusted}")
+        if a.capacity is not None:
+            figures.notes += [f"{a.label}: capacity: {w}" for w in a.capacity.warnings]
     gets = t.gets
     traffic = Block("The traffic", [
         f"{t.source}: {t.requests:,} requests ({', '.join(f'{op} {n:,}' for op, n in t.op_counts.items() if n)}), "
