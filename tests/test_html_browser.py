@@ -114,3 +114,35 @@ def test_screenshot(report_doc, tmp_path):
     assert shot.exists(), done.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_the_decision_page_renders_in_chromium(tmp_path):
+    """decide's page: the answer, the byte curves with the chosen size and the verified point, p99 against
+    the offered rate with the budget and the knee, the candidates' table with nodes and cost."""
+    from cachemark.analysis.decision import Assessment, Capacity, Decision, NodePlan, Setting, Sizing, Traffic
+    from cachemark.report.decision_report import decision_html
+
+    def candidate(label: str, scale: float, measured: float) -> Assessment:
+        curve = {"bytes": [2**20 * m * scale for m in (1, 2, 4, 8, 16, 32)],
+                 "hit_ratio": [0.31, 0.45, 0.6, 0.74, 0.83, 0.88]}
+        setting = Setting("maxmemory", int(16 * 2**20 * scale), "bytes", {"maxmemory": "1"}, 16 * 2**20 * scale)
+        points = [{"rate": r, "achieved": r, "within": p99 <= 2.0, "why": "", "p99_ms": {"get": p99}}
+                  for r, p99 in ((20_000, 0.4), (40_000, 0.7), (80_000, 1.6), (90_000, 2.4), (160_000, 9.0))]
+        return Assessment(label, f"spawn:{label}", label, "engine", Sizing(setting, 0.83, measured, curve=curve),
+                          Capacity(84_000.0, 80_000.0, 90_000.0, points, "engine", {"get": 0.5}, 14_000.0, True),
+                          NodePlan("cache.t4g.micro", 1, 1, 1, 12.0, "USD"))
+
+    traffic = Traffic("trace app.cmtrace", 113_188, {"get": 90_250, "set": 18_188, "delete": 4_750}, 15_176,
+                      45 * 2**20, 14_080.0, 11_300.0, 9.0, 1.0)
+    d = Decision(traffic, 0.8, {"get": 2.0}, [candidate("redis", 1.1, 0.82), candidate("memcached", 1.0, 0.835)])
+    html = decision_html(d)
+    result, log = render_in_browser(html, tmp_path)
+    assert result["errors"] == []
+    assert not [line for line in log.splitlines() if "CONSOLE" in line and ("Uncaught" in line or "rror" in line)]
+    assert [c["id"] for c in result["charts"]] == ["decide-curves", "decide-latency"]
+    for chart in result["charts"]:
+        assert chart["width"] > 100 and chart["height"] > 100, chart
+        assert chart["drawn"] > 0 and chart["visible"] > 0, chart
+    assert result["toggled"] is True
+    assert result["tables"] >= 1
+    assert "Deploy redis" in html and "verified" in html and "budget" in html and "12 USD" in html

@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from ..analysis.decision import Assessment, Decision
+from . import page
 from .blocks import Block, to_html, to_markdown
 from .charts import Marker, Series, color_for, line_chart
 from .figures import fmt_rate
@@ -210,9 +211,10 @@ def _curve_chart(d: Decision) -> str:
                                    d.target_hit_ratio),
                                   (max(x for s in series for x, _ in s.points), d.target_hit_ratio)],
                          "#444", dashed=True))
-    return line_chart(series, title="Get hit ratio by cache memory", x_label="memory (MiB)",
-                      y_label="get hit ratio", x_kind="log", x_fmt=lambda v: f"{v:.3g}",
-                      y_fmt=lambda v: f"{v:.2f}", markers=markers, chart_id="decide-curves")
+    return _framed(series, line_chart(series, title="Get hit ratio by cache memory", x_label="memory (MiB)",
+                                      y_label="get hit ratio", x_kind="log", x_fmt=lambda v: f"{v:.3g}",
+                                      y_fmt=lambda v: f"{v:.2f}", markers=markers, chart_id="decide-curves"),
+                   "decide-curves")
 
 
 def _latency_chart(d: Decision) -> str:
@@ -233,19 +235,19 @@ def _latency_chart(d: Decision) -> str:
         xs = [x for s in series for x, _ in s.points]
         series.append(Series("budget", [(min(xs), budget), (max(xs), budget)], "#444", dashed=True))
     markers.insert(0, Marker(d.traffic.peak_rate, "peak", "#888"))
-    return line_chart(series, title="p99 against offered rate (open loop)", x_label="offered rate (ops/s)",
-                      y_label="p99 (ms)", y_kind="log", x_kind="log", x_fmt=fmt_rate, y_fmt=lambda v: f"{v:.3g}",
-                      markers=markers, chart_id="decide-latency")
+    return _framed(series, line_chart(series, title="p99 against offered rate (open loop)",
+                                      x_label="offered rate (ops/s)", y_label="p99 (ms)", y_kind="log",
+                                      x_kind="log", x_fmt=fmt_rate, y_fmt=lambda v: f"{v:.3g}", markers=markers,
+                                      chart_id="decide-latency"), "decide-latency")
 
 
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;
-color:#222;padding:0 16px}h1{font-size:22px}h2{font-size:18px;margin:24px 0 8px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:6px 0 12px;font-variant-numeric:tabular-nums}
-th,td{padding:3px 9px;border-bottom:1px solid #eee;text-align:right}th{background:#f6f6f6}td.l,th.l{text-align:left}
-.charts{display:flex;flex-wrap:wrap;gap:14px}.note{color:#666;font-size:12px}
-.card{border:1px solid #cdd;border-radius:6px;background:#f7fbfb;padding:4px 16px 8px;margin:14px 0}
-"""
+def _framed(series: list[Series], svg: str, chart_id: str) -> str:
+    """The chart in the run report's frame, with its legend (a click hides or shows a series)."""
+    return page.figure(svg, page.legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)]))
+
+
+# the candidates' table is wide (eight columns of sentences): its cells wrap, where a run's figures do not
+_WRAPPED = "td{white-space:normal}"
 
 
 def decision_html(d: Decision) -> str:
@@ -253,9 +255,10 @@ def decision_html(d: Decision) -> str:
     charts = [c for c in (_curve_chart(d), _latency_chart(d)) if c]
     body = [to_html(blocks[0])]
     if charts:
-        body.append('<h2>Curves</h2><div class="charts">' + "".join(f"<div>{c}</div>" for c in charts) + "</div>")
+        body.append('<h2>Curves</h2><div class="charts">' + "".join(charts) + "</div>")
     body += [to_html(b) for b in blocks[1:]]
     title = "cachemark decide: " + (d.chosen.label if d.chosen else "no candidate meets every need")
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>{''.join(body)}"
-            f'<p class="note">Made by cachemark decide in {d.seconds:,.0f} s.</p></body></html>')
+            f"<style>{page.CSS}{_WRAPPED}</style></head><body><h1>{escape(title)}</h1>{''.join(body)}"
+            f'<p class="note">Made by cachemark decide in {d.seconds:,.0f} s.</p><script>{page.JS}</script>'
+            "</body></html>")

@@ -31,6 +31,7 @@ from ..results import Phase, ResultsDocument, Run
 from ..results.names import op_label
 from ..results.schema import TimeseriesEntry
 from ..sweep import LOAD_PARAMS
+from . import page
 from .answers import headline_blocks, verdict_blocks
 from .blocks import to_html
 from .charts import Marker, Series, bar_chart, color_for, line_chart, percentile_grid, percentile_to_x
@@ -50,56 +51,6 @@ from .data import (
 from .figures import fmt_latency, fmt_memory, fmt_percent, fmt_rate
 from .table import SAME_POINT, network_baseline_table
 
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;
-color:#222;padding:0 16px}
-h1{font-size:22px;margin:0 0 4px}
-h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
-h3{font-size:15px;margin:18px 0 6px}
-table{border-collapse:collapse;margin:6px 0 12px;font-variant-numeric:tabular-nums}
-th,td{padding:3px 9px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
-th{background:#f6f6f6;cursor:pointer}td.l,th.l{text-align:left}td.w{white-space:normal}
-tr.sep td{border-top:2px solid #ccc}
-.charts{display:flex;flex-wrap:wrap;gap:14px}.figure{border:1px solid #e3e3e3;padding:6px;background:#fff}
-.legend{display:flex;flex-wrap:wrap;gap:4px 10px;max-width:570px;font-size:12px;margin-top:4px}
-.legend button{border:0;background:none;cursor:pointer;font:inherit;padding:0}
-.legend button.off{opacity:.35;text-decoration:line-through}
-.legend i{display:inline-block;width:12px;height:3px;margin:0 4px 3px 0;vertical-align:middle}
-svg .series.off{display:none}
-pre{background:#f6f6f6;padding:10px;overflow:auto;font-size:12px}
-.note{color:#666;font-size:12px}
-.card{border:1px solid #cdd;border-radius:6px;background:#f7fbfb;padding:4px 16px 8px;margin:14px 0}
-.card h2{border:0}.card .note{color:#333;font-size:13px}
-"""
-
-# Legend toggling and sortable tables: a convenience only — every chart is drawn without it.
-_JS = """
-document.querySelectorAll('.legend button').forEach(function (b) {
-  b.addEventListener('click', function () {
-    var svg = document.getElementById(b.parentNode.dataset.chart);
-    b.classList.toggle('off');
-    svg.querySelectorAll('.series[data-series="' + b.dataset.series + '"]').forEach(function (g) {
-      g.classList.toggle('off');
-    });
-  });
-});
-document.querySelectorAll('table.sortable th').forEach(function (th, col) {
-  th.addEventListener('click', function () {
-    var body = th.closest('table').tBodies[0];
-    var rows = Array.prototype.slice.call(body.rows);
-    var asc = th.dataset.asc !== '1';
-    th.dataset.asc = asc ? '1' : '0';
-    rows.sort(function (a, b) {
-      var x = a.cells[col].dataset.v, y = b.cells[col].dataset.v;
-      var nx = parseFloat(x), ny = parseFloat(y);
-      var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : String(x).localeCompare(String(y));
-      return asc ? c : -c;
-    });
-    rows.forEach(function (r) { r.classList.remove('sep'); body.appendChild(r); });
-  });
-});
-"""
-
 
 def _fmt_us(value: float) -> str:
     return fmt_latency(value)
@@ -118,14 +69,7 @@ def _td(text: str, sort_value: Any = None, left: bool = False) -> str:
     return f'<td{" class=l" if left else ""} data-v="{escape(str(v))}">{escape(text)}</td>'
 
 
-def _legend(chart_id: str, entries: list[tuple[int, str, str]]) -> str:
-    buttons = "".join(f'<button type="button" data-series="{i}"><i style="background:{c}"></i>'
-                      f"{escape(n)}</button>" for i, n, c in entries)
-    return f'<div class="legend" data-chart="{escape(chart_id)}">{buttons}</div>'
 
-
-def _figure(svg: str, legend: str = "") -> str:
-    return f'<div class="figure">{svg}{legend}</div>'
 
 
 class _Ids:
@@ -256,7 +200,7 @@ def _spectrum_charts(document: ResultsDocument, colors: dict[int, str], ids: _Id
         svg = line_chart(series, title=f"latency by percentile — {title}", x_label="percentile",
                          y_label="latency", x_kind="percentile", y_kind="log", y_fmt=_fmt_us,
                          chart_id=chart_id)
-        yield _figure(svg, _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)]))
+        yield page.figure(svg, page.legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)]))
     if opened:
         yield "</div>"
 
@@ -289,17 +233,17 @@ def _bar_charts(rows: list[dict[str, Any]], colors: dict[int, str], ids: _Ids) -
     throughput_id = ids("throughput")
     bars = [(f"{r['name']} · {op_of(r)}", r["ops_per_s"] or 0.0, colors[r["run"]], r["run"]) for r in ordered]
     out = ["<h2>Throughput and hit ratio</h2><div class=\"charts\">",
-           _figure(bar_chart(bars, title="throughput per op", value_label="ops/s", fmt=_fmt_num,
-                             chart_id=throughput_id), _legend(throughput_id, legend_entries))]
+           page.figure(bar_chart(bars, title="throughput per op", value_label="ops/s", fmt=_fmt_num,
+                             chart_id=throughput_id), page.legend(throughput_id, legend_entries))]
     # reads only, as the title says: a delete's "hit" (the key existed) is not a read's
     reads = [r for r in ordered if r["hit_ratio"] is not None and "delete" not in str(r["op"]).split("+")]
     if reads:
         hit_id = ids("hits")
         hit_bars = [(f"{r['name']} · {op_of(r)}", r["hit_ratio"] * 100, colors[r["run"]], r["run"])
                     for r in reads]
-        out.append(_figure(bar_chart(hit_bars, title="hit ratio (reads)", value_label="hit %",
+        out.append(page.figure(bar_chart(hit_bars, title="hit ratio (reads)", value_label="hit %",
                                      fmt=lambda v: f"{v:.1f}%", chart_id=hit_id, max_value=100.0),
-                           _legend(hit_id, legend_entries)))
+                           page.legend(hit_id, legend_entries)))
     out.append("</div>")
     return "".join(out)
 
@@ -345,10 +289,10 @@ def _timeseries_charts(document: ResultsDocument, colors: dict[int, str], ids: _
             chart_id = ids("ts")
             y_fmt = _fmt_us if unit == "latency" else _fmt_num
             label = f"{title} ({phase_name})" if len(per_phase) > 1 else title
-            figures.append(_figure(
+            figures.append(page.figure(
                 line_chart(series, title=label, x_label="seconds", y_label=unit,
                            y_kind=kind, x_fmt=lambda v: f"{v:g}", y_fmt=y_fmt, chart_id=chart_id),
-                _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])))
+                page.legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])))
     if not figures:
         return ""
     return ("<h2>Per-second time series</h2><p class=\"note\">Client figures: seconds into the timed phase "
@@ -446,8 +390,8 @@ def _sweep_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) 
             svg = line_chart(series, title=f"{title} vs {x_label}", x_label=x_label, y_label=unit,
                              x_kind=x_kind, y_kind=y_kind, x_fmt=x_fmt, y_fmt=y_fmt, categories=categories,
                              markers=markers, chart_id=chart_id)
-            legend = _legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])
-            figures.append(_figure(svg, legend))
+            legend = page.legend(chart_id, [(i, s.name, s.color) for i, s in enumerate(series)])
+            figures.append(page.figure(svg, legend))
     return figures[0] + '<div class="charts">' + "".join(figures[1:]) + "</div>"
 
 
@@ -527,7 +471,7 @@ def html_parts(document: ResultsDocument, baseline: str | None = None) -> Iterat
     sweeps = {r.sweep_key for r in document.runs if r.sweep}
     yield ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-           f"<title>cachemark: {escape(name)}</title><style>{_CSS}</style></head><body>"
+           f"<title>cachemark: {escape(name)}</title><style>{page.CSS}</style></head><body>"
            f"<h1>cachemark: {escape(name)}</h1>"
            f"<p class=\"note\">{escape(experiment.description or '')} results created "
            f"{escape(str(document.stated('created', '?')))} · schema {escape(str(document.schema_))} · "
@@ -547,4 +491,4 @@ def html_parts(document: ResultsDocument, baseline: str | None = None) -> Iterat
     yield _sweep_charts(document, colors, ids)
     yield _environment(document)
     yield _spec(document)
-    yield f"<script>{_JS}</script></body></html>"
+    yield f"<script>{page.JS}</script></body></html>"
