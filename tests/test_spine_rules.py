@@ -55,6 +55,44 @@ def test_urls_and_query_strings_are_parsed_only_in_target_py() -> None:
         "target.split_query")
 
 
+URL_SEPARATORS = frozenset({"?", "://", "#", "@"})
+
+
+def url_surgery(tree: ast.AST) -> list[str]:
+    """``target.url.split("?")``, ``url.partition("://")``: a URL taken apart by hand (to be put back
+    together by hand), where parse_target, with_params and rebuilt keep every rule in one place."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("split", "rsplit", "partition", "rpartition") and node.args
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in URL_SEPARATORS
+                and "url" in ast.unparse(node.func.value).lower()):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_target_urls_are_taken_apart_and_rebuilt_only_in_target_py() -> None:
+    found = {path: url_surgery(tree) for path, tree in _modules() if path != "target.py"}
+    assert not {path: calls for path, calls in found.items() if calls}, (
+        "take a target URL apart with parse_target and put one together with with_params or rebuilt")
+    # the scan sees what it is for
+    assert sorted(url_surgery(ast.parse('q = t.url.split("?", 1)[1]\nh, _, p = url.partition("://")'))) == [
+        "t.url.split('?', 1)", "url.partition('://')"]
+    assert url_surgery(ast.parse('a, _, b = text.partition(":")')) == []
+
+
+def test_rebuilt_keeps_user_password_and_query_as_given() -> None:
+    from cachemark.target import parse_target, rebuilt
+
+    given = parse_target("redis+sentinel://u%40x:p%2Fw@h1:26379,h2:26379/mymaster?db=2&sentinel_password=s%26t")
+    primary = rebuilt(given, scheme="redis", hosts=[("10.0.0.7", 6380)], path="/2")
+    assert (primary.scheme, primary.username, primary.password, primary.hosts, primary.path) == (
+        "redis", "u@x", "p/w", (("10.0.0.7", 6380),), "/2")
+    assert primary.params == given.params and primary.url.endswith("?db=2&sentinel_password=s%26t")
+    proxied = rebuilt(parse_target("memcached://[::1]:11211,cache:11212"), hosts=[("127.0.0.1", 4001), ("::1", 4002)])
+    assert proxied.hosts == (("127.0.0.1", 4001), ("::1", 4002))
+
+
 SCHEME_NAMES = frozenset(schemes()) | frozenset(lab_kinds())
 
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
 from .errors import BackendUnavailable, SpecError, UserError
 from .schemes import scheme, sentinel_parts
-from .target import Target, parse_target
+from .target import Target, parse_target, rebuilt
 
 try:
     from ._engine import Histogram
@@ -109,13 +108,7 @@ def sentinel_primary(t: Target) -> Target:
     finally:
         for connection in manager.sentinels:
             connection.close()
-    auth = ""
-    if t.username is not None or t.password is not None:
-        auth = quote(t.username or "", safe="") + (f":{quote(t.password, safe='')}" if t.password is not None else "")
-        auth += "@"
-    host_text = f"[{host}]" if ":" in host else host
-    query = t.url.split("?", 1)[1] if "?" in t.url else ""
-    return parse_target(f"redis://{auth}{host_text}:{port}/{db}" + (f"?{query}" if query else ""))
+    return rebuilt(t, scheme="redis", hosts=[(host, port)], path=f"/{db}")
 
 
 def sentinel_config(t: Target) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlencode, urlsplit
@@ -280,6 +281,27 @@ def with_params(target: Target, params: dict[str, object]) -> Target:
     """``target`` with its query parameters replaced by ``params`` (values may be URLs)."""
     query = urlencode({k: str(v) for k, v in params.items()}, safe=":/,")
     return parse_target(target.url.split("?", 1)[0] + (f"?{query}" if query else ""))
+
+
+def rebuilt(target: Target, *, scheme: str | None = None, hosts: Sequence[tuple[str, int | None]] | None = None,
+            path: str | None = None) -> Target:
+    """``target`` with its scheme, hosts or path replaced; its user, password and query kept as given:
+    the one place a target URL is put back together (a network proxy in front of each host, the
+    primary a Sentinel names).
+
+    >>> rebuilt(parse_target("redis://:pw@10.0.0.5:6379/0?client=engine"), hosts=[("::1", 7001)]).url
+    'redis://:pw@[::1]:7001/0?client=engine'"""
+    userinfo = ""
+    if target.username is not None or target.password is not None:
+        userinfo = quote(target.username or "", safe="")
+        if target.password is not None:
+            userinfo += ":" + quote(target.password, safe="")
+        userinfo += "@"
+    netloc = ",".join((f"[{h}]" if ":" in h else h) + (f":{p}" if p is not None else "")
+                      for h, p in (target.hosts if hosts is None else hosts))
+    query = target.url.partition("?")[2]  # as given: its values may be URLs, encoded as the user wrote them
+    url = f"{scheme or target.scheme}://{userinfo}{netloc}{quote(target.path if path is None else path, safe='/')}"
+    return parse_target(url + (f"?{query}" if query else ""))
 
 
 def _split_host_port(part: str, url: str) -> tuple[str, int | None]:

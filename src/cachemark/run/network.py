@@ -14,20 +14,7 @@ from urllib.parse import quote
 
 from ..errors import SpecError
 from ..schemes import network_schemes, scheme
-from ..target import Target, parse_target, with_params
-
-
-def _rebuild(target: Target, hosts: list[tuple[str, int]]) -> Target:
-    userinfo = ""
-    if target.username or target.password is not None:
-        userinfo = quote(target.username or "", safe="")
-        if target.password is not None:
-            userinfo += ":" + quote(target.password, safe="")
-        userinfo += "@"
-    netloc = ",".join(f"{h}:{p}" for h, p in hosts)
-    query = target.url.partition("?")[2]
-    path = quote(target.path, safe="/")
-    return parse_target(f"{target.scheme}://{userinfo}{netloc}{path}" + (f"?{query}" if query else ""))
+from ..target import Target, parse_target, rebuilt, with_params
 
 
 def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -> tuple[Target, list[Any]]:
@@ -64,7 +51,7 @@ def through_network(stack: contextlib.ExitStack, target: Target, profile: Any) -
         proxy = stack.enter_context(start_proxy(host, port or row.default_port, profile))
         proxies.append(proxy)
         hosts.append((proxy.host, proxy.port))
-    return _rebuild(target, hosts), proxies
+    return rebuilt(target, hosts=hosts), proxies
 
 
 def network_record(profile: Any, proxies: list[Any]) -> dict[str, Any]:

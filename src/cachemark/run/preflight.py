@@ -13,7 +13,7 @@ from typing import Any
 from ..backends import backend_class
 from ..errors import UnsupportedOp
 from ..spec import Workload
-from ..target import Target, parse_target
+from ..target import Target, with_params
 from ..workload.keys import key_lengths, key_name
 from ..workload.ops import mix_entries
 from .write_probe import probe_key
@@ -29,10 +29,7 @@ def preflight_target(target: Target) -> Target:
     """The target as its Python client reaches it: the engine path still checks and cleans up through it."""
     if not uses_engine(target):
         return target
-    params = {k: v for k, v in target.params.items() if k not in ENGINE_ONLY_PARAMS}
-    base = target.url.split("?", 1)[0]
-    query = "&".join(f"{k}={v}" for k, v in params.items())
-    return parse_target(base + (f"?{query}" if query else ""))
+    return with_params(target, {k: v for k, v in target.params.items() if k not in ENGINE_ONLY_PARAMS})
 
 
 def check_ops(target: Target, workload: Workload) -> dict[str, Any]:
