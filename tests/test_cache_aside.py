@@ -196,8 +196,12 @@ def test_a_spawned_postgresql_origin_is_started_for_the_run_and_queried():
     """spawn:postgresql?query=… starts a private server, the workers query it, and it is gone afterwards."""
     import psutil
 
-    def postgres_processes() -> int:
-        return sum(1 for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("postgres"))
+    def postgres_processes() -> set[int]:
+        # the servers this process started (the run's, and the worker's shared one): each postmaster is our
+        # child. Not every postgres process on the host: the other workers' servers, and the connections and
+        # autovacuum workers each forks and ends, come and go beside this test
+        return {p.pid for p in psutil.process_iter(["name", "ppid"])
+                if p.info["ppid"] == os.getpid() and (p.info["name"] or "").startswith("postgres")}
 
     before = postgres_processes()
     workload = Workload(keys=1000, key_dist="uniform", value_size="100", mix="fetch=100", warmup="0", workers=2,

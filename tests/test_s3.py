@@ -39,9 +39,12 @@ def test_operations(s3_server, namespace: str, key_naming: str, encoding: str) -
             namespace + str(i): str(i).encode() for i in range(3)
         }
         assert b.incr(namespace + "n", 2) == 2 and b.incr(namespace + "n") == 3
-        b.set(namespace + "t", b"x", ttl=0.3)
+        # a 1-s TTL (it was 0.3 s): the write and the read back are two requests to moto, a Python server,
+        # which a loaded 2-core host can stall for some 100 ms each. The wait is a floor, from after the write
+        b.set(namespace + "t", b"x", ttl=1.0)
+        expires_by = time.time() + 1.0  # the adapter set its expiry before this, on this clock
         assert b.get(namespace + "t") == b"x"
-        time.sleep(0.4)
+        time.sleep(max(0.0, expires_by + 0.1 - time.time()))
         assert b.get(namespace + "t") is None and not b.exists(namespace + "t")
         assert b.delete(k) and b.get(k) is None
         names = b._list()
