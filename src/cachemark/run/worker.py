@@ -358,7 +358,10 @@ class Worker:
                   board: Board | None = None, purpose: str = "timed") -> Recorder:
         """Run ops until ``limit`` ops are done, the clock passes ``deadline_ns`` or the
         parent raises ``board.halt``. In open loop, ``self.missed`` is then the number of
-        ops that fell due before the deadline but were never sent (the load fell behind)."""
+        ops that fell due before the deadline but were never sent (the load fell behind).
+
+        Long on purpose: the per-op loop is the load path's hot loop, and it reads locals bound
+        once above it; split into helpers, every op would pay their calls and attribute lookups."""
         task = self.task
         entries = mix_entries(phase.mix or self.workload.mix)
         open_loop = phase.rate is not None
