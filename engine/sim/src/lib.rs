@@ -12,3 +12,4 @@ pub mod ops;
 pub mod policy;
 pub mod python;
 mod redis_evict;
+mod store;

@@ -12,7 +12,7 @@
 //!
 //! Redis's defaults: `lfu-log-factor` 10, `lfu-decay-time` 1.
 
-use crate::ops::{HashMap, Rng, Store};
+use crate::store::{HashMap, Rng, Store};
 
 const POOL: usize = 16;
 const LFU_INIT: i64 = 5;
