@@ -392,6 +392,57 @@ def test_a_dask_runs_record_written_as_cluster_loads_as_dask(tmp_path) -> None:
     assert block.notes[0].startswith("Measuring agent 2 (50 ops/s, open loop, apart from the load): get p50")
 
 
+def test_every_field_a_report_reads_is_declared() -> None:
+    """The fields reports once read "as the file gave it" are typed on the models (issue 41): a value
+    given reads as given, one left out reads as its default, and ``wall_s`` and the experiment's ``name``
+    tell "absent" apart from their defaults. Every report reads plain attributes."""
+    document = json.loads((DATA / "results-network-phases.json").read_text())
+    document["experiment"].update(headline="baseline", baseline="redis@same-zone", full_scale="--ops 9",
+                                  needs={"app_servers": 2}, reference={"name": "reference 004",
+                                                                       "clients": {"redis": "pylibmc"}})
+    phase = document["runs"][1]["phases"][0]
+    phase["engine"] = {"protocol": "resp2", "connections": 4}
+    phase["server"]["low_samples"] = True
+    del document["runs"][0]["phases"][0]["wall_s"]
+    typed = as_model(document)
+    experiment = typed.experiment
+    assert (experiment.headline, experiment.baseline, experiment.full_scale) == ("baseline", "redis@same-zone",
+                                                                                 "--ops 9")
+    assert experiment.needs == {"app_servers": 2} and experiment.repeat == 1 and experiment.sweep == {}
+    assert experiment.reference is not None and experiment.reference.clients == {"redis": "pylibmc"}
+    assert experiment.network == "same-host,same-zone,cross-zone" and experiment.given_name == experiment.name
+    first, second = typed.runs[0], typed.runs[1]
+    assert first.network is not None and not first.network.proxied and first.network.rtt_us == 0.0
+    assert second.network is not None and second.network.proxied and second.network.rtt_us == 300
+    assert second.phases[0].engine == {"protocol": "resp2", "connections": 4}
+    assert second.phases[0].server is not None and second.phases[0].server.low_samples
+    assert second.phases[0].server.cpu_pct_mean == document["runs"][1]["phases"][0]["server"]["cpu_pct_mean"]
+    assert first.phases[0].wall_s == 0.0 and first.phases[0].measured_wall_s is None
+    assert second.phases[0].measured_wall_s == second.phases[0].wall_s > 0
+    bare = as_model({"experiment": {}, "runs": [{"label": "x", "status": "ok", "network": {"profile": "p"},
+                                                  "server": {"kind": "redis"}, "phases": [{"server": {}}]}]})
+    assert bare.experiment.name == "cachemark" and bare.experiment.given_name is None
+    assert bare.experiment.headline is None and bare.experiment.reference is None and bare.experiment.repeat is None
+    run = bare.runs[0]
+    assert run.network is not None and (run.network.proxied, run.network.rtt_us) == (False, None)
+    assert run.server is not None and run.server.version is None and run.phases[0].engine is None
+    assert run.phases[0].server is not None and (run.phases[0].server.low_samples,
+                                                  run.phases[0].server.cpu_pct_mean) == (False, None)
+    assert not hasattr(run, "stated")
+    with pytest.raises(UserError, match=r"experiment\.repeat: expected an integer, not a string"):
+        as_model({"experiment": {"repeat": "3"}, "runs": []})
+
+
+def test_a_runs_cluster_object_loads_as_dask_an_empty_one_as_none() -> None:
+    """A distributed run's record written as the run's ``cluster`` loads as ``dask`` whether or not it
+    lists agents; ``{}`` says nothing and is no Dask run."""
+    runs = [{"label": "a", "status": "ok", "cluster": {"address": "tcp://127.0.0.1:8786"}},
+            {"label": "b", "status": "ok", "cluster": {}}]
+    first, second = as_model({"runs": runs}).runs
+    assert first.dask is not None and first.dask.address == "tcp://127.0.0.1:8786"
+    assert second.dask is None
+
+
 def test_a_redis_cluster_phase_keeps_its_cluster_figures() -> None:
     from cachemark.results import as_model
 

@@ -103,7 +103,7 @@ def load_path(runs: list[Run], op: str) -> str:
         return ""
     info = _info(runs[0])
     client = str(info.get("client") or "")
-    who = "engine" if client == ENGINE_CLIENT or phase.stated("engine") else client
+    who = "engine" if client == ENGINE_CLIENT or phase.engine else client
     mode = "open loop" if phase.mode == "open" else "closed loop"
     return f"{who}, {mode}" if who else mode
 

@@ -88,7 +88,7 @@ def judged(document: ResultsDocument, needs: Needs, prices: PriceTable | None) -
 
 def experiment_advice(document: ResultsDocument) -> list[Block]:
     """The advice block of a run whose experiment states ``[needs]`` (none otherwise)."""
-    data = document.experiment.stated("needs")
+    data = document.experiment.needs
     if not data:
         return []
     try:

@@ -427,9 +427,8 @@ def _fields(document: ResultsDocument) -> dict[str, Any]:
         for key, value in phase.items():
             if key != "name":
                 out[f"{phase.get('name', i)}.{key}"] = value  # compared only when both have the same phases
-    saved = experiment.model_extra or {}
-    out["network"] = saved.get("network")
-    out["sweep"] = saved.get("sweep")
+    out["network"] = experiment.network
+    out["sweep"] = experiment.sweep
     return out
 
 

@@ -101,7 +101,7 @@ def phase_rows(document: ResultsDocument) -> list[dict[str, Any]]:
                 **_server(phase),
                 "has_server": bool(server.samples),
                 # per-second figures (Mbps, CPU %) from fewer than two full intervals: marked in tables
-                "server_low_samples": bool(server.stated("low_samples")),
+                "server_low_samples": server.low_samples,
             })
     return rows
 
@@ -158,7 +158,7 @@ def proxy_overhead_note(document: ResultsDocument) -> str | None:
     once per experiment (``environment.proxy_overhead``) so the reader can subtract it: per
     round trip, so an op making several round trips pays it several times.
     """
-    if not any(run.network is not None and run.network.stated("proxied") for run in document.runs):
+    if not any(run.network is not None and run.network.proxied for run in document.runs):
         return None
     overhead = document.environment.proxy_overhead
     p50, p99 = (overhead.added_p50, overhead.added_p99) if overhead is not None else (None, None)

@@ -118,10 +118,15 @@ def to_markdown(document: ResultsDocument, baseline: str | None = None) -> str:
     out += ["", *(to_block_markdown(block) for block in verdict_blocks(document))]
     env = document.environment
     if not env.is_empty:
-        out += ["", f"cachemark {env.stated('cachemark', '?')}, Python {env.stated('python', '?')}, "
-                    f"{env.stated('cpu', '?')} × {env.stated('cpus', '?')}, {env.stated('os', '?')}; "
-                    f"results created {document.stated('created', '?')}."]
+        out += ["", f"cachemark {_given(env.cachemark)}, Python {_given(env.python)}, "
+                    f"{_given(env.cpu)} × {_given(env.cpus)}, {_given(env.os)}; "
+                    f"results created {_given(document.created)}."]
     return "\n".join(out) + "\n"
+
+
+def _given(value: Any) -> Any:
+    """A field of the fingerprint, or ``?`` where the file gives none."""
+    return "?" if value is None else value
 
 
 def _low(row: dict[str, Any], text: str) -> str:

@@ -32,7 +32,7 @@ DROPPED_NOTE = "writes were dropped: these timings are of a cache that stores no
 
 def headline_blocks(document: ResultsDocument) -> list[Block]:
     """The figure the experiment's ``headline`` names; none when it names none (or nothing ran)."""
-    kind = document.experiment.stated("headline")
+    kind = document.experiment.headline
     if not kind:
         return []
     if kind == "bandwidth":
@@ -53,7 +53,7 @@ def headline_blocks(document: ResultsDocument) -> list[Block]:
 def scale_note(document: ResultsDocument) -> str | None:
     """The one command that runs the reference at its own scale, where the preset's defaults cut it."""
     experiment = document.experiment
-    flags, name = experiment.stated("full_scale"), experiment.stated("name")
+    flags, name = experiment.full_scale, experiment.given_name
     if flags is None or not name:
         return None
     if not flags.strip():  # declared empty: the defaults are the reference's own scale
@@ -89,7 +89,7 @@ def _count(phase: Phase | None) -> int:
 
 def _wall(phase: Phase) -> float | None:
     """The phase's wall time, None when the file gives none."""
-    return phase.stated("wall_s")
+    return phase.measured_wall_s
 
 
 def _seconds(value: float | None, digits: int = 4) -> str:
@@ -219,7 +219,7 @@ def tag_clean_rows(document: ResultsDocument) -> tuple[list[str], list[list[str]
             wall = phase.wall_s or 0.0
             clients = phase.workers or 1
             ops = phase.ops
-            row = [_config_name(run) if len(run.phases) == 1 else f"{_config_name(run)}: {phase.stated('name')}"]
+            row = [_config_name(run) if len(run.phases) == 1 else f"{_config_name(run)}: {phase.name}"]
             for _, op_name in TAG_OPS:
                 op = ops.get(op_name)
                 count = op.count if op is not None else 0
@@ -377,8 +377,8 @@ def _rtt(run: Run) -> str:
     network = run.network
     if network is None or network.is_empty:
         return "-"  # run without --network
-    rtt = network.stated("rtt_us") or 0
-    return fmt_latency(rtt) if network.stated("proxied") and rtt else "0"
+    rtt = network.rtt_us or 0
+    return fmt_latency(rtt) if network.proxied and rtt else "0"
 
 
 def baseline_rows(document: ResultsDocument) -> tuple[list[str], list[list[str]], list[str]]:
@@ -386,7 +386,7 @@ def baseline_rows(document: ResultsDocument) -> tuple[list[str], list[list[str]]
     its % of the baseline's whole block (the reference's "Comparison to Baseline"), and the read
     block alone beside it (the N iterations without the write and the delete around them)."""
     runs = _measured(document)
-    base, problem = choose_baseline(runs, document.experiment.stated("baseline"))
+    base, problem = choose_baseline(runs, document.experiment.baseline)
     base_read = _phase(base, "read") if base else None
     n = _count(base_read)
     comparable = base is not None and n > 1

@@ -469,12 +469,13 @@ def html_parts(document: ResultsDocument, baseline: str | None = None) -> Iterat
     experiment = document.experiment
     name = experiment.name
     sweeps = {r.sweep_key for r in document.runs if r.sweep}
+    created = document.created if document.created is not None else "?"
     yield ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
            f"<title>cachemark: {escape(name)}</title><style>{page.CSS}</style></head><body>"
            f"<h1>cachemark: {escape(name)}</h1>"
            f"<p class=\"note\">{escape(experiment.description or '')} results created "
-           f"{escape(str(document.stated('created', '?')))} · schema {escape(str(document.schema_))} · "
+           f"{escape(created)} · schema {escape(str(document.schema_))} · "
            f"{len(document.runs)} runs{f' · {len(sweeps)} sweep points' if sweeps else ''}</p>")
     yield from (to_html(block) for block in verdict_blocks(document))
     yield from (to_html(block) for block in headline_blocks(document))

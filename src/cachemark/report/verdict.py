@@ -35,6 +35,7 @@ from ..measure.outage import longest, outage_text
 from ..results import OpResult, Phase, ResultsDocument, Run, as_run
 from ..results.findings import QUALIFY_FIGURES, Finding, Kind
 from ..results.names import ENGINE_CLIENT, op_label
+from ..results.schema import ServerRecord
 from ..schemes import find_scheme
 from ..sweep import LOAD_PARAMS
 from ..target import parse_target
@@ -181,9 +182,12 @@ def _info(run: Run) -> dict[str, Any]:
     return _dict(run.backend.info if run.backend is not None else None)
 
 
-def _server_stated(run: Run, field: str) -> Any:
-    """A field of the run's server record as the file gave it (None without one)."""
-    return run.server.stated(field) if run.server is not None else None
+_NO_SERVER = ServerRecord()
+
+
+def _server(run: Run) -> ServerRecord:
+    """The run's server record (an empty one without: its fields None)."""
+    return run.server if run.server is not None else _NO_SERVER
 
 
 def _clients(runs: list[Run], version: Any) -> str:
@@ -198,13 +202,13 @@ def _clients(runs: list[Run], version: Any) -> str:
             text += f" {version}" if version else ""
         elif info.get("client_version"):
             text += f" {info['client_version']}"
-        engine = next((e for p in run.phases if isinstance(e := p.stated("engine"), dict)), None)
+        engine = next((p.engine for p in run.phases if p.engine is not None), None)
         if engine and (engine.get("connections") or engine.get("pipeline")):
             connections, pipeline = _num(engine.get("connections") or 1), _num(engine.get("pipeline") or 1)
             text += f" ({connections} connections, pipeline {pipeline})"
-        server_version = info.get("server_version") or _server_stated(run, "version")
+        server_version = info.get("server_version") or _server(run).version
         if server_version:
-            server = info.get("server") or _server_stated(run, "kind") or "server"
+            server = info.get("server") or _server(run).kind or "server"
             text += f", {server} {server_version}"
         texts = seen.setdefault(run.label, [])
         if text not in texts:
@@ -266,12 +270,11 @@ def workload_sentence(document: ResultsDocument, runs: list[Run]) -> str:
         parts.append("prefilled" if wl["prefill"] else "not prefilled")
     if "ttl" in wl:
         parts.append(f"TTL {_num(wl['ttl'])} s" if wl.get("ttl") else "no TTL")
-    repeats = experiment.stated("repeat")
-    if isinstance(repeats, int) and repeats > 1:
+    repeats = experiment.repeat
+    if repeats is not None and repeats > 1:
         parts.append(f"{repeats} repeats")
-    for field, values in _dict(experiment.stated("sweep")).items():
-        if isinstance(values, list):
-            parts.append(f"{field} swept over {', '.join(str(v) for v in values)}")
+    for field, values in (experiment.sweep or {}).items():
+        parts.append(f"{field} swept over {', '.join(values)}")
     profiles = list(dict.fromkeys(r.profile for r in runs if r.profile))
     parts.append(f"network profile {', '.join(profiles)}" if profiles else "no network emulated")
     sentence = "Workload: " + ", ".join(parts) + "."
@@ -383,7 +386,7 @@ HEADLINE_FIGURES = {
 
 def ranking_figure(document: ResultsDocument) -> Figure:
     """The figure the verdict ranks by: the preset's headline figure where it has one, else the p50."""
-    return HEADLINE_FIGURES.get(str(document.experiment.stated("headline")), P50)
+    return HEADLINE_FIGURES.get(document.experiment.headline or "", P50)
 
 
 class _Ranking:
@@ -636,8 +639,8 @@ def client_costs(runs: list[Run]) -> list[str]:
         if run.status not in RANKED_STATUSES or run.dropped_writes:
             continue
         info = _info(run)
-        kind = info.get("server") or _server_stated(run, "kind")
-        version = info.get("server_version") or _server_stated(run, "version")
+        kind = info.get("server") or _server(run).kind
+        version = info.get("server_version") or _server(run).version
         if not kind or not info.get("client"):
             continue
         profile = run.profile or ""
@@ -717,12 +720,12 @@ def _in_process(run: Run) -> bool:
 def _host_share(run: Run, phase: Phase, cpus: Any) -> float | None:
     """The share of this host's cores that the client and a server on the same host used together
     in ``phase`` (the server's own CPU counters), or None where that is not known or not one host's."""
-    distributed = (run.dask is not None and not run.dask.is_empty) or run.stated("cluster")
+    distributed = run.dask is not None and not run.dask.is_empty  # agents on other hosts
     if not isinstance(cpus, int) or cpus <= 0 or distributed or _in_process(run):
         return None  # agents on other hosts (a Dask run); or no server apart from the client
     wall, client = phase.wall_s or 0.0, phase.client_cpu_s
-    server_pct = phase.server.stated("cpu_pct_mean") if phase.server is not None else None
-    if not client or not isinstance(server_pct, int | float) or wall < MIN_WALL_S or not _server_here(run):
+    server_pct = phase.server.cpu_pct_mean if phase.server is not None else None
+    if not client or server_pct is None or wall < MIN_WALL_S or not _server_here(run):
         return None
     return (client / wall + server_pct / 100) / cpus
 
@@ -948,7 +951,7 @@ def _generator_limits(document: ResultsDocument, seen: list[_Seen]) -> Iterator[
 def _open_loop_tails(seen: list[_Seen]) -> list[Finding]:
     labels = {s.run.label: None for s in seen
               if s.phase.mode == "open" and _info(s.run).get("client") != ENGINE_CLIENT
-              and not s.phase.stated("engine") and not _in_process(s.run)}
+              and not s.phase.engine and not _in_process(s.run)}
     if not labels:
         return []
     return [Finding(Kind.OPEN_LOOP, f"{_names(labels)}: open loop through Python workers that block on each reply: "
@@ -1028,13 +1031,15 @@ def _same_client(ours: str, theirs: str) -> bool:
 def substitutions(document: ResultsDocument, runs: list[Run]) -> list[Finding]:
     """A line per label the experiment's ``reference.clients`` names, measured through another client
     than the reference's (a preset reproducing a write-up with the clients it could run here)."""
-    reference = _dict(document.experiment.stated("reference"))
-    title = str(reference.get("name") or "the reference")
+    reference = document.experiment.reference
+    if reference is None:
+        return []
+    title = reference.name or "the reference"
     out = []
-    for label, theirs in _dict(reference.get("clients")).items():
+    for label, theirs in reference.clients.items():
         infos = [_info(r) for r in runs if r.label == label and r.status in RANKED_STATUSES]
         ours = list(dict.fromkeys(_client_of(i) for i in infos if i.get("client")))
-        if not ours or all(_same_client(str(i.get("client")), str(theirs)) for i in infos if i.get("client")):
+        if not ours or all(_same_client(str(i.get("client")), theirs) for i in infos if i.get("client")):
             continue
         out.append(Finding(Kind.CLIENT, f"{label}: measured through {' / '.join(ours)} where {title} used {theirs}: "
                            "the client library's own cost is in every figure, so these are not the figures of the "

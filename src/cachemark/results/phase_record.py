@@ -31,7 +31,7 @@ MERGED = ("name", "mode", "rate", "workers", "workers_reported", "wall_s", "clie
           "agents_missing", "engine", "measuring_agent", "server", "cluster")
 
 # Saved beside schema.Phase's fields (a phase keeps fields it does not name): no report reads them.
-SAVED_EXTRAS = frozenset({"workers_reported", "agents_reported", "engine"})
+SAVED_EXTRAS = frozenset({"workers_reported", "agents_reported"})
 # Saved only where the path has them: absent, not null, when there are none.
 OPTIONAL = frozenset({"workers_reported", "write_outages", "cluster", "engine", "agents", "agents_reported",
                       "agents_missing", "measuring_agent"})

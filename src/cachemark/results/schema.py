@@ -67,13 +67,6 @@ class _Record(BaseModel):
     # strict: the reports format and add these values as they are; extra: newer fields pass
     model_config = ConfigDict(strict=True, extra="allow")
 
-    def stated(self, field: str, missing: Any = None) -> Any:
-        """``field`` as the file gave it (a null included; a field the models do not name too), or
-        ``missing`` when the file left it out: where a report tells "absent" from the default."""
-        if field in self.model_fields_set:
-            return getattr(self, field)
-        return (self.model_extra or {}).get(field, missing)
-
     @property
     def is_empty(self) -> bool:
         """The file gave it as ``{}`` (or only defaults): reports read such a record as none."""
@@ -181,6 +174,8 @@ class ServerFigures(_Record):
     used_memory_bytes: Figure | None = None
     evictions: Figure | None = None
     samples: Many[ServerSample] = Field(default_factory=list)
+    cpu_pct_mean: Figure | None = None  # percent of one core over the whole phase (null: not measured)
+    low_samples: bool = False  # a per-second figure (Mbps, CPU %) rests on fewer than two full intervals
 
 
 class WriteOutage(_Record):
@@ -252,6 +247,12 @@ class Phase(_Record):
     agents: Many[AgentRow] | None = None  # a distributed run: each load agent's share of this phase
     agents_missing: Many[str] | None = None  # …and the agents that sent none
     measuring_agent: MeasuringAgent | None = None  # the open-loop agent measuring apart from the load
+    engine: Table[Any] | None = None  # the native engine ran it: its protocol, threads, connections, pipeline
+
+    @property
+    def measured_wall_s(self) -> float | None:
+        """``wall_s`` when the file gives it; None when it gives none (``wall_s`` then reads 0)."""
+        return self.wall_s if "wall_s" in self.model_fields_set else None
 
     def summary_of(self, op: OpResult, uncorrected: bool = False) -> OpSummary:
         """``op``'s summary in this phase (recomputed over its wall time when the file has none)."""
@@ -265,6 +266,7 @@ class ServerRecord(_Record):
     spawned: bool | None = None
     emulator: bool | None = None
     servers: Many[dict[str, Any]] | None = None
+    version: str | None = None  # a spawned server's own version (lab: its --version)
 
 
 class BackendRecord(_Record):
@@ -275,7 +277,11 @@ class BackendRecord(_Record):
 
 
 class NetworkRecord(_Record):
+    """The emulated network a run went through (lab/network.py's profile, as run/network.py records it)."""
+
     profile: str | None = None
+    rtt_us: Figure | None = None  # the round trip the profile adds
+    proxied: bool = False  # the run's traffic went through the network proxy (a loopback profile: not)
 
 
 class DaskAgent(_Record):
@@ -292,7 +298,7 @@ class DaskRecord(_Record):
     """A distributed run (``--cluster``, run/distributed.py): the Dask cluster, its hosts and agents.
 
     Files before it was named ``dask`` wrote it as the run's ``cluster`` (easily read as Redis
-    Cluster's ``phase.cluster``): :class:`Run` moves a ``cluster`` holding ``agents`` here on load."""
+    Cluster's ``phase.cluster``): :class:`Run` moves a run's non-empty ``cluster`` here on load."""
 
     address: str | None = None
     kind: str | None = None
@@ -321,9 +327,10 @@ class Run(_Record):
     @model_validator(mode="before")
     @classmethod
     def _dask_was_cluster(cls, data: Any) -> Any:
-        """A run's ``cluster`` with ``agents`` is a Dask record written before it was named ``dask``."""
+        """A run's ``cluster`` object is a Dask record written before it was named ``dask`` (with its
+        ``agents``; an empty one, ``{}``, says no more than none and is left as it was)."""
         if isinstance(data, dict) and "dask" not in data and isinstance(data.get("cluster"), dict) \
-                and "agents" in data["cluster"]:
+                and data["cluster"]:
             data = dict(data)
             data["dask"] = data.pop("cluster")
         return data
@@ -423,11 +430,32 @@ class Environment(_KeepsSaved):
     proxy_overhead: ProxyOverhead | None = None  # only when a run went through the network proxy
 
 
+class ReferenceRecord(_Record):
+    """The write-up a preset reproduces (spec.Reference), as far as the verdict reads it."""
+
+    name: str | None = None  # how the verdict names it: "reference 003"
+    clients: Table[str] = Field(default_factory=dict)  # label → the client library the reference measured it through
+
+
 class ExperimentRecord(_KeepsSaved):
-    """The spec as run (spec.Experiment, targets redacted); kept loose: it is re-run, not reported."""
+    """The spec as run (spec.Experiment, targets redacted): the fields a report reads are typed, the
+    rest kept as saved (the workload, the targets: it is re-run, not reported)."""
 
     name: str = "cachemark"
     description: str | None = None
+    network: str | None = None  # the network profiles asked for (comma-separated); null: none emulated
+    repeat: Count | None = None  # each run's repeats
+    sweep: Table[Many[str]] | None = None  # field → the values swept over, as text
+    headline: str | None = None  # the reference's own figure the report leads with; null: the generic table only
+    baseline: str | None = None  # the configuration every other one is shown against (label or label@profile)
+    reference: ReferenceRecord | None = None  # the write-up a preset reproduces
+    full_scale: str | None = None  # the flags that run a preset at its reference's own scale ("": its defaults)
+    needs: Table[Any] | None = None  # what the application needs ([needs]): the report then advises
+
+    @property
+    def given_name(self) -> str | None:
+        """``name`` when the file gives one; None when it gives none (``name`` then reads "cachemark")."""
+        return self.name if "name" in self.model_fields_set else None
 
     @property
     def workload_spec(self) -> dict[str, Any]:
