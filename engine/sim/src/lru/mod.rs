@@ -4,9 +4,10 @@
 //! The stack distance of a request is the number of distinct objects (or their bytes)
 //! touched since the previous request for the same object, itself included: an LRU cache
 //! of `c` objects hits exactly the requests with distance ≤ `c`, so one pass yields the
-//! whole miss-ratio curve. Each object's latest access is a marker in a Fenwick tree over
-//! time; the markers after an object's own count the distance in O(log n). Positions are
-//! renumbered when the tree fills, so memory follows the objects, not the requests.
+//! whole miss-ratio curve. Each object's latest access is a set position in a bitmap over
+//! time; the set positions after an object's own count the distance (a rank: popcounts
+//! and a Fenwick tree over blocks of the bitmap). Positions are renumbered when they run
+//! out, so memory follows the objects, not the requests.
 //!
 //! With sampling (SHARDS: an object is kept when its hash falls under `rate × 2^24`), plain
 //! SHARDS scales the sample's distances by `1 / rate`; at small sizes that leaves a handful of
@@ -18,15 +19,19 @@
 //!
 //! Files by job: `hash` (the id hash and map), `histogram` (log-scale buckets and the
 //! histogram helpers), `distinct` (the HyperLogLog object counter), `stack` (the unbounded
-//! Fenwick-tree LRU stack), `near` (the exact bounded stack of the most recent objects),
-//! `level` (one sample of the hybrid); `StackDistances`, here, combines them.
+//! LRU stack) and its parts `table` (id -> position), `live` (ranks of positions) and
+//! `bytes` (bytes before a position), `near` (the exact bounded stack of the most recent
+//! objects), `level` (one sample of the hybrid); `StackDistances`, here, combines them.
 
+mod bytes;
 mod distinct;
 mod hash;
 mod histogram;
 mod level;
+mod live;
 mod near;
 mod stack;
+mod table;
 #[cfg(test)]
 mod tests;
 
@@ -176,7 +181,7 @@ impl StackDistances {
         match &self.near {
             Some(near) if !near.evicted => near.len as f64,
             Some(_) => self.distinct.estimate(),
-            None => self.stack.last.len() as f64 / self.rate,
+            None => self.stack.len() as f64 / self.rate,
         }
     }
 
@@ -207,6 +212,9 @@ impl StackDistances {
     pub fn access_all(&mut self, requests: impl Iterator<Item = (u64, u32)>) {
         const BLOCK: usize = 256;
         const AHEAD: usize = 12;
+        if self.rate >= 1.0 {
+            return self.exact_all(requests);
+        }
         if self.near.is_none() {
             return requests.for_each(|(id, size)| self.access(id, size));
         }
@@ -231,6 +239,31 @@ impl StackDistances {
                 let (id, size, hash) = block[i];
                 self.access_hashed(id, size, hash);
             }
+        }
+    }
+
+    /// Exact, every request in order: the stack's table is read ahead (a slot of a table of
+    /// every object is where an exact run waits for memory).
+    fn exact_all(&mut self, requests: impl Iterator<Item = (u64, u32)>) {
+        const AHEAD: usize = 16;
+        let mut ring = [(0u64, 0u32); AHEAD];
+        let mut requests = requests.fuse();
+        let mut filled = 0;
+        for (slot, request) in ring.iter_mut().zip(requests.by_ref()) {
+            self.stack.prefetch(request.0);
+            *slot = request;
+            filled += 1;
+        }
+        let mut i = 0;
+        for request in requests {
+            let (id, size) = std::mem::replace(&mut ring[i], request);
+            self.stack.prefetch(request.0);
+            self.access_hashed(id, size, 0);
+            i = (i + 1) % AHEAD;
+        }
+        for k in 0..filled {
+            let (id, size) = ring[(i + k) % AHEAD];
+            self.access_hashed(id, size, 0);
         }
     }
 
