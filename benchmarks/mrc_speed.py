@@ -84,19 +84,26 @@ def _peak_growth_mib(path: str | None, case: str, args) -> float:
     return json.loads(out)["grown_mib"]
 
 
+def _high_water_kib() -> int:
+    """This process's peak RSS (VmHWM: unlike ru_maxrss, a child's does not start at its parent's)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
 def _child_memory(args) -> None:
     engine = _load(args.against) if args.against else new_engine
     chunks = _chunks(args.requests, args.objects, 1)
     make = _cases(engine, args.objects)[args.child_memory]
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = _high_water_kib()
     _rate(make, chunks, args.requests)
-    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    print(json.dumps({"grown_mib": grown}))
+    print(json.dumps({"grown_mib": (_high_water_kib() - before) / 1024}))
 
 
 def _alone(args, chunks: list[bytes]) -> None:
     print(f"{args.requests:,} requests over up to {args.objects:,} objects, 1 thread, median of {args.repeat}")
     for name, make in _cases(new_engine, args.objects).items():
+        if args.only not in name:
+            continue
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         rates = [_rate(make, chunks, args.requests) for _ in range(args.repeat)]
         grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
@@ -110,7 +117,7 @@ def _paired(args, chunks: list[bytes]) -> None:
     print(f"{args.requests:,} requests over up to {args.objects:,} objects, 1 thread; "
           f"old = {args.against}, new = this build; {args.repeat} pairs, alternating order; medians")
     print(f"{'case':22} {'old M/s':>8} {'new M/s':>8} {'new/old':>8}  {'pairs':24} {'RSS old':>8} {'RSS new':>8}")
-    for name in new_cases:
+    for name in (n for n in new_cases if args.only in n):
         old, new = [], []
         for i in range(args.repeat):
             order = [(old, old_cases[name]), (new, new_cases[name])]
@@ -130,6 +137,7 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--against", metavar="OLD_SO", help="another build's _engine .so to compare with, side by side")
+    parser.add_argument("--only", metavar="TEXT", default="", help="run only the cases whose name contains TEXT")
     parser.add_argument("--child-memory", metavar="CASE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_memory:
