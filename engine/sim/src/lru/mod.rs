@@ -39,7 +39,7 @@ pub use hash::{mix, IdHasher, IdMap};
 pub use histogram::{log_bucket, log_bucket_high};
 
 use distinct::Distinct;
-use histogram::{bump, cumulate, within_bytes};
+use histogram::{bump, cumulate, within_bytes, Tally};
 use level::Level;
 use near::{Near, NearStack};
 use stack::Stack;
@@ -85,6 +85,8 @@ pub struct StackDistances {
     /// exact distance in objects (1-based) -> requests: every request (exact), or those
     /// within the near stack; plain SHARDS: sampled distances
     pub by_objects: Vec<u64>,
+    /// distances of the stack not yet in `by_objects` (none between calls)
+    tally: Tally,
     /// log bucket of the distance in bytes -> requests (as `by_objects`)
     pub by_bytes: Vec<u64>,
     /// first requests of an object (exact and plain SHARDS)
@@ -139,6 +141,7 @@ impl StackDistances {
             levels,
             distinct: Distinct::new(),
             by_objects: vec![0; if hybrid { near + 1 } else { 1 }],
+            tally: Tally::default(),
             by_bytes: Vec::new(),
             cold: 0,
             requests: 0,
@@ -265,6 +268,7 @@ impl StackDistances {
             let (id, size) = ring[(i + k) % AHEAD];
             self.access_hashed(id, size, 0);
         }
+        self.tally.flush(&mut self.by_objects);
     }
 
     pub fn access(&mut self, id: u64, size: u32) {
@@ -274,6 +278,7 @@ impl StackDistances {
             0
         };
         self.access_hashed(id, size, hash);
+        self.tally.flush(&mut self.by_objects);
     }
 
     /// `hash`: `mix(id ^ salt)`.
@@ -336,7 +341,7 @@ impl StackDistances {
     fn plain(&mut self, id: u64, size: u32, counted: bool) {
         match self.stack.touch(id, size) {
             Some((objects, bytes)) if counted => {
-                bump(&mut self.by_objects, objects as usize + 1);
+                self.tally.push(&mut self.by_objects, objects as usize + 1);
                 bump(&mut self.by_bytes, log_bucket(bytes + size as u64));
             }
             None if counted => self.cold += 1,

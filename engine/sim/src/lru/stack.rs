@@ -13,6 +13,10 @@ use super::bytes::PositionBytes;
 use super::live::{LivePositions, BLOCK};
 use super::table::IdTable;
 
+/// Positions per object after a renumbering: each renumbering reads the whole table, and
+/// comes after `WINDOW - 1` times the objects in requests.
+const WINDOW: usize = 4;
+
 /// An LRU stack of every object seen.
 pub(super) struct Stack {
     table: IdTable,
@@ -108,7 +112,7 @@ impl Stack {
             len < (u32::MAX / 4) as usize,
             "too many objects for u32 positions"
         );
-        let capacity = (2 * len).max(BLOCK);
+        let capacity = (WINDOW * len).max(BLOCK);
         {
             let rank = self.live.ranker();
             for slot in self.table.iter_mut() {

@@ -6,6 +6,7 @@
 //! unbounded stack, so there is no deletion.
 
 use super::mix;
+use crate::mem::{filled, prefetch};
 
 /// A slot of the table: an object, the position of its latest access, its size then.
 #[derive(Clone, Copy)]
@@ -37,7 +38,7 @@ impl Default for IdTable {
 impl IdTable {
     fn with_slots(n: usize) -> Self {
         IdTable {
-            slots: vec![EMPTY; n],
+            slots: filled(n, EMPTY),
             shift: 64 - n.trailing_zeros(),
             len: 0,
         }
@@ -55,15 +56,7 @@ impl IdTable {
     /// Asks the CPU to fetch the slot where `id`'s probe starts.
     #[inline]
     pub(super) fn prefetch(&self, id: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let slot = &self.slots[self.home(id)] as *const Slot as *const i8;
-            // SAFETY: a prefetch only hints the cache; the address is a valid slot
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(slot) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = id;
+        prefetch(&self.slots[self.home(id)]);
     }
 
     #[inline]
