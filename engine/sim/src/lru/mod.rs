@@ -219,7 +219,8 @@ impl StackDistances {
             return self.exact_all(requests);
         }
         if self.near.is_none() {
-            return requests.for_each(|(id, size)| self.access(id, size));
+            requests.for_each(|(id, size)| self.access_one(id, size));
+            return self.tally.flush(&mut self.by_objects);
         }
         let mut block = [(0u64, 0u32, 0u64); BLOCK];
         let mut requests = requests.peekable();
@@ -272,13 +273,19 @@ impl StackDistances {
     }
 
     pub fn access(&mut self, id: u64, size: u32) {
+        self.access_one(id, size);
+        self.tally.flush(&mut self.by_objects);
+    }
+
+    /// `access`, leaving the stack's distances in the tally.
+    #[inline]
+    fn access_one(&mut self, id: u64, size: u32) {
         let hash = if self.rate < 1.0 {
             mix(id ^ self.salt)
         } else {
             0
         };
         self.access_hashed(id, size, hash);
-        self.tally.flush(&mut self.by_objects);
     }
 
     /// `hash`: `mix(id ^ salt)`.
