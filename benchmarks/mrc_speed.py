@@ -20,6 +20,10 @@ peak would mix the two builds).
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's BLAS threads would spin beside the timed thread
+
 import argparse
 import importlib.util
 import json
@@ -58,6 +62,7 @@ def _load(path: str) -> ModuleType:
 def _cases(engine: ModuleType, objects: int) -> dict:
     return {
         "LRU exact": lambda: engine.StackDistances(1.0),
+        "LRU exact, sizes": lambda: _Sized(engine.StackDistances(1.0)),
         "LRU SHARDS 0.01": lambda: engine.StackDistances(0.01),
         "LRU SHARDS 0.001": lambda: engine.StackDistances(0.001),
         "LRU SHARDS 0.01 plain": lambda: engine.StackDistances(0.01, near=0),
@@ -66,12 +71,41 @@ def _cases(engine: ModuleType, objects: int) -> dict:
     }
 
 
+class _Sized:
+    """Feeds each chunk with a size per request (100 B to 10 kB, the object's own): the byte
+    curve then needs the exact bytes above each object, not count × size."""
+
+    def __init__(self, sim) -> None:
+        self.sim = sim
+
+    def feed(self, chunk: bytes) -> None:
+        self.sim.feed(chunk, _sizes(chunk))
+
+
+_SIZES: dict[int, bytes] = {}
+
+
+def _sizes(chunk: bytes) -> bytes:
+    """The sizes of a chunk's objects (drawn by `_draw_sizes`, before any timed feed)."""
+    return _SIZES[id(chunk)]
+
+
+def _draw_sizes(chunks: list[bytes]) -> None:
+    for chunk in chunks:
+        ids = np.frombuffer(chunk, dtype="<u8")
+        _SIZES[id(chunk)] = (100 + (ids * 0x9E3779B97F4A7C15 >> np.uint64(40)) % 9_900).astype("<u4").tobytes()
+
+
+_CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+_clock = _CLOCKS["wall"]
+
+
 def _rate(make, chunks: list[bytes], requests: int) -> float:
     sim = make()
-    start = time.perf_counter()
+    start = _clock()
     for chunk in chunks:
         sim.feed(chunk)
-    return requests / (time.perf_counter() - start)
+    return requests / (_clock() - start)
 
 
 def _peak_growth_mib(path: str | None, case: str, args) -> float:
@@ -93,6 +127,7 @@ def _high_water_kib() -> int:
 def _child_memory(args) -> None:
     engine = _load(args.against) if args.against else new_engine
     chunks = _chunks(args.requests, args.objects, 1)
+    _draw_sizes(chunks)
     make = _cases(engine, args.objects)[args.child_memory]
     before = _high_water_kib()
     _rate(make, chunks, args.requests)
@@ -115,7 +150,8 @@ def _paired(args, chunks: list[bytes]) -> None:
     old_cases = _cases(_load(args.against), args.objects)
     new_cases = _cases(new_engine, args.objects)
     print(f"{args.requests:,} requests over up to {args.objects:,} objects, 1 thread; "
-          f"old = {args.against}, new = this build; {args.repeat} pairs, alternating order; medians")
+          f"old = {args.against}, new = this build; {args.repeat} pairs, alternating order; medians; "
+          f"{args.clock} clock")
     print(f"{'case':22} {'old M/s':>8} {'new M/s':>8} {'new/old':>8}  {'pairs':24} {'RSS old':>8} {'RSS new':>8}")
     for name in (n for n in new_cases if args.only in n):
         old, new = [], []
@@ -137,12 +173,17 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--against", metavar="OLD_SO", help="another build's _engine .so to compare with, side by side")
+    parser.add_argument("--clock", choices=list(_CLOCKS), default="wall",
+                        help="cpu: this thread's CPU time (steadier when other work shares the cores)")
     parser.add_argument("--only", metavar="TEXT", default="", help="run only the cases whose name contains TEXT")
     parser.add_argument("--child-memory", metavar="CASE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global _clock
+    _clock = _CLOCKS[args.clock]
     if args.child_memory:
         return _child_memory(args)
     chunks = _chunks(args.requests, args.objects, 1)
+    _draw_sizes(chunks)
     if args.against:
         _paired(args, chunks)
     else:

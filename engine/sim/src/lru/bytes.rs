@@ -8,6 +8,7 @@
 //! lines, vectorised), not a walk over every position.
 
 use crate::fenwick::SumTree;
+use crate::mem::prefetch;
 
 /// Positions per leaf of the tree.
 const WORD: usize = 64;
@@ -29,6 +30,16 @@ impl PositionBytes {
         PositionBytes {
             sizes,
             words: SumTree::from_leaves(&sums),
+        }
+    }
+
+    /// Asks the CPU to fetch the sizes that `before(pos)` and `remove(pos)` read: from the
+    /// start of `pos`'s leaf up to `pos` (at most four cache lines; the first and last).
+    #[inline]
+    pub(super) fn prefetch(&self, pos: usize) {
+        if let Some(size) = self.sizes.get(pos) {
+            prefetch(&self.sizes[pos / WORD * WORD]);
+            prefetch(size);
         }
     }
 

@@ -6,6 +6,7 @@
 //! the size, which stays in L1/L2. A rank is that tree's walk plus popcounts in one line.
 
 use crate::fenwick::SumTree;
+use crate::mem::prefetch;
 
 const WORDS: usize = 8;
 /// Positions per block: one 64-byte cache line of bitmap.
@@ -41,6 +42,14 @@ impl LivePositions {
 
     pub(super) fn capacity(&self) -> usize {
         self.blocks.len() * BLOCK
+    }
+
+    /// Asks the CPU to fetch the bitmap line that a rank of `pos` reads.
+    #[inline]
+    pub(super) fn prefetch(&self, pos: usize) {
+        if let Some(block) = self.blocks.get(pos / BLOCK) {
+            prefetch(block);
+        }
     }
 
     /// `pos` must be clear.

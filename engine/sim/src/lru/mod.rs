@@ -246,8 +246,9 @@ impl StackDistances {
         }
     }
 
-    /// Exact, every request in order: the stack's table is read ahead (a slot of a table of
-    /// every object is where an exact run waits for memory).
+    /// Exact, every request in order, read ahead in two steps: a request's table slot
+    /// `AHEAD` requests before it (a slot of a table of every object is where an exact run
+    /// waits for memory), then, half way, what its position leads to.
     fn exact_all(&mut self, requests: impl Iterator<Item = (u64, u32)>) {
         const AHEAD: usize = 16;
         let mut ring = [(0u64, 0u32); AHEAD];
@@ -262,6 +263,8 @@ impl StackDistances {
         for request in requests {
             let (id, size) = std::mem::replace(&mut ring[i], request);
             self.stack.prefetch(request.0);
+            self.stack
+                .prefetch_position(ring[(i + AHEAD / 2) % AHEAD].0);
             self.access_hashed(id, size, 0);
             i = (i + 1) % AHEAD;
         }

@@ -69,6 +69,13 @@ impl IdTable {
         i
     }
 
+    /// The position of `id`'s latest access, if it is there (reads only: for fetching ahead).
+    #[inline]
+    pub(super) fn position(&self, id: u64) -> Option<usize> {
+        let slot = self.slots[self.probe(id)];
+        (slot.pos != VACANT).then_some(slot.pos as usize)
+    }
+
     /// `id`'s slot, and whether it was there; a new one is vacant (its `pos` is `u32::MAX`)
     /// and must be filled in.
     #[inline]
