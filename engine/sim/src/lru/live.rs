@@ -4,6 +4,8 @@
 //! missing the caches; here the set is a bitmap (one bit per position) and only the blocks
 //! of 512 positions — one cache line of bitmap each — are counted in a Fenwick tree, 1/512
 //! the size, which stays in L1/L2. A rank is that tree's walk plus popcounts in one line.
+//! Positions are set in increasing order (time), so the block being filled is kept out of
+//! the tree until it is full: setting a position costs no walk.
 
 use crate::fenwick::SumTree;
 use crate::mem::prefetch;
@@ -17,10 +19,12 @@ pub(super) const BLOCK: usize = 64 * WORDS;
 struct Block([u64; WORDS]);
 
 /// A set of positions `0..capacity` with ranks: a bitmap, and the live count of each block
-/// of `BLOCK` positions in a Fenwick tree.
+/// of `BLOCK` positions before `open` in a Fenwick tree.
 pub(super) struct LivePositions {
     blocks: Vec<Block>,
     counts: SumTree<u32>,
+    /// the block new positions go to (no later one has any): its count is not in the tree
+    open: usize,
 }
 
 impl LivePositions {
@@ -34,9 +38,14 @@ impl LivePositions {
             blocks[pos / BLOCK].0[pos % BLOCK / 64] = u64::MAX >> (64 - bits);
             counts[pos / BLOCK] += bits as u32;
         }
+        let open = live / BLOCK;
+        if let Some(count) = counts.get_mut(open) {
+            *count = 0;
+        }
         LivePositions {
             blocks,
             counts: SumTree::from_leaves(&counts),
+            open,
         }
     }
 
@@ -52,24 +61,45 @@ impl LivePositions {
         }
     }
 
-    /// `pos` must be clear.
+    /// Sets `pos`, which must lie after every set position.
     #[inline]
     pub(super) fn insert(&mut self, pos: usize) {
+        if pos / BLOCK != self.open {
+            self.close(pos / BLOCK);
+        }
         self.blocks[pos / BLOCK].0[pos % BLOCK / 64] |= 1 << (pos % 64);
-        self.counts.add(pos / BLOCK, 1);
+    }
+
+    /// The open block's count goes into the tree; `to` is open (the blocks between are empty).
+    #[cold]
+    fn close(&mut self, to: usize) {
+        debug_assert!(to > self.open, "positions are set in increasing order");
+        self.counts.add(self.open, self.count(self.open));
+        self.open = to;
     }
 
     /// `pos` must be set.
     #[inline]
     pub(super) fn remove(&mut self, pos: usize) {
         self.blocks[pos / BLOCK].0[pos % BLOCK / 64] &= !(1 << (pos % 64));
-        self.counts.sub(pos / BLOCK, 1);
+        if pos / BLOCK < self.open {
+            self.counts.sub(pos / BLOCK, 1);
+        }
     }
 
     /// Set positions before `pos`.
     #[inline]
     pub(super) fn rank(&self, pos: usize) -> u64 {
-        self.counts.prefix(pos / BLOCK) as u64 + self.rank_in_block(pos)
+        let block = pos / BLOCK;
+        let before = match block <= self.open {
+            true => self.counts.prefix(block),
+            false => self.counts.prefix(self.open) + self.count(self.open), // empty between
+        };
+        before as u64 + self.rank_in_block(pos)
+    }
+
+    fn count(&self, block: usize) -> u32 {
+        self.blocks[block].0.iter().map(|w| w.count_ones()).sum()
     }
 
     /// Set positions before `pos` within its block: whole words before its word (masked,
@@ -111,19 +141,24 @@ mod tests {
 
     #[test]
     fn ranks_match_a_plain_set_through_inserts_and_removes() {
-        let capacity = 5 * BLOCK + 77;
-        let mut live = LivePositions::first(1_000, capacity);
+        // as the stack uses it: each step sets the next position and may clear an older one
+        let capacity = 7 * BLOCK + 77;
+        let start = 1_000;
+        let mut live = LivePositions::first(start, capacity);
         let mut plain = vec![false; live.capacity()];
-        plain[..1_000].fill(true);
-        for k in 0..20_000u64 {
-            let pos = (mix(k) % capacity as u64) as usize;
-            if plain[pos] {
-                live.remove(pos);
-            } else {
-                live.insert(pos);
+        plain[..start].fill(true);
+        for next in start..capacity {
+            let k = next as u64;
+            let older = (mix(k) % next as u64) as usize;
+            if plain[older] && mix(k ^ 1) % 4 != 0 {
+                live.remove(older);
+                plain[older] = false;
             }
-            plain[pos] = !plain[pos];
-            let at = (mix(k ^ 0xABC) % (capacity as u64 + 1)) as usize;
+            if mix(k ^ 2) % 50 != 0 {
+                live.insert(next); // now and then a position is skipped
+                plain[next] = true;
+            }
+            let at = (mix(k ^ 0xABC) % (next as u64 + 2)) as usize;
             let want = plain[..at].iter().filter(|&&b| b).count() as u64;
             assert_eq!(live.rank(at), want, "rank of {at}");
         }
