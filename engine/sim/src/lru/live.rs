@@ -150,11 +150,11 @@ mod tests {
         for next in start..capacity {
             let k = next as u64;
             let older = (mix(k) % next as u64) as usize;
-            if plain[older] && mix(k ^ 1) % 4 != 0 {
+            if plain[older] && !mix(k ^ 1).is_multiple_of(4) {
                 live.remove(older);
                 plain[older] = false;
             }
-            if mix(k ^ 2) % 50 != 0 {
+            if !mix(k ^ 2).is_multiple_of(50) {
                 live.insert(next); // now and then a position is skipped
                 plain[next] = true;
             }
