@@ -116,7 +116,7 @@ impl Stack {
         }
         let capacity = self.live.capacity();
         let live = self.table.iter_mut().map(|s| (s.pos as usize, s.size));
-        self.bytes = Some(PositionBytes::new(capacity, live));
+        self.bytes = Some(PositionBytes::new(capacity, self.next, live));
     }
 
     /// Renumber the live positions 0..live in time order, in a window twice that size.
@@ -137,7 +137,7 @@ impl Stack {
         self.live = LivePositions::first(len, capacity);
         if self.bytes.is_some() {
             let live = self.table.iter_mut().map(|s| (s.pos as usize, s.size));
-            self.bytes = Some(PositionBytes::new(self.live.capacity(), live));
+            self.bytes = Some(PositionBytes::new(self.live.capacity(), len, live));
         }
         self.next = len;
     }
