@@ -17,7 +17,7 @@
 //! request, samples conditioned on it for larger sizes, each with its standard error, and the
 //! plain SHARDS-adj kept only to compare with (`near` = 0).
 //!
-//! Files by job: `hash` (the id hash and map), `histogram` (log-scale buckets and the
+//! Files by job: `hash` (the id hash), `histogram` (log-scale buckets and the
 //! histogram helpers), `distinct` (the HyperLogLog object counter), `stack` (the unbounded
 //! LRU stack) and its parts `table` (id -> position), `live` (ranks of positions) and
 //! `bytes` (bytes before a position), `near` (the exact bounded stack of the most recent
@@ -35,7 +35,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use hash::{mix, IdHasher, IdMap};
+pub use hash::mix;
 pub use histogram::{log_bucket, log_bucket_high};
 
 use distinct::Distinct;

@@ -7,14 +7,15 @@
 //! own: `live - 1 - rank(pos)`, one walk of a tree small enough to stay in cache. Bytes
 //! above are `count × size` while every size seen is equal (a stream without sizes), and
 //! come from `PositionBytes` once one differs. When the positions run out they are
-//! renumbered `0..live` in time order into a window twice the objects.
+//! renumbered `0..live` in time order into a window of `WINDOW` times the objects.
 
 use super::bytes::PositionBytes;
 use super::live::{LivePositions, BLOCK};
 use super::table::IdTable;
 
 /// Positions per object after a renumbering: each renumbering reads the whole table, and
-/// comes after `WINDOW - 1` times the objects in requests.
+/// comes after `WINDOW - 1` times the objects in requests (4 against 2: 4 % faster at 10⁶
+/// objects, for 4 bits and, once sizes differ, 8 bytes more per object).
 const WINDOW: usize = 4;
 
 /// An LRU stack of every object seen.
@@ -119,7 +120,7 @@ impl Stack {
         self.bytes = Some(PositionBytes::new(capacity, self.next, live));
     }
 
-    /// Renumber the live positions 0..live in time order, in a window twice that size.
+    /// Renumber the live positions 0..live in time order, in a window `WINDOW` times that size.
     #[cold]
     fn compact(&mut self) {
         let len = self.table.len();
