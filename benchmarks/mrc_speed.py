@@ -15,7 +15,11 @@ denser samples: what `size` ran before issue 34), for the price of the exactness
 the two alternately (old, new, then new, old, ...): on a shared, noisy VM a single run moves
 more than most changes, so the figure to quote is the median of the paired ratios new/old.
 Peak RSS growth is then measured in a fresh child process per build and case (one process's
-peak would mix the two builds).
+peak would mix the two builds): the peak above the one drawing the stream left, so a
+simulator smaller than numpy's transient arrays reads 0. `--clock cpu` times the feeding
+thread's CPU instead of the wall clock: steadier while other work shares the cores.
+`--only TEXT` runs the cases whose name contains TEXT ("LRU exact, sizes": sizes differ, so
+the byte curve needs the exact bytes above each object).
 """
 
 from __future__ import annotations
