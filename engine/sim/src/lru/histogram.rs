@@ -31,6 +31,45 @@ pub(super) fn bump(histogram: &mut Vec<u64>, at: usize) {
     histogram[at] += 1;
 }
 
+/// Requests waiting to be counted in a histogram too large for the caches (exact distances
+/// in objects: one bucket per distance, 8 MB at 10⁶ objects). Counted one at a time, each
+/// count waits for its bucket's cache miss; counted in batches, the buckets are fetched ahead
+/// and the misses overlap.
+#[derive(Default)]
+pub(super) struct Tally {
+    pending: Vec<usize>,
+}
+
+impl Tally {
+    const BATCH: usize = 1024;
+    const AHEAD: usize = 16;
+
+    #[inline]
+    pub(super) fn push(&mut self, histogram: &mut Vec<u64>, at: usize) {
+        self.pending.push(at);
+        if self.pending.len() >= Self::BATCH {
+            self.flush(histogram);
+        }
+    }
+
+    /// Counts every pending request (`histogram` is complete after it).
+    pub(super) fn flush(&mut self, histogram: &mut Vec<u64>) {
+        let Some(&top) = self.pending.iter().max() else {
+            return;
+        };
+        if top >= histogram.len() {
+            histogram.resize(top + 1, 0);
+        }
+        for (i, &at) in self.pending.iter().enumerate() {
+            if let Some(&ahead) = self.pending.get(i + Self::AHEAD) {
+                crate::mem::prefetch(&histogram[ahead]);
+            }
+            histogram[at] += 1;
+        }
+        self.pending.clear();
+    }
+}
+
 pub(super) fn cumulate(histogram: &[u64]) -> Vec<u64> {
     let mut sum = 0;
     let mut out: Vec<u64> = histogram

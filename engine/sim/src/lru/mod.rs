@@ -4,9 +4,10 @@
 //! The stack distance of a request is the number of distinct objects (or their bytes)
 //! touched since the previous request for the same object, itself included: an LRU cache
 //! of `c` objects hits exactly the requests with distance ≤ `c`, so one pass yields the
-//! whole miss-ratio curve. Each object's latest access is a marker in a Fenwick tree over
-//! time; the markers after an object's own count the distance in O(log n). Positions are
-//! renumbered when the tree fills, so memory follows the objects, not the requests.
+//! whole miss-ratio curve. Each object's latest access is a set position in a bitmap over
+//! time; the set positions after an object's own count the distance (a rank: popcounts
+//! and a Fenwick tree over blocks of the bitmap). Positions are renumbered when they run
+//! out, so memory follows the objects, not the requests.
 //!
 //! With sampling (SHARDS: an object is kept when its hash falls under `rate × 2^24`), plain
 //! SHARDS scales the sample's distances by `1 / rate`; at small sizes that leaves a handful of
@@ -16,25 +17,29 @@
 //! request, samples conditioned on it for larger sizes, each with its standard error, and the
 //! plain SHARDS-adj kept only to compare with (`near` = 0).
 //!
-//! Files by job: `hash` (the id hash and map), `histogram` (log-scale buckets and the
+//! Files by job: `hash` (the id hash), `histogram` (log-scale buckets and the
 //! histogram helpers), `distinct` (the HyperLogLog object counter), `stack` (the unbounded
-//! Fenwick-tree LRU stack), `near` (the exact bounded stack of the most recent objects),
-//! `level` (one sample of the hybrid); `StackDistances`, here, combines them.
+//! LRU stack) and its parts `table` (id -> position), `live` (ranks of positions) and
+//! `bytes` (bytes before a position), `near` (the exact bounded stack of the most recent
+//! objects), `level` (one sample of the hybrid); `StackDistances`, here, combines them.
 
+mod bytes;
 mod distinct;
 mod hash;
 mod histogram;
 mod level;
+mod live;
 mod near;
 mod stack;
+mod table;
 #[cfg(test)]
 mod tests;
 
-pub use hash::{mix, IdHasher, IdMap};
+pub use hash::mix;
 pub use histogram::{log_bucket, log_bucket_high};
 
 use distinct::Distinct;
-use histogram::{bump, cumulate, within_bytes};
+use histogram::{bump, cumulate, within_bytes, Tally};
 use level::Level;
 use near::{Near, NearStack};
 use stack::Stack;
@@ -80,6 +85,8 @@ pub struct StackDistances {
     /// exact distance in objects (1-based) -> requests: every request (exact), or those
     /// within the near stack; plain SHARDS: sampled distances
     pub by_objects: Vec<u64>,
+    /// distances of the stack not yet in `by_objects` (none between calls)
+    tally: Tally,
     /// log bucket of the distance in bytes -> requests (as `by_objects`)
     pub by_bytes: Vec<u64>,
     /// first requests of an object (exact and plain SHARDS)
@@ -134,6 +141,7 @@ impl StackDistances {
             levels,
             distinct: Distinct::new(),
             by_objects: vec![0; if hybrid { near + 1 } else { 1 }],
+            tally: Tally::default(),
             by_bytes: Vec::new(),
             cold: 0,
             requests: 0,
@@ -176,7 +184,7 @@ impl StackDistances {
         match &self.near {
             Some(near) if !near.evicted => near.len as f64,
             Some(_) => self.distinct.estimate(),
-            None => self.stack.last.len() as f64 / self.rate,
+            None => self.stack.len() as f64 / self.rate,
         }
     }
 
@@ -207,8 +215,12 @@ impl StackDistances {
     pub fn access_all(&mut self, requests: impl Iterator<Item = (u64, u32)>) {
         const BLOCK: usize = 256;
         const AHEAD: usize = 12;
+        if self.rate >= 1.0 {
+            return self.exact_all(requests);
+        }
         if self.near.is_none() {
-            return requests.for_each(|(id, size)| self.access(id, size));
+            requests.for_each(|(id, size)| self.access_one(id, size));
+            return self.tally.flush(&mut self.by_objects);
         }
         let mut block = [(0u64, 0u32, 0u64); BLOCK];
         let mut requests = requests.peekable();
@@ -234,7 +246,43 @@ impl StackDistances {
         }
     }
 
+    /// Exact, every request in order, read ahead in two steps: a request's table slot
+    /// `AHEAD` requests before it (a slot of a table of every object is where an exact run
+    /// waits for memory), then, half way, what its position leads to.
+    fn exact_all(&mut self, requests: impl Iterator<Item = (u64, u32)>) {
+        const AHEAD: usize = 16;
+        let mut ring = [(0u64, 0u32); AHEAD];
+        let mut requests = requests.fuse();
+        let mut filled = 0;
+        for (slot, request) in ring.iter_mut().zip(requests.by_ref()) {
+            self.stack.prefetch(request.0);
+            *slot = request;
+            filled += 1;
+        }
+        let mut i = 0;
+        for request in requests {
+            let (id, size) = std::mem::replace(&mut ring[i], request);
+            self.stack.prefetch(request.0);
+            self.stack
+                .prefetch_position(ring[(i + AHEAD / 2) % AHEAD].0);
+            self.access_hashed(id, size, 0);
+            i = (i + 1) % AHEAD;
+        }
+        for k in 0..filled {
+            let (id, size) = ring[(i + k) % AHEAD];
+            self.access_hashed(id, size, 0);
+        }
+        self.tally.flush(&mut self.by_objects);
+    }
+
     pub fn access(&mut self, id: u64, size: u32) {
+        self.access_one(id, size);
+        self.tally.flush(&mut self.by_objects);
+    }
+
+    /// `access`, leaving the stack's distances in the tally.
+    #[inline]
+    fn access_one(&mut self, id: u64, size: u32) {
         let hash = if self.rate < 1.0 {
             mix(id ^ self.salt)
         } else {
@@ -303,7 +351,7 @@ impl StackDistances {
     fn plain(&mut self, id: u64, size: u32, counted: bool) {
         match self.stack.touch(id, size) {
             Some((objects, bytes)) if counted => {
-                bump(&mut self.by_objects, objects as usize + 1);
+                self.tally.push(&mut self.by_objects, objects as usize + 1);
                 bump(&mut self.by_bytes, log_bucket(bytes + size as u64));
             }
             None if counted => self.cold += 1,

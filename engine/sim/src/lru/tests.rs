@@ -289,3 +289,56 @@ fn log_buckets_are_monotone_and_tight() {
         assert!((log_bucket_high(b) - v) as f64 <= v as f64 / 64.0 + 1.0);
     }
 }
+
+#[test]
+fn exact_distances_in_objects_and_bytes_equal_a_plain_stack() {
+    // sizes equal at first (count × size), then each object's own, changing over time;
+    // few objects against the requests: renumbered many times
+    let t = trace(40_000, 3_000, 5);
+    let size = |k: usize, id: u64| match k < 10_000 {
+        true => 100,
+        false => (mix(id ^ (k / 7_000) as u64) % 5_000) as u32,
+    };
+    let mut sd = StackDistances::new(1.0);
+    sd.access_all(t.iter().enumerate().map(|(k, &id)| (id, size(k, id))));
+    let (mut by_objects, mut by_bytes, mut cold) = (vec![0u64], Vec::new(), 0);
+    let mut stack: Vec<(u64, u32)> = Vec::new(); // most recent first
+    for (k, &id) in t.iter().enumerate() {
+        let s = size(k, id);
+        match stack.iter().position(|&(x, _)| x == id) {
+            Some(i) => {
+                let above: u64 = stack[..i].iter().map(|&(_, b)| b as u64).sum();
+                histogram::bump(&mut by_objects, i + 1);
+                histogram::bump(&mut by_bytes, log_bucket(above + s as u64));
+                stack.remove(i);
+            }
+            None => cold += 1,
+        }
+        stack.insert(0, (id, s));
+    }
+    assert_eq!(sd.by_objects, by_objects);
+    assert_eq!(sd.by_bytes, by_bytes);
+    assert_eq!(sd.cold, cold);
+}
+
+#[test]
+fn exact_runs_read_ahead_count_what_one_request_at_a_time_counts() {
+    let t = trace(300_000, 40_000, 21);
+    let size = |k: usize, id: u64| match k < 100_000 {
+        true => 1,
+        false => (mix(id) % 3_000) as u32,
+    };
+    let mut one = StackDistances::new(1.0);
+    let mut all = StackDistances::new(1.0);
+    for (k, &id) in t.iter().enumerate() {
+        one.access(id, size(k, id));
+    }
+    const FEED: usize = 7_777; // several calls, as Python feeds chunks
+    for (c, part) in t.chunks(FEED).enumerate() {
+        let at = |k: usize, id: u64| (id, size(c * FEED + k, id));
+        all.access_all(part.iter().enumerate().map(|(k, &id)| at(k, id)));
+    }
+    assert_eq!(one.by_objects, all.by_objects);
+    assert_eq!(one.by_bytes, all.by_bytes);
+    assert_eq!((one.requests, one.cold), (all.requests, all.cold));
+}
