@@ -72,7 +72,20 @@ def _cases(engine: ModuleType, objects: int) -> dict:
         "LRU SHARDS 0.01 plain": lambda: engine.StackDistances(0.01, near=0),
         "FIFO at 1 size": lambda: engine.PolicySim("fifo", [objects // 10]),
         "SIEVE at 1 size": lambda: engine.PolicySim("sieve", [objects // 10]),
+        # byte-capacity caches under the ops (size's and decide's servers): gets, a tenth of the bytes
+        "LRU by bytes, ops": lambda: _Ops(engine.OpsSim("lru", [objects // 10 * 5_050])),
+        "Redis LRU by bytes, ops": lambda: _Ops(engine.OpsSim("redis", [objects // 10 * 5_050])),
     }
+
+
+class _Ops:
+    """Feeds an OpsSim the chunk as gets 100 µs apart, each object its own size (100 B to 10 kB)."""
+
+    def __init__(self, sim) -> None:
+        self.sim = sim
+
+    def feed(self, chunk: bytes) -> None:
+        self.sim.feed(*_OPS[id(chunk)])
 
 
 class _Sized:
@@ -94,10 +107,18 @@ def _sizes(chunk: bytes) -> bytes:
     return _SIZES[id(chunk)]
 
 
+_OPS: dict[int, tuple[bytes, ...]] = {}
+
+
 def _draw_sizes(chunks: list[bytes]) -> None:
+    start = 0
     for chunk in chunks:
         ids = np.frombuffer(chunk, dtype="<u8")
         _SIZES[id(chunk)] = (100 + (ids * 0x9E3779B97F4A7C15 >> np.uint64(40)) % 9_900).astype("<u4").tobytes()
+        n = len(ids)
+        t_us = (np.arange(start, start + n, dtype="<i8") * 100).tobytes()
+        _OPS[id(chunk)] = (t_us, bytes(n), chunk, _SIZES[id(chunk)], bytes(8 * n))  # op 0: get; no TTL
+        start += n
 
 
 _CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}

@@ -174,9 +174,12 @@ impl Store for RedisEvict {
     }
 
     fn touch(&mut self, id: u64, now_us: i64) {
-        if let Some(&(_, _, stamp)) = self.index.get(&id) {
-            let stamp = self.used_stamp(stamp, now_us);
-            self.index.get_mut(&id).unwrap().2 = stamp;
+        let (lfu, rng) = (self.lfu, &mut self.rng); // one lookup: a read hit's whole cost is the map's
+        if let Some(entry) = self.index.get_mut(&id) {
+            entry.2 = match lfu {
+                Some(lfu) => lfu.used(entry.2, now_us, rng),
+                None => seconds(now_us),
+            };
         }
     }
 
@@ -190,10 +193,11 @@ impl Store for RedisEvict {
 
     fn replace(&mut self, id: u64, size: u32, now_us: i64) -> bool {
         // a write looks the key up (a use) and, under LFU, the new value keeps the old one's counter
-        let kept = match (self.lfu, self.index.get(&id)) {
-            (Some(_), Some(&(_, _, stamp))) => Some(self.used_stamp(stamp, now_us)),
-            _ => None,
+        let old = match self.lfu {
+            Some(_) => self.index.get(&id).map(|entry| entry.2),
+            None => None, // LRU: the write's stamp is now's, as a new key's (no lookup to pay for)
         };
+        let kept = old.map(|stamp| self.used_stamp(stamp, now_us));
         self.remove(id);
         let stamp = kept.unwrap_or_else(|| self.fresh_stamp(now_us));
         self.add(id, size, stamp);
