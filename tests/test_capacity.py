@@ -148,3 +148,22 @@ def test_python_path_says_its_tail_is_not_trusted(cachemark, tmp_path):
     assert target["load_path"] == "python" and target["tail_trusted"] is False
     assert "lower bound" in target["load_path_note"] and "NOT trusted for tails" in result.stdout
     assert len(target["points"]) == 2 and target["closed_loop_ops_per_s"] > 0
+
+
+def test_p99_falling_as_the_rate_rises_is_noise_only_across_rates_apart() -> None:
+    """The warning that puts a caution under decide's answer: p99 1.5× lower at a rate ≥ 10 % higher.
+    Next to the knee, steps a few % apart differ more than that by themselves (the bracket is then the
+    answer): no warning."""
+    from cachemark.analysis.capacity import CapacityPoint
+
+    def result(*steps: tuple[float, float]) -> CapacityResult:
+        points = [CapacityPoint(rate, rate, {"get": p99}, {"get": p99}, {"get": 5000}, p99 <= 0.002, "", 1.0,
+                                p99 / 0.002) for rate, p99 in steps]
+        return CapacityResult("memcached", "spawn:memcached", {"get": 0.002}, 120_000.0, 110_000.0, 122_813.0,
+                              150_000.0, points, "engine", True, "", 10.0)
+
+    knee = result((110_000, 0.0015), (122_813, 0.0082), (126_534, 0.00203))
+    assert knee.warnings == []
+    stalled = result((7_983, 0.00864), (63_866, 0.0043), (127_732, 0.0156))
+    (line,) = stalled.warnings
+    assert line.startswith("p99 fell as the rate rose (get p99 8.64 ms at 7,983 ops/s, get p99 4.3 ms at 63,866)")
