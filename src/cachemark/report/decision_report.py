@@ -100,9 +100,12 @@ def _answer_lines(d: Decision) -> list[str]:
     if c is not None:
         share = (f" ({fmt_rate(c.per_node_rate)}/s on each of {chosen.plan.load_nodes} nodes)"
                  if chosen.plan is not None and chosen.plan.load_nodes > 1 else "")
-        how = ("read off the search's steps" if not c.p99_at_peak_measured else "measured there" if
-               c.p99_at_peak_steps <= 1 else f"measured there, the median of {c.p99_at_peak_steps} steps: the first"
-               " was over budget where the search had been within at a higher rate")
+        how = "measured there"
+        if not c.p99_at_peak_measured:
+            how = "read off the search's steps"
+        elif c.p99_at_peak_steps > 1:
+            how += (f", the median of {c.p99_at_peak_steps} steps: the first was over budget where the search had"
+                    " been within at a higher rate")
         at_peak = f"p99 at the peak of {fmt_rate(t.peak_rate)} requests/s{share}: {_p99s(chosen)} ({how})"
         cap = (f"; within the budget up to {_capacity(chosen, t.peak_rate)}" if c.ops_per_s is not None else "")
         lines.append(at_peak + cap + ".")
