@@ -6,9 +6,10 @@
 //!
 //! Policies: `lru`, `fifo`, `sieve` (what libCacheSim calls them: evict until the new object
 //! fits, an object larger than the cache is not stored); `redis` and `redis-lfu` (Redis's
-//! approximated LRU and LFU, `redis_evict`); `memcached` (slab classes: an item goes to the smallest chunk that holds it, pages of
-//! 1 MiB are handed to a class on demand until the memory limit — every class gets its first page
-//! regardless —, and each class evicts its own least recently used item).
+//! approximated LRU and LFU, `redis_evict`); `memcached` (slab classes: an item goes to the
+//! smallest chunk that holds it, pages of 1 MiB are handed to a class on demand until the memory
+//! limit — every class gets its first page regardless —, and each class evicts its own least
+//! recently used item).
 
 use crate::redis_evict::{Lfu, RedisEvict};
 use crate::store::{HashMap, Store};
