@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -146,27 +147,57 @@ def size(
 
     Example: cachemark size --keys 100000 --key-dist zipf:0.99 --value-size 100-1000 --sizes 16MiB,64MiB
     """
-    from ..analysis.che import lru_hit_ratio, zipf_popularity
-    from ..analysis.mrc import lru_curves, policy_curve
-    from ..analysis.server_model import REDIS_EVICTIONS
     from ..analysis.sizing import answers, expected_latencies
-    from ..report.blocks import to_markdown, to_rich
-    from ..report.size_report import (
-        COUNTED,
-        CURVE_SHARES,
-        answer_block,
-        byte_curve_block,
-        byte_curve_document,
-        curve_block,
-        server_block,
-        size_document,
-        verified_block,
-    )
+
+    targets, named, policies = _checked_options(redis_policy, markdown, json_out, verify, measure, target,
+                                                hit_ratio, sizes, policy)
+    console = make_console()
+    stream, description, reader, synthetic, warmup = _requests_stream(source, trace_format, keys, key_dist,
+                                                                      value_size, requests, policies)
+    curves = _miss_ratio_curves(console, stream, synthetic, policies, sample_rate, warmup)
+    che = _che(synthetic)
+    footprints = _footprints(console, stream, target) if measure and target else []
+    ops_requests = _ops_requests(source, trace_format, synthetic, stream)
+    with console.status("simulating each policy by bytes under the trace's ops"):
+        ops_curves = ops_byte_curves(ops_requests, policies, named, sample_rate, warmup)
+    sized_servers: list[Any] = []
+    if measure and not target:
+        sized_servers = _size_servers(console, ops_requests, targets, warmup, redis_policy)
+    verified: list[Any] = []
+    if verify:
+        verified = _verify_servers(console, sized_servers, ops_requests)
+    latencies, latency_label = None, ""
+    if latency_from is not None:
+        latencies, latency_label = _latencies(latency_from, label, targets, expected_latencies)
+    found = _Sizing(description, curves, che, footprints, answers(curves[0], footprints, targets), ops_curves,
+                    named, sized_servers, verified, latencies, latency_label,
+                    getattr(reader[0], "problems", None) if reader is not None else None)
+    blocks = _blocks(found)
+    if json_out:
+        import json
+        import sys
+
+        sys.stdout.write(json.dumps(_document(found), indent=1) + "\n")
+    elif markdown:
+        from ..report.blocks import to_markdown
+
+        console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False)
+    else:
+        from ..report.blocks import to_rich
+
+        for block in blocks:
+            to_rich(block, console)
+
+
+def _checked_options(redis_policy: str, markdown: bool, json_out: bool, verify: bool, measure: bool,
+                     target: list[str] | None, hit_ratio: str, sizes: str | None,
+                     policy: str) -> tuple[tuple[float, ...], tuple[float, ...], list[str]]:
+    """The options checked, each refusal one line: the target hit ratios, the named cache sizes
+    and the policies."""
+    from ..analysis.server_model import REDIS_EVICTIONS
 
     if redis_policy not in REDIS_EVICTIONS:
         raise UserError(f"--redis-policy {redis_policy!r}: one of {', '.join(REDIS_EVICTIONS)}")
-
-    console = make_console()
     if markdown and json_out:
         raise UserError("--markdown and --json: choose one")
     if verify and (not measure or target):
@@ -176,6 +207,14 @@ def size(
     policies = [p.strip().lower() for p in policy.split(",") if p.strip()]
     if not policies or any(p not in ("lru", "fifo", "sieve") for p in policies):
         raise UserError(f"--policy {policy!r}: choose from lru, fifo, sieve")
+    return targets, named, policies
+
+
+def _requests_stream(source: str | None, trace_format: str | None, keys: int | None, key_dist: str | None,
+                     value_size: str | None, requests: int | None,
+                     policies: list[str]) -> tuple[Any, str, Any, dict[str, Any] | None, int]:
+    """The requests to size for — a trace file's, or a drawn workload's (its memory checked first) —
+    as (stream, description, the trace's last reader, the drawn workload, requests to warm up on)."""
     synthetic: dict[str, Any] | None = None
     warmup = 0
     reader: Any = None
@@ -193,6 +232,15 @@ def size(
         # a drawn stream starts empty only because it was drawn: the first half fills the cache
         # uncounted, so the curve is of a cache that runs on (what Che's approximation predicts)
         warmup = synthetic["requests"] // 2
+    return stream, description, reader, synthetic, warmup
+
+
+def _miss_ratio_curves(console: Any, stream: Any, synthetic: dict[str, Any] | None, policies: list[str],
+                       sample_rate: float, warmup: int) -> list[Any]:
+    """The objects curves: LRU's by stack distance (first), then each other policy's simulated."""
+    from ..analysis.mrc import lru_curves, policy_curve
+    from ..report.size_report import CURVE_SHARES
+
     with console.status("computing the miss-ratio curve"):
         # a drawn stream's objects are its key space, not just the keys the draw touched
         key_space = float(synthetic["keys"]) if synthetic is not None else None
@@ -202,60 +250,82 @@ def size(
         for name in policies:
             if name != "lru":
                 curves.append(policy_curve(name, stream(), lru.sizes, warmup))
-    che = None
-    if synthetic is not None:
-        kind, _, s = str(synthetic["key_dist"]).partition(":")
-        if kind == "zipf":
-            popularity = zipf_popularity(synthetic["keys"], float(s or 0.99))
-            che = {share: lru_hit_ratio(popularity, synthetic["keys"] * share) for share in CURVE_SHARES}
+    return curves
+
+
+def _che(synthetic: dict[str, Any] | None) -> dict[float, float] | None:
+    """Che's approximation of LRU's hit ratio at each curve share, for a drawn Zipf workload."""
+    from ..analysis.che import lru_hit_ratio, zipf_popularity
+    from ..report.size_report import CURVE_SHARES
+
+    if synthetic is None:
+        return None
+    kind, _, s = str(synthetic["key_dist"]).partition(":")
+    if kind != "zipf":
+        return None
+    popularity = zipf_popularity(synthetic["keys"], float(s or 0.99))
+    return {share: lru_hit_ratio(popularity, synthetic["keys"] * share) for share in CURVE_SHARES}
+
+
+def _footprints(console: Any, stream: Any, target: list[str]) -> list[Any]:
+    """Bytes per item measured on each ``--target``'s server, with the requests' value sizes."""
+    value_sizes = _value_sample(stream())
     footprints = []
-    if measure and target:
-        sizes = _value_sample(stream())
-        for url in target:
-            with console.status(f"measuring bytes per item on {_shown(url)}"):
-                footprints.append(measured_on(url, sizes))
-    ops_requests = _ops_requests(source, trace_format, synthetic, stream)
-    ops_warmup = warmup
-    with console.status("simulating each policy by bytes under the trace's ops"):
-        ops_curves = ops_byte_curves(ops_requests, policies, named, sample_rate, ops_warmup)
-    sized_servers: list[Any] = []
-    if measure and not target:
-        sized_servers = _size_servers(console, ops_requests, targets, ops_warmup, redis_policy)
-    verified: list[Any] = []
-    if verify:
-        verified = _verify_servers(console, sized_servers, ops_requests)
-    latencies, latency_label = None, ""
-    if latency_from is not None:
-        latencies, latency_label = _latencies(latency_from, label, targets, expected_latencies)
-    sized = answers(curves[0], footprints, targets)
-    blocks = [answer_block(curves[0], sized, footprints, description, latencies, latency_label),
-              curve_block(curves, che), byte_curve_block(ops_curves, named)]
+    for url in target:
+        with console.status(f"measuring bytes per item on {_shown(url)}"):
+            footprints.append(measured_on(url, value_sizes))
+    return footprints
+
+
+@dataclass
+class _Sizing:
+    """What size found, shown as tables (:func:`_blocks`) or JSON (:func:`_document`)."""
+
+    description: str
+    curves: list[Any]  # the objects curves, LRU's first
+    che: dict[float, float] | None
+    footprints: list[Any]
+    sized: Any  # the answers by objects and bytes
+    ops_curves: list[Any]  # by bytes, under the trace's ops
+    named: tuple[float, ...]
+    servers: list[Any]
+    verified: list[Any]
+    latencies: Any
+    latency_label: str
+    problems: Any  # what the trace's reader skipped (None: a drawn workload)
+
+
+def _blocks(found: _Sizing) -> list[Any]:
+    """The tables, in their order: the servers, the answer, what was verified, the curves."""
+    from ..report.size_report import answer_block, byte_curve_block, curve_block, server_block, verified_block
+
+    blocks = [answer_block(found.curves[0], found.sized, found.footprints, found.description, found.latencies,
+                           found.latency_label),
+              curve_block(found.curves, found.che), byte_curve_block(found.ops_curves, found.named)]
     blocks[0].notes.insert(0, "Objects: LRU stack distances, every request but deletes an access and no TTLs "
                               "(What to set and By bytes give the get hit ratio under the trace's ops).")
-    if sized_servers:
-        blocks.insert(0, server_block(sized_servers))
-    if verified:
-        blocks.insert(1, verified_block(verified))
-    problems = getattr(reader[0], "problems", None) if reader is not None else None
-    if problems is not None:
-        blocks[0].notes += [f"trace {line}" for line in problems.lines()]
-    if json_out:
-        import json
-        import sys
+    if found.servers:
+        blocks.insert(0, server_block(found.servers))
+    if found.verified:
+        blocks.insert(1, verified_block(found.verified))
+    if found.problems is not None:
+        blocks[0].notes += [f"trace {line}" for line in found.problems.lines()]
+    return blocks
 
-        document = size_document(curves, sized, footprints, description, latencies, che)
-        document["notes"] += [f"trace {line}" for line in problems.lines()] if problems is not None else []
-        document["counted"] = COUNTED
-        document["byte_curve"] = byte_curve_document(ops_curves)
-        document["sizes"] = list(named)
-        document["servers"] = [s.as_dict() for s in sized_servers]
-        document["verified"] = [v.as_dict() for v in verified]
-        sys.stdout.write(json.dumps(document, indent=1) + "\n")
-    elif markdown:
-        console.print("\n".join(to_markdown(b) for b in blocks), markup=False, highlight=False)
-    else:
-        for block in blocks:
-            to_rich(block, console)
+
+def _document(found: _Sizing) -> dict[str, Any]:
+    """The JSON document (a figure the sample does not resolve is null, with its reason)."""
+    from ..report.size_report import COUNTED, byte_curve_document, size_document
+
+    document = size_document(found.curves, found.sized, found.footprints, found.description, found.latencies,
+                             found.che)
+    document["notes"] += [f"trace {line}" for line in found.problems.lines()] if found.problems is not None else []
+    document["counted"] = COUNTED
+    document["byte_curve"] = byte_curve_document(found.ops_curves)
+    document["sizes"] = list(found.named)
+    document["servers"] = [s.as_dict() for s in found.servers]
+    document["verified"] = [v.as_dict() for v in found.verified]
+    return document
 
 
 def _ops_requests(source: str | None, trace_format: str | None, synthetic: dict[str, Any] | None,

@@ -721,27 +721,46 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
     }
     if len(rows) < 2:
         return result
-    first, last = rows[0], rows[-1]
-    elapsed = last["t"] - first["t"]
+    # each family adds its figures in turn: the order of the keys (and of ``withheld``) is the file's
     ops = total_ops if total_ops else None
+    _cpu_figures(result, withheld, rows[0], rows[-1], ops)
+    _byte_figures(result, withheld, rows[0], rows[-1], ops)
+    _rate_figures(result, rows, interval_tolerance)
+    _state_figures(result, withheld, rows)
+    _unseen_ops(result, withheld, kind, ops)
+    return result
 
-    def delta(name: str, before: float | None, after: float | None) -> float | None:
-        if before is None or after is None:
-            return None
-        if after < before:
-            withheld[name] = BACKWARDS
-            return None
-        return after - before
 
-    cpu = delta("cpu_us_per_op", _cpu(first), _cpu(last))
+def _delta(withheld: dict[str, str], name: str, before: float | None, after: float | None) -> float | None:
+    """``after - before``; None when either is missing, or when the counter went backwards (said in
+    ``withheld`` under ``name``)."""
+    if before is None or after is None:
+        return None
+    if after < before:
+        withheld[name] = BACKWARDS
+        return None
+    return after - before
+
+
+def _cpu_figures(result: dict[str, Any], withheld: dict[str, str], first: dict[str, Any], last: dict[str, Any],
+                 ops: int | None) -> None:
+    """The server's CPU between the edge readings: seconds, mean %, µs per op; and /proc's alone."""
+    elapsed = last["t"] - first["t"]
+    cpu = _delta(withheld, "cpu_us_per_op", _cpu(first), _cpu(last))
     if cpu is not None:
         result["cpu_s"] = cpu
         result["cpu_pct_mean"] = 100.0 * cpu / elapsed if elapsed > 0 else None
         if ops:
             result["cpu_us_per_op"] = cpu * 1e6 / ops
-    proc = delta("proc_cpu_s", _proc_cpu(first), _proc_cpu(last))
+    proc = _delta(withheld, "proc_cpu_s", _proc_cpu(first), _proc_cpu(last))
     if proc is not None:
         result["proc_cpu_s"] = proc
+
+
+def _byte_figures(result: dict[str, Any], withheld: dict[str, str], first: dict[str, Any], last: dict[str, Any],
+                  ops: int | None) -> None:
+    """Network bytes in and out between the edge readings (the sampler's own left out), in all and
+    per op; withheld when an edge lacks them or the sampler reconnected between the edges."""
     for name in ("in", "out"):
         key, figure = f"net_{name}_bytes", f"bytes_{name}_per_op"
         if (key in first) != (key in last):
@@ -752,7 +771,7 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
         if not _same_link(first, last):
             withheld[figure] = RECONNECTED
             continue
-        moved = delta(figure, first[key], last[key])
+        moved = _delta(withheld, figure, first[key], last[key])
         if moved is not None:
             result[f"bytes_{name}"] = moved
             if ops:
@@ -760,6 +779,11 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
         own = f"own_{name}_bytes"  # what the sampler itself exchanged, already left out of bytes_*
         if own in first and own in last:
             result[f"sampler_bytes_{name}"] = last[own] - first[own]
+
+
+def _rate_figures(result: dict[str, Any], rows: list[dict[str, Any]], interval_tolerance: float) -> None:
+    """Mbps and CPU % percentiles over the intervals of at least ``interval_tolerance`` s (over
+    every interval when fewer than two are that long: ``low_samples``)."""
     pairs = list(zip(rows, rows[1:], strict=False))
     full = [r for p, r in pairs if r["t"] - p["t"] >= interval_tolerance]
     result["rate_intervals"] = len(full)
@@ -777,6 +801,12 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
     cpu_pct = [r["cpu_pct"] for r in used if "cpu_pct" in r]
     result["cpu_pct_p90"] = _percentile(cpu_pct, 90)
     result["cpu_pct_p50"] = _percentile(cpu_pct, 50)
+
+
+def _state_figures(result: dict[str, Any], withheld: dict[str, str], rows: list[dict[str, Any]]) -> None:
+    """Memory and RSS (last and peak), evictions, a cluster's redirects, clients (peak) and the
+    commands the server counted between the edge readings."""
+    first, last = rows[0], rows[-1]
     memory = [r["used_memory_bytes"] for r in rows if "used_memory_bytes" in r]
     if memory:
         result["used_memory_bytes"] = memory[-1]
@@ -786,16 +816,22 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
         result["rss_bytes"] = rss[-1]
         result["rss_peak_bytes"] = max(rss)
     if "evictions" in first and "evictions" in last:
-        result["evictions"] = delta("evictions", first["evictions"], last["evictions"])
+        result["evictions"] = _delta(withheld, "evictions", first["evictions"], last["evictions"])
     if "moved" in first and "moved" in last:  # a Redis Cluster: the redirects its primaries answered
-        moved, ask = delta("moved", first["moved"], last["moved"]), delta("ask", first["ask"], last["ask"])
+        moved = _delta(withheld, "moved", first["moved"], last["moved"])
+        ask = _delta(withheld, "ask", first["ask"], last["ask"])
         if moved is not None and ask is not None:
             result["cluster"] = {"primaries": last["primaries"], "moved": moved, "ask": ask}
     clients = [r["clients"] for r in rows if "clients" in r]
     if clients:
         result["clients"] = max(clients)
     if "commands" in first and "commands" in last:
-        result["server_commands"] = delta("server_commands", first["commands"], last["commands"])
+        result["server_commands"] = _delta(withheld, "server_commands", first["commands"], last["commands"])
+
+
+def _unseen_ops(result: dict[str, Any], withheld: dict[str, str], kind: str, ops: int | None) -> None:
+    """Ops the server's command count says ran outside the edge readings, for a server that counts
+    every op as at least one command; with none seen, the phase's figures are withheld."""
     seen = result.get("server_commands")
     if kind in _COUNTS_OPS and ops and seen is not None and seen < ops:
         # every op is at least one command, so at least this many ran outside the two readings
@@ -807,7 +843,6 @@ def summarize(samples: list[dict[str, Any]], total_ops: int | None = None, kind:
                            "cpu_pct_p50"):
                 result[figure] = None
                 withheld[figure] = NOT_SEEN
-    return result
 
 
 def timeseries(server: dict[str, Any]) -> list[dict[str, Any]]:

@@ -54,7 +54,7 @@ GROUP_GRACE_S = 2.0  # how long a dead agent's resource tracker has to clean up 
 def run_agent(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one agent's slice in a subprocess; relay its events to the coordinator. Returns a short
     summary (the data itself travels through the coordinator's queue as it arrives)."""
-    from distributed import Event, Queue, Variable
+    from distributed import Event, Queue
 
     agent = spec["agent"]
     up = Queue(spec["names"]["up"])
@@ -65,6 +65,25 @@ def run_agent(spec: dict[str, Any]) -> dict[str, Any]:
     def send(event: str, **fields: Any) -> None:
         up.put({"agent": agent, "event": event, **fields})
 
+    proc, lines, tail = _start_agent_process()
+    _tell(proc, spec)
+    finished = _relay(spec, proc, lines, send, stop)
+    try:
+        code = proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    if not finished:
+        last_words = tail[-5:]
+        _end_group(proc.pid)
+        send("died", message=f"agent process {proc.pid} ended without reporting ({death(code)})",
+             stderr=last_words)
+    return {"agent": agent, "exit": code}
+
+
+def _start_agent_process() -> tuple[subprocess.Popen[str], queue_mod.Queue[str | None], list[str]]:
+    """The agent subprocess, with a thread queueing its stdout lines (None at the end) and one
+    keeping the last 20 lines of its stderr (for a death's report)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "cachemark.run.agent"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         # a process group of its own: a terminal's Ctrl-C does not reach it (we stop it), and killpg
@@ -88,13 +107,24 @@ def run_agent(spec: dict[str, Any]) -> dict[str, Any]:
 
     threading.Thread(target=read_out, daemon=True).start()
     threading.Thread(target=read_err, daemon=True).start()
+    return proc, lines, tail
 
-    def tell(message: dict[str, Any]) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            proc.stdin.write(json.dumps(message) + "\n")  # type: ignore[union-attr]
-            proc.stdin.flush()  # type: ignore[union-attr]
 
-    tell(spec)
+def _tell(proc: subprocess.Popen[str], message: dict[str, Any]) -> None:
+    """One JSON line to the agent process (nothing, once it is gone)."""
+    with contextlib.suppress(OSError, ValueError):
+        proc.stdin.write(json.dumps(message) + "\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+
+
+def _relay(spec: dict[str, Any], proc: subprocess.Popen[str], lines: queue_mod.Queue[str | None],
+           send: Any, stop: Any) -> bool:
+    """The relay loop: the agent's events up to the coordinator (its progress only as the beat's
+    count), the coordinator's "go" (on this host's clock) or abort, and its stop, down to the agent;
+    a beat every ``BEAT_S``. Ends with the agent's output, or a second after it exited (its last
+    lines have that long to arrive). True when the agent said it was done."""
+    from distributed import Variable
+
     waiting: int | None = None  # the phase whose "go" we wait for
     stopped = finished = False
     last_beat = 0.0
@@ -132,29 +162,19 @@ def run_agent(spec: dict[str, Any]) -> dict[str, Any]:
                 go = None
             if go is not None:
                 if go.get("abort"):
-                    tell({"stop": go["abort"]})
+                    _tell(proc, {"stop": go["abort"]})
                     stopped = True
                 else:
-                    tell({"go": waiting, "at": go["at"] + spec["clock"]["offset_s"]})
+                    _tell(proc, {"go": waiting, "at": go["at"] + spec["clock"]["offset_s"]})
                 waiting = None
         now = time.monotonic()
         if now - last_beat >= BEAT_S:
             last_beat = now
             send("beat", done=done)
             if not stopped and stop.is_set():
-                tell({"stop": "the coordinator stopped the run"})
+                _tell(proc, {"stop": "the coordinator stopped the run"})
                 stopped = True
-    try:
-        code = proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    if not finished:
-        last_words = tail[-5:]
-        _end_group(proc.pid)
-        send("died", message=f"agent process {proc.pid} ended without reporting ({death(code)})",
-             stderr=last_words)
-    return {"agent": agent, "exit": code}
+    return finished
 
 
 def _end_group(group: int, grace_s: float = GROUP_GRACE_S) -> None:

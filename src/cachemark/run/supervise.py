@@ -93,41 +93,11 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
     finished: set[int] = set()
     current = 0
     try:
-        # Ctrl-C waits until every worker has started: one half started (its pid unknown to
-        # us) would find the queue and barrier gone when it unpickles them.
-        with interrupts_deferred():
-            for p in procs.values():
-                try:
-                    p.start()
-                except (OSError, EOFError) as exc:  # the fork server could not fork (and died): a host limit
-                    raise UserError(f"the host refused worker process {p.name} of {n} ({exc}): ask for fewer "
-                                    "workers") from None
+        _start_workers(procs, n)
         clock.start()
         while len(finished) < n:
-            try:
-                message = results.get(timeout=0.1)
-            except queue_mod.Empty:
-                message = None
-            if isinstance(message, PhaseReport):
-                got.per_phase.setdefault(message.index, []).append(message)
-                got.interrupted |= message.interrupted
-            elif isinstance(message, Fatal):
-                got.fatal.append(message)
-                board.halt[0] = 1
-                barrier.abort()
-                _signal_all(procs.values(), signal.SIGINT)
-            elif isinstance(message, Done):
-                finished.add(message.worker)
-            dead = [w for w, p in procs.items() if not p.is_alive() and w not in finished]
-            if dead and results.empty():  # else read what is queued first: its Done may be there
-                time.sleep(0.2)  # its last messages may still be in flight
-                if results.empty():
-                    code = procs[dead[0]].exitcode
-                    # killed by a signal (the OOM killer, a user): the run failed; an exit code: a bug of ours
-                    got.fatal.append(Fatal(dead[0], f"worker {dead[0]} died ({death(code)})",
-                                           "killed" if code is not None and code < 0 else "crash"))
-                    barrier.abort()
-                    finished.update(dead)
+            _take_message(results, got, finished, board, barrier, procs)
+            _reap_dead(results, got, finished, barrier, procs)
             if current not in got.halted and got.watch.should_stop(sum(board.done), sum(board.failed)):
                 got.halted[current] = got.watch.failing_since_wall or time.time()
                 board.halt[0] = 1
@@ -147,14 +117,68 @@ def supervise(tasks: list[WorkerTask], workload: Workload, monitor: Any, board_s
         _drain(results, got.per_phase, finished, list(procs.values()), timeout=10)
     finally:
         barrier.abort()  # releases the clock thread if a phase never started
-        for p in procs.values():
-            if p.pid is None:
-                continue  # never started
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        _join_workers(procs)
     return got
+
+
+def _start_workers(procs: dict[int, Any], n: int) -> None:
+    """Start every worker (``n`` in all) from the fork server.
+
+    Ctrl-C waits until every worker has started: one half started (its pid unknown to us)
+    would find the queue and barrier gone when it unpickles them."""
+    with interrupts_deferred():
+        for p in procs.values():
+            try:
+                p.start()
+            except (OSError, EOFError) as exc:  # the fork server could not fork (and died): a host limit
+                raise UserError(f"the host refused worker process {p.name} of {n} ({exc}): ask for fewer "
+                                "workers") from None
+
+
+def _take_message(results: Any, got: Supervised, finished: set[int], board: Board, barrier: Any,
+                  procs: dict[int, Any]) -> None:
+    """Wait up to 0.1 s for one worker message and act on it: a report is kept, a fatal one
+    halts and interrupts every worker, a Done marks its worker finished."""
+    try:
+        message = results.get(timeout=0.1)
+    except queue_mod.Empty:
+        return
+    if isinstance(message, PhaseReport):
+        got.per_phase.setdefault(message.index, []).append(message)
+        got.interrupted |= message.interrupted
+    elif isinstance(message, Fatal):
+        got.fatal.append(message)
+        board.halt[0] = 1
+        barrier.abort()
+        _signal_all(procs.values(), signal.SIGINT)
+    elif isinstance(message, Done):
+        finished.add(message.worker)
+
+
+def _reap_dead(results: Any, got: Supervised, finished: set[int], barrier: Any, procs: dict[int, Any]) -> None:
+    """A worker gone without its Done is a fatal report of its own, once nothing it sent is
+    left to read (its Done may be queued, or still in flight)."""
+    dead = [w for w, p in procs.items() if not p.is_alive() and w not in finished]
+    if dead and results.empty():  # else read what is queued first: its Done may be there
+        time.sleep(0.2)  # its last messages may still be in flight
+        if results.empty():
+            code = procs[dead[0]].exitcode
+            # killed by a signal (the OOM killer, a user): the run failed; an exit code: a bug of ours
+            got.fatal.append(Fatal(dead[0], f"worker {dead[0]} died ({death(code)})",
+                                   "killed" if code is not None and code < 0 else "crash"))
+            barrier.abort()
+            finished.update(dead)
+
+
+def _join_workers(procs: dict[int, Any]) -> None:
+    """Wait for every started worker to exit (5 s each), then kill what is left."""
+    for p in procs.values():
+        if p.pid is None:
+            continue  # never started
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 # A worker process holds two tasks (its main thread and the run watch); the parent adds a few
