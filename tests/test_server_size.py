@@ -143,6 +143,17 @@ def test_redis_lfu_is_simulated_and_its_size_holds_on_the_real_server(cachemark,
     assert result.returncode == 2 and "--redis-policy 'volatile-lru': one of allkeys-lru, allkeys-lfu" in result.stderr
 
 
+def test_a_redis_too_small_to_take_the_replays_writes_is_one_line_not_a_crash() -> None:
+    """A size within a few KB of Redis's base memory: the replay's own buffers put used memory over
+    maxmemory with nothing left to evict, and Redis refuses the writes (OOM). That was a crash."""
+    from cachemark.errors import UserError
+
+    r = rq.generate(requests=20_000, objects=5_000, rate=20_000)
+    sized = size_server(r, "redis", target=0.3, policies=())
+    with pytest.raises(UserError, match=r"refused the replay's writes .* 4,096 B beyond its [\d,]+ B base"):
+        verify(sized, r, setting=sized.model.base_bytes + 4096)
+
+
 def test_size_names_byte_capacities_verifies_and_carries_them_in_json(tmp_path, cachemark) -> None:
     import json
 

@@ -38,6 +38,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -375,14 +376,12 @@ def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: fl
            seed: int = 0) -> Verification:
     """Spawn ``sized.server`` at its setting (or ``setting``), replay ``r`` under cache-aside,
     and compare the server's measured get hit ratio with the simulation's on the replay's clock."""
-    from .server_replay import replay
-
     setting = setting if setting is not None else sized.setting
     if setting is None:
         raise UserError(f"{sized.server}: no setting to verify (the target was not reached)")
     model = sized.model
     speed = speed or replay_speed(r)
-    done = replay(model, setting, r, speed)
+    done = _replayed(model, setting, r, speed)
     charged = model.charge(r.key_size, r.value_size, r.ttl_s)
     ttl_us = (r.ttl_s.astype(np.float64) * 1e6 / speed)
     if model.param == ENTRIES:  # in process: a monotonic clock, no rounding
@@ -408,6 +407,22 @@ def verify(sized: ServerSize, r: Requests, setting: int | None = None, speed: fl
     if not check.within:
         check.notes.append(_why(check, model))
     return check
+
+
+def _replayed(model: ServerModel, setting: int, r: Requests, speed: float) -> Any:
+    """The replay on the configured server; a Redis that refuses its writes (over ``maxmemory`` with
+    nothing left to evict: a setting within a few KB of its base memory) is one line, not a crash."""
+    from redis.exceptions import OutOfMemoryError
+
+    from .server_replay import replay
+
+    try:
+        return replay(model, setting, r, speed)
+    except OutOfMemoryError:
+        raise UserError(f"{model.server} at {model.param}={setting:,}: the server refused the replay's writes "
+                        f"(used memory over maxmemory, nothing left to evict): {setting - model.base_bytes:,} B "
+                        f"beyond its {model.base_bytes:,} B base leave no room for the client's own buffers; "
+                        "verify a higher hit ratio (a larger size)") from None
 
 
 def _why(check: Verification, model: ServerModel) -> str:
