@@ -23,6 +23,7 @@ import redis
 from cachemark.engine import Histogram, run_load, target_config
 from cachemark.errors import BackendUnavailable, SpecError
 from cachemark.lab.base import free_port
+from cachemark.workload.keys import length_index
 from io_backends import need_io
 
 pytestmark = pytest.mark.timeout(120)
@@ -40,7 +41,11 @@ def mc_ports(spawn_for_file):
 
 def contract_value(key: bytes, n: int) -> bytes:
     header = b"cm:" + f"{zlib.crc32(key):08x}".encode() + b":"
-    return bytes(header[i] if i < 12 else 0x21 + i % 94 for i in range(n))
+    return bytes(header[i] if i < 12 else _FILLER[i % len(_FILLER)] for i in range(n))
+
+
+# docs/contracts.md's filler, byte by byte: base-36 digit SplitMix64(i) × 36 >> 64, repeating every 64 KiB
+_FILLER = bytes(b"0123456789abcdefghijklmnopqrstuvwxyz"[length_index(i, 36)] for i in range(65536))
 
 
 def base(protocol: str, servers: list[str], **kw) -> dict:

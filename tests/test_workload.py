@@ -6,7 +6,7 @@ from scipy import stats
 
 from cachemark.errors import SpecError
 from cachemark.spec import Phase, Workload
-from cachemark.workload.keys import KeyChooser, KeyDist
+from cachemark.workload.keys import KeyChooser, KeyDist, length_index
 from cachemark.workload.ops import OpStream, split_ops
 from cachemark.workload.values import MAX_VALUE_SIZE, ValueSizes, make_value, value_header, value_matches
 
@@ -73,7 +73,9 @@ def test_values_of_any_size_up_to_the_largest_are_whole():
     """The filler values are cut from grows on demand: a value longer than any seen so far verifies
     when read first (another process wrote it), and is made whole."""
     header = value_header("cm:x:1")
-    filler = bytes(0x21 + (i % 94) for i in range(94)) * (MAX_VALUE_SIZE // 94 + 1)
+    # docs/contracts.md, byte by byte: base-36 digit length_index(i % 65536, 36), i.e. SplitMix64, multiply-shift
+    period = bytes(b"0123456789abcdefghijklmnopqrstuvwxyz"[length_index(i, 36)] for i in range(65536))
+    filler = period * (MAX_VALUE_SIZE // len(period) + 1)
     for size in (70_000, 3 * 1024 * 1024, MAX_VALUE_SIZE):
         written_elsewhere = header + filler[12:size]
         assert value_matches(header, written_elsewhere)

@@ -1,6 +1,6 @@
 // cachemark-driver runs cachemark's op stream through a Go cache client, as a Go
 // application uses it: go-redis (redis://, rediss://, valkey://) or gomemcache (memcached://).
-// It speaks the driver protocol of docs/drivers.md (version 2) on stdin/stdout; cachemark
+// It speaks the driver protocol of docs/drivers.md (version 3) on stdin/stdout; cachemark
 // pre-generates the ops, this program only runs the timed loop and hands back per-op outcomes
 // and latencies, a segment at a time when the phase comes in segments.
 //
@@ -20,7 +20,7 @@ import (
 	"sync/atomic"
 )
 
-const protocol = 2
+const protocol = 3
 
 const (
 	goRedisModule     = "github.com/redis/go-redis/v9"
@@ -153,7 +153,7 @@ func (d *driver) setup(msg *message) {
 	if s.GetManyCount <= 0 {
 		s.GetManyCount = defaultGetManyLen
 	}
-	d.work = newWorkload(s.Namespace, s.Keys, s.Sizes.Kind, s.Sizes.Sizes)
+	d.work = newWorkload(s.Namespace, s.Keys, s.Sizes.Kind, s.Sizes.Sizes, s.Filler)
 	d.worker = s.Worker
 	d.manyKeys = make([]string, s.GetManyCount)
 	d.manyValues = make([][]byte, s.GetManyCount)

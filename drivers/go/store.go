@@ -49,6 +49,7 @@ type setupMsg struct {
 	Keys            int      `json:"keys"`
 	TTL             float64  `json:"ttl_s"`
 	Sizes           sizesMsg `json:"sizes"`
+	Filler          string   `json:"filler"`
 	GetManyCount    int      `json:"get_many_count"`
 	TimeoutS        *float64 `json:"timeout_s"`
 	ConnectTimeoutS *float64 `json:"connect_timeout_s"`

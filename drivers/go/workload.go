@@ -18,19 +18,20 @@ type workload struct {
 	keys   []string // key i is ns + i, built on first use
 	kind   string   // "range": sizes[0]..sizes[1]; "fixed", "choice": one of sizes
 	sizes  []int
-	filler []byte // byte i = 0x21 + i%94; values are a header over its start
+	period []byte // setup's filler: one period of the value format's text (x-value-format)
+	filler []byte // byte i = period[i % len(period)]; values are a header over its start
 	buf    []byte // the value being written (ops run one at a time)
 }
 
-func newWorkload(ns string, keys int, kind string, sizes []int) *workload {
-	w := &workload{ns: ns, keys: make([]string, keys), kind: kind, sizes: sizes}
+func newWorkload(ns string, keys int, kind string, sizes []int, period string) *workload {
+	w := &workload{ns: ns, keys: make([]string, keys), kind: kind, sizes: sizes, period: []byte(period)}
 	w.grow(slices.Max(append([]int{headerLen}, sizes...)))
 	return w
 }
 
 func (w *workload) grow(size int) {
 	for i := len(w.filler); i < size; i++ {
-		w.filler = append(w.filler, byte(0x21+i%94))
+		w.filler = append(w.filler, w.period[i%len(w.period)])
 	}
 	w.buf = make([]byte, len(w.filler))
 	copy(w.buf, w.filler)

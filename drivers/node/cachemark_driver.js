@@ -17,7 +17,7 @@ const os = require('node:os');
 const path = require('node:path');
 const zlib = require('node:zlib');
 
-const PROTOCOL = 2;
+const PROTOCOL = 3;
 const OK = 0, HIT = 1, MISS = 2, ERR = 3;
 const LIBS = { ioredis: 'node-ioredis', redis: 'node-redis', memjs: 'node-memjs' };
 const lib = process.argv[2];
@@ -166,8 +166,10 @@ class Workload {
     this.range = kind === 'range' ? [sizes[0], sizes[1]] : null;
     this.sizes = new Set(sizes);
     const max = Math.max(12, ...sizes);
+    // the value format's filler (x-value-format): setup's period, repeated to the largest value
+    const period = Buffer.from(setup.filler, 'latin1');
     this.filler = Buffer.alloc(max);
-    for (let i = 0; i < max; i++) this.filler[i] = 0x21 + (i % 94);
+    for (let at = 0; at < max; at += period.length) period.copy(this.filler, at, 0, Math.min(period.length, max - at));
   }
 
   header(k) {

@@ -25,7 +25,7 @@ use Symfony\Component\Cache\Adapter\RedisTagAwareAdapter;
 use Symfony\Component\Cache\Adapter\TagAwareAdapter;
 use Symfony\Component\Cache\CacheItem;
 
-const PROTOCOL = 2;
+const PROTOCOL = 3;
 const NAME = 'php-symfony';
 const OK = 0;
 const HIT = 1;
@@ -201,11 +201,8 @@ final class Workload
         $this->kind = $setup['sizes']['kind'];
         $this->sizes = $setup['sizes']['sizes'];
         $max = max(max($this->sizes), 12);
-        $pattern = '';
-        for ($i = 0; $i < 94; $i++) {
-            $pattern .= chr(0x21 + $i);
-        }
-        $this->filler = str_repeat($pattern, intdiv($max, 94) + 1);
+        $period = $setup['filler'];  // the value format's filler, one period (x-value-format)
+        $this->filler = str_repeat($period, intdiv($max, strlen($period)) + 1);
     }
 
     public function value(int $k, int $size): string

@@ -15,7 +15,7 @@
 require "json"
 require "zlib"
 
-PROTOCOL = 2
+PROTOCOL = 3
 NAME = "ruby-activesupport"
 OK, HIT, MISS, ERR = 0, 1, 2, 3
 
@@ -83,7 +83,8 @@ class Workload
     sizes = setup.fetch("sizes")
     @kind, @sizes = sizes.fetch("kind"), sizes.fetch("sizes")
     max = [@sizes.max, 12].max
-    @filler = ((0...94).map { |i| (0x21 + i).chr }.join * ((max / 94) + 1)).b
+    period = setup.fetch("filler").b # the value format's filler, one period (x-value-format)
+    @filler = period * ((max / period.bytesize) + 1)
   end
 
   def header(k)

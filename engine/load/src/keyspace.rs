@@ -1,7 +1,8 @@
 //! Keys, values and randomness: what the engine sends, following docs/contracts.md.
 //!
 //! Key `i` is `prefix + str(i)`; the value for key `k` of size `n` is
-//! `("cm:" + hex8(crc32(k)) + ":" + filler)[:n]` with filler byte `i` = `0x21 + i % 94`.
+//! `("cm:" + hex8(crc32(k)) + ":" + filler)[:n]` with filler byte `i` the base-36 digit
+//! `length_index(i % 65536, 36)`: text as random as an application's, for clients that compress.
 //! Everything here is allocation-free on the hot path: keys are formatted into a
 //! caller's buffer and values are a 12-byte header plus a slice of one shared filler.
 
@@ -207,10 +208,17 @@ pub fn value_header(key: &[u8]) -> [u8; 12] {
     h
 }
 
-/// Shared filler bytes: byte `i` is `0x21 + i % 94` for every `i` (the first 12 are
-/// overwritten by the header when a value is written).
+/// The filler repeats with this period (docs/contracts.md): beyond deflate's, LZ4's and Snappy's windows.
+pub const FILLER_PERIOD: usize = 64 * 1024;
+const FILLER_ALPHABET: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+
+/// Shared filler bytes: byte `i` is `FILLER_ALPHABET[length_index(i % FILLER_PERIOD, 36)]` for
+/// every `i` (the first 12 are overwritten by the header when a value is written).
 pub fn make_filler(max_len: usize) -> Vec<u8> {
-    (0..max_len).map(|i| 0x21 + (i % 94) as u8).collect()
+    let period: Vec<u8> = (0..FILLER_PERIOD.min(max_len))
+        .map(|i| FILLER_ALPHABET[length_index(i as u64, FILLER_ALPHABET.len())])
+        .collect();
+    period.iter().copied().cycle().take(max_len).collect()
 }
 
 /// Appends the value for `key` of length `n` to `out`.
@@ -468,13 +476,21 @@ mod tests {
     }
 
     #[test]
+    fn filler_is_the_contracts_base36_text() {
+        // the same bytes as workload/values.py's filler_period() (tests/test_driver_conformance.py holds both)
+        let f = make_filler(FILLER_PERIOD + 40);
+        assert_eq!(&f[..40], b"vkl4fdqemo1bkrejdi2q70swomrlkqnux6jawsxt");
+        assert_eq!(&f[FILLER_PERIOD..], &f[..40]);
+    }
+
+    #[test]
     fn value_follows_contract() {
         let filler = make_filler(200);
         let mut v = Vec::new();
         write_value(&mut v, b"cm:x:1", 20, &filler);
         assert_eq!(&v[..3], b"cm:");
         assert_eq!(v[11], b':');
-        assert_eq!(v[12], 0x21 + 12);
+        assert_eq!(v[12], make_filler(13)[12]);
         assert!(verify_value(b"cm:x:1", &v, &filler));
         assert!(!verify_value(b"cm:x:2", &v, &filler));
         let mut short = Vec::new();

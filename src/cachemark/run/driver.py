@@ -42,6 +42,7 @@ from ..target import Target
 from ..textfile import one_line
 from ..workload.ops import OpStream, mix_entries, split_ops, stream_seed
 from ..workload.replay import load_share
+from ..workload.values import filler_period
 from .driver_protocol import SCHEMA_FILE
 from .driver_protocol import load as load_protocol
 from .error_policy import stopped_reason
@@ -49,7 +50,8 @@ from .load_path import PREFILL, ProgressFn
 from .messages import death
 from .worker import arrival_gaps
 
-PROTOCOL = 2  # drivers/protocol/protocol.json's x-version: every message, both ways, is described there
+FILLER_TEXT = filler_period().decode("ascii")  # setup's filler: one period of the value format's text
+PROTOCOL = 3  # drivers/protocol/protocol.json's x-version: every message, both ways, is described there
 # A closed-loop phase bounded by time only gets this many pre-generated ops per worker,
 # which the driver cycles through until the deadline.
 CYCLE_OPS = 100_000
@@ -262,6 +264,7 @@ def setup_message(target: Target, workload: Workload, namespace: str, worker: in
         "username": where.username, "password": where.password, "tls": where.tls,
         "namespace": namespace, "worker": worker, "keys": workload.keys, "ttl_s": workload.ttl,
         "sizes": {"kind": "choice" if sizes.kind == "etc" else sizes.kind, "sizes": list(sizes.sizes)},
+        "filler": FILLER_TEXT,
         "get_many_count": workload.get_many_count,
         "tags": None if workload.tags is None else {"pool": workload.tags.pool, "min": workload.tags.min_per_key,
                                                     "max": workload.tags.max_per_key},

@@ -116,7 +116,8 @@ class Protocol:
             checks.append(lambda v: None if not _TYPES["number"](v) or v <= high else f"must be <= {high}, not {v}")
         if "minLength" in schema:
             least = schema["minLength"]
-            checks.append(lambda v: None if not isinstance(v, str) or len(v) >= least else "must not be empty")
+            short = "must not be empty" if least == 1 else f"must have at least {least} characters"
+            checks.append(lambda v: None if not isinstance(v, str) or len(v) >= least else short)
         if "required" in schema or "properties" in schema or "additionalProperties" in schema:
             checks.append(self._object(schema, where))
         if any(k in schema for k in ("items", "prefixItems", "minItems", "maxItems")):

@@ -21,7 +21,7 @@ import java.util.concurrent.locks.LockSupport;
  * its results only, and reads stdin during go only at a segment's end.
  */
 final class Driver {
-    static final int PROTOCOL = 2;
+    static final int PROTOCOL = 3;
     static final int OK = 0, HIT = 1, MISS = 2, ERR = 3;
     private static final int REFUSED = -1; // a write the server answered "not stored"
     private static final int GET = 0, SET = 1, DELETE = 2, EXISTS = 3, GET_MANY = 4;
@@ -99,7 +99,7 @@ final class Driver {
         @SuppressWarnings("unchecked")
         Map<String, Object> sizes = (Map<String, Object>) msg.get("sizes");
         work = new Workload(namespace, Setup.number(msg.get("keys"), 0).intValue(), (String) sizes.get("kind"),
-                Workload.ints((List<?>) sizes.get("sizes")));
+                Workload.ints((List<?>) sizes.get("sizes")), (String) msg.get("filler"));
         try {
             store = switch (setup.scheme()) {
                 case "null" -> new Store.Null(library);

@@ -20,9 +20,11 @@ final class Workload {
     private final byte[][] headers;
     private final String kind;
     private final int[] sizes;
+    private final byte[] period; // setup's filler: one period of the value format's text (x-value-format)
     private byte[] filler;
 
-    Workload(String namespace, int count, String kind, int[] sizes) {
+    Workload(String namespace, int count, String kind, int[] sizes, String period) {
+        this.period = period.getBytes(StandardCharsets.ISO_8859_1);
         this.keys = new Key[count];
         this.headers = new byte[count][];
         for (int i = 0; i < count; i++) {
@@ -35,10 +37,10 @@ final class Workload {
         filler = filler(max);
     }
 
-    private static byte[] filler(int size) {
+    private byte[] filler(int size) {
         byte[] f = new byte[size];
-        for (int i = 0; i < size; i++) {
-            f[i] = (byte) (0x21 + i % 94);
+        for (int at = 0; at < size; at += period.length) {
+            System.arraycopy(period, 0, f, at, Math.min(period.length, size - at));
         }
         return f;
     }
