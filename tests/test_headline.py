@@ -216,6 +216,23 @@ def test_baseline_block_time_and_percent_in_terminal_markdown_and_html(tmp_path,
     read = next(p for p in single["runs"][1]["phases"] if p["name"] == "read")
     next(iter(read["ops"].values()))["count"] = 1
     assert headline_blocks(as_model(single))[0].rows[1][4] == "-"
+    # with repeats, one row per configuration: the medians of its repeats, and their range beside them
+    repeated = copy.deepcopy(document)
+    repeated["runs"] = []
+    for run in document["runs"]:
+        for repeat, scale in ((1, 1.0), (2, 3.0), (3, 2.0)):
+            again = copy.deepcopy(run) | {"repeat": repeat}
+            for phase in again["phases"]:
+                phase["wall_s"] *= scale
+            repeated["runs"].append(again)
+    twice = headline_blocks(as_model(repeated))[0]
+    assert twice.columns[-2:] == ["repeats", "block range (s)"]
+    assert [row[0] for row in twice.rows] == [row[0] for row in block.rows]  # not one row per repeat
+    for whole, row in zip(blocks, twice.rows, strict=True):
+        assert float(row[3]) == pytest.approx(2 * whole, abs=2e-6) and row[6] == "3"  # the median: the ×2 repeat
+        assert [float(x) for x in row[7].split("–")] == pytest.approx([whole, 3 * whole], abs=2e-6)
+    assert [row[4:6] for row in twice.rows] == [row[4:6] for row in block.rows]  # medians against medians
+    assert any("medians of its repeats" in note for note in twice.notes)
 
     markdown = cachemark("report", "out.json", "-f", "markdown", "-o", "-", cwd=tmp_path)
     assert markdown.returncode == 0, markdown.stderr

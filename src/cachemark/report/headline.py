@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..measure.histogram import Histogram
@@ -381,24 +382,61 @@ def _rtt(run: Run) -> str:
     return fmt_latency(rtt) if network.proxied and rtt else "0"
 
 
+@dataclass
+class _Configuration:
+    """A configuration's repeats, read as one: the median block (and read block) of its runs."""
+
+    first: Run
+    runs: list[Run]
+
+    @property
+    def count(self) -> int:
+        return _count(_phase(self.first, "read"))
+
+    @property
+    def blocks(self) -> list[float]:
+        return [b for run in self.runs if (b := _block_time(run)) is not None]
+
+    def block(self) -> float | None:
+        return statistics.median(self.blocks) if self.blocks else None
+
+    def read_time(self) -> float | None:
+        reads = [w for run in self.runs if (p := _phase(run, "read")) and (w := _wall(p)) is not None]
+        return statistics.median(reads) if reads else None
+
+
+def _configurations(runs: list[Run]) -> list[_Configuration]:
+    """The runs grouped by configuration (label and profile), in order: a repeat is not a configuration."""
+    groups: dict[str, _Configuration] = {}
+    for run in runs:
+        name = _config_name(run)
+        if name in groups:
+            groups[name].runs.append(run)
+        else:
+            groups[name] = _Configuration(run, [run])
+    return list(groups.values())
+
+
 def baseline_rows(document: ResultsDocument) -> tuple[list[str], list[list[str]], list[str]]:
     """Per configuration: the profile's added round trip, the iterations, the whole block's time and
     its % of the baseline's whole block (the reference's "Comparison to Baseline"), and the read
-    block alone beside it (the N iterations without the write and the delete around them)."""
-    runs = _measured(document)
-    base, problem = choose_baseline(runs, document.experiment.baseline)
-    base_read = _phase(base, "read") if base else None
-    n = _count(base_read)
+    block alone beside it (the N iterations without the write and the delete around them). With
+    repeats, one row per configuration: the median of its repeats' blocks, their range beside it."""
+    configurations = _configurations(_measured(document))
+    base_run, problem = choose_baseline([c.first for c in configurations], document.experiment.baseline)
+    base = next((c for c in configurations if c.first is base_run), None)
+    n = base.count if base else 0
     comparable = base is not None and n > 1
-    base_block = _block_time(base) if comparable else None
-    base_read_time = _wall(base_read) if comparable and base_read else None
+    base_block = base.block() if base and comparable else None
+    base_read_time = base.read_time() if base and comparable else None
+    repeated = any(len(c.runs) > 1 for c in configurations)
     columns = ["Configuration", "added RTT", "iterations", "block (s)", "Comparison to Baseline", "read block %"]
+    if repeated:
+        columns += ["repeats", "block range (s)"]
     rows, notes = [], [problem] if problem else []
-    for run in runs:
-        read = _phase(run, "read")
-        count = _count(read)
-        block, read_time = _block_time(run), _wall(read) if read else None
-        if run is base:
+    for config in configurations:
+        count, block, read_time = config.count, config.block(), config.read_time()
+        if config is base:
             whole = alone = "--"
         elif count <= 1 or base_block is None:
             whole = alone = "-"  # one sample: no comparison
@@ -406,9 +444,16 @@ def baseline_rows(document: ResultsDocument) -> tuple[list[str], list[list[str]]
             mark = FEW if count != n else ""
             whole, alone = (f"{pct:.0f}%{mark}" if (pct := percent_of(value, reference)) is not None else "-"
                             for value, reference in ((block, base_block), (read_time, base_read_time)))
-        rows.append([_config_name(run), _rtt(run), f"{count:,}", _fixed(block), whole, alone])
+        row = [_config_name(config.first), _rtt(config.first), f"{count:,}", _fixed(block), whole, alone]
+        if repeated:
+            blocks = config.blocks
+            row += [f"{len(config.runs)}", f"{_fixed(min(blocks))}–{_fixed(max(blocks))}" if blocks else "-"]
+        rows.append(row)
     if base is not None:
-        notes.insert(0, f"baseline: {_config_name(base)}.")
+        notes.insert(0, f"baseline: {_config_name(base.first)}.")
+    if repeated:
+        notes.append("With repeats, a configuration's block and read block are the medians of its repeats, and its "
+                     "% of baseline is against the baseline's medians; the range is its fastest and slowest block.")
     if any(r[4].endswith(FEW) for r in rows):
         notes.append(f"Marked {FEW}: this configuration ran a different number of iterations than the baseline.")
     if base_block is None and base is not None:

@@ -968,16 +968,23 @@ def _few_samples(runs: list[Run]) -> list[Finding]:
                     named = f"{run.label} [{run.sweep_key}]" if run.sweep else run.label
                     few.setdefault((run.label, named, phase.name or "main", op_name), []).append(op.count)
     many_phases = len({k[2] for k in few}) > 1
-    samples = []
-    for (label, named, phase_name, op_name), counts in few.items():
-        where = f"{named} {op_label(phase_name, op_name, many_phases)}"
+    # the same count in the same ops of several configurations (a preset's one-op write and delete) is one line
+    by_op: dict[tuple[str, str], dict[str, list[str]]] = {}  # (phase, op) → what → configurations
+    for (_, named, phase_name, op_name), counts in few.items():
         low = min(counts)
         runs_text = "" if len(counts) == 1 else (f" in each of {len(counts)} runs" if max(counts) == low
                                                   else f" (fewest of {len(counts)} runs)")
         what = "no percentile at all" if low == 1 else "no trustworthy p99"
-        samples.append(Finding(Kind.FEW_SAMPLES, f"{where}: {low} sample{'s' if low != 1 else ''}{runs_text}: {what}",
-                               (label,), (op_name,)))
-    return samples
+        by_op.setdefault((phase_name, op_name), {}).setdefault(f"{low} sample{'s' if low != 1 else ''}{runs_text}: "
+                                                              f"{what}", []).append(named)
+    labels_of = {named: label for label, named, _, _ in few}
+    alike: dict[tuple[str, tuple[str, ...]], list[tuple[str, str]]] = {}  # (what, configurations) → ops
+    for (phase_name, op_name), whats in by_op.items():
+        for what, names in whats.items():
+            alike.setdefault((what, tuple(names)), []).append((phase_name, op_name))
+    return [Finding(Kind.FEW_SAMPLES, f"{_names(names)} {', '.join(op_label(p, o, many_phases) for p, o in ops)}: "
+                    f"{what}", tuple(dict.fromkeys(labels_of[n] for n in names)),
+                    tuple(dict.fromkeys(o for _, o in ops))) for (what, names), ops in alike.items()]
 
 
 _REPEAT = re.compile(r" #(\d+)\b")
