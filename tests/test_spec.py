@@ -77,3 +77,40 @@ def test_every_preset_validates_and_names_its_reference():
         experiment = build_experiment(load_preset(name), name)
         assert experiment.name == name and experiment.targets
     assert all(description for _, description in describe_presets())
+
+
+SEQUENCE = [{"op": "set"}, {"op": "exists+get", "times": "ops"}, {"op": "delete"}]
+
+
+def test_a_sequence_runs_its_steps_in_order_each_worker_the_whole_of_it():
+    from cachemark.errors import UnsupportedOp
+    from cachemark.run.engine_runner import engine_mix
+    from cachemark.spec import Workload
+    from cachemark.workload.ops import OpStream, split_ops
+
+    workload = Workload(keys=1, workers=2, prefill=False, warmup=0, ops=100,
+                        phases=[{"name": "block", "sequence": SEQUENCE}])
+    (phase,) = workload.effective_phases()
+    assert phase.steps() == [("set", 1), ("exists+get", 100), ("delete", 1)]
+    assert phase.ops == 2 * 102 and phase.duration is None  # each of the 2 workers: the whole sequence
+    for worker in (0, 1):
+        stream = OpStream(workload, phase, worker, 2, split_ops(phase.ops, worker, 2))
+        names = [stream.entries[i].name for batch, _, _ in stream.batches() for i in batch]
+        assert names == ["set"] + ["exists+get"] * 100 + ["delete"]
+    scaled = Workload.model_validate(workload.model_dump() | {"ops": 1000})  # --ops scales the "ops" step
+    assert scaled.effective_phases()[0].steps()[1] == ("exists+get", 1000)
+    with pytest.raises(UnsupportedOp, match="does not run a sequence"):
+        engine_mix(phase, workload)
+
+
+@pytest.mark.parametrize(("sequence", "extra", "message"), [
+    ([{"op": "sett"}], {}, "mix op 'sett' is unknown"),
+    ([{"op": "set", "times": 0}], {}, "at least 1"),
+    ([], {}, "an empty sequence"),
+    (SEQUENCE, {"duration": 2}, "no duration or rate"),
+])
+def test_a_bad_sequence_is_one_line(sequence, extra, message):
+    with pytest.raises(SpecError, match=message) as info:
+        build_experiment({"targets": ["memory://"], "workload": {
+            "phases": [{"name": "block", "sequence": sequence} | extra]}}, "x")
+    assert "\n" not in str(info.value)

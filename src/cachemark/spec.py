@@ -113,10 +113,36 @@ class TraceSpec(_Model):
     prepared: str | None = None  # set by cachemark: the directory with each worker's share
 
 
+class Step(_Model):
+    """One step of a phase's ``sequence``: ``op`` run ``times`` times back to back ("ops": the phase's ops)."""
+
+    op: str
+    times: int | Literal["ops"] = Field(1)
+
+    @field_validator("op")
+    @classmethod
+    def _op(cls, value: str) -> str:
+        parse_mix({value: 1})  # SpecError for an unknown op, as in a mix
+        return value
+
+    @field_validator("times")
+    @classmethod
+    def _times(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("a step's times must be at least 1")
+        return value
+
+
 class Phase(_Model):
-    """One timed part of a workload; unset fields inherit the workload's."""
+    """One timed part of a workload; unset fields inherit the workload's.
+
+    ``sequence`` runs its steps in order, each worker the whole sequence with no pause between
+    steps, instead of drawing ops from ``mix``: a block timed as one, as reference 004 times
+    write, N × exist?+fetch, delete (a pause between phases would slow the first op after it).
+    """
 
     name: str = "main"
+    sequence: list[Step] | None = None
     mix: dict[str, float] | None = None
     key_dist: str | None = None
     ops: int | None = Field(None, ge=1)
@@ -140,6 +166,20 @@ class Phase(_Model):
     @classmethod
     def _key_dist(cls, value: str | None) -> str | None:
         return None if value is None else str(KeyDist.parse(value))
+
+    @model_validator(mode="after")
+    def _sequence_alone(self) -> Phase:
+        if self.sequence is not None:
+            if not self.sequence:
+                raise ValueError(f"phase {self.name!r}: an empty sequence")
+            if self.duration or self.rate:
+                raise ValueError(f"phase {self.name!r}: a sequence runs its steps once each, by count: "
+                                 "no duration or rate")
+        return self
+
+    def steps(self) -> list[tuple[str, int]]:
+        """The sequence's steps with their counts (an effective phase's: "ops" resolved), in order."""
+        return [(step.op, step.times if isinstance(step.times, int) else self.ops or 1) for step in self.sequence or ()]
 
 
 class Workload(_Model):
@@ -235,6 +275,12 @@ class Workload(_Model):
             data["warmup_ops"] = phase.warmup_ops if phase.warmup_ops is not None else self.warmup_ops
             data["rate"] = phase.rate if phase.rate is not None else self.rate
             data["arrival"] = phase.arrival or self.arrival
+            if phase.sequence is not None:  # each worker runs the whole sequence: "ops" is the phase's ops
+                n = phase.ops if phase.ops is not None else self.ops or 1
+                steps = [(step.op, step.times if isinstance(step.times, int) else n) for step in phase.sequence]
+                data["sequence"] = [{"op": op, "times": times} for op, times in steps]
+                data["mix"] = {op: float(sum(t for o, t in steps if o == op)) for op, _ in steps}
+                data.update(ops=sum(t for _, t in steps) * self.workers, duration=None, warmup=0, warmup_ops=0)
             out.append(Phase.model_validate(data))
         return out
 

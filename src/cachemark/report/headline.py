@@ -364,13 +364,43 @@ def choose_baseline(runs: list[Run], wanted: str | None) -> tuple[Run | None, st
     return runs[0], f"baseline {wanted!r} is not among the measured configurations: the first stands in."
 
 
+_BLOCK_OPS = ("set", "delete")  # a block's write and delete around its reads
+
+
+def _one_block(run: Run) -> Phase | None:
+    """The block run as one phase, its steps in order (a ``sequence``: no pause between write, reads and
+    delete, as in the reference's own process), or None: the block in three phases (older files)."""
+    if len(run.phases) != 1 or _phase(run, "write") is not None:
+        return None
+    (phase,) = run.phases
+    return phase if set(_BLOCK_OPS) <= set(phase.ops) and len(phase.ops) == 3 else None
+
+
 def _block_time(run: Run) -> float | None:
     """The whole block's time: write, the N iterations, delete — what ``Benchmark.bm`` reports as
     real around the reference's block (None when a phase is missing)."""
+    if (block := _one_block(run)) is not None:
+        return _wall(block)
     phases = [_phase(run, name) for name in ("write", "read", "delete")]
     if any(p is None or _wall(p) is None for p in phases):
         return None
     return sum(p.wall_s for p in phases if p is not None)
+
+
+def _read_count(run: Run) -> int:
+    """The block's N: its read iterations."""
+    if (block := _one_block(run)) is not None:
+        return sum(op.count for name, op in block.ops.items() if name not in _BLOCK_OPS)
+    return _count(_phase(run, "read"))
+
+
+def _read_time(run: Run) -> float | None:
+    """The N iterations alone: the read phase's wall, or the block's less its write's and delete's latency."""
+    if (block := _one_block(run)) is not None:
+        wall = _wall(block)
+        return None if wall is None else wall - sum(latency_total_s(block.ops[name]) for name in _BLOCK_OPS)
+    read = _phase(run, "read")
+    return _wall(read) if read is not None else None
 
 
 def _rtt(run: Run) -> str:
@@ -391,7 +421,7 @@ class _Configuration:
 
     @property
     def count(self) -> int:
-        return _count(_phase(self.first, "read"))
+        return _read_count(self.first)
 
     @property
     def blocks(self) -> list[float]:
@@ -401,7 +431,7 @@ class _Configuration:
         return statistics.median(self.blocks) if self.blocks else None
 
     def read_time(self) -> float | None:
-        reads = [w for run in self.runs if (p := _phase(run, "read")) and (w := _wall(p)) is not None]
+        reads = [w for run in self.runs if (w := _read_time(run)) is not None]
         return statistics.median(reads) if reads else None
 
 

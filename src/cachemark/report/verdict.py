@@ -162,8 +162,17 @@ def _own_key_dist(phase: dict[str, Any], wl: dict[str, Any]) -> str | None:
     return str(own) if own and own != wl.get("key_dist") else None
 
 
+def _sequence_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
+    """A sequence's steps as they run: "set, 100 × exists+get, delete, in order" (spec.Phase)."""
+    n = phase.get("ops") or wl.get("ops") or 1
+    counts = [(step["op"], n if step.get("times", 1) == "ops" else step.get("times", 1)) for step in phase["sequence"]]
+    return ", ".join(op if times == 1 else f"{_num(times)} × {op}" for op, times in counts) + ", in order"
+
+
 def _phase_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
     """A phase's mix, its own key distribution and its budget (its own, else the workload's)."""
+    if phase.get("sequence"):
+        return _sequence_text(phase, wl)
     own, planned = _own_key_dist(phase, wl), _effective_phase(phase, wl)
     parts = [fmt_mix(planned.get("mix")), f"{own} keys" if own else ""]
     if planned.get("ops"):

@@ -27,6 +27,9 @@ ENGINE_OPS = {"get": "get", "set": "set", "delete": "delete", "exists": "exists"
 
 
 def engine_mix(phase: Phase, workload: Workload) -> list[dict[str, Any]]:
+    if phase.sequence:  # the engine draws its ops in Rust, by weight
+        raise UnsupportedOp(f"phase {phase.name!r}: the native engine does not run a sequence of steps in order; "
+                            "the Python workers and the drivers do")
     mix = []
     for name, weight in (phase.mix or workload.mix).items():
         if name not in ENGINE_OPS:

@@ -49,6 +49,10 @@ class OpStream:
     def __init__(self, workload: Workload, phase: Phase, worker: int, workers: int,
                  limit: int | None, purpose: str = "timed") -> None:
         self.entries = mix_entries(phase.mix or workload.mix)
+        # a sequence's timed ops in its order, every worker the whole of it (spec.Phase); a warm-up draws from the mix
+        self._order = ([self.entries.index(next(e for e in self.entries if e.name == op))
+                        for op, times in phase.steps() for _ in range(times)]
+                       if phase.sequence and purpose == "timed" else None)
         weights = np.array([e.weight for e in self.entries], dtype=np.float64)
         self._cdf = np.cumsum(weights) / weights.sum()
         self.rng = stream_seed(workload.seed, phase.name, worker, purpose)
@@ -61,7 +65,9 @@ class OpStream:
         remaining = self.limit
         while remaining is None or remaining > 0:
             n = BATCH if remaining is None else min(BATCH, remaining)
-            if len(self.entries) == 1:
+            if self._order is not None:
+                ops, self._order = self._order[:n], self._order[n:] + self._order[:n]
+            elif len(self.entries) == 1:
                 ops = [0] * n
             else:
                 ops = np.searchsorted(self._cdf, self.rng.random(n), side="right").clip(0, len(self.entries) - 1)
