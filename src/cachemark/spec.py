@@ -113,11 +113,14 @@ class TraceSpec(_Model):
     prepared: str | None = None  # set by cachemark: the directory with each worker's share
 
 
+STEP_OPS = "ops"  # a step's times: as many as the phase's ops (so --ops scales it)
+
+
 class Step(_Model):
     """One step of a phase's ``sequence``: ``op`` run ``times`` times back to back ("ops": the phase's ops)."""
 
     op: str
-    times: int | Literal["ops"] = Field(1)
+    times: int | str = 1  # a count, or "ops"
 
     @field_validator("op")
     @classmethod
@@ -128,8 +131,8 @@ class Step(_Model):
     @field_validator("times")
     @classmethod
     def _times(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("a step's times must be at least 1")
+        if isinstance(value, str) and value != STEP_OPS or isinstance(value, int) and value < 1:
+            raise ValueError(f"a step's times must be a count of at least 1 or {STEP_OPS!r}, not {value!r}")
         return value
 
 

@@ -164,9 +164,14 @@ def _own_key_dist(phase: dict[str, Any], wl: dict[str, Any]) -> str | None:
 
 def _sequence_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
     """A sequence's steps as they run: "set, 100 × exists+get, delete, in order" (spec.Phase)."""
-    n = phase.get("ops") or wl.get("ops") or 1
-    counts = [(step["op"], n if step.get("times", 1) == "ops" else step.get("times", 1)) for step in phase["sequence"]]
-    return ", ".join(op if times == 1 else f"{_num(times)} × {op}" for op, times in counts) + ", in order"
+    from ..errors import SpecError
+    from ..spec import Workload
+
+    try:
+        planned = next(p for p in Workload.model_validate(wl).effective_phases() if p.name == phase.get("name"))
+    except (ValueError, SpecError, StopIteration):  # a file of another version: its steps unsaid
+        return "steps in order"
+    return ", ".join(op if times == 1 else f"{_num(times)} × {op}" for op, times in planned.steps()) + ", in order"
 
 
 def _phase_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
