@@ -21,9 +21,15 @@ and noisy: the spread of the two says how far a ratio can be trusted).
   Cluster:   redis-benchmark --cluster vs the engine's cluster mode against the lab's
              spawn:redis-cluster?nodes=3, then the same over TLS (spawn:redis-cluster?nodes=3&tls=1,
              redis-benchmark --cluster --tls --cacert); each side prefills its own keys (redis-benchmark's
-             carry a {tag} per node), untimed. Same connections: redis-benchmark spreads its c
-             clients over the nodes, one connection each; an engine client holds one per
-             primary, so the engine runs c/3 clients (rounded up).
+             carry a {tag} per node), untimed. Same requests in flight: the engine runs c/3 clients
+             (rounded up), each holding one connection per primary (c connections in all) and at most
+             a whole pipeline on each; how many requests it keeps in flight on average follows from
+             Little's law (its GETs per second × their mean latency, write to reply: ~1.5 per client
+             at P=1, not 3, as a client's next key often needs a socket that is still busy). Each
+             redis-benchmark --cluster run that follows an engine run is given that count: c' =
+             in-flight / P clients (rounded, at least one per node), each with P in flight on its
+             node, so both keep the same number of requests in flight. A line under the row prints
+             both counts and the peer's c'.
 
 Client CPU: getrusage of the child for the peers (memcaslap's untimed warm-up is
 subtracted using /proc samples), getrusage of this process over the engine's timed
@@ -43,7 +49,7 @@ import sys
 import tempfile
 import time
 
-from cachemark.engine import run_load, target_config
+from cachemark.engine import Histogram, run_load, target_config
 from cachemark.lab import server_class
 
 CASES = [(50, 1, 100), (50, 16, 100), (50, 1, 10_000), (10, 1, 100_000)]
@@ -85,10 +91,22 @@ def run_child(argv: list[str], sample: bool = False) -> tuple[str, float, float,
     return out.decode(errors="replace"), ru.ru_utime + ru.ru_stime, ru.ru_utime, samples, end
 
 
+def in_flight(res: dict) -> float:
+    """Requests the engine kept in flight on average (Little's law): ops per second × mean latency, the
+    latency running from a request's write to its reply's read (closed loop)."""
+    total_ns, count = 0.0, 0
+    for op in res["ops"].values():
+        for encoded in op["histograms"].values():
+            h = Histogram.decode(encoded)
+            total_ns, count = total_ns + h.mean * h.count, count + h.count
+    return count / res["wall_s"] * (total_ns / count) * 1e-9 if count else 0.0
+
+
 def engine(where: str | dict, port: int | None, c: int, p: int, d: int, seconds: float, mix: list[dict],
-           prefill: bool = True) -> tuple[float, float, float]:
+           prefill: bool = True, flight: list[float] | None = None) -> tuple[float, float, float]:
     """``where``: a protocol (with ``port``) or a connection config (``target_config`` of a URL).
-    Returns ops/s, client CPU µs per op, and its user part."""
+    Returns ops/s, client CPU µs per op, and its user part; appends the requests it kept in flight on
+    average to ``flight`` when given."""
     conn = where if isinstance(where, dict) else {"protocol": where, "servers": [f"127.0.0.1:{port}"]}
     res = run_load(
         {
@@ -109,6 +127,8 @@ def engine(where: str | dict, port: int | None, c: int, p: int, d: int, seconds:
     errors = sum(sum(o["errors"].values()) for o in res["ops"].values())
     if errors:
         raise RuntimeError(f"engine saw {errors} errors: {res['errors_sample']}")
+    if flight is not None:
+        flight.append(in_flight(res))
     return ops / res["wall_s"], res["client_cpu_s"] / ops * 1e6, res["client_cpu_user_s"] / ops * 1e6
 
 
@@ -301,15 +321,22 @@ def reach_rows(args) -> list[tuple]:
                 subprocess.run(["redis-benchmark", "-p", str(seed), *extra, "-t", "set", "-r", str(k), "-n",
                                 str(20 * k), "-d", str(d), "-c", "10", "-P", "8", "-q"], check=True,
                                capture_output=True)
-                eng, peer = [], []
+                eng, peer, flight, peer_c = [], [], [], []
+                nodes = len(cluster.primaries)
+                clients = -(-c // nodes)  # c connections: each engine client holds one per primary
                 for i in range(args.repeat):
-                    clients = -(-c // len(cluster.primaries))  # as many connections as redis-benchmark's c
-                    eng.append(engine(conn, None, clients, p, d, args.seconds, [{"op": "get"}], prefill=i == 0))
+                    eng.append(engine(conn, None, clients, p, d, args.seconds, [{"op": "get"}], prefill=i == 0,
+                                      flight=flight))
                     n = max(10_000, int(eng[-1][0] * args.seconds * 0.8))
-                    peer.append(redis_peer(seed, c, p, d, n, extra))
+                    # the peer keeps c' × P in flight, c' from the engine run just made (module docstring)
+                    peer_c.append(max(nodes, round(flight[-1] / p)))
+                    peer.append(redis_peer(seed, peer_c[-1], p, d, n, extra))
                 name = "redis TLS cluster×3" if cluster.certs else "redis cluster×3"
                 rows.append(make_row(name, "redis-benchmark " + " ".join(extra[:2]), c, p, p, d, eng, peer))
                 print_row(rows[-1], flush=True)
+                print(f"  in flight (mean, Little's law): engine {'/'.join(f'{f:.1f}' for f in flight)} over "
+                      f"{clients * nodes} connections; redis-benchmark --cluster c'={'/'.join(map(str, peer_c))} "
+                      f"× P={p} (c' = the engine's in-flight / P, per run)", flush=True)
     return rows
 
 
