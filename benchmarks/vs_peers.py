@@ -28,8 +28,8 @@ and noisy: the spread of the two says how far a ratio can be trusted).
              at P=1, not 3, as a client's next key often needs a socket that is still busy). Each
              redis-benchmark --cluster run that follows an engine run is given that count: c' =
              in-flight / P clients (rounded, at least one per node), each with P in flight on its
-             node, so both keep the same number of requests in flight. A line under the row prints
-             both counts and the peer's c'.
+             node, so both keep the same number of requests in flight. The peer's name carries its c'
+             per run, and a line under the printed row gives both in-flight counts.
 
 Client CPU: getrusage of the child for the peers (memcaslap's untimed warm-up is
 subtracted using /proc samples), getrusage of this process over the engine's timed
@@ -332,7 +332,8 @@ def reach_rows(args) -> list[tuple]:
                     peer_c.append(max(nodes, round(flight[-1] / p)))
                     peer.append(redis_peer(seed, peer_c[-1], p, d, n, extra))
                 name = "redis TLS cluster×3" if cluster.certs else "redis cluster×3"
-                rows.append(make_row(name, "redis-benchmark " + " ".join(extra[:2]), c, p, p, d, eng, peer))
+                peer_name = f"redis-benchmark {' '.join(extra[:2])} (c'={'/'.join(map(str, peer_c))})"
+                rows.append(make_row(name, peer_name, c, p, p, d, eng, peer))
                 print_row(rows[-1], flush=True)
                 print(f"  in flight (mean, Little's law): engine {'/'.join(f'{f:.1f}' for f in flight)} over "
                       f"{clients * nodes} connections; redis-benchmark --cluster c'={'/'.join(map(str, peer_c))} "
