@@ -5,7 +5,7 @@
 // message, and when a message has "blob": N, exactly N raw bytes after its newline
 // (little-endian integer arrays). cachemark pre-generates the ops; this program only runs
 // the timed loop and hands back per-op outcomes and latencies in bulk. A phase comes in
-// segments (protocol 2, x-segments): the first `ops` before `go`; when it says "more", the
+// segments (x-segments): the first `ops` before `go`; when it says "more", the
 // next is already waiting in stdin when a segment ends, and the segment's results go back
 // as a `part` before it runs, so only one segment and its results are ever held here.
 //

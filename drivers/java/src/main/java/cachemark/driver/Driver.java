@@ -17,7 +17,7 @@ import java.util.concurrent.locks.LockSupport;
 
 /**
  * One driver process = one cachemark worker: one client, one connection, ops one at a time.
- * A phase's ops come in segments (protocol 2, x-segments): the driver holds the current one and
+ * A phase's ops come in segments (x-segments): the driver holds the current one and
  * its results only, and reads stdin during go only at a segment's end.
  */
 final class Driver {

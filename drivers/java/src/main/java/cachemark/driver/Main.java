@@ -10,7 +10,7 @@ import java.util.logging.Logger;
 
 /**
  * cachemark's Java driver: {@code java -jar cachemark-driver.jar <jedis|lettuce|spymemcached>}.
- * It speaks the driver protocol of docs/drivers.md (version 2) on stdin/stdout; cachemark pre-generates
+ * It speaks the driver protocol of docs/drivers.md (version 3) on stdin/stdout; cachemark pre-generates
  * the op stream and sends it a segment at a time, this program runs the timed loop and hands back
  * outcomes and latencies in bulk, a part per segment.
  */
