@@ -135,11 +135,11 @@ impl Stack {
                 slot.pos = rank(slot.pos as usize) as u32;
             }
         }
-        self.live = LivePositions::first(len, capacity);
-        if self.bytes.is_some() {
-            let live = self.table.iter_mut().map(|s| (s.pos as usize, s.size));
-            self.bytes = Some(PositionBytes::new(self.live.capacity(), len, live));
+        let live = LivePositions::first(len, capacity);
+        if let Some(bytes) = &mut self.bytes {
+            bytes.renumber(live.capacity(), self.live.positions());
         }
+        self.live = live;
         self.next = len;
     }
 }
