@@ -130,13 +130,15 @@ impl PositionBytes {
         self.words.get(block).map_or(0, |w| w.0.iter().sum())
     }
 
+    /// Frees `pos`; returns its size.
     #[inline]
-    pub(super) fn remove(&mut self, pos: usize) {
+    pub(super) fn remove(&mut self, pos: usize) -> u64 {
         let size = std::mem::take(&mut self.sizes[pos]) as u64;
         self.words[pos / BLOCK].0[pos % BLOCK / WORD] -= size;
         if pos / BLOCK < self.open {
             self.blocks.sub(pos / BLOCK, size);
         }
+        size
     }
 
     /// Bytes of the live positions before `pos`.
