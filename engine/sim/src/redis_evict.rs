@@ -174,13 +174,19 @@ impl Store for RedisEvict {
     }
 
     fn touch(&mut self, id: u64, now_us: i64) {
+        self.hit(id, now_us);
+    }
+
+    fn hit(&mut self, id: u64, now_us: i64) -> bool {
         let (lfu, rng) = (self.lfu, &mut self.rng); // one lookup: a read hit's whole cost is the map's
-        if let Some(entry) = self.index.get_mut(&id) {
-            entry.2 = match lfu {
-                Some(lfu) => lfu.used(entry.2, now_us, rng),
-                None => seconds(now_us),
-            };
-        }
+        let Some(entry) = self.index.get_mut(&id) else {
+            return false;
+        };
+        entry.2 = match lfu {
+            Some(lfu) => lfu.used(entry.2, now_us, rng),
+            None => seconds(now_us),
+        };
+        true
     }
 
     fn insert(&mut self, id: u64, size: u32, now_us: i64) -> bool {
