@@ -183,8 +183,14 @@ impl Store for Listed {
         self.index.contains_key(&id)
     }
 
-    fn touch(&mut self, id: u64, _now_us: i64) {
-        let i = self.index[&id];
+    fn touch(&mut self, id: u64, now_us: i64) {
+        self.hit(id, now_us);
+    }
+
+    fn hit(&mut self, id: u64, _now_us: i64) -> bool {
+        let Some(&i) = self.index.get(&id) else {
+            return false;
+        };
         match self.kind {
             0 => {
                 self.arena.unlink(&mut self.list, i);
@@ -193,6 +199,7 @@ impl Store for Listed {
             2 => self.arena.nodes[i as usize].visited = true,
             _ => {}
         }
+        true
     }
 
     fn insert(&mut self, id: u64, size: u32, _now_us: i64) -> bool {
@@ -256,12 +263,19 @@ impl Store for Slabs {
         self.index.contains_key(&id)
     }
 
-    fn touch(&mut self, id: u64, _now_us: i64) {
-        let i = self.index[&id];
+    fn touch(&mut self, id: u64, now_us: i64) {
+        self.hit(id, now_us);
+    }
+
+    fn hit(&mut self, id: u64, _now_us: i64) -> bool {
+        let Some(&i) = self.index.get(&id) else {
+            return false;
+        };
         let c = self.arena.nodes[i as usize].class as usize;
         let list = &mut self.lists[c];
         self.arena.unlink(list, i);
         self.arena.push_head(list, i);
+        true
     }
 
     fn insert(&mut self, id: u64, size: u32, _now_us: i64) -> bool {
@@ -367,6 +381,9 @@ impl Sim {
 
     /// Lazy expiry: an expired object found by a request is removed then.
     fn drop_if_expired(&mut self, id: u64, now_us: i64) {
+        if self.expires_at.is_empty() {
+            return; // no TTL held: no lookup to pay for
+        }
         if let Some(&at) = self.expires_at.get(&id) {
             if at <= now_us {
                 self.expires_at.remove(&id);
@@ -394,17 +411,22 @@ impl Sim {
         }
     }
 
-    fn write(&mut self, r: &Req) {
-        self.written.remove(&r.id);
+    /// A fill or a set; `absent`: the object is known not to be stored (a get that missed),
+    /// so the store's `insert` does what its `replace` would, without the lookup to remove it.
+    fn write(&mut self, r: &Req, absent: bool) {
+        self.forget_ttl(r.id);
+        let stored = match absent {
+            true => self.store.insert(r.id, r.size, r.t_us),
+            false => self.store.replace(r.id, r.size, r.t_us),
+        };
         if self.lazy {
-            self.expires_at.remove(&r.id);
-            if self.store.replace(r.id, r.size, r.t_us) && r.ttl_us > 0 {
+            if stored && r.ttl_us > 0 {
                 self.expires_at
                     .insert(r.id, r.t_us.saturating_add(r.ttl_us));
             }
             return;
         }
-        if self.store.replace(r.id, r.size, r.t_us) && r.ttl_us > 0 {
+        if stored && r.ttl_us > 0 {
             self.writes += 1;
             self.written.insert(r.id, self.writes);
             self.expiry.push(Reverse((
@@ -412,6 +434,17 @@ impl Sim {
                 r.id,
                 self.writes,
             )));
+        }
+    }
+
+    /// The object's TTL, if it had one, no longer applies (a write or a delete); the maps are
+    /// only looked in when some object has one.
+    fn forget_ttl(&mut self, id: u64) {
+        if !self.written.is_empty() {
+            self.written.remove(&id);
+        }
+        if !self.expires_at.is_empty() {
+            self.expires_at.remove(&id);
         }
     }
 
@@ -425,11 +458,9 @@ impl Sim {
         self.store.before(r.t_us);
         match r.op {
             GET | FETCH => {
-                let hit = self.store.contains(r.id);
-                if hit {
-                    self.store.touch(r.id, r.t_us);
-                } else {
-                    self.write(r);
+                let hit = self.store.hit(r.id, r.t_us);
+                if !hit {
+                    self.write(r, true);
                 }
                 if count {
                     self.counts.gets += 1;
@@ -441,12 +472,14 @@ impl Sim {
                 }
             }
             SET => {
-                self.write(r);
+                self.write(r, false);
                 self.counts.sets += count as u64;
             }
             DELETE => {
                 self.store.remove(r.id);
-                self.written.remove(&r.id);
+                if !self.written.is_empty() {
+                    self.written.remove(&r.id);
+                }
                 self.counts.deletes += count as u64;
             }
             _ => {}

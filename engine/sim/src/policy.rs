@@ -3,7 +3,12 @@
 //! sweeps from the oldest entry, sparing visited ones once). LRU needs no simulation: its
 //! whole curve comes from one pass of stack distances (see `lru`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use crate::store::HashMap;
+use std::collections::VecDeque;
+
+/// A set of ids with the cheap id hasher (ids are hashes already: SipHash is most of a request).
+type HashSet<T> =
+    std::collections::HashSet<T, std::hash::BuildHasherDefault<crate::store::IdHasher>>;
 
 pub trait Policy: Send + Sync {
     /// True on a hit; a miss inserts the object.
@@ -21,7 +26,7 @@ impl Fifo {
         Fifo {
             capacity: capacity.max(1),
             queue: VecDeque::new(),
-            present: HashSet::new(),
+            present: HashSet::default(),
         }
     }
 }
@@ -67,7 +72,7 @@ impl Sieve {
             capacity: capacity.max(1),
             nodes: Vec::new(),
             free: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             head: NONE,
             tail: NONE,
             hand: NONE,

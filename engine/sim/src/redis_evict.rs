@@ -79,9 +79,11 @@ pub(crate) struct RedisEvict {
     used: u64,
     samples: usize,
     lfu: Option<Lfu>,
-    keys: Vec<u64>,                       // for random sampling
-    index: HashMap<u64, (u32, u32, i64)>, // id -> (position in keys, size, LRU: last use in s; LFU: stamp)
-    pool: Vec<(u64, i64)>,                // (id, idleness), ascending
+    /// (id, LRU: last use in s; LFU: stamp), for random sampling: a sampled key's idleness is
+    /// on the line the draw reads, not behind a lookup in `index`
+    keys: Vec<(u64, i64)>,
+    index: HashMap<u64, (u32, u32)>, // id -> (position in keys, size)
+    pool: Vec<(u64, i64)>,           // (id, idleness), ascending
     rng: Rng,
 }
 
@@ -125,12 +127,12 @@ impl RedisEvict {
         // dictGetSomeKeys: distinct keys; all of them when there are no more than asked for
         let n = self.keys.len();
         for j in 0..self.samples.min(n) {
-            let id = if n <= self.samples {
+            let (id, stamp) = if n <= self.samples {
                 self.keys[j]
             } else {
                 self.keys[self.rng.below(n)]
             };
-            let idle = self.idleness(self.index[&id].2, now_us);
+            let idle = self.idleness(stamp, now_us);
             let mut k = 0;
             while k < self.pool.len() && self.pool[k].1 < idle {
                 k += 1;
@@ -162,8 +164,8 @@ impl RedisEvict {
     }
 
     fn add(&mut self, id: u64, size: u32, stamp: i64) {
-        self.index.insert(id, (self.keys.len() as u32, size, stamp));
-        self.keys.push(id);
+        self.index.insert(id, (self.keys.len() as u32, size));
+        self.keys.push((id, stamp));
         self.used += size as u64;
     }
 }
@@ -174,13 +176,20 @@ impl Store for RedisEvict {
     }
 
     fn touch(&mut self, id: u64, now_us: i64) {
+        self.hit(id, now_us);
+    }
+
+    fn hit(&mut self, id: u64, now_us: i64) -> bool {
         let (lfu, rng) = (self.lfu, &mut self.rng); // one lookup: a read hit's whole cost is the map's
-        if let Some(entry) = self.index.get_mut(&id) {
-            entry.2 = match lfu {
-                Some(lfu) => lfu.used(entry.2, now_us, rng),
-                None => seconds(now_us),
-            };
-        }
+        let Some(&(pos, _)) = self.index.get(&id) else {
+            return false;
+        };
+        let stamp = &mut self.keys[pos as usize].1;
+        *stamp = match lfu {
+            Some(lfu) => lfu.used(*stamp, now_us, rng),
+            None => seconds(now_us),
+        };
+        true
     }
 
     fn insert(&mut self, id: u64, size: u32, now_us: i64) -> bool {
@@ -194,7 +203,10 @@ impl Store for RedisEvict {
     fn replace(&mut self, id: u64, size: u32, now_us: i64) -> bool {
         // a write looks the key up (a use) and, under LFU, the new value keeps the old one's counter
         let old = match self.lfu {
-            Some(_) => self.index.get(&id).map(|entry| entry.2),
+            Some(_) => self
+                .index
+                .get(&id)
+                .map(|&(pos, _)| self.keys[pos as usize].1),
             None => None, // LRU: the write's stamp is now's, as a new key's (no lookup to pay for)
         };
         let kept = old.map(|stamp| self.used_stamp(stamp, now_us));
@@ -205,10 +217,10 @@ impl Store for RedisEvict {
     }
 
     fn remove(&mut self, id: u64) {
-        if let Some((pos, size, _)) = self.index.remove(&id) {
+        if let Some((pos, size)) = self.index.remove(&id) {
             self.keys.swap_remove(pos as usize);
             if (pos as usize) < self.keys.len() {
-                let moved = self.keys[pos as usize];
+                let moved = self.keys[pos as usize].0;
                 self.index.get_mut(&moved).unwrap().0 = pos;
             }
             self.used -= size as u64;
@@ -267,11 +279,12 @@ mod tests {
         for _ in 0..100 {
             s.touch(1, 0);
         }
-        let before = s.index[&1].2 & 255;
+        let stamp = |s: &RedisEvict| s.keys[s.index[&1].0 as usize].1;
+        let before = stamp(&s) & 255;
         s.replace(1, 2, 0);
-        assert!(s.index[&1].2 & 255 >= before);
+        assert!(stamp(&s) & 255 >= before);
         s.remove(1);
         s.replace(1, 2, 0);
-        assert_eq!(s.index[&1].2 & 255, LFU_INIT);
+        assert_eq!(stamp(&s) & 255, LFU_INIT);
     }
 }

@@ -33,6 +33,15 @@ pub(crate) trait Store {
     fn contains(&self, id: u64) -> bool;
     /// A get hit: the policy's notion of a use.
     fn touch(&mut self, id: u64, now_us: i64);
+    /// A get: `touch` when present; whether it was. One lookup where a policy can (the map is
+    /// most of a request's time).
+    fn hit(&mut self, id: u64, now_us: i64) -> bool {
+        let present = self.contains(id);
+        if present {
+            self.touch(id, now_us);
+        }
+        present
+    }
     /// A write (fill or set) of an object not present; false when it could not be stored.
     fn insert(&mut self, id: u64, size: u32, now_us: i64) -> bool;
     fn remove(&mut self, id: u64);

@@ -117,6 +117,20 @@ impl LivePositions {
         (n + (words[word] & low).count_ones()) as u64
     }
 
+    /// The set positions, ascending.
+    pub(super) fn positions(&self) -> impl Iterator<Item = usize> + '_ {
+        self.blocks.iter().enumerate().flat_map(|(b, block)| {
+            block.0.iter().enumerate().flat_map(move |(k, &w)| {
+                let base = b * BLOCK + k * 64;
+                std::iter::successors((w != 0).then_some(w), |&w| {
+                    let rest = w & (w - 1);
+                    (rest != 0).then_some(rest)
+                })
+                .map(move |w| base + w.trailing_zeros() as usize)
+            })
+        })
+    }
+
     /// The rank of every position, cheaply, while the set does not change: for renumbering
     /// (`rank` walks the tree; this reads a flat prefix of the block counts).
     pub(super) fn ranker(&self) -> impl Fn(usize) -> u64 + '_ {
@@ -162,6 +176,8 @@ mod tests {
             let want = plain[..at].iter().filter(|&&b| b).count() as u64;
             assert_eq!(live.rank(at), want, "rank of {at}");
         }
+        let set: Vec<usize> = (0..plain.len()).filter(|&p| plain[p]).collect();
+        assert_eq!(live.positions().collect::<Vec<_>>(), set);
         let ranker = live.ranker();
         let mut want = 0;
         for (pos, &set) in plain.iter().enumerate() {

@@ -82,21 +82,22 @@ impl Stack {
         self.next += 1;
         let objects = self.table.len() as u64;
         let (slot, found) = self.table.entry(id);
-        let (pos, old) = (slot.pos as usize, slot.size);
-        slot.pos = at as u32;
-        slot.size = size;
+        let pos = *slot as usize;
+        *slot = at as u32;
         let above = found.then(|| {
             let older = self.live.rank(pos);
             let objects_above = objects - 1 - older;
-            let bytes_above = match &self.bytes {
-                Some(bytes) => self.live_bytes - bytes.before(pos) - old as u64,
-                None => objects_above * self.unit as u64,
-            };
             self.live.remove(pos);
-            if let Some(bytes) = &mut self.bytes {
-                bytes.remove(pos);
-            }
-            self.live_bytes -= old as u64;
+            // the object's size until now: its position's (with equal sizes, the unit)
+            let (old, bytes_above) = match &mut self.bytes {
+                Some(bytes) => {
+                    let before = bytes.before(pos);
+                    let old = bytes.remove(pos);
+                    (old, self.live_bytes - before - old)
+                }
+                None => (self.unit as u64, objects_above * self.unit as u64),
+            };
+            self.live_bytes -= old;
             (objects_above, bytes_above)
         });
         self.live.insert(at);
@@ -115,8 +116,9 @@ impl Stack {
             self.unit = size;
             return;
         }
-        let capacity = self.live.capacity();
-        let live = self.table.iter_mut().map(|s| (s.pos as usize, s.size));
+        // every object so far is of the unit size
+        let (capacity, unit) = (self.live.capacity(), self.unit);
+        let live = self.table.positions_mut().map(|p| (*p as usize, unit));
         self.bytes = Some(PositionBytes::new(capacity, self.next, live));
     }
 
@@ -131,15 +133,15 @@ impl Stack {
         let capacity = (WINDOW * len).max(BLOCK);
         {
             let rank = self.live.ranker();
-            for slot in self.table.iter_mut() {
-                slot.pos = rank(slot.pos as usize) as u32;
+            for pos in self.table.positions_mut() {
+                *pos = rank(*pos as usize) as u32;
             }
         }
-        self.live = LivePositions::first(len, capacity);
-        if self.bytes.is_some() {
-            let live = self.table.iter_mut().map(|s| (s.pos as usize, s.size));
-            self.bytes = Some(PositionBytes::new(self.live.capacity(), len, live));
+        let live = LivePositions::first(len, capacity);
+        if let Some(bytes) = &mut self.bytes {
+            bytes.renumber(live.capacity(), self.live.positions());
         }
+        self.live = live;
         self.next = len;
     }
 }
