@@ -188,7 +188,7 @@ def test_engine_agents_on_cli_cluster(cli_cluster, spawn) -> None:
     assert outcome.status == "ok", outcome.reason
     (phase,) = outcome.to_json()["phases"]
     _assert_exact_merge(phase)
-    assert outcome.backend["info"]["client"] == "cachemark-engine"
+    assert outcome.backend.info["client"] == "cachemark-engine"
     assert len(outcome.to_json()["dask"]["agents"]) == 2
 
 

@@ -662,13 +662,14 @@ _MUTATORS = {"append", "extend", "insert", "update", "setdefault", "pop", "popit
 
 def _assigned_through(tree: Any) -> set[str]:
     """The results names a module assigns into: ``document[k] = …``, ``run[k] += …``, ``del phase[k]``,
-    ``record[k].append(…)``, ``phase.setdefault(…)`` (through subscripts, not attributes)."""
+    ``record[k].append(…)``, ``phase.setdefault(…)``, ``self.document[k] = …`` (the dict under any holder)."""
     import ast
 
     def root(node: Any) -> str | None:
         while isinstance(node, ast.Subscript):
             node = node.value
-        return node.id if isinstance(node, ast.Name) else None
+        # ``self.document[k]``, ``x.run[k]``: the name the dict is held under, whatever holds it
+        return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
 
     found = set()
     for node in ast.walk(tree):
@@ -691,6 +692,60 @@ def test_only_the_builder_assigns_into_a_results_document() -> None:
     found = {(str(path.relative_to(PACKAGE)), name) for path in sorted(PACKAGE.rglob("*.py"))
              for name in _assigned_through(ast.parse(path.read_text()))}
     assert _assigned_through(ast.parse('document["runs"].append(run)\nrun["display"] = x')) == {"document", "run"}
+    assert _assigned_through(ast.parse('self.document["runs"] = []\nx.phase.update(y)')) == {"document", "phase"}
     unknown = sorted(found - NOT_A_RESULTS_DOCUMENT)
     assert not unknown, f"change a document through results/builder.py, a phase through phase_record.py: {unknown}"
     assert found >= NOT_A_RESULTS_DOCUMENT, f"gone, delete: {sorted(NOT_A_RESULTS_DOCUMENT - found)}"
+
+
+# A run's outcome is changed in one module: the run sequence records what a load path returns.
+OUTCOME_CHANGERS = {"run/sequence.py"}
+
+
+def _outcome_changes(tree: Any) -> list[str]:
+    """Where a module changes a run outcome, through any holder: ``outcome.status = …``,
+    ``run.outcome.backend.info["client"] = …``, ``self.outcome.phases.append(…)``, ``del x.outcome.y``,
+    ``setattr(outcome, …)``: any assignment or mutating call whose target reaches into an object
+    named ``outcome`` (or ``…_outcome``) by a name or an attribute."""
+    import ast
+
+    def reaches_outcome(node: Any) -> bool:
+        inside = False  # the outcome itself may be rebound or stored; what is inside it may not change
+        while isinstance(node, ast.Attribute | ast.Subscript):
+            node = node.value
+            inside = True
+            if isinstance(node, ast.Attribute) and node.attr.endswith("outcome"):
+                return True
+        return inside and isinstance(node, ast.Name) and node.id.endswith("outcome")
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = [e for t in node.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            targets = [ast.Attribute(value=node.func.value, attr=node.func.attr)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
+        else:
+            continue
+        found += [f"line {node.lineno}: {ast.unparse(t)}" for t in targets if reaches_outcome(t)]
+    return found
+
+
+def test_only_the_run_sequence_changes_a_run_outcome() -> None:
+    import ast
+
+    samples = ('outcome.status = "failed"', 'run.outcome.backend.info["client"] = x', 'self.outcome.phases.append(r)',
+               'outcome.backend.update(x)', 'a.outcome.reason, b = 1, 2', 'del run.outcome.dask', 'x.outcome.n += 1',
+               'setattr(outcome, "dask", d)', 'info = outcome.backend.setdefault("info", {})')
+    for sample in samples:
+        assert _outcome_changes(ast.parse(sample)), sample
+    for sample in ('outcome = RunOutcome(l, t)', 'self.outcome = outcome', 'x = outcome.status', 'outcomes.append(o)'):
+        assert not _outcome_changes(ast.parse(sample)), sample
+    found = {str(path.relative_to(PACKAGE)): changes for path in sorted(PACKAGE.rglob("*.py"))
+             if (changes := _outcome_changes(ast.parse(path.read_text())))}
+    unknown = {path: changes for path, changes in found.items() if path not in OUTCOME_CHANGERS}
+    assert not unknown, f"return a LoadResult for run/sequence.py to record, not change the outcome: {unknown}"
+    assert set(found) >= OUTCOME_CHANGERS, f"gone, delete: {sorted(OUTCOME_CHANGERS - set(found))}"

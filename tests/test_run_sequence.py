@@ -98,8 +98,8 @@ def test_sentinel_primary_is_sampled_both_ways(local_cluster: dist.Cluster, sent
     for outcome in (here, there):
         assert outcome.status == "ok", outcome.reason
         assert outcome.dropped_writes is None
-        assert isinstance(outcome.backend.get("cleanup_removed"), int), outcome.backend
-        assert "cleanup_error" not in outcome.backend
+        assert isinstance(outcome.backend.cleanup_removed, int), outcome.backend
+        assert outcome.backend.cleanup_error is None
         (phase,) = outcome.to_json()["phases"]
         server = phase["server"]
         assert server is not None and server["source"] == "redis", (type(outcome).__name__, server)

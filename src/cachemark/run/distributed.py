@@ -34,14 +34,13 @@ from typing import Any
 from ..errors import Crash, PrefillFailed, UserError
 from ..measure.histogram import Histogram
 from ..measure.summary import OpRecord, merge_ops, merge_timeseries
-from ..results.names import ENGINE_CLIENT
 from ..results.phase_record import MERGED, PhaseRecord
 from ..spec import Workload
 from ..target import Target, split_query
 from ..textfile import one_line
 from ..workload.ops import split_ops
 from .load_path import LoadPath, ProgressFn, Run
-from .outcome import RunOutcome
+from .outcome import INTERRUPTED, LoadResult, RunOutcome, engine_info
 from .preflight import uses_engine
 from .sequence import run_sequence
 
@@ -369,11 +368,12 @@ class ClusterAgents(LoadPath):
         except PrefillFailed as exc:  # named by the user's URL, as a single-host run's refusals are
             raise PrefillFailed(f"{run.outcome.target}: {exc}") from None
 
-    def run_phases(self, run: Run) -> None:
+    def run_phases(self, run: Run) -> LoadResult:
+        got = _Run(self.cluster, run.target, run.workload, run.namespace, run.outcome.target, run.progress,
+                   run.monitor, run.shared).run()
         if uses_engine(run.target):
-            run.outcome.backend["info"]["client"] = ENGINE_CLIENT
-        _Run(self.cluster, run.target, run.workload, run.namespace, run.outcome, run.progress, run.monitor,
-             run.shared).run()
+            return replace(got, client_info=engine_info(run.outcome.backend.info))
+        return got
 
 
 def run_distributed(cluster: Cluster, target: Target | str, workload: Workload, label: str | None = None,
@@ -386,10 +386,10 @@ class _Run:
     """One distributed run: submit the agents, hold the barrier of every phase, merge."""
 
     def __init__(self, cluster: Cluster, target: Target, workload: Workload, namespace: str,
-                 outcome: DistributedOutcome, progress: ProgressFn | None, monitor: Any, shared: bool) -> None:
+                 named: str, progress: ProgressFn | None, monitor: Any, shared: bool) -> None:
         self.cluster, self.client, self.spec = cluster, cluster.client, cluster.spec
         self.target, self.workload, self.namespace = target, workload, namespace
-        self.outcome, self.progress, self.monitor, self.shared = outcome, progress, monitor, shared
+        self.named, self.progress, self.monitor, self.shared = named, progress, monitor, shared  # named: redacted
         self.engine = uses_engine(target)
         self.phases = workload.effective_phases()
         self.go: dict[int, float] = {}
@@ -452,7 +452,7 @@ class _Run:
         }
 
     # -- the run --------------------------------------------------------------------
-    def run(self) -> None:
+    def run(self) -> LoadResult:
         distributed = _import_distributed()
         from .agent import run_agent
 
@@ -483,7 +483,7 @@ class _Run:
             for k in self.go:
                 with contextlib.suppress(Exception):
                     distributed.Variable(f"{self.names['go']}-{k}", client=self.client).delete()
-        self._finish()
+        return self._finish()
 
     def _phases(self) -> None:
         distributed = _import_distributed()
@@ -580,8 +580,7 @@ class _Run:
             a.state, a.reason = "died", m["message"]
 
     # -- the merge ------------------------------------------------------------------
-    def _finish(self) -> None:
-        outcome = self.outcome
+    def _finish(self) -> LoadResult:
         load = [a for a in self.agents if a.role == "load"]
         crashes = [a.error for a in self.agents if a.error and a.error["kind"] == "crash"]
         merged = []
@@ -592,28 +591,27 @@ class _Run:
             if not parts:
                 continue
             merged.append(self.monitor.attach(k, self._merge(k, phase, parts)))
-        outcome.phases = merged
-        outcome.dask = self._dask_record()
+        extra = {"dask": self._dask_record()}
         if crashes and not merged:
-            raise Crash(f"{outcome.target}: agent: {crashes[0]['message']}", crashes[0].get("traceback", ""))
+            raise Crash(f"{self.named}: agent: {crashes[0]['message']}", crashes[0].get("traceback", ""))
         users = [a.error for a in self.agents if a.error and a.error["kind"] == "user"]
         if users and not merged:
-            raise UserError(f"{outcome.target}: {users[0]['message']}")
+            raise UserError(f"{self.named}: {users[0]['message']}")
         lost = [a for a in self.agents if a.state in ("died", "never joined")]
         if lost:
             kept = "; no phase was measured" if not merged else (
                 f"; the results keep the data of the {len([a for a in load if a not in lost])} other agents "
                 "(phases name who is missing)")
-            outcome.status = "failed"
-            outcome.reason = "; ".join(f"{a.name} {a.reason}" for a in lost) + kept
-        elif self.interrupted or any(a.status == "interrupted" for a in self.agents):
-            outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
-        elif crashes or users:
+            return LoadResult(merged, "failed", "; ".join(f"{a.name} {a.reason}" for a in lost) + kept, extra=extra)
+        if self.interrupted or any(a.status == "interrupted" for a in self.agents):
+            return LoadResult(merged, "interrupted", INTERRUPTED, extra=extra)
+        if crashes or users:
             error = (crashes or users)[0]
-            outcome.status, outcome.reason = "failed", f"agent: {error['message']}"
-        elif any(a.status == "failed" for a in self.agents):
+            return LoadResult(merged, "failed", f"agent: {error['message']}", extra=extra)
+        if any(a.status == "failed" for a in self.agents):
             a = next(a for a in self.agents if a.status == "failed")
-            outcome.status, outcome.reason = "failed", f"{a.name}: {a.reason}"
+            return LoadResult(merged, "failed", f"{a.name}: {a.reason}", extra=extra)
+        return LoadResult(merged, extra=extra)
 
     def _coordinator_time(self, a: _Agent, wall: float | None) -> float:
         assert wall is not None  # an agent's gate sends where each phase began and ended on its clock

@@ -17,7 +17,7 @@ from ..spec import Workload
 from ..workload.origin import remove_pool
 from .load_path import PREFILL, LoadPath, ProgressFn, Run
 from .messages import PhaseReport
-from .outcome import INTERRUPTED
+from .outcome import INTERRUPTED, LoadResult
 from .supervise import Tick, supervise
 from .worker import WorkerTask
 
@@ -25,8 +25,8 @@ from .worker import WorkerTask
 class PythonWorkers(LoadPath):
     """``workload.workers`` processes on this host, each with its own client connection."""
 
-    def run_phases(self, run: Run) -> None:
-        workload, outcome = run.workload, run.outcome
+    def run_phases(self, run: Run) -> LoadResult:
+        workload = run.workload
         tasks = [WorkerTask(run.target, run.namespace, workload.model_dump(), w, workload.workers, run.shared)
                  for w in range(workload.workers)]
         try:
@@ -35,8 +35,8 @@ class PythonWorkers(LoadPath):
         finally:
             run.monitor.stop_all()
             remove_pool(run.namespace)  # the origin pool's names, a killed worker's too
-        outcome.status, outcome.reason = got.status(f"{outcome.target}: ", INTERRUPTED)
-        outcome.phases = got.records(workload, run.monitor, merge_phase)
+        status, reason = got.status(f"{run.outcome.target}: ", INTERRUPTED)
+        return LoadResult(got.records(workload, run.monitor, merge_phase), status, reason)
 
 
 def progress_tick(progress: ProgressFn | None, workload: Workload, shared: bool = True) -> Tick | None:
