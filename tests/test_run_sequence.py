@@ -57,10 +57,10 @@ def _both_ways(cluster: dist.Cluster, url: Callable[[], str], workload: Workload
 def _cleanup_shape(outcome: RunOutcome) -> str:
     """The cleanup line with what differs between two runs (namespace, port, counts) taken out."""
     backend = outcome.backend
-    assert "cleanup_removed" not in backend, backend
-    error = backend["cleanup_error"]
-    assert "\n" not in error
-    error = error.replace(backend["namespace"], "<namespace>")
+    assert backend.cleanup_removed is None, backend
+    error = backend.cleanup_error
+    assert error is not None and "\n" not in error
+    error = error.replace(backend.namespace, "<namespace>")
     return re.sub(r"\d+", "<n>", error)
 
 
