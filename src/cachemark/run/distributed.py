@@ -22,7 +22,6 @@ from the load agents': mutilate's split), ``join_timeout=S`` (default 60 s), ``c
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import signal
 import time
@@ -58,7 +57,6 @@ QUIET_DASK = {
     "distributed.admin.system-monitor.gil.enabled": False,
     "distributed.admin.tick.interval": "500ms",
 }
-_ACTIVE: contextvars.ContextVar[Cluster | None] = contextvars.ContextVar("cachemark_cluster", default=None)
 
 
 @dataclass
@@ -173,29 +171,16 @@ def close(cluster: Cluster) -> None:
 
 @contextlib.contextmanager
 def cluster_session(text: str | None) -> Iterator[Cluster | None]:
-    """``cachemark run --cluster``: every run of the experiment goes through this cluster."""
+    """``cachemark run --cluster``: the cluster every run of the experiment goes through (handed to
+    run/experiment.py), closed after; none without ``--cluster``."""
     if not text:
         yield None
         return
     cluster = connect(text)
-    token = _ACTIVE.set(cluster)
     try:
         yield cluster
     finally:
-        _ACTIVE.reset(token)
         close(cluster)
-
-
-def run_or_distribute(target: Target | str, workload: Workload, label: str | None = None,
-                      progress: ProgressFn | None = None, network: Any = None) -> RunOutcome:
-    """The experiment's run call: on the cluster when ``--cluster`` gave one, else on this host
-    (:func:`.runner.run_target`)."""
-    cluster = _ACTIVE.get()
-    if cluster is None:
-        from .runner import run_target
-
-        return run_target(target, workload, label, progress, network=network)
-    return run_distributed(cluster, target, workload, label, progress, network=network)
 
 
 # --- one run -------------------------------------------------------------------------------
