@@ -39,6 +39,19 @@ from ..target import Target, split_query
 from ..textfile import one_line
 from ..workload.ops import split_ops
 from .load_path import LoadPath, ProgressFn, Run
+from .messages import (
+    AgentBeat,
+    AgentDied,
+    AgentDone,
+    AgentEnded,
+    AgentError,
+    AgentHello,
+    AgentPhase,
+    AgentReady,
+    AgentStarted,
+    AgentStatus,
+    agent_event,
+)
 from .outcome import INTERRUPTED, LoadResult, RunOutcome, engine_info
 from .preflight import uses_engine
 from .sequence import run_sequence
@@ -218,7 +231,7 @@ class _Agent:
     lags: dict[int, float] = field(default_factory=dict)
     done_ops: int = 0
     cpu_s: float | None = None
-    error: dict[str, Any] | None = None
+    error: AgentError | None = None  # what it reported when its run ended in an error
 
     @property
     def alive(self) -> bool:
@@ -538,36 +551,40 @@ class _Run:
                 a.state, a.reason = "never joined", f"never joined: no word within {self.spec.join_timeout:g} s"
 
     def _take(self, a: _Agent, m: dict[str, Any]) -> None:
-        event = m["event"]
-        if event == "hello":
-            a.pid, a.state = m["pid"], "joined" if a.alive else a.state
-            a.hostname = m.get("host") or a.hostname
-        elif event == "ready":
-            a.ready.add(m["phase"])
-        elif event == "started":
-            a.lags[m["phase"]] = m["lag_s"]
-        elif event == "ended":
-            a.ended.add(m["phase"])
-        elif event == "beat":
-            a.done_ops = m.get("done", a.done_ops)
-        elif event == "phase":
-            a.records[m["phase"]] = PhaseRecord.from_wire(m["record"])
-            a.ended.add(m["phase"])
-        elif event == "status":
-            a.status, a.reason = m["status"], m["reason"]
-        elif event == "error":
-            a.error = m
-        elif event == "done":
-            a.cpu_s = m["cpu_s"]
-            if a.alive:
-                a.state = "done"
-        elif event == "died" and a.alive:
-            a.state, a.reason = "died", m["message"]
+        try:
+            event = agent_event(m)
+        except ValueError:  # not one of ours (a newer agent's event): nothing this coordinator acts on
+            return
+        match event:
+            case AgentHello():
+                a.pid, a.state = event.pid, "joined" if a.alive else a.state
+                a.hostname = event.host or a.hostname
+            case AgentReady():
+                a.ready.add(event.phase)
+            case AgentStarted():
+                a.lags[event.phase] = event.lag_s
+            case AgentEnded():
+                a.ended.add(event.phase)
+            case AgentBeat():
+                a.done_ops = event.done
+            case AgentPhase():
+                a.records[event.phase] = PhaseRecord.from_wire(event.record)
+                a.ended.add(event.phase)
+            case AgentStatus():
+                a.status, a.reason = event.status, event.reason
+            case AgentError():
+                a.error = event
+            case AgentDone():
+                a.cpu_s = event.cpu_s
+                if a.alive:
+                    a.state = "done"
+            case AgentDied() if a.alive:
+                a.state, a.reason = "died", event.message
 
     # -- the merge ------------------------------------------------------------------
     def _finish(self) -> LoadResult:
         load = [a for a in self.agents if a.role == "load"]
-        crashes = [a.error for a in self.agents if a.error and a.error["kind"] == "crash"]
+        crashes = [a.error for a in self.agents if a.error and a.error.kind == "crash"]
         merged = []
         for k, phase in enumerate(self.phases):
             if k not in self.go:
@@ -578,10 +595,10 @@ class _Run:
             merged.append(self.monitor.attach(k, self._merge(k, phase, parts)))
         extra = {"dask": self._dask_record()}
         if crashes and not merged:
-            raise Crash(f"{self.named}: agent: {crashes[0]['message']}", crashes[0].get("traceback", ""))
-        users = [a.error for a in self.agents if a.error and a.error["kind"] == "user"]
+            raise Crash(f"{self.named}: agent: {crashes[0].message}", crashes[0].traceback)
+        users = [a.error for a in self.agents if a.error and a.error.kind == "user"]
         if users and not merged:
-            raise UserError(f"{self.named}: {users[0]['message']}")
+            raise UserError(f"{self.named}: {users[0].message}")
         lost = [a for a in self.agents if a.state in ("died", "never joined")]
         if lost:
             kept = "; no phase was measured" if not merged else (
@@ -592,7 +609,7 @@ class _Run:
             return LoadResult(merged, "interrupted", INTERRUPTED, extra=extra)
         if crashes or users:
             error = (crashes or users)[0]
-            return LoadResult(merged, "failed", f"agent: {error['message']}", extra=extra)
+            return LoadResult(merged, "failed", f"agent: {error.message}", extra=extra)
         if any(a.status == "failed" for a in self.agents):
             a = next(a for a in self.agents if a.status == "failed")
             return LoadResult(merged, "failed", f"{a.name}: {a.reason}", extra=extra)
