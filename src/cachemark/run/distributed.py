@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import Crash, PrefillFailed, UserError
 from ..measure.histogram import Histogram
 from ..measure.summary import OpRecord, merge_ops, merge_timeseries
-from ..results.phase_record import MERGED, PhaseRecord
+from ..results.phase_record import PhaseRecord
 from ..spec import Workload
 from ..target import Target, split_query
 from ..textfile import one_line
@@ -646,7 +646,6 @@ class _Run:
             agents_missing=[a.name for a in self.agents if a.role == "load" and k not in a.records],
             engine=_engines([r.engine for _, r in parts if r.engine]),
             measuring_agent=self._measuring(k),
-            layout=MERGED,
         )
 
     def _measuring(self, k: int) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ from ..errors import BackendMissing, BackendUnavailable, PrefillFailed, Unsuppor
 from ..measure.histogram import COUNTS_LEN, Histogram, bucket_indexes
 from ..measure.recorder import ERROR, Recorder
 from ..measure.summary import OpRecord, merge_ops, merge_timeseries
-from ..results.phase_record import MERGED, PhaseRecord
+from ..results.phase_record import PhaseRecord
 from ..schemes import scheme
 from ..spec import Phase, Workload
 from ..target import Target
@@ -747,7 +747,6 @@ def _phase_record(phase: Phase, workload: Workload, replies: list[dict[str, Any]
         error_samples=[s for r in replies for s in r.get("error_samples") or []][:5],
         ops=ops or {},
         timeseries=series or [],
-        layout=MERGED,
     )
     if any(r.get("stopped_on_errors") for r in replies):  # the driver applied the on-error policy itself
         return record.stopped(stopped_reason(record, workload.error_grace))

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..measure.outage import merge_outages
 from ..measure.summary import merge_ops, merge_timeseries
-from ..results.phase_record import WORKERS, PhaseRecord
+from ..results.phase_record import PhaseRecord
 from ..spec import Workload
 from ..workload.origin import remove_pool
 from .load_path import PREFILL, LoadPath, ProgressFn, Run
@@ -83,5 +83,4 @@ def merge_phase(phase: Any, parts: list[PhaseReport], workload: Workload) -> Pha
         ops=merge_ops([p.ops for p in parts], wall_s),
         timeseries=merge_timeseries([p.timeseries for p in parts]),
         write_outages=merge_outages([p.write_outages for p in parts], start) or None,
-        layout=WORKERS,
     )
