@@ -188,7 +188,7 @@ def test_engine_agents_on_cli_cluster(cli_cluster, spawn) -> None:
     assert outcome.status == "ok", outcome.reason
     (phase,) = outcome.to_json()["phases"]
     _assert_exact_merge(phase)
-    assert outcome.backend["info"]["client"] == "cachemark-engine"
+    assert outcome.backend.info["client"] == "cachemark-engine"
     assert len(outcome.to_json()["dask"]["agents"]) == 2
 
 
@@ -389,3 +389,20 @@ def test_cluster_urls() -> None:
             dist.parse_cluster(bad)
     assert dist.slices(5, 2) == [(0, 3), (3, 2)]
     assert dataclasses.is_dataclass(spec)
+
+
+def test_agent_events_are_typed_on_the_wire() -> None:
+    """Every event an agent sends reads back as itself; anything else is refused, not guessed at."""
+    import json
+
+    from cachemark.run import messages as m
+
+    sent = [m.AgentHello(7, "h", 2), m.AgentReady(0), m.AgentStarted(1, 0.002), m.AgentEnded(1, 10),
+            m.AgentPhase(0, {"name": "main"}), m.AgentProgress(5), m.AgentBeat(5), m.AgentStatus("failed", "x"),
+            m.AgentError("crash", "boom", "tb"), m.AgentDone(0.5), m.AgentDied("gone", ["last line"])]
+    for event in sent:
+        wire = json.loads(json.dumps(m.agent_wire(event, agent=3)))
+        assert wire["agent"] == 3 and m.agent_event(wire) == event
+    for bad in ({"event": "noise"}, {"event": "ready"}, {"event": "beat", "done": 1, "extra": 2}, {}):
+        with pytest.raises(ValueError):
+            m.agent_event(bad)

@@ -502,7 +502,7 @@ def test_cleanup_removes_only_the_runs_keys(name, kind, request):
     assert runs["foreign"] == (b"mine", b"another run's")  # a foreign key, and one shaped like another run's
     for run in (runs["prefilled"], runs["mixed"]):
         keys = PREFILLED["keys"] if run is runs["prefilled"] else MIXED["keys"]
-        assert not keys_held(runs["server"], run.backend["namespace"], keys), run.backend["namespace"]
+        assert not keys_held(runs["server"], run.backend.namespace, keys), run.backend.namespace
 
 
 @every_target
@@ -548,7 +548,7 @@ def test_the_results_name_the_client(name, kind, request):
     spec = DRIVERS[name]
     hello = next(m for d, _, m, _ in runs["messages"] if m["type"] == "hello")
     ready = next(m for d, _, m, _ in runs["messages"] if m["type"] == "ready")
-    info = runs["prefilled"].backend["info"]
+    info = runs["prefilled"].backend.info
     assert (info["driver"], info["client"], info["runtime"]) == (name, name, hello["runtime"])
     assert (info["store"], info["client_library"]) == (ready["client"], ready["client_library"])
     assert info["libraries"] == hello["libraries"] and spec.framework in hello["libraries"]
@@ -664,7 +664,7 @@ def test_a_server_that_dies_mid_run(name, kind, policy, spawn):
     errors = sum(sum(o["errors"].values()) for o in ops.values())
     assert 0 < errors < sum(o["count"] for o in ops.values()), ops  # ops, then a dead server's errors
     assert {k for o in ops.values() for k in o["errors"]} <= {"connection", "timeout"}, ops
-    assert "cleanup failed" in outcome.backend.get("cleanup_error", "")
+    assert "cleanup failed" in (outcome.backend.cleanup_error or "")
     assert outcome.took_s < 30  # a dead server does not hang the loop: a driver's start-up and a <= 6-s phase
 
 

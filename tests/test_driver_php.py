@@ -61,9 +61,9 @@ def test_file_store_stays_in_the_runs_directory(tmp_path):
     (tmp_path / "foreign.txt").write_text("mine")
     file = run_target(f"file://{tmp_path}?{CLIENT}", _workload(mix={"get": 1, "exists": 1}, ops=400))
     assert file.status == "ok", file.reason
-    assert file.backend["info"]["store"] == "Symfony\\Component\\Cache\\Adapter\\FilesystemAdapter"
+    assert file.backend.info["store"] == "Symfony\\Component\\Cache\\Adapter\\FilesystemAdapter"
     assert sum(op.hits for op in file.phases[0].ops.values()) == 400
-    assert file.backend["cleanup_removed"] >= 200  # Symfony's files, in the run's own directory, removed
+    assert file.backend.cleanup_removed >= 200  # Symfony's files, in the run's own directory, removed
     assert [p.name for p in tmp_path.iterdir()] == ["foreign.txt"]
 
 
@@ -86,7 +86,7 @@ def test_tagged_mixed_run_with_clean(kind, request, tmp_path):
     get = ops["get"]
     assert get.hits > 0 and get.misses > 0  # untagged keys still hit; cleaned ones miss
     assert ops["clean"].count > 0 and ops["clean"].hits == ops["clean"].misses == 0
-    ns = outcome.backend["namespace"]
+    ns = outcome.backend.namespace
     if kind == "redis":  # items and Symfony's tag sets, all under the namespace (the client's prefix)
         client = redis.Redis.from_url(request.getfixturevalue("redis_server").url())
         assert not list(client.scan_iter(match=ns + "*"))

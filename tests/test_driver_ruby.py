@@ -35,13 +35,13 @@ def test_memory_store_is_per_process_and_file_store_stays_in_the_runs_directory(
     # MemoryStore: each of the 2 drivers has its own cache, so each prefills every key: all hits
     memory = run_target(f"memory://?{CLIENT}", _workload(mix={"get": 1}, ops=400))
     assert memory.status == "ok", memory.reason
-    assert memory.backend["info"]["store"] == "ActiveSupport::Cache::MemoryStore"
+    assert memory.backend.info["store"] == "ActiveSupport::Cache::MemoryStore"
     assert (_op(memory, "get").hits, _op(memory, "get").misses) == (400, 0)
 
     (tmp_path / "foreign.txt").write_text("mine")
     file = run_target(f"file://{tmp_path}?{CLIENT}", _workload(mix={"get": 1, "exists": 1}, ops=400))
     assert file.status == "ok", file.reason
-    assert file.backend["info"]["store"] == "ActiveSupport::Cache::FileStore"
+    assert file.backend.info["store"] == "ActiveSupport::Cache::FileStore"
     assert sum(op.hits for op in file.phases[0].ops.values()) == 400
-    assert file.backend["cleanup_removed"] >= 200  # Rails' files, in the run's own directory, removed
+    assert file.backend.cleanup_removed >= 200  # Rails' files, in the run's own directory, removed
     assert [p.name for p in tmp_path.iterdir()] == ["foreign.txt"]

@@ -91,7 +91,7 @@ def test_diskcache_size_limit_leaves_the_users_cache_and_settings_alone(tmp_path
     query = "size_limit=50000&eviction_policy=least-frequently-used" + ("&shards=2&timeout=2" if shards else "")
     outcome = run_target(f"diskcache://{users}?{query}", SMALL)
     assert outcome.status == "ok", outcome.reason
-    assert "cleanup_error" not in outcome.backend
+    assert outcome.backend.cleanup_error is None
     assert _diskcache_state(users) == (settings, values)  # 55 of 55 keys, and the settings did not move
     assert sorted(p.relative_to(users).as_posix() for p in users.rglob("*")) == names  # nothing of the run left
 
@@ -318,7 +318,7 @@ def test_versioned_tags_leave_no_key_on_memcached(memcached_server) -> None:
                                         "tags": TagSpec(pool=20, max_per_key=3)})
     outcome = run_target(memcached_server.url() + "?tags=versioned", workload)
     assert outcome.status == "ok", outcome.reason
-    namespace = outcome.backend["namespace"]
+    namespace = outcome.backend.namespace
     assert _memcached_keys(memcached_server.port, namespace) == []
 
 
@@ -382,9 +382,9 @@ def test_runner_reports_the_cleanup_failure_line(restartable_memcached: LocalSer
 
     monkeypatch.setattr(runner, "create_backend", preflight_then_kill)
     outcome = run_target(f"memcached://127.0.0.1:{server.port}?connect_timeout=1&timeout=1", SMALL)
-    error = outcome.backend["cleanup_error"]
+    error = outcome.backend.cleanup_error
     assert error.startswith("cleanup failed: memcached at 127.0.0.1:"), error
-    assert f"keys of namespace {outcome.backend['namespace']} may remain" in error
+    assert f"keys of namespace {outcome.backend.namespace} may remain" in error
 
 
 # --- item 11: the real error surfaces, bad paths are one line -----------------------------

@@ -81,7 +81,7 @@ def test_python_cluster_client_counts_what_a_single_redis_counts_and_spreads_key
     assert sum(hits) >= phase["ops"]["get"]["hits"]
     # cleanup left nothing of the run's namespace on any node, nor any other key: the cluster is the worker's
     # shared one, so against what it held before the run (an earlier test's keys are not this run's)
-    assert _left(cluster, on_cluster.backend["namespace"]) == [] and _dbsize(cluster) <= held
+    assert _left(cluster, on_cluster.backend.namespace) == [] and _dbsize(cluster) <= held
 
 
 def test_cluster_url_parameters_are_checked():
@@ -181,7 +181,7 @@ def test_engine_counts_what_a_single_redis_counts(cluster, redis_server):
     assert phase["ops"]["get"]["misses"] > 100 and not phase["ops"]["get"]["errors"]
     assert phase["cluster"] == {"primaries": 3, "moved": 0, "ask": 0}  # the map from the start was right
     # cleanup reached every node
-    assert _left(cluster, on_cluster.backend["namespace"]) == [] and _dbsize(cluster) <= held
+    assert _left(cluster, on_cluster.backend.namespace) == [] and _dbsize(cluster) <= held
 
 
 def _left(cluster: RedisClusterServer, namespace: str) -> list:
@@ -604,7 +604,7 @@ def test_replicas_follow_their_primaries_and_serve_reads_when_asked(spawn):
     before = [_stat(n, "keyspace_hits") for n in replicas]
     outcome = run_target(cluster.url() + "?read_from_replicas=1", workload)
     assert outcome.status == "ok", outcome.reason
-    assert outcome.backend["info"]["read_from_replicas"] is True
+    assert outcome.backend.info["read_from_replicas"] is True
     served = [_stat(n, "keyspace_hits") - b for n, b in zip(replicas, before, strict=True)]
     assert all(s > 100 for s in served), served  # reads went round-robin to the replicas too
 

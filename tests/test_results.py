@@ -561,25 +561,27 @@ def _phase_record(**fields: Any) -> Any:
     return PhaseRecord(**{**base, **fields})
 
 
-def test_a_phase_record_is_saved_in_its_load_paths_order_and_fits_the_schema() -> None:
-    """Each load path has always written a phase's keys in its own order (report -f json prints them so);
-    a field a path lacks is left out, not written as null; what an agent ships is never saved."""
+def test_a_phase_record_is_saved_in_one_order_and_fits_the_schema() -> None:
+    """Every load path saves a phase's keys in one order (report -f json prints them so); a field a path
+    lacks is left out, not written as null; what an agent ships is never saved. A phase an earlier
+    version saved in its path's own order (the engine's began with cluster) reads the same."""
     from cachemark.results import Phase
-    from cachemark.results.phase_record import ENGINE, MERGED, WORKERS
+    from cachemark.results.phase_record import SAVED_ORDER
 
-    workers = _phase_record(layout=WORKERS)
+    workers = _phase_record()
     assert list(workers.to_json()) == ["name", "mode", "rate", "workers", "workers_reported", "wall_s",
-                                       "client_cpu_s", "interrupted", "missed", "error_samples", "ops", "timeseries",
-                                       "stopped_on_errors", "server"]
-    engine = _phase_record(layout=ENGINE, workers_reported=None, cluster={"primaries": 3, "moved": 1, "ask": 0},
+                                       "client_cpu_s", "interrupted", "stopped_on_errors", "missed", "error_samples",
+                                       "ops", "timeseries", "server"]
+    engine = _phase_record(workers_reported=None, cluster={"primaries": 3, "moved": 1, "ask": 0},
                            engine={"protocol": "resp", "threads": 1}, start_wall=5.0)
     saved = list(engine.to_json())
-    assert saved[:3] == ["cluster", "name", "mode"] and saved[-2:] == ["engine", "server"]
-    driver = _phase_record(layout=MERGED)
-    assert list(driver.to_json())[7:9] == ["interrupted", "stopped_on_errors"] and "agents" not in driver.to_json()
-    for record in (workers, engine, driver):
+    assert saved == [k for k in SAVED_ORDER if k in saved] and saved[-3:] == ["engine", "server", "cluster"]
+    for record in (workers, engine):
         Phase.model_validate(record.to_json())
         assert not set(record.to_json()) & {"start_wall", "end_wall", "start_lag_s"}
+    as_engine_wrote = json.loads(json.dumps(engine.to_json()))
+    as_engine_wrote = {"cluster": as_engine_wrote.pop("cluster"), **as_engine_wrote}
+    assert Phase.model_validate(as_engine_wrote) == Phase.model_validate(engine.to_json())
 
 
 def test_a_phase_record_is_changed_only_by_copy() -> None:
@@ -616,17 +618,18 @@ def test_an_agents_phase_record_reaches_its_coordinator_whole() -> None:
     engine_set = {"bytes_in": 0, "bytes_out": 10, "count": 1, "errors": {}, "histograms": {}}
     read = PhaseRecord.from_wire({**shipped, "ops": {"set": engine_set}, "newer_field": 1})
     assert read.ops["set"] == OpRecord(count=1, hits=0, misses=0, bytes_out=10)
-    assert list(read.ops["set"].to_json()) == [*engine_set, "hits", "misses"]
+    assert list(read.ops["set"].to_json()) == ["count", "hits", "misses", "errors", "bytes_out", "bytes_in",
+                                              "histograms"]
 
 
-def test_a_phase_records_ops_keep_their_producers_key_order_to_the_file_and_back() -> None:
-    """Python workers, drivers and a distributed run save an op in MergedOp's order; the engine's ops
-    keep the engine's own (a write without hits and misses). An agent's ops read back the same, in the
-    same order, a write's uncounted hits and misses as 0, after the rest."""
+def test_a_phase_records_ops_are_saved_in_one_order_to_the_file_and_back() -> None:
+    """Python workers, drivers, a distributed run and the engine save an op in one order (OpRecord's
+    fields; the engine's writes without hits and misses). An agent's ops read back the same, a write's
+    uncounted hits and misses as 0; an op an earlier version saved in the engine's own order reads the same."""
     from cachemark.measure.histogram import Histogram
     from cachemark.measure.summary import OpRecord, merge_ops
     from cachemark.results import Phase
-    from cachemark.results.phase_record import ENGINE, MERGED, WORKERS, PhaseRecord
+    from cachemark.results.phase_record import PhaseRecord
 
     hit, error = {"hit": Histogram.of([1000]).encode()}, {"error": Histogram.of([9000]).encode()}
     merged = merge_ops([{"get": OpRecord(count=1, hits=1, histograms=hit, histograms_uncorrected=hit)},
@@ -637,19 +640,21 @@ def test_a_phase_records_ops_keep_their_producers_key_order_to_the_file_and_back
     engine = {"get": OpRecord.from_json(engine_get).summarized(1.0),
               "set": OpRecord.from_json(engine_set).summarized(1.0)}
     counters = ["count", "hits", "misses", "errors", "bytes_out", "bytes_in", "histograms"]
-    in_merged_order = {"get": [*counters, "histograms_uncorrected", "summary", "summary_uncorrected"],
-                       "set": [*counters, "summary"]}
-    in_engines_order = {"get": [*engine_get, "summary", "summary_uncorrected"], "set": [*engine_set, "summary"]}
-    for layout, ops, order in ((WORKERS, merged, in_merged_order), (MERGED, merged, in_merged_order),
-                               (ENGINE, engine, in_engines_order)):
-        record = _phase_record(layout=layout, ops=ops)
+    order = {"get": [*counters, "histograms_uncorrected", "summary", "summary_uncorrected"],
+             "set": [*counters, "summary"]}
+    for ops, expected in ((merged, order), (engine, {**order, "set": [c for c in order["set"] if "hits" not in c
+                                                                        and "misses" not in c]})):
+        record = _phase_record(ops=ops)
         saved = record.to_json()
         Phase.model_validate(saved)
-        assert {name: list(op) for name, op in saved["ops"].items()} == order
+        assert {name: list(op) for name, op in saved["ops"].items()} == expected
         read = PhaseRecord.from_wire(json.loads(json.dumps(record.to_wire())))
         assert read.ops == {name: op.with_every_counter() for name, op in ops.items()}
         assert list(read.ops["get"].to_json().items()) == list(saved["ops"]["get"].items())
-    assert list(read.ops["set"].to_json().items()) == [*saved["ops"]["set"].items(), ("hits", 0), ("misses", 0)]
+    written_so = {**engine_get, "summary": saved["ops"]["get"]["summary"],
+                  "summary_uncorrected": saved["ops"]["get"]["summary_uncorrected"]}
+    assert OpRecord.from_json(written_so).to_json() == saved["ops"]["get"]
+    assert list(OpRecord.from_json(written_so).to_json()) == order["get"]
 
 
 # The same names holding something that is not a results document, with why.
@@ -662,13 +667,14 @@ _MUTATORS = {"append", "extend", "insert", "update", "setdefault", "pop", "popit
 
 def _assigned_through(tree: Any) -> set[str]:
     """The results names a module assigns into: ``document[k] = …``, ``run[k] += …``, ``del phase[k]``,
-    ``record[k].append(…)``, ``phase.setdefault(…)`` (through subscripts, not attributes)."""
+    ``record[k].append(…)``, ``phase.setdefault(…)``, ``self.document[k] = …`` (the dict under any holder)."""
     import ast
 
     def root(node: Any) -> str | None:
         while isinstance(node, ast.Subscript):
             node = node.value
-        return node.id if isinstance(node, ast.Name) else None
+        # ``self.document[k]``, ``x.run[k]``: the name the dict is held under, whatever holds it
+        return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
 
     found = set()
     for node in ast.walk(tree):
@@ -691,6 +697,60 @@ def test_only_the_builder_assigns_into_a_results_document() -> None:
     found = {(str(path.relative_to(PACKAGE)), name) for path in sorted(PACKAGE.rglob("*.py"))
              for name in _assigned_through(ast.parse(path.read_text()))}
     assert _assigned_through(ast.parse('document["runs"].append(run)\nrun["display"] = x')) == {"document", "run"}
+    assert _assigned_through(ast.parse('self.document["runs"] = []\nx.phase.update(y)')) == {"document", "phase"}
     unknown = sorted(found - NOT_A_RESULTS_DOCUMENT)
     assert not unknown, f"change a document through results/builder.py, a phase through phase_record.py: {unknown}"
     assert found >= NOT_A_RESULTS_DOCUMENT, f"gone, delete: {sorted(NOT_A_RESULTS_DOCUMENT - found)}"
+
+
+# A run's outcome is changed in one module: the run sequence records what a load path returns.
+OUTCOME_CHANGERS = {"run/sequence.py"}
+
+
+def _outcome_changes(tree: Any) -> list[str]:
+    """Where a module changes a run outcome, through any holder: ``outcome.status = …``,
+    ``run.outcome.backend.info["client"] = …``, ``self.outcome.phases.append(…)``, ``del x.outcome.y``,
+    ``setattr(outcome, …)``: any assignment or mutating call whose target reaches into an object
+    named ``outcome`` (or ``…_outcome``) by a name or an attribute."""
+    import ast
+
+    def reaches_outcome(node: Any) -> bool:
+        inside = False  # the outcome itself may be rebound or stored; what is inside it may not change
+        while isinstance(node, ast.Attribute | ast.Subscript):
+            node = node.value
+            inside = True
+            if isinstance(node, ast.Attribute) and node.attr.endswith("outcome"):
+                return True
+        return inside and isinstance(node, ast.Name) and node.id.endswith("outcome")
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = [e for t in node.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            targets = [ast.Attribute(value=node.func.value, attr=node.func.attr)]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
+        else:
+            continue
+        found += [f"line {node.lineno}: {ast.unparse(t)}" for t in targets if reaches_outcome(t)]
+    return found
+
+
+def test_only_the_run_sequence_changes_a_run_outcome() -> None:
+    import ast
+
+    samples = ('outcome.status = "failed"', 'run.outcome.backend.info["client"] = x', 'self.outcome.phases.append(r)',
+               'outcome.backend.update(x)', 'a.outcome.reason, b = 1, 2', 'del run.outcome.dask', 'x.outcome.n += 1',
+               'setattr(outcome, "dask", d)', 'info = outcome.backend.setdefault("info", {})')
+    for sample in samples:
+        assert _outcome_changes(ast.parse(sample)), sample
+    for sample in ('outcome = RunOutcome(l, t)', 'self.outcome = outcome', 'x = outcome.status', 'outcomes.append(o)'):
+        assert not _outcome_changes(ast.parse(sample)), sample
+    found = {str(path.relative_to(PACKAGE)): changes for path in sorted(PACKAGE.rglob("*.py"))
+             if (changes := _outcome_changes(ast.parse(path.read_text())))}
+    unknown = {path: changes for path, changes in found.items() if path not in OUTCOME_CHANGERS}
+    assert not unknown, f"return a LoadResult for run/sequence.py to record, not change the outcome: {unknown}"
+    assert set(found) >= OUTCOME_CHANGERS, f"gone, delete: {sorted(OUTCOME_CHANGERS - set(found))}"

@@ -57,10 +57,10 @@ def _both_ways(cluster: dist.Cluster, url: Callable[[], str], workload: Workload
 def _cleanup_shape(outcome: RunOutcome) -> str:
     """The cleanup line with what differs between two runs (namespace, port, counts) taken out."""
     backend = outcome.backend
-    assert "cleanup_removed" not in backend, backend
-    error = backend["cleanup_error"]
-    assert "\n" not in error
-    error = error.replace(backend["namespace"], "<namespace>")
+    assert backend.cleanup_removed is None, backend
+    error = backend.cleanup_error
+    assert error is not None and "\n" not in error
+    error = error.replace(backend.namespace, "<namespace>")
     return re.sub(r"\d+", "<n>", error)
 
 
@@ -98,8 +98,8 @@ def test_sentinel_primary_is_sampled_both_ways(local_cluster: dist.Cluster, sent
     for outcome in (here, there):
         assert outcome.status == "ok", outcome.reason
         assert outcome.dropped_writes is None
-        assert isinstance(outcome.backend.get("cleanup_removed"), int), outcome.backend
-        assert "cleanup_error" not in outcome.backend
+        assert isinstance(outcome.backend.cleanup_removed, int), outcome.backend
+        assert outcome.backend.cleanup_error is None
         (phase,) = outcome.to_json()["phases"]
         server = phase["server"]
         assert server is not None and server["source"] == "redis", (type(outcome).__name__, server)

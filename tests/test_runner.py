@@ -100,9 +100,9 @@ def test_redis_run_counts_hits_bytes_and_cleans_its_namespace(redis_server):
     assert get.misses == 0  # prefilled, nothing deletes
     assert get.bytes_in == 100 * get.hits
     assert set_.bytes_out >= 100 * set_.count
-    assert outcome.backend["info"]["server_version"]
+    assert outcome.backend.info["server_version"]
     assert client.get("someone-elses-key") == b"keep me"
-    assert not list(client.scan_iter(match=outcome.backend["namespace"] + "*"))
+    assert not list(client.scan_iter(match=outcome.backend.namespace + "*"))
 
 
 def test_a_server_stopped_mid_run_shows_up_as_errors(spawn):
@@ -202,7 +202,7 @@ def test_a_cache_that_keeps_nothing_by_design_is_not_probed():
     """null:// stores nothing on purpose (its row says so): the write probe is skipped, not failed."""
     outcome = run_target("null://", Workload(ops=50, duration=None, warmup=0, keys=10))
     assert outcome.status == "ok", outcome.reason
-    assert outcome.dropped_writes is None and "cleanup_error" not in outcome.backend
+    assert outcome.dropped_writes is None and outcome.backend.cleanup_error is None
 
 
 def test_missing_server_binary_skips(monkeypatch):
@@ -241,7 +241,7 @@ def test_engine_and_python_clients_answer_in_one_schema(redis_server):
     workload = Workload(keys=200, value_size=100, mix="get=80,set=20", ops=4000, duration=None, warmup=0)
     python = run_target(redis_server.url(), workload)
     engine = run_target(redis_server.url() + "?client=engine&connections=4", workload)
-    assert engine.backend["info"]["client"] == "cachemark-engine"
+    assert engine.backend.info["client"] == "cachemark-engine"
     for outcome in (python, engine):
         ops = outcome.phases[0].ops
         assert list(ops) == ["get", "set"]
@@ -263,6 +263,6 @@ def test_memcached_cleanup_removes_the_counters_of_an_incr_phase(memcached_serve
     outcome = run_target(memcached_server.url(), workload)
     assert _ops(outcome, "incr").count == 200
     client = Client(("127.0.0.1", memcached_server.port))
-    namespace = outcome.backend["namespace"]
+    namespace = outcome.backend.namespace
     assert all(client.get(f"{namespace}n:{i}") is None for i in range(20))
     assert all(client.get(f"{namespace}{i}") is None for i in range(20))

@@ -257,7 +257,7 @@ def test_short_phases_through_the_runner(spawn):
         server = spawn(kind)
         outcome = run_target(server.url(), _short_workload())
         assert outcome.status == "ok", outcome.reason
-        key = outcome.backend["namespace"] + "0"
+        key = outcome.backend.namespace + "0"
         if kind == "redis":
             wire_in = _resp_len(b"GET", key.encode())
             wire_out = len(b"$%d\r\n" % SIZE) + SIZE + 2

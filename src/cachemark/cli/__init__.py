@@ -236,11 +236,12 @@ def run(
 
     if experiment.workload.trace is not None and cluster:
         raise SpecError("--trace with --cluster: a replay's shares are prepared on this host; not yet supported")
-    with cluster_session(cluster), scratch_directory("cachemark-replay-") as scratch:
+    with cluster_session(cluster) as on_cluster, scratch_directory("cachemark-replay-") as scratch:
         from ..plan import with_trace
 
         experiment = with_trace(experiment, scratch)  # a trace replay: read once, split over the workers
-        document, path = run_experiment(experiment, out=results_path, calibrate=calibrate, console=console)
+        document, path = run_experiment(experiment, out=results_path, calibrate=calibrate, console=console,
+                                        cluster=on_cluster)
     console.print(f"results: {path}", markup=False, highlight=False)
     reports = [(report_path, report_format)] if report_path is not None and report_format is not None else []
     _write_reports(document, [*reports, *([(path.with_suffix(".html"), "html")] if html else [])])

@@ -158,12 +158,12 @@ class TerminalView:
 
 
 def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: bool = True,
-                   console: Console | None = None) -> tuple[ResultsDocument, Path]:
+                   console: Console | None = None, cluster: Any = None) -> tuple[ResultsDocument, Path]:
     """``cachemark run``'s experiment, drawn on ``console``: its runs, then the table and the lines
     that say how to read it; Ctrl-C ends it after saving (KeyboardInterrupt, once said where).
     The document comes back as the typed document the reports read."""
     console = console or Console()
-    finished = run_all(experiment, out, calibrate, TerminalView(console))
+    finished = run_all(experiment, out, calibrate, TerminalView(console), cluster)
     document, path = finished.document.model, finished.path
     assert document is not None  # the writer keeps the model it validated
     render(document, console, title=f"cachemark: {one_line(finished.experiment.name)}")

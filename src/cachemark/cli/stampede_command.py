@@ -100,6 +100,6 @@ def run_stampedes(targets: list[str], data: dict, markdown: bool = False) -> Non
             console.print(to_markdown(block), markup=False, highlight=False)
         else:
             to_rich(block, console)
-        for note in (outcome.dropped_writes, outcome.backend.get("cleanup_error")):
+        for note in (outcome.dropped_writes, outcome.backend.cleanup_error):
             if note:
                 console.print(f"{shown}: {note}", markup=False, highlight=False)

@@ -60,9 +60,6 @@ class OpRecord:
     histograms_uncorrected: dict[str, str] | None = None  # open loop: from the actual send
     summary: OpFigures | None = None
     summary_uncorrected: OpFigures | None = None
-    # the keys it was read with (the engine's own order): saved first, in that order, so a file
-    # keeps each producer's layout; the others follow in field order
-    order: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def from_json(cls, op: dict[str, Any]) -> OpRecord:
@@ -72,13 +69,12 @@ class OpRecord:
             errors=dict(op.get("errors") or {}), bytes_out=op.get("bytes_out", 0), bytes_in=op.get("bytes_in", 0),
             histograms=dict(op.get("histograms") or {}), histograms_uncorrected=op.get("histograms_uncorrected"),
             summary=_figures(op.get("summary")), summary_uncorrected=_figures(op.get("summary_uncorrected")),
-            order=tuple(op),
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The op as the results file keeps it: what it has (a None is left out), in its producer's order."""
-        saved = {name: _as_json(getattr(self, name)) for name in _SAVED if getattr(self, name) is not None}
-        return {name: saved[name] for name in self.order if name in saved} | saved
+        """The op as the results file keeps it: what it has (a None is left out), in field order whichever
+        path produced it (files that earlier versions wrote in the engine's order read the same)."""
+        return {name: _as_json(getattr(self, name)) for name in _SAVED if getattr(self, name) is not None}
 
     def with_every_counter(self) -> OpRecord:
         """Hits and misses as 0 where the engine did not count them (a set's), so agents' ops add up."""
@@ -90,7 +86,7 @@ class OpRecord:
         return replace(self, summary=summary, summary_uncorrected=uncorrected)
 
 
-_SAVED = tuple(f.name for f in fields(OpRecord) if f.name != "order")
+_SAVED = tuple(f.name for f in fields(OpRecord))
 
 
 def _figures(saved: dict[str, Any] | None) -> OpFigures | None:

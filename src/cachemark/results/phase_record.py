@@ -5,8 +5,9 @@ stack (run/driver.py) and a distributed run's coordinator (run/distributed.py) e
 :class:`PhaseRecord` from what they measured; the on-error policy, the server monitor and an
 agent's gate then hand back a changed copy (:meth:`~PhaseRecord.stopped`,
 :meth:`~PhaseRecord.with_server`, …), never a dict changed in place. :meth:`~PhaseRecord.to_json`
-is the phase as the results file keeps it (schema.Phase, with the keys each path has always
-written, in its order); :meth:`~PhaseRecord.to_wire` adds what an agent ships to its coordinator.
+is the phase as the results file keeps it (schema.Phase, with the keys a path has, in one order
+for all: files earlier versions wrote in each path's own order read the same);
+:meth:`~PhaseRecord.to_wire` adds what an agent ships to its coordinator.
 Its ops are typed (measure's :class:`~cachemark.measure.summary.OpRecord`) until then: those two and
 :meth:`~PhaseRecord.from_wire` are where they become JSON and are read back.
 """
@@ -20,15 +21,10 @@ from typing import Any
 from ..measure.summary import OpRecord
 from .schema import Phase
 
-# The order a results file keeps a phase's keys in, per load path (report -f json prints them so).
-WORKERS = ("name", "mode", "rate", "workers", "workers_reported", "wall_s", "client_cpu_s", "interrupted", "missed",
-           "error_samples", "ops", "timeseries", "write_outages", "stopped_on_errors", "server", "cluster")
-ENGINE = ("cluster", "write_outages", "name", "mode", "rate", "workers", "wall_s", "client_cpu_s", "interrupted",
-          "stopped_on_errors", "missed", "error_samples", "ops", "timeseries", "engine", "server")
-# a driver's phases and a distributed run's merged ones (the driver has no agents)
-MERGED = ("name", "mode", "rate", "workers", "workers_reported", "wall_s", "client_cpu_s", "interrupted",
-          "stopped_on_errors", "missed", "error_samples", "ops", "timeseries", "agents", "agents_reported",
-          "agents_missing", "engine", "measuring_agent", "server", "cluster")
+# The order a results file keeps a phase's keys in, whichever path ran it (report -f json prints them so).
+SAVED_ORDER = ("name", "mode", "rate", "workers", "workers_reported", "wall_s", "client_cpu_s", "interrupted",
+               "stopped_on_errors", "missed", "error_samples", "ops", "timeseries", "write_outages", "agents",
+               "agents_reported", "agents_missing", "engine", "measuring_agent", "server", "cluster")
 
 # Saved beside schema.Phase's fields (a phase keeps fields it does not name): no report reads them.
 SAVED_EXTRAS = frozenset({"workers_reported", "agents_reported"})
@@ -69,7 +65,6 @@ class PhaseRecord:
     start_wall: float | None = None
     end_wall: float | None = None
     start_lag_s: float | None = None
-    layout: tuple[str, ...] = field(default=WORKERS, compare=False)
 
     @property
     def total_ops(self) -> int:
@@ -113,7 +108,7 @@ class PhaseRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The phase as the results file keeps it."""
-        return {name: self._saved(name) for name in self.layout
+        return {name: self._saved(name) for name in SAVED_ORDER
                 if name not in OPTIONAL or getattr(self, name) is not None}
 
     def _saved(self, name: str) -> Any:
@@ -130,20 +125,20 @@ class PhaseRecord:
     def from_wire(cls, shipped: dict[str, Any]) -> PhaseRecord:
         """An agent's record (:meth:`to_wire`) as its coordinator reads it: each op with every counter
         (0 where the engine left one out), so agents' ops add up."""
-        known = {f.name for f in fields(cls)} - {"layout"}
+        known = {f.name for f in fields(cls)}
         values = {name: value for name, value in shipped.items() if name in known}
         values["ops"] = {name: OpRecord.from_json(op).with_every_counter()
                          for name, op in (shipped.get("ops") or {}).items()}
         return cls(**values)
 
 
-def _check_layouts() -> None:
-    """Every key a layout saves is one schema.Phase names or one of the extras it keeps."""
-    known = set(Phase.model_fields) | SAVED_EXTRAS
-    for layout in (WORKERS, ENGINE, MERGED):
-        unknown = set(layout) - known
-        if unknown:
-            raise TypeError(f"a phase layout saves keys schema.Phase does not know: {sorted(unknown)}")
+def _check_saved_order() -> None:
+    """Every key saved is one schema.Phase names or one of the extras it keeps, and every field that is
+    not in flight is saved."""
+    unknown = set(SAVED_ORDER) - (set(Phase.model_fields) | SAVED_EXTRAS)
+    unsaved = {f.name for f in fields(PhaseRecord)} - set(SAVED_ORDER) - set(IN_FLIGHT)
+    if unknown or unsaved:
+        raise TypeError(f"phase keys schema.Phase does not know: {sorted(unknown)}; not saved: {sorted(unsaved)}")
 
 
-_check_layouts()
+_check_saved_order()

@@ -39,7 +39,23 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from ..procs import stat_fields
-from .messages import death
+from .messages import (
+    AgentBeat,
+    AgentDied,
+    AgentDone,
+    AgentEnded,
+    AgentError,
+    AgentEvent,
+    AgentHello,
+    AgentPhase,
+    AgentProgress,
+    AgentReady,
+    AgentStarted,
+    AgentStatus,
+    agent_event,
+    agent_wire,
+    death,
+)
 
 if TYPE_CHECKING:
     from ..results.phase_record import PhaseRecord
@@ -62,8 +78,8 @@ def run_agent(spec: dict[str, Any]) -> dict[str, Any]:
     if stop.is_set():  # the run is already over (a task resubmitted after its worker was lost)
         return {"agent": agent, "exit": None}
 
-    def send(event: str, **fields: Any) -> None:
-        up.put({"agent": agent, "event": event, **fields})
+    def send(event: AgentEvent) -> None:
+        up.put(agent_wire(event, agent=agent))
 
     proc, lines, tail = _start_agent_process()
     _tell(proc, spec)
@@ -76,8 +92,7 @@ def run_agent(spec: dict[str, Any]) -> dict[str, Any]:
     if not finished:
         last_words = tail[-5:]
         _end_group(proc.pid)
-        send("died", message=f"agent process {proc.pid} ended without reporting ({death(code)})",
-             stderr=last_words)
+        send(AgentDied(f"agent process {proc.pid} ended without reporting ({death(code)})", last_words))
     return {"agent": agent, "exit": code}
 
 
@@ -142,19 +157,15 @@ def _relay(spec: dict[str, Any], proc: subprocess.Popen[str], lines: queue_mod.Q
         if line is None:
             break
         if line:
-            try:
-                message = json.loads(line)
-            except ValueError:
-                message = {"event": "noise", "text": line[:200]}
-            event = message.pop("event", "noise")
-            if event == "ready":
-                waiting = message["phase"]
-            if event == "progress":
-                done = message.get("done", 0)
-            elif event == "done":
+            event = _read_event(line)
+            if isinstance(event, AgentReady):
+                waiting = event.phase
+            if isinstance(event, AgentProgress):
+                done = event.done
+            elif isinstance(event, AgentDone):
                 finished = True
-            if event not in ("progress", "noise"):
-                send(event, **message)
+            if event is not None and not isinstance(event, AgentProgress):
+                send(event)
         if waiting is not None:
             try:
                 go = Variable(f"{spec['names']['go']}-{waiting}").get(timeout=0.05)
@@ -170,11 +181,20 @@ def _relay(spec: dict[str, Any], proc: subprocess.Popen[str], lines: queue_mod.Q
         now = time.monotonic()
         if now - last_beat >= BEAT_S:
             last_beat = now
-            send("beat", done=done)
+            send(AgentBeat(done))
             if not stopped and stop.is_set():
                 _tell(proc, {"stop": "the coordinator stopped the run"})
                 stopped = True
     return finished
+
+
+def _read_event(line: str) -> AgentEvent | None:
+    """The agent process's event on ``line``; None for anything else it printed (noise)."""
+    try:
+        wire = json.loads(line)
+        return agent_event(wire) if isinstance(wire, dict) else None
+    except ValueError:
+        return None
 
 
 def _end_group(group: int, grace_s: float = GROUP_GRACE_S) -> None:
@@ -252,8 +272,8 @@ class _Out:
     def __init__(self, stream: Any) -> None:
         self.stream, self.lock = stream, threading.Lock()
 
-    def __call__(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"event": event, **fields})
+    def __call__(self, event: AgentEvent) -> None:
+        line = json.dumps(agent_wire(event))
         with self.lock, contextlib.suppress(OSError, ValueError):
             self.stream.write(line + "\n")
             self.stream.flush()
@@ -302,7 +322,7 @@ class Gate:
         pass
 
     def phase_started(self, index: int) -> None:
-        self.out("ready", phase=index)
+        self.out(AgentReady(index))
         with self.changed:
             self.changed.wait_for(lambda: index in self.go or self.stopped is not None)
             at = self.go.get(index)
@@ -313,10 +333,10 @@ class Gate:
         now = time.time()
         self.started[index] = now
         self.lag[index] = now - at
-        self.out("started", phase=index, lag_s=now - at)
+        self.out(AgentStarted(index, now - at))
 
     def phase_ended(self, index: int, total_ops: int) -> None:
-        self.out("ended", phase=index, ops=total_ops)
+        self.out(AgentEnded(index, total_ops))
 
     def attach(self, index: int, record: PhaseRecord) -> PhaseRecord:
         """The record goes to the coordinator (which samples the server once, not every agent), with
@@ -325,7 +345,7 @@ class Gate:
             start = self.started.get(index, time.time())
             record = record.on_agent_clock(start, start + record.wall_s)
         record = record.with_start_lag(self.lag.get(index))
-        self.out("phase", phase=index, record=record.to_wire())
+        self.out(AgentPhase(index, record.to_wire()))
         return record
 
     def stop_all(self) -> None:
@@ -381,7 +401,7 @@ def supervise(tasks: list[Any], workload: Any, gate: Gate, out: _Out) -> tuple[l
     def tick(current: int, done: int, prefilled: int) -> None:  # an agent's slice never prefills
         if time.monotonic() - last_progress[0] >= 1.0:
             last_progress[0] = time.monotonic()
-            out("progress", done=done)
+            out(AgentProgress(done))
 
     got = supervise_workers(tasks, workload, gate, tasks[0].workers, tick)
     status, reason = got.status("", gate.stopped or "interrupted")
@@ -411,7 +431,7 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     spec = json.loads(sys.stdin.readline())
-    out("hello", pid=os.getpid(), host=socket.gethostname(), cpus=os.cpu_count())
+    out(AgentHello(os.getpid(), socket.gethostname(), os.cpu_count()))
     gate = Gate(out, sys.stdin)
     cpu0 = _cpu_total()
     try:
@@ -420,17 +440,17 @@ def main() -> None:
         else:
             _, status, reason = _python_path(spec, gate, out)
             if status != "ok":
-                out("status", status=status, reason=reason)
+                out(AgentStatus(status, reason))
     except KeyboardInterrupt:
-        out("status", status="interrupted", reason=gate.stopped or "interrupted")
+        out(AgentStatus("interrupted", gate.stopped or "interrupted"))
     except UserError as exc:
-        out("error", kind="user", message=str(exc))
+        out(AgentError("user", str(exc)))
     except Crash as exc:
-        out("error", kind="crash", message=str(exc), traceback=exc.details)
+        out(AgentError("crash", str(exc), exc.details))
     except Exception as exc:  # noqa: BLE001 — reported to the coordinator, which decides
-        out("error", kind="crash", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        out(AgentError("crash", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late stop must not cut the last report
-    out("done", cpu_s=_cpu_total() - cpu0)
+    out(AgentDone(_cpu_total() - cpu0))
 
 
 if __name__ == "__main__":

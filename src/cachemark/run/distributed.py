@@ -22,7 +22,6 @@ from the load agents': mutilate's split), ``join_timeout=S`` (default 60 s), ``c
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import signal
 import time
@@ -34,14 +33,26 @@ from typing import Any
 from ..errors import Crash, PrefillFailed, UserError
 from ..measure.histogram import Histogram
 from ..measure.summary import OpRecord, merge_ops, merge_timeseries
-from ..results.names import ENGINE_CLIENT
-from ..results.phase_record import MERGED, PhaseRecord
+from ..results.phase_record import PhaseRecord
 from ..spec import Workload
 from ..target import Target, split_query
 from ..textfile import one_line
 from ..workload.ops import split_ops
 from .load_path import LoadPath, ProgressFn, Run
-from .outcome import RunOutcome
+from .messages import (
+    AgentBeat,
+    AgentDied,
+    AgentDone,
+    AgentEnded,
+    AgentError,
+    AgentHello,
+    AgentPhase,
+    AgentReady,
+    AgentStarted,
+    AgentStatus,
+    agent_event,
+)
+from .outcome import INTERRUPTED, LoadResult, RunOutcome, engine_info
 from .preflight import uses_engine
 from .sequence import run_sequence
 
@@ -59,7 +70,6 @@ QUIET_DASK = {
     "distributed.admin.system-monitor.gil.enabled": False,
     "distributed.admin.tick.interval": "500ms",
 }
-_ACTIVE: contextvars.ContextVar[Cluster | None] = contextvars.ContextVar("cachemark_cluster", default=None)
 
 
 @dataclass
@@ -174,29 +184,16 @@ def close(cluster: Cluster) -> None:
 
 @contextlib.contextmanager
 def cluster_session(text: str | None) -> Iterator[Cluster | None]:
-    """``cachemark run --cluster``: every run of the experiment goes through this cluster."""
+    """``cachemark run --cluster``: the cluster every run of the experiment goes through (handed to
+    run/experiment.py), closed after; none without ``--cluster``."""
     if not text:
         yield None
         return
     cluster = connect(text)
-    token = _ACTIVE.set(cluster)
     try:
         yield cluster
     finally:
-        _ACTIVE.reset(token)
         close(cluster)
-
-
-def run_or_distribute(target: Target | str, workload: Workload, label: str | None = None,
-                      progress: ProgressFn | None = None, network: Any = None) -> RunOutcome:
-    """The experiment's run call: on the cluster when ``--cluster`` gave one, else on this host
-    (:func:`.runner.run_target`)."""
-    cluster = _ACTIVE.get()
-    if cluster is None:
-        from .runner import run_target
-
-        return run_target(target, workload, label, progress, network=network)
-    return run_distributed(cluster, target, workload, label, progress, network=network)
 
 
 # --- one run -------------------------------------------------------------------------------
@@ -234,7 +231,7 @@ class _Agent:
     lags: dict[int, float] = field(default_factory=dict)
     done_ops: int = 0
     cpu_s: float | None = None
-    error: dict[str, Any] | None = None
+    error: AgentError | None = None  # what it reported when its run ended in an error
 
     @property
     def alive(self) -> bool:
@@ -369,11 +366,12 @@ class ClusterAgents(LoadPath):
         except PrefillFailed as exc:  # named by the user's URL, as a single-host run's refusals are
             raise PrefillFailed(f"{run.outcome.target}: {exc}") from None
 
-    def run_phases(self, run: Run) -> None:
+    def run_phases(self, run: Run) -> LoadResult:
+        got = _Run(self.cluster, run.target, run.workload, run.namespace, run.outcome.target, run.progress,
+                   run.monitor, run.shared).run()
         if uses_engine(run.target):
-            run.outcome.backend["info"]["client"] = ENGINE_CLIENT
-        _Run(self.cluster, run.target, run.workload, run.namespace, run.outcome, run.progress, run.monitor,
-             run.shared).run()
+            return replace(got, client_info=engine_info(run.outcome.backend.info))
+        return got
 
 
 def run_distributed(cluster: Cluster, target: Target | str, workload: Workload, label: str | None = None,
@@ -386,10 +384,10 @@ class _Run:
     """One distributed run: submit the agents, hold the barrier of every phase, merge."""
 
     def __init__(self, cluster: Cluster, target: Target, workload: Workload, namespace: str,
-                 outcome: DistributedOutcome, progress: ProgressFn | None, monitor: Any, shared: bool) -> None:
+                 named: str, progress: ProgressFn | None, monitor: Any, shared: bool) -> None:
         self.cluster, self.client, self.spec = cluster, cluster.client, cluster.spec
         self.target, self.workload, self.namespace = target, workload, namespace
-        self.outcome, self.progress, self.monitor, self.shared = outcome, progress, monitor, shared
+        self.named, self.progress, self.monitor, self.shared = named, progress, monitor, shared  # named: redacted
         self.engine = uses_engine(target)
         self.phases = workload.effective_phases()
         self.go: dict[int, float] = {}
@@ -452,7 +450,7 @@ class _Run:
         }
 
     # -- the run --------------------------------------------------------------------
-    def run(self) -> None:
+    def run(self) -> LoadResult:
         distributed = _import_distributed()
         from .agent import run_agent
 
@@ -483,7 +481,7 @@ class _Run:
             for k in self.go:
                 with contextlib.suppress(Exception):
                     distributed.Variable(f"{self.names['go']}-{k}", client=self.client).delete()
-        self._finish()
+        return self._finish()
 
     def _phases(self) -> None:
         distributed = _import_distributed()
@@ -553,37 +551,40 @@ class _Run:
                 a.state, a.reason = "never joined", f"never joined: no word within {self.spec.join_timeout:g} s"
 
     def _take(self, a: _Agent, m: dict[str, Any]) -> None:
-        event = m["event"]
-        if event == "hello":
-            a.pid, a.state = m["pid"], "joined" if a.alive else a.state
-            a.hostname = m.get("host") or a.hostname
-        elif event == "ready":
-            a.ready.add(m["phase"])
-        elif event == "started":
-            a.lags[m["phase"]] = m["lag_s"]
-        elif event == "ended":
-            a.ended.add(m["phase"])
-        elif event == "beat":
-            a.done_ops = m.get("done", a.done_ops)
-        elif event == "phase":
-            a.records[m["phase"]] = PhaseRecord.from_wire(m["record"])
-            a.ended.add(m["phase"])
-        elif event == "status":
-            a.status, a.reason = m["status"], m["reason"]
-        elif event == "error":
-            a.error = m
-        elif event == "done":
-            a.cpu_s = m["cpu_s"]
-            if a.alive:
-                a.state = "done"
-        elif event == "died" and a.alive:
-            a.state, a.reason = "died", m["message"]
+        try:
+            event = agent_event(m)
+        except ValueError:  # not one of ours (a newer agent's event): nothing this coordinator acts on
+            return
+        match event:
+            case AgentHello():
+                a.pid, a.state = event.pid, "joined" if a.alive else a.state
+                a.hostname = event.host or a.hostname
+            case AgentReady():
+                a.ready.add(event.phase)
+            case AgentStarted():
+                a.lags[event.phase] = event.lag_s
+            case AgentEnded():
+                a.ended.add(event.phase)
+            case AgentBeat():
+                a.done_ops = event.done
+            case AgentPhase():
+                a.records[event.phase] = PhaseRecord.from_wire(event.record)
+                a.ended.add(event.phase)
+            case AgentStatus():
+                a.status, a.reason = event.status, event.reason
+            case AgentError():
+                a.error = event
+            case AgentDone():
+                a.cpu_s = event.cpu_s
+                if a.alive:
+                    a.state = "done"
+            case AgentDied() if a.alive:
+                a.state, a.reason = "died", event.message
 
     # -- the merge ------------------------------------------------------------------
-    def _finish(self) -> None:
-        outcome = self.outcome
+    def _finish(self) -> LoadResult:
         load = [a for a in self.agents if a.role == "load"]
-        crashes = [a.error for a in self.agents if a.error and a.error["kind"] == "crash"]
+        crashes = [a.error for a in self.agents if a.error and a.error.kind == "crash"]
         merged = []
         for k, phase in enumerate(self.phases):
             if k not in self.go:
@@ -592,28 +593,27 @@ class _Run:
             if not parts:
                 continue
             merged.append(self.monitor.attach(k, self._merge(k, phase, parts)))
-        outcome.phases = merged
-        outcome.dask = self._dask_record()
+        extra = {"dask": self._dask_record()}
         if crashes and not merged:
-            raise Crash(f"{outcome.target}: agent: {crashes[0]['message']}", crashes[0].get("traceback", ""))
-        users = [a.error for a in self.agents if a.error and a.error["kind"] == "user"]
+            raise Crash(f"{self.named}: agent: {crashes[0].message}", crashes[0].traceback)
+        users = [a.error for a in self.agents if a.error and a.error.kind == "user"]
         if users and not merged:
-            raise UserError(f"{outcome.target}: {users[0]['message']}")
+            raise UserError(f"{self.named}: {users[0].message}")
         lost = [a for a in self.agents if a.state in ("died", "never joined")]
         if lost:
             kept = "; no phase was measured" if not merged else (
                 f"; the results keep the data of the {len([a for a in load if a not in lost])} other agents "
                 "(phases name who is missing)")
-            outcome.status = "failed"
-            outcome.reason = "; ".join(f"{a.name} {a.reason}" for a in lost) + kept
-        elif self.interrupted or any(a.status == "interrupted" for a in self.agents):
-            outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
-        elif crashes or users:
+            return LoadResult(merged, "failed", "; ".join(f"{a.name} {a.reason}" for a in lost) + kept, extra=extra)
+        if self.interrupted or any(a.status == "interrupted" for a in self.agents):
+            return LoadResult(merged, "interrupted", INTERRUPTED, extra=extra)
+        if crashes or users:
             error = (crashes or users)[0]
-            outcome.status, outcome.reason = "failed", f"agent: {error['message']}"
-        elif any(a.status == "failed" for a in self.agents):
+            return LoadResult(merged, "failed", f"agent: {error.message}", extra=extra)
+        if any(a.status == "failed" for a in self.agents):
             a = next(a for a in self.agents if a.status == "failed")
-            outcome.status, outcome.reason = "failed", f"{a.name}: {a.reason}"
+            return LoadResult(merged, "failed", f"{a.name}: {a.reason}", extra=extra)
+        return LoadResult(merged, extra=extra)
 
     def _coordinator_time(self, a: _Agent, wall: float | None) -> float:
         assert wall is not None  # an agent's gate sends where each phase began and ended on its clock
@@ -646,7 +646,6 @@ class _Run:
             agents_missing=[a.name for a in self.agents if a.role == "load" and k not in a.records],
             engine=_engines([r.engine for _, r in parts if r.engine]),
             measuring_agent=self._measuring(k),
-            layout=MERGED,
         )
 
     def _measuring(self, k: int) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ from ..errors import BackendMissing, BackendUnavailable, PrefillFailed, Unsuppor
 from ..measure.histogram import COUNTS_LEN, Histogram, bucket_indexes
 from ..measure.recorder import ERROR, Recorder
 from ..measure.summary import OpRecord, merge_ops, merge_timeseries
-from ..results.phase_record import MERGED, PhaseRecord
+from ..results.phase_record import PhaseRecord
 from ..schemes import scheme
 from ..spec import Phase, Workload
 from ..target import Target
@@ -48,6 +48,7 @@ from .driver_protocol import load as load_protocol
 from .error_policy import stopped_reason
 from .load_path import PREFILL, ProgressFn
 from .messages import death
+from .outcome import INTERRUPTED, LoadResult, RunBackend
 from .worker import arrival_gaps
 
 FILLER_TEXT = filler_period().decode("ascii")  # setup's filler: one period of the value format's text
@@ -491,18 +492,20 @@ def check_workload(spec: DriverSpec, target: Target, workload: Workload) -> None
                                         f"{', '.join(sorted(spec.ops))}")
 
 
-def run_driver_phases(target: Target, workload: Workload, namespace: str, outcome: Any, monitor: Any = None,
-                      progress: ProgressFn | None = None) -> None:
-    """Every phase of ``workload`` through the target's driver, into ``outcome`` (phases, backend
-    info, and ``failed`` with one line when a driver dies or hangs)."""
+def run_driver_phases(target: Target, workload: Workload, namespace: str, backend: RunBackend,
+                      monitor: Any = None, progress: ProgressFn | None = None) -> LoadResult:
+    """Every phase of ``workload`` through the target's driver: the phase records, the driver's
+    client info (in place of the preflight's Python client), and ``failed`` with one line when a
+    driver dies or hangs."""
     spec = driver_for(target)
     assert spec is not None
     check_workload(spec, target, workload)
-    info = outcome.backend.setdefault("info", {})
+    info = dict(backend.info or {})
     for stale in ("hiredis", "client_class", "noreply", "no_delay", "client_version"):  # the Python client's
         info.pop(stale, None)  # (it only checks and cleans up), even when the driver cannot start
     info["client"] = spec.name
     drivers: list[DriverProcess] = []
+    phases: list[PhaseRecord] = []
     try:
         for w in range(workload.workers):
             drivers.append(DriverProcess(spec, w))
@@ -516,33 +519,38 @@ def run_driver_phases(target: Target, workload: Workload, namespace: str, outcom
         ready = [d.recv(REPLY_TIMEOUT_S) for d in drivers]
         for d, (reply, _) in zip(drivers, ready, strict=True):
             d.check(reply, "ready")
-        hello, reply = hellos[0][0], ready[0][0]
-        libraries = hello.get("libraries") or {}
-        framework = libraries.get(spec.framework, "")
-        library = "" if reply.get("client_library") == spec.framework else (
-            f"{reply.get('client_library')} {reply.get('client_version')}, ")
-        info.update({"client": spec.name, "driver": spec.name, "runtime": hello.get("runtime"),
-                     "store": reply.get("client"), "client_library": reply.get("client_library"),
-                     "client_library_version": reply.get("client_version"), "libraries": libraries,
-                     # as the report prints it: "ruby-activesupport 6.1.7.10 (dalli 3.0.6, ruby 3.1.7)"
-                     "client_version": f"{framework} ({library}{hello.get('runtime')})".strip()})
-        _run_phases(drivers, target, workload, outcome, monitor, progress)
+        info = _driver_info(info, spec, hellos[0][0], ready[0][0])
+        interrupted = _run_phases(drivers, target, workload, backend.shared, phases, monitor, progress)
     except DriverFailed as exc:
-        outcome.status, outcome.reason = "failed", str(exc)
+        return LoadResult(phases, "failed", str(exc), info)
     finally:
         for d in drivers:
             d.close()
+    return LoadResult(phases, "interrupted" if interrupted else "ok", INTERRUPTED if interrupted else "", info)
 
 
-def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload, outcome: Any,
-                monitor: Any, progress: ProgressFn | None = None) -> None:
+def _driver_info(info: dict[str, Any], spec: DriverSpec, hello: dict[str, Any],
+                 reply: dict[str, Any]) -> dict[str, Any]:
+    libraries = hello.get("libraries") or {}
+    framework = libraries.get(spec.framework, "")
+    library = "" if reply.get("client_library") == spec.framework else (
+        f"{reply.get('client_library')} {reply.get('client_version')}, ")
+    return {**info, "client": spec.name, "driver": spec.name, "runtime": hello.get("runtime"),
+            "store": reply.get("client"), "client_library": reply.get("client_library"),
+            "client_library_version": reply.get("client_version"), "libraries": libraries,
+            # as the report prints it: "ruby-activesupport 6.1.7.10 (dalli 3.0.6, ruby 3.1.7)"
+            "client_version": f"{framework} ({library}{hello.get('runtime')})".strip()}
+
+
+def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload, shared: bool,
+                phases: list[PhaseRecord], monitor: Any, progress: ProgressFn | None = None) -> bool:
+    """Each phase's record into ``phases`` (the caller's list: a driver that fails mid-run keeps
+    the phases before it); True when Ctrl-C stopped them."""
     for index, phase in enumerate(workload.effective_phases()):
         entries = [e.name for e in mix_entries(phase.mix or workload.mix)]
-        shared = outcome.backend.get("capabilities", {}).get("shared", True)
         if index == 0 and workload.prefill and _prefill(drivers, target, workload, shared, progress):
-            outcome.phases.append(_phase_record(phase, workload, [], interrupted=True))
-            outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
-            return
+            phases.append(_phase_record(phase, workload, [], interrupted=True))
+            return True
         if phase.warmup_ops or (phase.warmup and phase.warmup_ops is None):
             n = len(drivers)
             limits = [split_ops(phase.warmup_ops, w, n) for w in range(n)]
@@ -561,12 +569,12 @@ def _run_phases(drivers: list[DriverProcess], target: Target, workload: Workload
         if monitor is not None:
             monitor.phase_ended(index, record.total_ops)
             record = monitor.attach(index, record)
-        outcome.phases.append(record)
+        phases.append(record)
         if record.interrupted:
-            outcome.status, outcome.reason = "interrupted", "stopped by Ctrl-C; results cover what ran"
-            return
+            return True
         if record.stopped_on_errors:
-            return
+            return False
+    return False
 
 
 def _prefill(drivers: list[DriverProcess], target: Target, workload: Workload, shared: bool,
@@ -739,7 +747,6 @@ def _phase_record(phase: Phase, workload: Workload, replies: list[dict[str, Any]
         error_samples=[s for r in replies for s in r.get("error_samples") or []][:5],
         ops=ops or {},
         timeseries=series or [],
-        layout=MERGED,
     )
     if any(r.get("stopped_on_errors") for r in replies):  # the driver applied the on-error policy itself
         return record.stopped(stopped_reason(record, workload.error_grace))

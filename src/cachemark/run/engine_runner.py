@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import BackendUnavailable, PrefillFailed, UnsupportedOp
 from ..measure.outage import merge_outages
 from ..measure.summary import OpRecord
-from ..results.phase_record import ENGINE, PhaseRecord
+from ..results.phase_record import PhaseRecord
 from ..schemes import find_scheme
 from ..spec import Phase, Workload
 from ..target import Target
@@ -240,5 +240,4 @@ def _phase_record(phase: Phase, config: dict[str, Any], result: dict[str, Any],
         write_outages=outages or None,
         engine={k: config.get(k) for k in ("protocol", "threads", "connections", "pipeline")}
         | {"wire_bytes_out": result.get("wire_bytes_out"), "wire_bytes_in": result.get("wire_bytes_in")},
-        layout=ENGINE,
     )

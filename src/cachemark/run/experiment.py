@@ -85,11 +85,12 @@ class Finished:
 
 
 def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: bool = True,
-                   view: ExperimentView | None = None) -> Finished:
+                   view: ExperimentView | None = None, cluster: Any = None) -> Finished:
     """Every run of ``experiment``, saved to ``out`` (or the default results path) after each.
 
     A user error or a crash of ours ends the experiment (raised), with the runs done so far saved;
-    Ctrl-C ends it after saving the interrupted run (``Finished.interrupted``)."""
+    Ctrl-C ends it after saving the interrupted run (``Finished.interrupted``). With ``cluster``
+    (run/distributed.py's, ``--cluster``) every run's load runs on its agents, else on this host."""
     view = view or Silent()
     specs = plan_runs(experiment)
     check_prefills(specs)  # before the first run: one that cannot finish is refused, not started
@@ -97,12 +98,19 @@ def run_experiment(experiment: Experiment, out: Path | None = None, calibrate: b
     proxied = bool(experiment.network) and any(spec.network is not None and spec.network.proxied for spec in specs)
     # idle CPUs poll for the whole experiment, baseline and profiles alike (lab/wakeups.py)
     with fast_wakeups() if proxied else contextlib.nullcontext(False):
-        return _run_all(experiment, specs, out, calibrate, view, proxied)
+        return _run_all(experiment, specs, out, calibrate, view, proxied, cluster)
 
 
 def _run_all(experiment: Experiment, specs: list[RunSpec], out: Path | None, calibrate: bool, view: ExperimentView,
-             proxied: bool) -> Finished:
-    from .distributed import run_or_distribute  # run_target, or the --cluster's agents
+             proxied: bool, cluster: Any) -> Finished:
+    if cluster is None:  # this host: straight to the run sequence
+        from .runner import run_target as run_one
+    else:  # the --cluster's agents (the Dask module is imported only then)
+        from functools import partial
+
+        from .distributed import run_distributed
+
+        run_one = partial(run_distributed, cluster)
 
     calibration = None
     if calibrate:
@@ -119,7 +127,7 @@ def _run_all(experiment: Experiment, specs: list[RunSpec], out: Path | None, cal
             progress = view.run_started(spec, describe(spec, experiment.repeat))
             started = time.monotonic()
             try:
-                outcome = run_or_distribute(spec.target, spec.workload, spec.label, progress, network=spec.network)
+                outcome = run_one(spec.target, spec.workload, spec.label, progress, network=spec.network)
             except (UserError, Crash):
                 if results.has_runs:
                     results.write(path)

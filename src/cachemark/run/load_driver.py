@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from .driver import run_driver_phases
 from .load_path import LoadPath, Run
+from .outcome import LoadResult
 
 
 class OtherStackDriver(LoadPath):
     """One driver process per worker, started from ``drivers/<stack>/``."""
 
-    def run_phases(self, run: Run) -> None:
-        run_driver_phases(run.target, run.workload, run.namespace, run.outcome, run.monitor, run.progress)
+    def run_phases(self, run: Run) -> LoadResult:
+        return run_driver_phases(run.target, run.workload, run.namespace, run.outcome.backend, run.monitor,
+                                 run.progress)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..spec import Workload
 from ..target import Target
-from .outcome import RunOutcome
+from .outcome import LoadResult, RunOutcome
 
 # (phase name, ops done in it, its op budget, seconds since its first op, its duration); while the
 # keys are written first, the phase is PREFILL and the counts are keys written and keys to write
@@ -33,14 +33,14 @@ class Run:
     target: Target  # reachable: provided, and through the network proxy when one was asked for
     workload: Workload
     namespace: str  # every key of the run starts with it; cleanup removes only it
-    outcome: RunOutcome  # where the phases, status and backend info go
+    outcome: RunOutcome  # what the sequence recorded so far (read only: the load path returns its part)
     monitor: Any  # run/monitor.py's PhaseMonitor: told when each timed phase starts and ends
     progress: ProgressFn | None = None
 
     @property
     def shared(self) -> bool:
         """False where each process has a private cache (``memory://``): each then prefills all of it."""
-        return self.outcome.backend["capabilities"].get("shared", True)
+        return self.outcome.backend.shared
 
 
 class LoadPath(ABC):
@@ -55,5 +55,6 @@ class LoadPath(ABC):
         """Write every key before the phases (untimed). By default the load does it in its first phase."""
 
     @abstractmethod
-    def run_phases(self, run: Run) -> None:
-        """Run every phase of ``run.workload``: phase records, status and reason into ``run.outcome``."""
+    def run_phases(self, run: Run) -> LoadResult:
+        """Run every phase of ``run.workload``: the phase records and how the run ended, which the
+        sequence records in ``run.outcome``."""

@@ -12,12 +12,12 @@ from typing import Any
 
 from ..measure.outage import merge_outages
 from ..measure.summary import merge_ops, merge_timeseries
-from ..results.phase_record import WORKERS, PhaseRecord
+from ..results.phase_record import PhaseRecord
 from ..spec import Workload
 from ..workload.origin import remove_pool
 from .load_path import PREFILL, LoadPath, ProgressFn, Run
 from .messages import PhaseReport
-from .outcome import INTERRUPTED
+from .outcome import INTERRUPTED, LoadResult
 from .supervise import Tick, supervise
 from .worker import WorkerTask
 
@@ -25,8 +25,8 @@ from .worker import WorkerTask
 class PythonWorkers(LoadPath):
     """``workload.workers`` processes on this host, each with its own client connection."""
 
-    def run_phases(self, run: Run) -> None:
-        workload, outcome = run.workload, run.outcome
+    def run_phases(self, run: Run) -> LoadResult:
+        workload = run.workload
         tasks = [WorkerTask(run.target, run.namespace, workload.model_dump(), w, workload.workers, run.shared)
                  for w in range(workload.workers)]
         try:
@@ -35,8 +35,8 @@ class PythonWorkers(LoadPath):
         finally:
             run.monitor.stop_all()
             remove_pool(run.namespace)  # the origin pool's names, a killed worker's too
-        outcome.status, outcome.reason = got.status(f"{outcome.target}: ", INTERRUPTED)
-        outcome.phases = got.records(workload, run.monitor, merge_phase)
+        status, reason = got.status(f"{run.outcome.target}: ", INTERRUPTED)
+        return LoadResult(got.records(workload, run.monitor, merge_phase), status, reason)
 
 
 def progress_tick(progress: ProgressFn | None, workload: Workload, shared: bool = True) -> Tick | None:
@@ -83,5 +83,4 @@ def merge_phase(phase: Any, parts: list[PhaseReport], workload: Workload) -> Pha
         ops=merge_ops([p.ops for p in parts], wall_s),
         timeseries=merge_timeseries([p.timeseries for p in parts]),
         write_outages=merge_outages([p.write_outages for p in parts], start) or None,
-        layout=WORKERS,
     )

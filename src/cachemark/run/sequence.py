@@ -7,6 +7,9 @@ one line), a cache that drops writes is caught by one write and read, the load p
 and runs the phases while the monitor samples the server (a Sentinel target's primary), and —
 however the run ends — the run's own namespace is removed and a cleanup that fails says what
 may remain, without hiding the results.
+
+This is the one module that changes a run's outcome (run/outcome.py): the load path returns
+its phases and how they ended (a LoadResult), and the steps here record it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ..spec import Workload
 from ..target import Target, parse_target
 from .load_path import LoadPath, ProgressFn, Run
 from .monitor import PhaseMonitor, sampled_url
-from .outcome import RunOutcome, fail_on_errors
+from .outcome import LoadResult, RunOutcome, stopped_on_errors
 from .preflight import check_ops, preflight_target, written_keys
 from .provide import provide
 from .write_probe import probe_writes
@@ -40,8 +43,8 @@ def run_sequence(target: Target | str, workload: Workload, load: LoadPath, label
     try:
         with provide(target) as (reachable, servers), _provide_origin(workload) as workload:
             outcome.server = _describe(servers)
-            outcome.backend["capabilities"] = check_ops(preflight_target(reachable), workload)
-            load.check(target, workload, outcome.backend["capabilities"], network)
+            outcome.backend.capabilities = check_ops(preflight_target(reachable), workload)
+            load.check(target, workload, outcome.backend.capabilities, network)
             pid = servers[0].pid() if len(servers) == 1 else None
             # samples the server itself, not the proxy; a Sentinel target's primary as named at the start
             monitor = PhaseMonitor(sampled_url(reachable) if sample_server else reachable.url, pid, sample_server)
@@ -75,27 +78,41 @@ def _probe_and_load(run: Run, load: LoadPath) -> None:
     preflight = create_backend(preflight_target(run.target), run.namespace)
     preflight.open()  # BackendUnavailable propagates: the user's input is wrong
     try:
-        run.outcome.backend.update({"scheme": run.target.scheme, "info": preflight.info(),
-                                    "namespace": run.namespace})
+        backend = run.outcome.backend
+        backend.scheme, backend.info, backend.namespace = run.target.scheme, preflight.info(), run.namespace
         if scheme(run.target.scheme).stores:  # null:// keeps nothing by design: nothing to probe
             run.outcome.dropped_writes = probe_writes(preflight, run.namespace, run.workload)
         load.prefill(run)
-        load.run_phases(run)
-        fail_on_errors(run.outcome)
+        _record(run.outcome, load.run_phases(run))
     finally:
         run.monitor.stop_all()
         clean_up(preflight, run)
         preflight.close()
 
 
+def _record(outcome: RunOutcome, got: LoadResult) -> None:
+    """The load's phases, end and client into the outcome; a phase the on-error policy stopped fails the run."""
+    outcome.phases = list(got.phases)
+    outcome.status, outcome.reason = got.status, got.reason
+    if got.client_info is not None:
+        outcome.backend.info = got.client_info
+    for name, value in got.extra.items():  # fields only the load path's outcome_class has (dask, stampedes)
+        if not hasattr(outcome, name):
+            raise TypeError(f"{type(outcome).__name__} has no field {name!r}")
+        setattr(outcome, name, value)
+    stopped = stopped_on_errors(outcome.phases)
+    if stopped:
+        outcome.status, outcome.reason = "failed", stopped
+
+
 def clean_up(preflight: Any, run: Run) -> None:
     """Remove the run's namespace; a failure is recorded (``cleanup_error``), never raised over the results."""
     try:
         removed = preflight.clear_namespace(written_keys(run.namespace, run.workload, run.target))
-        run.outcome.backend["cleanup_removed"] = removed
+        run.outcome.backend.cleanup_removed = removed
     except Exception as exc:  # noqa: BLE001 — cleanup failure must not hide results
         # CleanupFailed already reads "cleanup failed: …; what may remain".
-        run.outcome.backend["cleanup_error"] = str(exc) if isinstance(exc, CleanupFailed) else (
+        run.outcome.backend.cleanup_error = str(exc) if isinstance(exc, CleanupFailed) else (
             f"{type(exc).__name__}: {exc}")
 
 

@@ -49,7 +49,7 @@ from ..spec import Workload
 from ..target import Endpoint, Target, parse_target
 from ..wire import LineReader
 from .load_path import LoadPath, Run
-from .outcome import RunOutcome
+from .outcome import LoadResult, RunOutcome
 
 STRATEGIES = ("none", "lock", "xfetch", "swr", "meta")
 
@@ -456,14 +456,15 @@ class Stampedes(LoadPath):
         if "meta" in self.params.strategies and scheme(target.scheme).family != "memcache":
             raise UserError("strategy meta is memcached's meta protocol: it needs a memcached:// target")
 
-    def run_phases(self, run: Run) -> None:
+    def run_phases(self, run: Run) -> LoadResult:
         p = self.params
-        assert isinstance(run.outcome, StampedeOutcome)
+        stampedes = []
         for name in p.strategies:
             with self.starting(name) if self.starting else contextlib.nullcontext():
-                run.outcome.stampedes.append(run_stampede(
+                stampedes.append(run_stampede(
                     run.target.url, name, p.rate, p.delta_s, p.ttl_s, p.duration_s, p.clients, p.beta, p.seed,
                     namespace=f"{run.namespace}stampede:{name}:"))
+        return LoadResult(extra={"stampedes": stampedes})
 
 
 #: What the sequence checks and probes before the strategies run: the reads and writes they make.
