@@ -50,9 +50,10 @@ class OpStream:
                  limit: int | None, purpose: str = "timed") -> None:
         self.entries = mix_entries(phase.mix or workload.mix)
         # a sequence's timed ops in its order, every worker the whole of it (spec.Phase); a warm-up draws from the mix
-        self._order = ([self.entries.index(next(e for e in self.entries if e.name == op))
-                        for op, times in phase.steps() for _ in range(times)]
+        names = [e.name for e in self.entries]
+        self._steps = ([(names.index(op), times) for op, times in phase.steps()]
                        if phase.sequence and purpose == "timed" else None)
+        self._handed = 0  # a sequence's ops handed out so far
         weights = np.array([e.weight for e in self.entries], dtype=np.float64)
         self._cdf = np.cumsum(weights) / weights.sum()
         self.rng = stream_seed(workload.seed, phase.name, worker, purpose)
@@ -65,8 +66,8 @@ class OpStream:
         remaining = self.limit
         while remaining is None or remaining > 0:
             n = BATCH if remaining is None else min(BATCH, remaining)
-            if self._order is not None:
-                ops, self._order = self._order[:n], self._order[n:] + self._order[:n]
+            if self._steps is not None:
+                ops = self._sequence(n)
             elif len(self.entries) == 1:
                 ops = [0] * n
             else:
@@ -77,6 +78,22 @@ class OpStream:
             if remaining is not None:
                 remaining -= n
             yield ops, keys, sizes
+
+    def _sequence(self, n: int) -> list[int]:
+        """The next ``n`` ops of the sequence, from where the last batch ended (from its start again after its end)."""
+        assert self._steps is not None
+        total = sum(times for _, times in self._steps)
+        ops: list[int] = []
+        while len(ops) < n:
+            at = self._handed % total
+            for entry, times in self._steps:
+                if at < times:
+                    take = min(times - at, n - len(ops))
+                    ops += [entry] * take
+                    self._handed += take
+                    break
+                at -= times
+        return ops
 
 
 def split_ops(total: int | None, worker: int, workers: int) -> int | None:
