@@ -4,7 +4,7 @@ A value is a function of its key and its length only, so any reader can verify a
 value without knowing who wrote it: ``cm:<crc32 of key>:`` then filler text. The filler
 is base-36 text as random as an application's (reference 004's `rand(36).to_s(36)`):
 clients that compress (Rails, Dalli, php-memcached) shrink it by about a third, as they
-would real values, not to a seventh as they did a repeating pattern. It repeats every
+would real values (a repeating pattern would shrink to a seventh). It repeats every
 64 KiB, beyond the reach of deflate's 32 KiB window and LZ4's and Snappy's 64 KiB.
 """
 
