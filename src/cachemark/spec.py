@@ -135,6 +135,10 @@ class Step(_Model):
             raise ValueError(f"a step's times must be a count of at least 1 or {STEP_OPS!r}, not {value!r}")
         return value
 
+    def count(self, ops: int) -> int:
+        """How many times the step runs in a phase of ``ops`` ops."""
+        return self.times if isinstance(self.times, int) else ops
+
 
 class Phase(_Model):
     """One timed part of a workload; unset fields inherit the workload's.
@@ -182,7 +186,7 @@ class Phase(_Model):
 
     def steps(self) -> list[tuple[str, int]]:
         """The sequence's steps with their counts (an effective phase's: "ops" resolved), in order."""
-        return [(step.op, step.times if isinstance(step.times, int) else self.ops or 1) for step in self.sequence or ()]
+        return [(step.op, step.count(self.ops or 1)) for step in self.sequence or ()]
 
 
 class Workload(_Model):
@@ -280,7 +284,7 @@ class Workload(_Model):
             data["arrival"] = phase.arrival or self.arrival
             if phase.sequence is not None:  # each worker runs the whole sequence: "ops" is the phase's ops
                 n = phase.ops if phase.ops is not None else self.ops or 1
-                steps = [(step.op, step.times if isinstance(step.times, int) else n) for step in phase.sequence]
+                steps = [(step.op, step.count(n)) for step in phase.sequence]
                 data["sequence"] = [{"op": op, "times": times} for op, times in steps]
                 data["mix"] = {op: float(sum(t for o, t in steps if o == op)) for op, _ in steps}
                 data.update(ops=sum(t for _, t in steps) * self.workers, duration=None, warmup=0, warmup_ops=0)
