@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # other drivers' toolchains (a JDK and Maven for the Java driver), the SQL servers, Chromium and valgrind
 RUN_PACKAGES  := redis-server memcached sasl2-bin libsasl2-modules libmemcached-dev ruby ruby-activesupport ruby-dalli ruby-redis \
                  php-cli php-redis php-memcached php-symfony-cache
-TEST_PACKAGES := $(RUN_PACKAGES) openjdk-17-jdk-headless maven redis-tools libmemcached-tools postgresql mariadb-server \
+TEST_PACKAGES := $(RUN_PACKAGES) ruby-railties openjdk-17-jdk-headless maven redis-tools libmemcached-tools postgresql mariadb-server \
                  chromium valgrind
 ENGINE_SOURCES := $(shell find engine -name '*.rs' -o -name 'Cargo.toml' -o -name 'Cargo.lock' | grep -v target)
 DRIVER_SOURCES := $(shell find drivers -name build.sh -o -name '*.go' -o -name go.mod -o -name go.sum -o -name pom.xml \
