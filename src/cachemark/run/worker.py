@@ -734,11 +734,9 @@ def _work(task: WorkerTask, queue, barrier, board: Board, held: _Held) -> None:
 
 
 def _collect_own_garbage() -> None:
-    """Collect before the phase, and freeze what survives (the key tables, op arrays, the client):
-    a collection during the phase then costs what it would in the application, with none of
-    cachemark's set-up garbage left for it and its own long-lived objects out of its reach."""
+    """Collect before the phase: the garbage of cachemark's set-up and last phase is not the
+    application's, so no collection inside the phase is spent on it."""
     gc.collect()
-    gc.freeze()
 
 
 def _open(backend: Backend, target: Target, halt) -> None:
