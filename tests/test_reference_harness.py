@@ -149,11 +149,11 @@ def _idle_cpus_poll():
         yield
 
 
-# What it took for the two to agree (docs/contracts.md, "A phase's wall time"): the Python worker's first op no
-# longer flushes the recorder (numpy's first pass, 0.4-1.2 ms inside a 20 ms phase); the Ruby driver loads
-# ActiveSupport's autoloads at set-up (the first write loaded Notifications, ~1.6 ms) and collects its garbage before
-# a phase (a major GC of 1.6 ms fell inside redis' block), as the booted app here is collected before its block.
-# Three runs of this file on a quiet machine: 000 within 0-5 %, 004 within 1-8 %.
+# What it took for the two to agree (docs/results.md, `wall_s`): the Python worker's first op no longer flushes
+# the recorder (numpy's first pass, 0.4-1.2 ms inside a 20 ms phase); the Ruby driver loads ActiveSupport's
+# autoloads at set-up (the first write loaded Notifications, ~1.6 ms) and collects its garbage before a phase (a
+# major GC of 1.6 ms fell inside redis' block), as the booted app here is collected before its block. Five runs of
+# this file (two beside a busy loop), cachemark's figure against the reference's: 000 0.96-1.05x, 004 0.97-1.09x.
 
 
 @pytest.mark.parametrize("backend", ["PyMemcacheCache", "PyLibMCCache"])
