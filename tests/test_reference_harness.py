@@ -212,8 +212,8 @@ def test_block_time_agrees_with_reference_004s_ruby_code(redis_server, memcached
 
     # Benchmark.bm's one block is one sample, and blocks of the same code in fresh processes spread widely here
     # (8.9-23 ms for memcached over 24 booted apps): each side's figure is the median of its blocks, from at
-    # least three rounds. Their fastest blocks differ more (the floor of the driver's 100 iterations carries
-    # its per-op timing, ~5 % of a block): best-of, read as 000's timeit is, failed one run in ten at 1.12x.
+    # least three rounds. Their fastest blocks differ more (every block of the driver carries its own per-op
+    # timing, while a fresh process is now and then much faster): best-of, as 000's, failed one quiet run in ten.
     theirs: list[float] = []
     ours: list[float] = []
     for rounds in range(1, ROUNDS + 1):  # the Ruby code and cachemark in turns, until the medians agree
