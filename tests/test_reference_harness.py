@@ -13,9 +13,13 @@ from alternating rounds on the shared machine.
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 from statistics import median
 
 import pytest
@@ -131,11 +135,55 @@ def run_cachemark(cachemark, tmp_path, target: str, workload: str, repeat: int) 
     return document
 
 
-ROUNDS = 8  # at most; each side's best is taken over all its rounds (a shared machine's noise is one-sided)
+ROUNDS = 8  # at most; each side's median is taken over all its rounds
 
 
 def within(ours: float, theirs: float, share: float = 0.10) -> bool:
     return abs(ours - theirs) <= share * theirs
+
+
+class OthersCpu:
+    """How many cores processes other than this test's used while it ran (/proc/stat's busy time less the
+    test's own: pytest, its reaped children, and its living ones such as the servers). Beside a busy loop
+    the two sides stop agreeing (004: 1.18x and 1.20x in two of four such runs, every quiet run within
+    10 %), so a disagreement on a machine others were using is no ground truth and skips, saying so."""
+
+    def __init__(self) -> None:
+        self.start = (time.monotonic(), _busy_s(), _own_s())
+
+    def cores(self) -> float:
+        wall, busy, own = (now - then for now, then in zip((time.monotonic(), _busy_s(), _own_s()), self.start))
+        return max(0.0, busy - own) / wall
+
+    def skip_if_busy(self, what: str) -> None:
+        if (cores := self.cores()) > 0.5:
+            pytest.skip(f"machine too busy for this ground truth: other processes used {cores:.1f} cores ({what})")
+
+
+def _busy_s() -> float:
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, Path("/proc/stat").read_text().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_s() -> float:
+    """CPU seconds of this process, its reaped children and its living descendants."""
+    used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+    parents, ticks = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        pid = int(stat.parent.name)
+        parents[pid], ticks[pid] = int(fields[1]), int(fields[11]) + int(fields[12])
+    ours = {os.getpid()}
+    grown = True  # descendants, generation by generation
+    while grown:
+        before = len(ours)
+        ours |= {pid for pid, parent in parents.items() if parent in ours}
+        grown = len(ours) > before
+    return used + sum(ticks[pid] for pid in ours - {os.getpid()}) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.fixture(autouse=True)
@@ -175,6 +223,7 @@ def test_timeit_figure_agrees_with_reference_000s_own_harness(memcached_server, 
     # 1.10x (set: 0.0244 against 0.0221 s) where the medians of the same day's rounds came out 0.97x.
     theirs: dict[str, list[float]] = {"set": [], "get": []}
     ours: dict[str, list[float]] = {"set": [], "get": []}
+    others = OthersCpu()
     for rounds in range(1, ROUNDS + 1):  # harness and cachemark in turns, until the medians agree
         for phase, times in harness().items():
             theirs[phase] += times  # seconds for timeit's loop of 1000
@@ -190,6 +239,8 @@ def test_timeit_figure_agrees_with_reference_000s_own_harness(memcached_server, 
                        f"best {min(ours[phase]):.4f} and {min(theirs[phase]):.4f})") for phase in ours}
     print(f"000 {backend}: " + "; ".join(figures.values()))  # the figures, with -s
     for phase in ("set", "get"):
+        if not within(median(ours[phase]), median(theirs[phase])):
+            others.skip_if_busy(f"{backend} {figures[phase]}")
         assert within(median(ours[phase]), median(theirs[phase])), f"{backend} {figures[phase]}"
 
 
@@ -220,6 +271,7 @@ def test_block_time_agrees_with_reference_004s_ruby_code(redis_server, memcached
     # timing, while a fresh process is now and then much faster): best-of, as 000's, failed one quiet run in ten.
     theirs: list[float] = []
     ours: list[float] = []
+    others = OthersCpu()
     for rounds in range(1, ROUNDS + 1):  # the Ruby code and cachemark in turns, until the medians agree
         theirs += harness()
         document = run_cachemark(cachemark, tmp_path, f"{url}?client=ruby-activesupport", BLOCK_WORKLOAD, 3)
@@ -230,6 +282,8 @@ def test_block_time_agrees_with_reference_004s_ruby_code(redis_server, memcached
     figures = (f"cachemark's block {median(ours) * 1e3:.2f} ms, 004's Ruby code {median(theirs) * 1e3:.2f} ms "
                f"(medians of {len(ours)} and {len(theirs)}; fastest {min(ours) * 1e3:.2f} and {min(theirs) * 1e3:.2f})")
     print(f"004 {kind}: {figures}")
+    if not within(median(ours), median(theirs)):
+        others.skip_if_busy(f"{kind}: {figures}")
     assert within(median(ours), median(theirs)), f"{kind}: {figures}"
 
 
