@@ -28,8 +28,8 @@ run: packages-run setup bytecode
 test: packages-test
 	$(MAKE) -j2 -O --no-print-directory setup-test bytecode engine-check
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n 3 --dist loadfile -m 'not serial and not alone' --durations=10
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m serial --durations=10
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m 'not serial and not alone' --durations=10
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m serial --durations=10
 	$(BIN)/python -m pytest -q -m alone --durations=10
 
 # cachemark's own modules compiled once (an up-to-date one is skipped): with PYTHONDONTWRITEBYTECODE set,

@@ -53,6 +53,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "alone: times a latency, a rate or a schedule; runs by itself, last")
 
 
+# Seconds of one worker each file takes in its pass (`--junitxml` of `make test` here). xdist hands out
+# whole files (`--dist loadfile --no-loadscope-reorder`, the Makefile) in collection order: a long file
+# handed out last keeps one worker busy after the others have finished, so the longest go first.
+LONGEST_FILES = {
+    "test_driver_conformance.py": 186, "test_server_size.py": 113, "test_redis_cluster.py": 107,
+    "test_faults.py": 61, "test_reliability.py": 62, "test_engine_faults.py": 28, "test_redis_sentinel.py": 45,
+    "test_size.py": 35, "test_engine_robustness.py": 30, "test_stampede.py": 27, "test_headline.py": 25,
+    "test_replay.py": 24, "test_engine_discard.py": 23, "test_fuzz_cli.py": 23, "test_wheel.py": 22,
+    "test_verdict.py": 21, "test_end_to_end.py": 20, "test_decide.py": 19, "test_cli.py": 19,
+    "test_readable.py": 17, "test_run_sequence.py": 17, "test_spine_rules.py": 17, "test_cache_aside.py": 17,
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first (a stable sort: each file's tests keep their order)."""
+    items.sort(key=lambda item: -LONGEST_FILES.get(item.path.name, 0))
+
+
 # --- servers (the lab's) -----------------------------------------------------------
 
 

@@ -321,6 +321,12 @@ def test_line_progress_prints_at_most_every_few_seconds():
     ]
 
 
+@pytest.mark.parametrize(("value", "every"), [("1", 1.0), ("0.5", 0.5), ("", 5.0), ("soon", 5.0), ("-1", 5.0)])
+def test_the_line_interval_is_read_from_the_environment(monkeypatch, value, every):
+    monkeypatch.setenv("CACHEMARK_PROGRESS_EVERY", value)
+    assert LineProgress(Console(file=io.StringIO()), "redis").every == every
+
+
 def test_line_progress_counts_towards_an_op_target():
     console = Console(file=io.StringIO(), width=80)
     progress = LineProgress(console, "memory", every=0.0)

@@ -17,8 +17,6 @@ from ..errors import EXIT_INTERRUPTED, UserError
 from ..units import fmt_span
 from .terminal import make_console
 
-LINE_EVERY_S = 5.0  # piped output: a progress line at most this often
-
 
 class _Progress:
     """The search's steps on stderr: one line per step, the time left beside it."""

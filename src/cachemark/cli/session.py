@@ -8,6 +8,7 @@ draws what it is told, through a :class:`TerminalView`.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,16 @@ from .agents_table import print_agents
 from .eta import Clock
 
 LINE_EVERY_S = 5.0  # piped output: at most one progress line per run this often
+
+
+def line_every_s() -> float:
+    """The piped progress line's interval: ``CACHEMARK_PROGRESS_EVERY`` seconds (a CI log that wants
+    more or fewer lines), else 5 s; a value that is not a positive number is ignored."""
+    try:
+        every = float(os.environ.get("CACHEMARK_PROGRESS_EVERY", ""))
+    except ValueError:
+        return LINE_EVERY_S
+    return every if every > 0 else LINE_EVERY_S
 
 
 class BarProgress:
@@ -64,9 +75,10 @@ class LineProgress:
     ``every`` seconds: ``redis · main: 12,345 ops · 3.0 s of 4 s``.
     """
 
-    def __init__(self, console: Console, name: str, every: float = LINE_EVERY_S,
+    def __init__(self, console: Console, name: str, every: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.console, self.name, self.every, self.clock = console, name, every, clock
+        self.console, self.name, self.clock = console, name, clock
+        self.every = every if every is not None else line_every_s()
         self.state: tuple[str, int, int | None, float, float | None] | None = None
         self.last = clock()
         self._say(f"{name}: starting")
