@@ -20,8 +20,9 @@ run: packages-run setup bytecode
 
 # The set-up and the engine's own checks run side by side (-j2): pip, its downloads and the Maven/npm
 # drivers leave a core idle that clippy and the debug build use. -O prints each one's output whole.
-# Then the tests three at a time (a file's fixtures once; on 2 cores, as the tests wait on servers and
-# subprocesses about a third of the time: 334 s against 412 s two at a time), those that race a kill, a
+# Then the tests three at a time (a file's fixtures once, the longest files first: conftest.py; on 2 cores,
+# as the tests wait on servers and subprocesses about a third of the time: 334 s against 412 s two at a
+# time), those that race a kill, a
 # failover or a signal two at a time (marked serial: they mostly wait), and last, by itself, each test
 # that times a latency, a rate or a schedule (marked alone; conftest.py says why). Each pass names its
 # ten slowest tests.
