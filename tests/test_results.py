@@ -497,16 +497,18 @@ def test_modules_read_the_model_not_results_dicts() -> None:
 # --- producers build the document through one builder (the producing half) --------------------------
 
 def test_the_summary_measure_computes_is_the_one_the_schema_reads() -> None:
-    """measure/ computes an op's figures (OpFigures); results/ reads them back (OpSummary): same fields,
-    same order. Merged ops carry nothing private into the file (no ``_merged``): counters, encoded
-    histograms and the summaries, the uncorrected one only in open loop."""
-    from dataclasses import fields, replace
+    """measure/ computes an op's summary and results/ reads it back as the same type (OpSummary, defined
+    once in measure/figures.py). Merged ops carry nothing private into the file (no ``_merged``): counters,
+    encoded histograms and the summaries, the uncorrected one only in open loop."""
+    from dataclasses import replace
 
+    from cachemark.measure.figures import OpSummary as Computed
     from cachemark.measure.histogram import Histogram
-    from cachemark.measure.summary import MergedOp, OpFigures, OpRecord, merge_ops, summarize
+    from cachemark.measure.summary import MergedOp, OpRecord, merge_ops, summarize
     from cachemark.results import OpSummary
+    from cachemark.results.schema import OpResult
 
-    assert [f.name for f in fields(OpFigures)] == list(OpSummary.model_fields)
+    assert OpSummary is Computed and OpResult.model_fields["summary"].annotation == OpSummary | None
     closed = OpRecord(count=2, hits=1, misses=1, errors={"timeout": 1}, bytes_out=3, bytes_in=4,
                       histograms={"hit": Histogram.of([1000]).encode(), "miss": Histogram.of([3000]).encode()})
     opened = replace(closed, histograms_uncorrected={"hit": Histogram.of([500]).encode()})
@@ -516,7 +518,8 @@ def test_the_summary_measure_computes_is_the_one_the_schema_reads() -> None:
     assert merged.summary == summarize(MergedOp.of(merged), 2.0)
     assert merged.summary.ops_per_s == 2.0 and merged.summary.hit_ratio == 0.5
     assert merged.summary.error_count == 2 and merged.errors == {"timeout": 2}
-    assert OpSummary.model_validate(merged.to_json()["summary"]).p99_us == merged.summary.p99_us
+    assert OpSummary.model_validate(merged.to_json()["summary"]) == merged.summary
+    assert isinstance(merged.summary, OpSummary)
     assert merge_ops([{"get": closed}], wall_s=2.0)["get"].summary_uncorrected is None
     assert merge_ops([{"get": closed}])["get"].summary is None  # no wall time: nothing to summarise over
 
