@@ -42,11 +42,11 @@ def test_markdown_tables_and_percent_of_baseline(report_doc):
     assert len([t for t in tables if t.startswith("| memory #")]) == 3 * 2 * 3  # summary + baseline tables
     assert "### Server" in text and "### Comparison to baseline (redis)" in text
     rows = op_rows(as_model(report_doc))
-    base = {(r["sweep"], r["op"]): r for r in rows if r["label"] == "redis"}
+    base = {(r.sweep, r.op_name): r for r in rows if r.label == "redis"}
     # the baseline's own rows read "--"; another label's ops/s is the exact ratio to the first redis point
     first_sweep = min(base)[0]
-    memory_get = next(r for r in rows if r["label"] == "memory" and r["op"] == "get")
-    expected = data.fmt_percent(memory_get["ops_per_s"] / base[(first_sweep, "get")]["ops_per_s"] * 100)
+    memory_get = next(r for r in rows if r.label == "memory" and r.op_name == "get")
+    expected = data.fmt_percent(memory_get.summary.ops_per_s / base[(first_sweep, "get")].summary.ops_per_s * 100)
     assert any(line.startswith("| memory #1 | get |") and f"| {expected} |" in line for line in tables)
     assert any(line.startswith("| redis [value_size=100] | get |") and "| -- |" in line for line in tables)
 

@@ -464,9 +464,7 @@ NOT_THE_RESULTS = {
     ("measure/summary.py", 'counts["ops"] += entry["ops"]'),  # a worker's per-second entry, merged by second
     ("report/compare.py", 'out["phases"] = [p.get("name", str(i)) for i, p in enumerate(phases)]'),  # its fields
     ("report/compare.py", 'same_phases = base["phases"] == new["phases"]'),  # ... compared
-    ("report/thresholds.py", 'repeats = any(p["runs"] > 1 for p in points)'),  # a point's count of runs
-    ("report/thresholds.py", '*(["runs"] if repeats else [])]'),  # ... its column
-    ("report/thresholds.py", '_cell(p["ops_per_s"], ",.0f", False), *([str(p["runs"])] if repeats else []),'),
+    ("report/thresholds.py", '*(["runs"] if repeats else [])]'),  # a column heading, not a key
     ("report/verdict.py", 'if planned.get("ops"):'),  # the workload's op budget
     ("report/verdict.py", "parts.append(f\"{_num(planned['ops'])} op{'s' if planned['ops'] != 1 else ''}\")"),
     ("report/verdict.py", 'elif wl.get("ops"):'),
