@@ -24,7 +24,7 @@ from cachemark.report import data, export
 from cachemark.report.charts import percentile_grid, percentile_to_x
 from cachemark.report.data import op_rows
 from cachemark.report.html import render_html, saturation_point
-from cachemark.results import as_model, write_atomic
+from cachemark.results import as_model, as_run, write_atomic
 from cachemark.spec import to_toml
 
 pytest_plugins = ["report_fixtures"]
@@ -223,7 +223,7 @@ def test_a_phase_named_after_its_op_is_not_said_twice(report_doc):
     document = json.loads((Path(__file__).parent / "data" / "results-network-phases.json").read_text())
     assert {row[1] for row in table.rows(as_model(document))} == {"write:set", "read:exists+get", "delete"}
     outputs = [export.to_markdown(as_model(document)), render_html(as_model(document)),
-               "\n".join(" | ".join(row) for row in percentile_table(document["runs"][0])[0]),
+               "\n".join(" | ".join(row) for row in percentile_table(as_run(document["runs"][0]))[0]),
                "\n".join(verdict_blocks(as_model(document))[0].notes)]
     for text in outputs:
         assert "delete:delete" not in text and "write:set" in text

@@ -465,14 +465,11 @@ NOT_THE_RESULTS = {
     ("report/compare.py", 'out["phases"] = [p.get("name", str(i)) for i, p in enumerate(phases)]'),  # its fields
     ("report/compare.py", 'same_phases = base["phases"] == new["phases"]'),  # ... compared
     ("report/thresholds.py", '*(["runs"] if repeats else [])]'),  # a column heading, not a key
-    ("report/verdict.py", 'if planned.get("ops"):'),  # the workload's op budget
-    ("report/verdict.py", "parts.append(f\"{_num(planned['ops'])} op{'s' if planned['ops'] != 1 else ''}\")"),
-    ("report/verdict.py", 'elif wl.get("ops"):'),
+    ("report/verdict.py", 'elif wl.get("ops"):'),  # the workload's op budget
     ("report/verdict.py", "parts.append(f\"{_num(wl['ops'])} ops per run\")"),
-    ("report/verdict.py", 'if phase.get("duration") and phase.get("ops") is None:'),
-    ("report/verdict.py", 'merged["ops"] = None'),
-    ("report/verdict.py", 'if phase.get("ops") is not None and not phase.get("duration"):'),
-    ("report/verdict.py", 'planned = s.spec.get("ops")'),
+    ("report/planned.py", 'if phase.get("duration") and phase.get("ops") is None:'),  # ... a phase's
+    ("report/planned.py", 'merged["ops"] = None'),
+    ("report/planned.py", 'if phase.get("ops") is not None and not phase.get("duration"):'),
     # the engine's answer, read into op records
     ("run/engine_runner.py", 'renamed = {ours.get(name, name): op for name, op in result["ops"].items()}'),
     ("spec.py", 'data["ops"] = phase.ops if phase.ops is not None else (None if phase.duration else self.ops)'),  # spec

@@ -220,10 +220,8 @@ def proxy_overhead_note(document: ResultsDocument) -> str | None:
             f"trip to compare with a real network.")
 
 
-def cluster_note(cluster: ClusterFigures | dict[str, Any]) -> str:
+def cluster_note(cluster: ClusterFigures) -> str:
     """``cluster: 3 primaries, 12 MOVED, 4 ASK, 1 node joined (…) (slots moved during the run — …)``."""
-    if isinstance(cluster, dict):  # as a run reports it (measure/server_stats.py)
-        cluster = ClusterFigures.model_validate(cluster)
     moved, ask = cluster.moved, cluster.ask
     # replicas: the engine read from them too (read_from_replicas=1)
     replicas = f" (+{cluster.replicas} replicas read from)" if "replicas" in cluster.model_fields_set else ""
