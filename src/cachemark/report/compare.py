@@ -31,6 +31,7 @@ from ..textfile import one_line
 from .data import OpRow, op_rows
 from .figures import fmt_latency, fmt_rate
 from .fitted_table import FOLD_NAMES, fit_columns, print_fitted
+from .planned import SavedObject
 
 METRICS = ("ops_per_s", "p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 HIGHER_IS_BETTER = {"ops_per_s"}
@@ -124,9 +125,8 @@ class CompareRow:
 
     def to_json(self) -> dict[str, Any]:  # Any: a row of the JSON output
         """The row as ``compare -f json`` writes it: flat, ``<m>_ratio``, ``base_<m>``… per figure."""
-        out: dict[str, Any] = {"new": self.new, "label": self.label, "sweep": self.sweep, "phase": self.phase,
-                               "op": self.op, "base_repeats": self.base_side.repeats,
-                               "new_repeats": self.new_side.repeats}
+        out = {"new": self.new, "label": self.label, "sweep": self.sweep, "phase": self.phase, "op": self.op,
+               "base_repeats": self.base_side.repeats, "new_repeats": self.new_side.repeats}
         for metric, f in self.figures.items():
             out.update({f"base_{metric}": f.base, f"new_{metric}": f.new, f"{metric}_ratio": f.ratio,
                         f"{metric}_direction": f.direction, f"{metric}_noise": f.noise,
@@ -501,7 +501,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _fields(document: ResultsDocument) -> dict[str, Any]:
+def _fields(document: ResultsDocument) -> SavedObject:
     """The experiment's workload, network and sweep as flat ``field: value`` pairs."""
     experiment = document.experiment
     workload = experiment.workload_spec

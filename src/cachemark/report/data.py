@@ -35,6 +35,8 @@ LOW_SAMPLES_NOTE = ("from fewer than two full 1-s intervals (a short phase): the
 
 
 _NO_SERVER = ServerFigures()
+# A run's sweep point, field → value. Any: the value as the file gave it (text; an older file's: a number).
+SweepPoint = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class PhaseRow:
         return self.run.profile or ""
 
     @property
-    def sweep_values(self) -> dict[str, Any]:  # Any: a swept value as the file gave it (text; older files: numbers)
+    def sweep_values(self) -> SweepPoint:
         return dict(self.run.sweep or {})
 
     @property

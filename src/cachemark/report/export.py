@@ -175,12 +175,13 @@ def to_csv(document: ResultsDocument) -> str:
     return buffer.getvalue()
 
 
+# Any: the results file's own JSON (the one input a report takes besides the model: the JSON summary keeps its order)
 def strip_histograms(document: dict[str, Any] | ResultsDocument) -> dict[str, Any]:
     """The document without the (large) encoded histograms (``results.store.without_histograms``): the
     file's own dict, in its key order, is the one input a report takes besides the typed document."""
     return without_histograms(document)
 
 
-def to_json(document: dict[str, Any] | ResultsDocument) -> str:
+def to_json(document: dict[str, Any] | ResultsDocument) -> str:  # Any: as strip_histograms
     return json.dumps(strip_histograms(document), indent=1, default=str) + "\n"
 

@@ -38,7 +38,7 @@ from ..errors import UserError
 from ..results import Phase, ResultsDocument
 from ..textfile import one_line
 from .blocks import Block
-from .data import LOW_SAMPLES_MARK, LOW_SAMPLES_NOTE, PhaseRow, phase_rows
+from .data import LOW_SAMPLES_MARK, LOW_SAMPLES_NOTE, PhaseRow, SweepPoint, phase_rows
 
 METRICS = ("bandwidth", "ops", "cpu")
 DIRECTIONS = ("out", "both")
@@ -198,7 +198,7 @@ class MaxAt:
 
     run: str
     phase: str
-    sweep: dict[str, Any]  # Any: a swept value as the file gave it
+    sweep: SweepPoint
 
 
 @dataclass(frozen=True)
@@ -425,7 +425,7 @@ class BandwidthPoint:
     label: str
     network: str
     phase: str
-    sweep: dict[str, Any]  # Any: a swept value as the file gave it
+    sweep: SweepPoint
     runs: int  # the repeats averaged
     net_out_mbps_p90: float | None
     net_out_mbps_p70: float | None
