@@ -39,7 +39,7 @@ _NO_SERVER = ServerFigures()
 SweepPoint = dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a row is itself: compared by identity (the baseline's own row)
 class OpRow:
     """One op of one phase of one run, as every table reads it: the document's own records side by
     side (no figure copied out of them), with the summary saved or recomputed over the phase's wall time."""
@@ -74,7 +74,7 @@ class OpRow:
         return getattr(self.summary, field)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PhaseRow:
     """One phase of one run with its totals over the ops (ops/s, payload bandwidth, worst p99) beside
     the document's own records."""

@@ -110,7 +110,7 @@ def hit_ratio(phase: Phase) -> float | None:
     return hits / (hits + misses) if hits + misses else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Point:
     """A phase a maximum may come from, with the two figures thresholds add to its row."""
 
