@@ -151,11 +151,11 @@ def test_behind_the_reference_nodes_link_bandwidth_plateaus_and_cpu_falls(tmp_pa
     # 001's thresholds as the author computed them: from the node's maximum (the link-capped profile),
     # not loopback's, which is no NIC's limit; the note says what was left out
     result = compute([as_model(document)], "bandwidth", [100, 90, 80])
-    (target,) = result["targets"].values()
-    assert target["network"] == "0ms,link=750mbit"
-    assert target["max_mbps"] == pytest.approx(max(p["net_out_mbps_p90"] for (network, _), p in points.items()
+    (target,) = result.targets.values()
+    assert target.network == "0ms,link=750mbit"
+    assert target.max_mbps == pytest.approx(max(p["net_out_mbps_p90"] for (network, _), p in points.items()
                                                    if network == "0ms,link=750mbit"))
-    assert "same-host left out (loopback: a level for no NIC)" in target["note"]
+    assert "same-host left out (loopback: a level for no NIC)" in target.note
     assert any("0ms,link=750mbit, value_size=" in n and "same-host left out" in n for n in block.notes)
     # the % table: each value size against its own baseline (same-host at that size), under its own column
     from cachemark.report.table import network_baseline_table
@@ -217,7 +217,7 @@ duration = "1s"
 def test_warning_logic_on_a_real_run_with_edited_fields(report_doc):
     """The checked-in real sweep (tests/data/report-doc.json, not prefilled), then its maximum's point edited."""
     real = compute([as_model(report_doc)], "bandwidth", [100, 90, 80])
-    at = real["targets"]["redis"]["max_at"]["sweep"]["value_size"]
+    at = real.targets["redis"].max_at.sweep["value_size"]
     doc = copy.deepcopy(report_doc)
     run = next(r for r in doc["runs"] if r["label"] == "redis" and r["sweep"]["value_size"] == at)
     phase = run["phases"][0]
@@ -225,32 +225,32 @@ def test_warning_logic_on_a_real_run_with_edited_fields(report_doc):
     reads = get["hits"] + get["misses"]
     # as measured: no evictions, but half the gets missed (nothing was prefilled), and that is said
     assert phase["server"]["evictions"] == 0 and get["hits"] / reads < LOW_HIT_RATIO
-    (warning,) = real["targets"]["redis"]["warnings"]
+    (warning,) = real.targets["redis"].warnings
     assert warning.startswith(f"redis: the maximum came from redis [value_size={at}]: get hit ratio ")
-    assert warning in real["warnings"]
+    assert warning in real.warnings
     # every get a hit: nothing to say
     get["hits"], get["misses"] = reads, 0
-    assert "warnings" not in compute([as_model(doc)], "bandwidth", [100])["targets"]["redis"]
+    assert "warnings" not in compute([as_model(doc)], "bandwidth", [100]).targets["redis"].to_json()
     # the server evicted: said, with the count
     phase["server"]["evictions"] = 17
-    (evicted,) = compute([as_model(doc)], "bandwidth", [100])["targets"]["redis"]["warnings"]
+    (evicted,) = compute([as_model(doc)], "bandwidth", [100]).targets["redis"].warnings
     assert "evicted 17 keys" in evicted and f"value_size={at}" in evicted
     # both at once: two lines
     get["hits"], get["misses"] = reads // 2, reads - reads // 2
-    both = compute([as_model(doc)], "bandwidth", [100])["targets"]["redis"]["warnings"]
+    both = compute([as_model(doc)], "bandwidth", [100]).targets["redis"].warnings
     assert len(both) == 2 and "evicted 17 keys" in both[0] and f"< {LOW_HIT_RATIO:.0%}" in both[1]
     # a hit ratio at the line is not low
     phase["server"]["evictions"] = 0
     hits = -(-reads * 9 // 10)  # ceil(0.9 × reads)
     get["hits"], get["misses"] = hits, reads - hits
-    assert "warnings" not in compute([as_model(doc)], "bandwidth", [100])["targets"]["redis"]
+    assert not compute([as_model(doc)], "bandwidth", [100]).targets["redis"].warnings
     # a metric whose maximum is at another point gets that point's warnings, not this one's
     phase["server"]["evictions"] = 17
-    best_ops = max((p for p in phase_rows(as_model(doc)) if p["label"] == "redis"), key=lambda p: p["ops_per_s"])
-    ops = compute([as_model(doc)], "ops", [100])["targets"]["redis"]
-    assert ops["max_at"]["sweep"] == best_ops["sweep_values"]
-    if best_ops["sweep_values"]["value_size"] != at:
-        assert not any("evicted" in w for w in ops.get("warnings", []))
+    best_ops = max((p for p in phase_rows(as_model(doc)) if p.label == "redis"), key=lambda p: p.ops_per_s)
+    ops = compute([as_model(doc)], "ops", [100]).targets["redis"]
+    assert ops.max_at.sweep == best_ops.sweep_values
+    if best_ops.sweep_values["value_size"] != at:
+        assert not any("evicted" in w for w in ops.warnings)
 
 
 def test_server_summary_has_out_p70_and_cpu_p50():

@@ -315,6 +315,6 @@ def test_origin_calls_are_not_counted_as_ops_of_the_load() -> None:
 
     document = {"experiment": {"workload": {}}, "runs": [run("a"), run("b")]}
     (row, _) = phase_rows(as_model(document))
-    assert row["count"] == 100 and row["ops_per_s"] == 50.0  # fetches only: an origin call is part of one
+    assert row.count == 100 and row.ops_per_s == 50.0  # fetches only: an origin call is part of one
     text = "\n".join(line for block in verdict_blocks(as_model(document)) for r in block.rows for line in r)
     assert "origin" not in text  # the origin is nobody's op to rank

@@ -57,9 +57,9 @@ def _scaled(document: dict[str, Any], label: str, factor: float) -> dict[str, An
 
 def test_a_document_against_itself_is_all_same_and_within_noise(report_doc):
     rows = compare(as_model(report_doc), [as_model(report_doc)])
-    keys = {(r["label"], r["sweep"], r["phase"], r["op"]) for r in op_rows(as_model(report_doc))}
+    keys = {(r.label, r.sweep, r.phase.name, r.op_name) for r in op_rows(as_model(report_doc))}
     assert len(rows) == len(keys)
-    for row in rows:
+    for row in (r.to_json() for r in rows):  # as compare -f json writes them
         for metric in METRICS:
             assert row[f"{metric}_ratio"] == pytest.approx(1.0)
             assert row[f"{metric}_direction"] == "same" and row[f"{metric}_within_noise"] is True
@@ -74,9 +74,9 @@ def test_a_difference_within_the_noise_is_same_not_better_or_worse(report_doc):
     # the redis sweep has no repeats: 2 % slower is inside the default 5 %, 10 % is not
     for factor, direction in ((1.02, "same"), (1 / 1.02, "same"), (1.10, "worse"), (1 / 1.10, "better")):
         scaled = as_model(_scaled(report_doc, "redis", factor))
-        rows = [r for r in compare(as_model(report_doc), [scaled]) if r["label"] == "redis"]
-        assert rows and all(r["p99_us_direction"] == direction for r in rows), factor
-        assert all(r["ops_per_s_direction"] == direction for r in rows), factor
+        rows = [r for r in compare(as_model(report_doc), [scaled]) if r.label == "redis"]
+        assert rows and all(r.figures["p99_us"].direction == direction for r in rows), factor
+        assert all(r.figures["ops_per_s"].direction == direction for r in rows), factor
         markdown = to_markdown(rows)
         if direction == "same":
             assert "worse" not in markdown.replace("neither better nor worse", "")
@@ -100,24 +100,27 @@ def test_the_table_says_same_within_noise_and_keeps_the_ratio(report_doc, monkey
 
 def test_noise_is_the_spread_across_repeats(report_doc):
     rows = compare(as_model(report_doc), [as_model(report_doc)])
-    memory_get = next(r for r in rows if r["label"] == "memory" and r["op"] == "get")
-    values = [r["ops_per_s"] for r in op_rows(as_model(report_doc)) if r["label"] == "memory" and r["op"] == "get"]
+    memory_get = next(r for r in rows if r.label == "memory" and r.op == "get").figures["ops_per_s"]
+    values = [r.summary.ops_per_s for r in op_rows(as_model(report_doc))
+              if r.label == "memory" and r.op_name == "get"]
     mean = sum(values) / len(values)
-    assert memory_get["base_ops_per_s"] == pytest.approx(mean)
-    assert memory_get["ops_per_s_noise"] == pytest.approx((max(values) - min(values)) / mean)
+    assert memory_get.base == pytest.approx(mean)
+    assert memory_get.noise == pytest.approx((max(values) - min(values)) / mean)
 
 
 def test_a_real_slowdown_is_worse_and_not_noise(report_doc, slower_doc):
     # "memory" in slower_doc really went to redis over loopback: far slower than in-process memory
-    rows = [r for r in compare(as_model(report_doc), [as_model(slower_doc)]) if r["label"] == "memory"]
-    assert {r["op"] for r in rows} == {"get", "set", "delete"}
+    rows = [r for r in compare(as_model(report_doc), [as_model(slower_doc)]) if r.label == "memory"]
+    assert {r.op for r in rows} == {"get", "set", "delete"}
     for row in rows:
-        assert row["ops_per_s_ratio"] < 0.5 and row["ops_per_s_direction"] == "worse"
-        assert row["p50_us_ratio"] > 2 and row["p50_us_direction"] == "worse"
-        assert row["ops_per_s_within_noise"] is False
+        ops, p50 = row.figures["ops_per_s"], row.figures["p50_us"]
+        assert ops.ratio < 0.5 and ops.direction == "worse"
+        assert p50.ratio > 2 and p50.direction == "worse"
+        assert ops.within_noise is False
     # and the other way round it is better
-    back = [r for r in compare(as_model(slower_doc), [as_model(report_doc)]) if r["label"] == "memory"]
-    assert all(r["ops_per_s_direction"] == "better" and r["p50_us_direction"] == "better" for r in back)
+    back = [r for r in compare(as_model(slower_doc), [as_model(report_doc)]) if r.label == "memory"]
+    assert all(r.figures["ops_per_s"].direction == "better" and r.figures["p50_us"].direction == "better"
+               for r in back)
     assert any("redis" in name for name in unmatched(as_model(report_doc), [as_model(slower_doc)]))
     assert "worse" in to_markdown(rows)
 
@@ -179,7 +182,7 @@ def test_a_malformed_rule_exits_2_before_any_file_is_read(tmp_path, cachemark):
 
 def test_the_gate_fails_on_a_real_slowdown_and_names_it(report_doc, slower_doc):
     rules = parse_rules("p99>10%,ops/s<-5%")
-    verdict = gate(compare(as_model(report_doc), [as_model(slower_doc)]), rules, ["slower.json"])
+    verdict = gate(compare(as_model(report_doc), [as_model(slower_doc)]), rules, ["slower.json"]).to_json()
     assert verdict["passed"] is False
     failed = {(f["label"], f["phase"], f["op"], f["figure"]) for f in verdict["failures"]}
     assert {("memory", "main", op, figure) for op in ("get", "set") for figure in ("p99", "ops/s")} <= failed
@@ -189,7 +192,7 @@ def test_the_gate_fails_on_a_real_slowdown_and_names_it(report_doc, slower_doc):
     assert line.startswith("regression: memory main:get p99 ") and " → " in line
     assert f"(+{get_p99['change_pct']:,.1f}%), beyond p99>10% and the noise " in line
     assert line.endswith("(the spread across repeats)")
-    same = gate(compare(as_model(report_doc), [as_model(report_doc)]), rules, ["same.json"])
+    same = gate(compare(as_model(report_doc), [as_model(report_doc)]), rules, ["same.json"]).to_json()
     assert same["passed"] is True and same["failures"] == []
     assert same["checked"] == 2 * len(compare(as_model(report_doc), [as_model(report_doc)]))
 
@@ -198,20 +201,20 @@ def test_the_gate_needs_a_change_beyond_both_the_threshold_and_the_noise(report_
     rules = parse_rules("p99>0%")
 
     def failed(new: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
-        verdict = gate(compare(as_model(report_doc), [as_model(new)]), rules, ["new.json"])
+        verdict = gate(compare(as_model(report_doc), [as_model(new)]), rules, ["new.json"]).to_json()
         return {(f["label"], f["sweep"], f["op"]): f for f in verdict["failures"]}
 
     # memory: three repeats, so its own measured spread is the bar
     same = compare(as_model(report_doc), [as_model(report_doc)])
-    memory_get = next(r for r in same if r["label"] == "memory" and r["op"] == "get")
-    noise = memory_get["p99_us_noise"]
-    assert noise > 0 and memory_get["p99_us_noise_measured"]
+    memory_get = next(r for r in same if r.label == "memory" and r.op == "get").figures["p99_us"]
+    noise = memory_get.noise
+    assert noise > 0 and memory_get.noise_measured
     assert ("memory", "", "get") not in failed(_scaled(report_doc, "memory", 1 + noise / 2))
     assert ("memory", "", "get") in failed(_scaled(report_doc, "memory", 1 + noise * 1.5 + 0.01))
     # redis: no repeats, so the stated default (5 %): 2 % is within it, 10 % beyond it
     assert not any(key[0] == "redis" for key in failed(_scaled(report_doc, "redis", 1.02)))
     beyond = [f for key, f in failed(_scaled(report_doc, "redis", 1.10)).items() if key[0] == "redis"]
-    assert beyond and len(beyond) == sum(1 for r in same if r["label"] == "redis")
+    assert beyond and len(beyond) == sum(1 for r in same if r.label == "redis")
     assert all(f["line"].endswith(f"the noise {DEFAULT_NOISE:.1%} (assumed: no repeats)") for f in beyond)
     assert {f["sweep"] for f in beyond} == {"value_size=100", "value_size=1000", "value_size=10000"}
     assert "redis [value_size=1000] main:get p99" in next(f["line"] for f in beyond if f["sweep"].endswith("=1000"))

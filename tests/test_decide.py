@@ -255,7 +255,7 @@ def test_an_overstated_open_loop_tail_cannot_fail_a_budget() -> None:
 
     document = open_loop_doc(engine_twin=False)
     assert any("redis: open loop through Python workers" in line and "overstated" in line
-               for line in warnings(as_model(document), document["runs"]))  # the run's own word
+               for line in warnings(as_model(document), as_model(document).runs))  # the run's own word
     check = checks_of(document)["get p99 ≤ 1000 ms"]
     assert check.result == "check", check.why  # it was a FAIL on a tail the same run calls overstated
     assert "2 s (worst of 3 repeats 2 s) through redis-py, open loop: overstated" in check.why

@@ -23,7 +23,7 @@ import pytest
 
 from cachemark.measure.fingerprint import fingerprint
 from cachemark.report.verdict import Kind, findings
-from cachemark.results import as_model, new_document, write_atomic
+from cachemark.results import as_model, as_run, new_document, write_atomic
 from cachemark.run.runner import run_target
 from cachemark.spec import Experiment, Workload
 from conftest import run_cli  # noqa: E402
@@ -35,7 +35,7 @@ WORKLOAD = {"duration": 4.0, "warmup": 0.5, "keys": 1000, "workers": 2}
 
 
 def hiccups(document: dict[str, Any]) -> list[str]:
-    runs = [r for r in document["runs"] if r.get("label") is not None]
+    runs = [as_run(r) for r in document["runs"] if r.get("label") is not None]
     return [f.text for f in findings(as_model(document), runs) if f.kind == Kind.HICCUP]
 
 

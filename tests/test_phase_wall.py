@@ -14,7 +14,7 @@ import time
 import pytest
 
 from cachemark.measure.histogram import Histogram
-from cachemark.results import as_model
+from cachemark.results import as_model, as_run
 from cachemark.run.runner import run_target
 from cachemark.spec import Workload
 from driver_kit import needs_driver  # noqa: E402
@@ -85,7 +85,7 @@ def test_an_engine_run_with_a_stalled_server_warns_of_its_extreme_tail(spawn):
     finally:
         stopper.join()
     assert run["status"] == "ok", run["reason"]
-    found = warnings(as_model(document([run], ["spawn:redis"], "stall", 2.0)), [run])
+    found = warnings(as_model(document([run], ["spawn:redis"], "stall", 2.0)), [as_run(run)])
     tail = [w for w in found if "an extreme tail" in w]
     print(tail)  # the line, with -s
     assert tail, found

@@ -253,6 +253,7 @@ def test_engine_follows_a_node_that_joins_the_cluster_mid_run(spawn, namespace):
 
     from cachemark.engine import run_load
     from cachemark.report.data import cluster_note
+    from cachemark.results.schema import ClusterFigures
 
     cluster = spawn("redis-cluster", nodes=2)
     with _joining_node(cluster) as joiner:
@@ -276,7 +277,8 @@ def test_engine_follows_a_node_that_joins_the_cluster_mid_run(spawn, namespace):
         assert _gets(joiner) - reads_before > 100  # after the move, the slot's reads went to the new node
         assert result["connections"] == 4 * 2  # the start map's: the joined node's sockets came later
         # the reports' cluster line (terminal, Markdown, HTML) names it
-        assert f", 1 node joined ({joiner.host}:{joiner.port})" in cluster_note(result["cluster"])
+        note = cluster_note(ClusterFigures.model_validate(result["cluster"]))
+        assert f", 1 node joined ({joiner.host}:{joiner.port})" in note
 
 
 def _run_beside(cluster: RedisClusterServer, workload: object, change: Callable[[], None]) -> object:

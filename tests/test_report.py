@@ -24,7 +24,7 @@ from cachemark.report import data, export
 from cachemark.report.charts import percentile_grid, percentile_to_x
 from cachemark.report.data import op_rows
 from cachemark.report.html import render_html, saturation_point
-from cachemark.results import as_model, write_atomic
+from cachemark.results import as_model, as_run, write_atomic
 from cachemark.spec import to_toml
 
 pytest_plugins = ["report_fixtures"]
@@ -42,11 +42,11 @@ def test_markdown_tables_and_percent_of_baseline(report_doc):
     assert len([t for t in tables if t.startswith("| memory #")]) == 3 * 2 * 3  # summary + baseline tables
     assert "### Server" in text and "### Comparison to baseline (redis)" in text
     rows = op_rows(as_model(report_doc))
-    base = {(r["sweep"], r["op"]): r for r in rows if r["label"] == "redis"}
+    base = {(r.sweep, r.op_name): r for r in rows if r.label == "redis"}
     # the baseline's own rows read "--"; another label's ops/s is the exact ratio to the first redis point
     first_sweep = min(base)[0]
-    memory_get = next(r for r in rows if r["label"] == "memory" and r["op"] == "get")
-    expected = data.fmt_percent(memory_get["ops_per_s"] / base[(first_sweep, "get")]["ops_per_s"] * 100)
+    memory_get = next(r for r in rows if r.label == "memory" and r.op_name == "get")
+    expected = data.fmt_percent(memory_get.summary.ops_per_s / base[(first_sweep, "get")].summary.ops_per_s * 100)
     assert any(line.startswith("| memory #1 | get |") and f"| {expected} |" in line for line in tables)
     assert any(line.startswith("| redis [value_size=100] | get |") and "| -- |" in line for line in tables)
 
@@ -223,7 +223,7 @@ def test_a_phase_named_after_its_op_is_not_said_twice(report_doc):
     document = json.loads((Path(__file__).parent / "data" / "results-network-phases.json").read_text())
     assert {row[1] for row in table.rows(as_model(document))} == {"write:set", "read:exists+get", "delete"}
     outputs = [export.to_markdown(as_model(document)), render_html(as_model(document)),
-               "\n".join(" | ".join(row) for row in percentile_table(document["runs"][0])[0]),
+               "\n".join(" | ".join(row) for row in percentile_table(as_run(document["runs"][0]))[0]),
                "\n".join(verdict_blocks(as_model(document))[0].notes)]
     for text in outputs:
         assert "delete:delete" not in text and "write:set" in text

@@ -24,35 +24,35 @@ LEVELS = [100, 90, 80]
 def test_bandwidth_max_is_the_best_server_out_p90_over_the_sweep(report_doc):
     # the default is bytes out only, reference 001's NetworkBytesOut
     result = compute([as_model(report_doc)], "bandwidth", LEVELS)
-    assert result["direction"] == "out"
+    assert result.direction == "out"
     phases = phase_rows(as_model(report_doc))
-    redis_best = max(p["server_net_out_mbps_p90"] for p in phases if p["label"] == "redis") * 1e6 / 8
-    redis = result["targets"]["redis"]
-    assert redis["max"] == pytest.approx(redis_best)
-    assert redis["source"].startswith("server net out Mbps p90") and redis["points"] == 3
-    assert redis["thresholds"] == {str(level): int(redis_best * level / 100) for level in LEVELS}
-    assert redis["max_at"]["sweep"]["value_size"] in ("100", "1000", "10000")
+    redis_best = max(p.server.net_out_mbps_p90 for p in phases if p.label == "redis") * 1e6 / 8
+    redis = result.targets["redis"]
+    assert redis.max == pytest.approx(redis_best)
+    assert redis.source.startswith("server net out Mbps p90") and redis.points == 3
+    assert redis.thresholds == {str(level): int(redis_best * level / 100) for level in LEVELS}
+    assert redis.max_at.sweep["value_size"] in ("100", "1000", "10000")
     # no server sampled for memory://: the values the client received (the server's bytes out) stand in
     memory_best = max(
         sum(op["bytes_in"] for op in run["phases"][0]["ops"].values()) / run["phases"][0]["wall_s"]
         for run in report_doc["runs"] if run["label"] == "memory")
-    assert result["targets"]["memory"]["max"] == pytest.approx(memory_best)
-    assert result["targets"]["memory"]["source"].startswith("client payload bytes/s received")
+    assert result.targets["memory"].max == pytest.approx(memory_best)
+    assert result.targets["memory"].source.startswith("client payload bytes/s received")
 
 
 def test_bandwidth_in_and_out_is_an_option(report_doc):
     result = compute([as_model(report_doc)], "bandwidth", LEVELS, direction="both")
-    assert result["direction"] == "in + out"
+    assert result.direction == "in + out"
     phases = phase_rows(as_model(report_doc))
-    redis_best = max(p["server_net_mbps_p90"] for p in phases if p["label"] == "redis") * 1e6 / 8
-    redis = result["targets"]["redis"]
-    assert redis["max"] == pytest.approx(redis_best)
-    assert redis["source"].startswith("server net Mbps p90") and "in + out" in redis["source"]
-    out_only = compute([as_model(report_doc)], "bandwidth", LEVELS)["targets"]["redis"]["max"]
-    assert out_only < redis["max"]  # in + out is more than out alone
-    memory_best = max(p["payload_mbps"] for p in phases if p["label"] == "memory") * 1e6 / 8
-    assert result["targets"]["memory"]["max"] == pytest.approx(memory_best)
-    assert result["targets"]["memory"]["source"].startswith("client payload bytes/s (keys + values)")
+    redis_best = max(p.server.net_mbps_p90 for p in phases if p.label == "redis") * 1e6 / 8
+    redis = result.targets["redis"]
+    assert redis.max == pytest.approx(redis_best)
+    assert redis.source.startswith("server net Mbps p90") and "in + out" in redis.source
+    out_only = compute([as_model(report_doc)], "bandwidth", LEVELS).targets["redis"].max
+    assert out_only < redis.max  # in + out is more than out alone
+    memory_best = max(p.payload_mbps for p in phases if p.label == "memory") * 1e6 / 8
+    assert result.targets["memory"].max == pytest.approx(memory_best)
+    assert result.targets["memory"].source.startswith("client payload bytes/s (keys + values)")
     # the rules watch what the thresholds measured
     rules = prometheus_rules(result)["groups"][0]["rules"]
     redis_rule = next(r for r in rules if r["labels"]["cache_target"] == "redis")
@@ -63,17 +63,17 @@ def test_bandwidth_in_and_out_is_an_option(report_doc):
 
 def test_ops_and_cpu(report_doc):
     ops = compute([as_model(report_doc)], "ops", LEVELS)
-    best = max(p["ops_per_s"] for p in phase_rows(as_model(report_doc)) if p["label"] == "memory")
-    assert ops["targets"]["memory"]["max"] == pytest.approx(best)
+    best = max(p.ops_per_s for p in phase_rows(as_model(report_doc)) if p.label == "memory")
+    assert ops.targets["memory"].max == pytest.approx(best)
     cpu = compute([as_model(report_doc)], "cpu", LEVELS)
-    assert list(cpu["targets"]) == ["redis"]  # only the sampled server has CPU figures
-    assert cpu["targets"]["redis"]["max"] > 0
+    assert list(cpu.targets) == ["redis"]  # only the sampled server has CPU figures
+    assert cpu.targets["redis"].max > 0
 
 
 def test_labels_name_each_file(report_doc, slower_doc):
     result = compute([as_model(report_doc), as_model(slower_doc)], "ops", LEVELS,
                      labels=["cache.m4.xlarge", "cache.r4.large"])
-    assert list(result["targets"]) == ["cache.m4.xlarge", "cache.r4.large"]
+    assert list(result.targets) == ["cache.m4.xlarge", "cache.r4.large"]
     with pytest.raises(UserError, match="one per file"):
         compute([as_model(report_doc)], "ops", LEVELS, labels=["a", "b"])
 
@@ -88,7 +88,7 @@ def test_cloudformation_yaml_and_json_have_the_reference_shape(report_doc):
     for label, levels in mapping.items():
         assert list(levels) == ["100", "90", "80"]  # string keys, as !FindInMap needs
         assert all(isinstance(v, int) for v in levels.values())
-        assert levels["100"] == int(result["targets"][label]["max"])
+        assert levels["100"] == int(result.targets[label].max)
 
 
 def test_cloudformation_template_passes_cfn_lint(report_doc, tmp_path):
@@ -117,14 +117,14 @@ def test_prometheus_rules_structure(report_doc):
     assert doc == prometheus_rules(result)
     (group,) = doc["groups"]
     assert group["name"] == "cachemark-bandwidth-thresholds"
-    assert len(group["rules"]) == len(result["targets"]) * len(LEVELS)
+    assert len(group["rules"]) == len(result.targets) * len(LEVELS)
     alerts = set()
     for rule in group["rules"]:
         assert set(rule) == {"alert", "expr", "for", "labels", "annotations"}
         assert rule["alert"].isidentifier() and rule["alert"] not in alerts
         alerts.add(rule["alert"])
         label, level = rule["labels"]["cache_target"], rule["labels"]["threshold_pct"]
-        assert rule["expr"].endswith(f"> {result['targets'][label]['thresholds'][level]}")
+        assert rule["expr"].endswith(f"> {result.targets[label].thresholds[level]}")
         assert rule["expr"].count("(") == rule["expr"].count(")")
         assert rule["labels"]["severity"] == ("critical" if level == "100" else "warning")
     redis_rule = next(r for r in group["rules"] if r["labels"]["cache_target"] == "redis")

@@ -23,7 +23,7 @@ from cachemark.report.blocks import to_rich
 from cachemark.report.figures import fmt_factor, fmt_latency, fmt_rate
 from cachemark.report.headline import headline_blocks
 from cachemark.report.verdict import TIE_WITHOUT_REPEATS, verdict_blocks
-from cachemark.results import as_model, load
+from cachemark.results import as_model, as_run, load
 from conftest import run_cli  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
@@ -544,8 +544,8 @@ def test_a_store_nested_in_a_target_or_django_on_disk_is_local(doc):
     from cachemark.report.verdict import LOCAL, PER_PROCESS, SHARED, kept
 
     def where(target: str, scheme: str, shared: bool = True, info: dict | None = None) -> tuple[str, str | None]:
-        return kept({"target": target, "backend": {"scheme": scheme, "capabilities": {"shared": shared},
-                                                   "info": info or {}}})
+        return kept(as_run({"label": "", "status": "ok", "target": target, "backend": {
+            "scheme": scheme, "capabilities": {"shared": shared}, "info": info or {}}}))
 
     assert where("django://?BACKEND=filebased&LOCATION=file://&MAX_ENTRIES=1000", "django") == (LOCAL, "file")
     assert where("django://?BACKEND=diskcache&LOCATION=diskcache://&SHARDS=8", "django") == (LOCAL, "diskcache")
@@ -710,7 +710,7 @@ def test_a_client_other_than_the_references_is_flagged(doc):
     runs = [django_run(doc, "memcached", "pymemcache", "memcached.PyMemcacheCache"),
             django_run(doc, "redis", "redis-py", "redis.RedisCache")]
     document = {**doc, "experiment": {**doc["experiment"], "reference": reference}, "runs": runs}
-    found = [f for f in findings(as_model(document), runs) if f.kind == Kind.CLIENT]
+    found = [f for f in findings(as_model(document), [as_run(r) for r in runs]) if f.kind == Kind.CLIENT]
     assert [f.text for f in found] == [
         "memcached: measured through pymemcache (Django's PyMemcacheCache) where reference 003 used pylibmc: the "
         "client library's own cost is in every figure, so these are not the figures of the "

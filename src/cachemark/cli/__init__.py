@@ -194,9 +194,11 @@ def run(
     spawned redis and memcached under get 90 / set 9 / delete 1 on 10,000 zipf keys.
 
     Example: cachemark run -t redis://127.0.0.1:6379 -t spawn:memcached --mix get=80,set=20 --duration 10s
+    \f
+    Over 80 lines for its 35 options alone (typer reads them from this signature; ``\\f`` keeps this out of
+    --help): the body, under 50 lines, parses, hands the experiment to the session, writes the reports and
+    says how the run ended.
     """
-    # Long for its options alone (typer reads them from this signature): the body parses, hands the
-    # experiment to the session, then writes the reports and says how the run ended.
     source, positional_targets = split_sources(sources or [])
     if positional_targets:
         target = [*positional_targets, *(target or [])]

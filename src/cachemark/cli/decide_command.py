@@ -93,6 +93,9 @@ def decide(
     within the p99 budget and priced — from your traffic, in one command.
 
     Example: cachemark decide app.trace.zst --needs needs.toml -o decision.html
+    \f
+    Over 80 lines for its 15 options (typer reads them from this signature; ``\\f`` keeps this out of
+    --help): the body, under 50 lines, reads the inputs and hands each step to analysis/decide.py.
     """
     from .. import outfile
     from ..analysis.advise import load_needs

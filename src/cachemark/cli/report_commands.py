@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,6 +24,8 @@ from .terminal import make_console
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ..report.compare import Comparison
 
 
 def _console() -> Console:
@@ -137,30 +139,31 @@ def compare(
             _emit(table.export_text(), out)
             console = _console()
     else:
-        _compare_output(format, out, cmp.to_json(str(base), [str(p) for p in new], rows, warnings, missing, verdict))
+        _compare_output(format, out, cmp.Comparison(str(base), [str(p) for p in new], rows, warnings, missing,
+                                                    verdict))
         console = _console()  # stdout (or the file) holds the document: the gate speaks on stderr
     for line in cmp.gate_lines(verdict) if verdict else []:
         console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line each, for grep
-    if verdict and not verdict["passed"]:
+    if verdict and not verdict.passed:
         raise typer.Exit(EXIT_REGRESSION)  # after the output is written: the job keeps its evidence
 
 
-def _compare_output(format: str, out: Path | None, document: dict[str, Any]) -> None:
+def _compare_output(format: str, out: Path | None, comparison: Comparison) -> None:
     """compare's Markdown or JSON, to stdout or a file; the JSON is one document either way."""
     from ..outfile import write_json
     from ..report import compare as cmp
 
     to_file = out is not None and str(out) != "-"
     if to_file or format == "json":  # a file, or JSON with no place for them: the user sees them here
-        for warning in document["warnings"]:
+        for warning in comparison.warnings:
             _console().print(warning, markup=False, highlight=False)
     if format == "markdown":
-        _emit(cmp.to_markdown(document["rows"], document["warnings"], document["gate"]), out)
+        _emit(cmp.to_markdown(comparison.rows, comparison.warnings, comparison.gate), out)
     elif to_file:
-        write_json(out, document, "the comparison")
+        write_json(out, comparison.to_json(), "the comparison")
         _console().print(f"wrote {out}", markup=False, highlight=False)
     else:
-        sys.stdout.write(json.dumps(document, indent=1) + "\n")
+        sys.stdout.write(json.dumps(comparison.to_json(), indent=1) + "\n")
 
 
 def thresholds(
@@ -199,10 +202,10 @@ def thresholds(
     as_json = out is not None and out.suffix.lower() == ".json"
     to_file = out is not None and str(out) != "-"
     if to_file:  # the output carries them too; on a file the user would not see them otherwise
-        for warning in result["warnings"]:
+        for warning in result.warnings:
             _console().print(f"warning: {warning}", markup=False, highlight=False)
     if format == "json" and to_file:
-        write_json(out, result, "thresholds")
+        write_json(out, result.to_json(), "thresholds")
         _console().print(f"wrote {out}", markup=False, highlight=False)
         return
     _emit(th.render(result, format, as_json=as_json), out)

@@ -146,6 +146,10 @@ def size(
     but deletes an access, no TTLs) — for SHARDS on very long traces.
 
     Example: cachemark size --keys 100000 --key-dist zipf:0.99 --value-size 100-1000 --sizes 16MiB,64MiB
+    \f
+    Over 80 lines for its 18 options and this help (typer reads them from the signature and docstring;
+    ``\\f`` keeps this out of --help): the body, 40 lines, checks the options and hands over to
+    analysis/sizing.py.
     """
     from ..analysis.sizing import answers, expected_latencies
 

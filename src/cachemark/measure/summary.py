@@ -3,44 +3,24 @@
 
 Workers, drivers, the engine and agents each hand on an op's counters and encoded histograms as
 an :class:`OpRecord`; a :class:`MergedOp` adds them up exactly (histograms merged, never
-percentiles) and :func:`summarize` computes the op's :class:`OpFigures` from it — the one place
+percentiles) and :func:`summarize` computes the op's ``OpSummary`` from it — the one place
 a summary is computed, whether a run just ended or a report recomputes one for a file that lacks
-it. ``OpFigures`` are the results file's ``summary``: results/schema.py's ``OpSummary`` reads
-the same fields back (a test keeps the two in step). They live here, not there, because
-measure is the lower layer: it computes figures, results owns how a file is checked.
+it. That summary is one type, :class:`~cachemark.measure.figures.OpSummary`, from here to the
+report that reads it back (results/schema.py validates the same class; measure/figures.py says
+why it is defined below results/).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from .figures import OpSummary
 from .histogram import Histogram
 
 PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 _LATENCY_OUTCOMES = ("hit", "miss", "ok")
-
-
-@dataclass(frozen=True)
-class OpFigures:
-    """One op's summary: figures over its successful outcomes (errors counted apart), in µs and per s."""
-
-    ops_per_s: float
-    hit_ratio: float | None  # None: the op read nothing (a set)
-    error_count: int
-    p50_us: float
-    p90_us: float
-    p99_us: float
-    p999_us: float
-    max_us: float
-    mean_us: float
-    # count ÷ Σ latency (Mollenhour's cache-benchmark "ops/s"): what one client doing nothing else gets
-    ops_per_latency_s: float
-
-    def as_json(self) -> dict[str, Any]:
-        """As the results file keeps it (an op's ``summary``), fields in this order."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -58,8 +38,8 @@ class OpRecord:
     bytes_in: int = 0
     histograms: dict[str, str] = field(default_factory=dict)
     histograms_uncorrected: dict[str, str] | None = None  # open loop: from the actual send
-    summary: OpFigures | None = None
-    summary_uncorrected: OpFigures | None = None
+    summary: OpSummary | None = None
+    summary_uncorrected: OpSummary | None = None
 
     @classmethod
     def from_json(cls, op: dict[str, Any]) -> OpRecord:
@@ -89,12 +69,12 @@ class OpRecord:
 _SAVED = tuple(f.name for f in fields(OpRecord))
 
 
-def _figures(saved: dict[str, Any] | None) -> OpFigures | None:
-    return OpFigures(**saved) if saved else None
+def _figures(saved: dict[str, Any] | None) -> OpSummary | None:
+    return OpSummary.computed(**saved) if saved else None
 
 
 def _as_json(value: Any) -> Any:
-    if isinstance(value, OpFigures):
+    if isinstance(value, OpSummary):
         return value.as_json()
     return dict(value) if isinstance(value, dict) else value
 
@@ -178,13 +158,13 @@ def latency_histogram(histograms: dict[str, Histogram]) -> Histogram:
     return total
 
 
-def summarize(op: MergedOp, wall_s: float, uncorrected: bool = False) -> OpFigures:
+def summarize(op: MergedOp, wall_s: float, uncorrected: bool = False) -> OpSummary:
     """``op``'s figures over ``wall_s``: latency from the intended start (open loop's corrected
     figure), or from the actual send when ``uncorrected``."""
     hist = latency_histogram(op.histograms_uncorrected if uncorrected else op.histograms)
     p50, p90, p99, p999 = hist.percentiles(PERCENTILES)
     reads = op.hits + op.misses
-    return OpFigures(
+    return OpSummary.computed(
         ops_per_s=op.count / wall_s if wall_s > 0 else 0.0,
         hit_ratio=op.hits / reads if reads else None,
         error_count=sum(op.errors.values()),
@@ -194,15 +174,15 @@ def summarize(op: MergedOp, wall_s: float, uncorrected: bool = False) -> OpFigur
     )
 
 
-def _summaries(op: MergedOp, wall_s: float) -> tuple[OpFigures, OpFigures | None]:
+def _summaries(op: MergedOp, wall_s: float) -> tuple[OpSummary, OpSummary | None]:
     """An op result's ``summary``, and ``summary_uncorrected`` where it has those histograms (open loop)."""
     uncorrected = summarize(op, wall_s, uncorrected=True) if op.histograms_uncorrected else None
     return summarize(op, wall_s), uncorrected
 
 
-def summary_from_result(op: OpRecord, wall_s: float, corrected: bool = True) -> dict[str, Any]:
+def summary_from_result(op: OpRecord, wall_s: float, corrected: bool = True) -> OpSummary:
     """Recompute a summary for an op read back from a results file that lacks one."""
-    return summarize(MergedOp.of(op), wall_s, uncorrected=not corrected).as_json()
+    return summarize(MergedOp.of(op), wall_s, uncorrected=not corrected)
 
 
 def merge_timeseries(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:

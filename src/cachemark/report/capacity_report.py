@@ -63,7 +63,7 @@ def capacity_blocks(results: list[CapacityResult]) -> list[Block]:
     return blocks
 
 
-def capacity_document(results: list[CapacityResult]) -> dict[str, Any]:
+def capacity_document(results: list[CapacityResult]) -> dict[str, Any]:  # Any: the JSON output
     """``--json``: ``capacity_ops_per_s`` per target label, then each target's search."""
     return {"capacity_ops_per_s": {r.label: None if r.capacity_ops_per_s is None else round(r.capacity_ops_per_s, 1)
                                    for r in results},

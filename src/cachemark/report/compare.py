@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich.console import Console
@@ -28,9 +28,10 @@ from ..errors import UserError
 from ..results import ResultsDocument
 from ..results.names import op_label
 from ..textfile import one_line
-from .data import op_rows
+from .data import OpRow, op_rows
 from .figures import fmt_latency, fmt_rate
 from .fitted_table import FOLD_NAMES, fit_columns, print_fitted
+from .planned import SavedObject
 
 METRICS = ("ops_per_s", "p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 HIGHER_IS_BETTER = {"ops_per_s"}
@@ -46,27 +47,36 @@ DEFAULT_NOISE = 0.05
 Key = tuple[str, str, str, str]  # label, sweep point, phase, op
 
 
-def _groups(document: ResultsDocument) -> dict[Key, list[dict[str, Any]]]:
-    groups: dict[Key, list[dict[str, Any]]] = defaultdict(list)
+def _groups(document: ResultsDocument) -> dict[Key, list[OpRow]]:
+    groups: dict[Key, list[OpRow]] = defaultdict(list)
     for row in op_rows(document):
-        groups[(row["label"], row["sweep"], row["phase"], row["op"])].append(row)
+        groups[(row.label, row.sweep, row.phase.name, row.op_name)].append(row)
     return groups
 
 
-def _aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean of each figure over repeats, and the relative spread when there are two or more."""
-    out: dict[str, Any] = {"repeats": len(rows)}
-    errors = sum(r.get("errors") or 0 for r in rows)
-    done = sum(r.get("count") or 0 for r in rows)
-    out["errors"] = errors
-    out["error_rate"] = errors / (done + errors) if done + errors else 0.0  # of the ops attempted
-    for metric in METRICS:
-        values = [r[metric] for r in rows if r.get(metric) is not None]
-        mean = sum(values) / len(values) if values else None
-        out[metric] = mean
-        repeated = len(values) >= 2 and all(r.get("repeat") is not None for r in rows)
-        out[f"{metric}_noise"] = (max(values) - min(values)) / mean if repeated and mean else None
-    return out
+@dataclass(frozen=True)
+class _Side:
+    """One side's rows of a (label, sweep point, phase, op): each figure's mean over repeats, and its
+    relative spread when there are two or more."""
+
+    repeats: int
+    errors: int
+    error_rate: float  # of the ops attempted
+    means: dict[str, float | None]
+    noise: dict[str, float | None]
+
+    @classmethod
+    def of(cls, rows: list[OpRow]) -> _Side:
+        errors = sum(r.op.error_total for r in rows)
+        done = sum(r.count for r in rows)
+        means, noise = {}, {}
+        for metric in METRICS:
+            values = [v for r in rows if (v := r.figure(metric)) is not None]
+            mean = sum(values) / len(values) if values else None
+            means[metric] = mean
+            repeated = len(values) >= 2 and all(r.run.repeat is not None for r in rows)
+            noise[metric] = (max(values) - min(values)) / mean if repeated and mean else None
+        return cls(len(rows), errors, errors / (done + errors) if done + errors else 0.0, means, noise)
 
 
 def _direction(metric: str, ratio: float, within_noise: bool) -> str:
@@ -77,44 +87,78 @@ def _direction(metric: str, ratio: float, within_noise: bool) -> str:
     return "better" if better else "worse"
 
 
-def _figure(b: dict[str, Any], n: dict[str, Any], metric: str) -> dict[str, Any]:
-    """One figure of a row: both values, their ratio, the noise it is judged by, and the reading."""
-    bv, nv = b[metric], n[metric]
-    ratio = nv / bv if bv and nv is not None else None
-    measured = [x for x in (b[f"{metric}_noise"], n[f"{metric}_noise"]) if x is not None]
-    noise = max(measured) if measured else DEFAULT_NOISE
-    within = abs(ratio - 1.0) <= noise if ratio is not None else None
-    return {
-        f"base_{metric}": bv, f"new_{metric}": nv, f"{metric}_ratio": ratio,
-        f"{metric}_direction": _direction(metric, ratio, bool(within)) if ratio is not None else None,
-        f"{metric}_noise": noise, f"{metric}_noise_measured": bool(measured), f"{metric}_within_noise": within,
-    }
+@dataclass(frozen=True)
+class FigureChange:
+    """One figure of a compared op: both values, their ratio, the noise it is judged by, and the reading."""
+
+    base: float | None
+    new: float | None
+    ratio: float | None  # new ÷ base
+    direction: str | None  # better | worse | same (within the noise); None without a ratio
+    noise: float  # the larger spread of the two sides' repeats, else DEFAULT_NOISE
+    noise_measured: bool  # from repeats, not the default
+    within_noise: bool | None  # |ratio − 1| ≤ noise
+
+    @classmethod
+    def of(cls, b: _Side, n: _Side, metric: str) -> FigureChange:
+        bv, nv = b.means[metric], n.means[metric]
+        ratio = nv / bv if bv and nv is not None else None
+        measured = [x for x in (b.noise[metric], n.noise[metric]) if x is not None]
+        noise = max(measured) if measured else DEFAULT_NOISE
+        within = abs(ratio - 1.0) <= noise if ratio is not None else None
+        direction = _direction(metric, ratio, bool(within)) if ratio is not None else None
+        return cls(bv, nv, ratio, direction, noise, bool(measured), within)
 
 
-def compare(base_doc: ResultsDocument, new_docs: list[ResultsDocument]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class CompareRow:
+    """One (label, sweep point, phase, op) of a new document matched with the base's."""
+
+    new: int  # which new document
+    label: str
+    sweep: str
+    phase: str
+    op: str
+    base_side: _Side
+    new_side: _Side
+    figures: dict[str, FigureChange]  # by metric (METRICS)
+
+    def to_json(self) -> dict[str, Any]:  # Any: a row of the JSON output
+        """The row as ``compare -f json`` writes it: flat, ``<m>_ratio``, ``base_<m>``… per figure."""
+        out = {"new": self.new, "label": self.label, "sweep": self.sweep, "phase": self.phase, "op": self.op,
+               "base_repeats": self.base_side.repeats, "new_repeats": self.new_side.repeats}
+        for metric, f in self.figures.items():
+            out.update({f"base_{metric}": f.base, f"new_{metric}": f.new, f"{metric}_ratio": f.ratio,
+                        f"{metric}_direction": f.direction, f"{metric}_noise": f.noise,
+                        f"{metric}_noise_measured": f.noise_measured, f"{metric}_within_noise": f.within_noise})
+        out.update(base_errors=self.base_side.errors, new_errors=self.new_side.errors,
+                   base_error_rate=self.base_side.error_rate, new_error_rate=self.new_side.error_rate)
+        return out
+
+    @property
+    def where(self) -> str:
+        """``label`` or ``label [sweep point]``."""
+        return self.label + (f" [{self.sweep}]" if self.sweep else "")
+
+
+def compare(base_doc: ResultsDocument, new_docs: list[ResultsDocument]) -> list[CompareRow]:
     """One row per new document × (label, sweep point, phase, op) present in both.
 
-    Each row has, per figure: ``base_<m>``, ``new_<m>``, ``<m>_ratio`` (new ÷ base),
-    ``<m>_noise`` (the larger relative spread of the two sides' repeats, or
-    :data:`DEFAULT_NOISE` when neither has repeats: ``<m>_noise_measured`` says which),
-    ``<m>_within_noise`` (|ratio − 1| ≤ noise) and ``<m>_direction`` (better | worse, or
-    same when within the noise).
+    Each row has, per figure (:class:`FigureChange`): both values, the ratio (new ÷ base), the
+    noise (the larger relative spread of the two sides' repeats, or :data:`DEFAULT_NOISE` when
+    neither has repeats: ``noise_measured`` says which), ``within_noise`` (|ratio − 1| ≤ noise)
+    and the ``direction`` (better | worse, or same when within the noise).
     """
-    base = {key: _aggregate(rows) for key, rows in _groups(base_doc).items()}
-    out: list[dict[str, Any]] = []
+    base = {key: _Side.of(rows) for key, rows in _groups(base_doc).items()}
+    out: list[CompareRow] = []
     for index, document in enumerate(new_docs):
         for key, rows in _groups(document).items():
             if key not in base:
                 continue
-            b, n = base[key], _aggregate(rows)
+            b, n = base[key], _Side.of(rows)
             label, sweep, phase, op = key
-            row: dict[str, Any] = {"new": index, "label": label, "sweep": sweep, "phase": phase, "op": op,
-                                   "base_repeats": b["repeats"], "new_repeats": n["repeats"]}
-            for metric in METRICS:
-                row.update(_figure(b, n, metric))
-            row.update(base_errors=b["errors"], new_errors=n["errors"], base_error_rate=b["error_rate"],
-                       new_error_rate=n["error_rate"])
-            out.append(row)
+            out.append(CompareRow(index, label, sweep, phase, op, b, n,
+                                  {metric: FigureChange.of(b, n, metric) for metric in METRICS}))
     return out
 
 
@@ -136,18 +180,17 @@ def _ratio_text(ratio: float) -> str:
     return f"{ratio:.3f}×" if text == "1.00×" and ratio != 1.0 else text
 
 
-def _verdict(row: dict[str, Any], metric: str, same: str = SAME) -> str:
+def _verdict(row: CompareRow, metric: str, same: str = SAME) -> str:
     """The ratio stays visible; the word says whether it is more than the noise."""
-    ratio = row[f"{metric}_ratio"]
-    if ratio is None:
+    figure = row.figures[metric]
+    if figure.ratio is None:
         return "-"
-    direction = row[f"{metric}_direction"]
-    return f"{_ratio_text(ratio)} {same if direction == 'same' else direction}"
+    return f"{_ratio_text(figure.ratio)} {same if figure.direction == 'same' else figure.direction}"
 
 
-def noise_note(rows: list[dict[str, Any]]) -> str | None:
+def noise_note(rows: list[CompareRow]) -> str | None:
     """The line under a table saying what "same (within noise)" rested on: repeats, or the default."""
-    same = [row[f"{m}_noise_measured"] for row in rows for m in METRICS if row[f"{m}_direction"] == "same"]
+    same = [f.noise_measured for row in rows for f in row.figures.values() if f.direction == "same"]
     if not same:
         return None
     grounds = []
@@ -164,24 +207,24 @@ COMPARE_COLUMNS = ("new", "backend", "op", "base ops/s", "new ops/s", "ops/s", "
 COMPARE_DROP_ORDER = ("p99.9", "base ops/s", "new ops/s", FOLD_NAMES, "p50", "p99")
 
 
-def _table_cells(rows: list[dict[str, Any]], names: list[str] | None, same: str) -> list[list[str]]:
+def _table_cells(rows: list[CompareRow], names: list[str] | None, same: str) -> list[list[str]]:
     cells = []
     for row in rows:
-        backend = row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
-        op = op_label(row["phase"], row["op"], row["phase"] != "main")
-        cells.append([names[row["new"]] if names else str(row["new"]), backend, op,
-                      fmt_rate(row["base_ops_per_s"] or 0.0), fmt_rate(row["new_ops_per_s"] or 0.0),
+        op = op_label(row.phase, row.op, row.phase != "main")
+        ops = row.figures["ops_per_s"]
+        cells.append([names[row.new] if names else str(row.new), row.where, op,
+                      fmt_rate(ops.base or 0.0), fmt_rate(ops.new or 0.0),
                       *[_verdict(row, m, same) for m in ("ops_per_s", "p50_us", "p99_us", "p999_us")]])
     return cells
 
 
-def render_table(rows: list[dict[str, Any]], console: Console | None = None,
+def render_table(rows: list[CompareRow], console: Console | None = None,
                  names: list[str] | None = None, warnings: list[str] | None = None) -> None:
     console = console or Console()
     for warning in warnings or []:
         console.print(warning, markup=False, highlight=False)
     columns: tuple[str, ...] = COMPARE_COLUMNS
-    one_file = len({row["new"] for row in rows}) == 1  # one new file: its name in every row says nothing
+    one_file = len({row.new for row in rows}) == 1  # one new file: its name in every row says nothing
     if one_file:
         columns = columns[1:]
     cells = []
@@ -197,19 +240,19 @@ def render_table(rows: list[dict[str, Any]], console: Console | None = None,
         console.print(note, markup=False, highlight=False)
 
 
-def to_markdown(rows: list[dict[str, Any]], warnings: list[str] | None = None,
-                verdict: dict[str, Any] | None = None) -> str:
+def to_markdown(rows: list[CompareRow], warnings: list[str] | None = None,
+                verdict: GateVerdict | None = None) -> str:
     lines = [f"> **{w.partition(': ')[0]}:** {w.partition(': ')[2]}" for w in warnings or []]
     if lines:
         lines.append("")
     lines += ["| backend | op | base ops/s | new ops/s | ops/s | base p99 | new p99 | p99 |",
               "| :--- | :--- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
-        backend = row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
-        lines.append(f"| {backend} | {row['op']} | "
-                     f"{fmt_rate(row['base_ops_per_s'] or 0.0)} | {fmt_rate(row['new_ops_per_s'] or 0.0)} | "
-                     f"{_verdict(row, 'ops_per_s')} | {fmt_latency(row['base_p99_us'])} | "
-                     f"{fmt_latency(row['new_p99_us'])} | {_verdict(row, 'p99_us')} |")
+        ops, p99 = row.figures["ops_per_s"], row.figures["p99_us"]
+        lines.append(f"| {row.where} | {row.op} | "
+                     f"{fmt_rate(ops.base or 0.0)} | {fmt_rate(ops.new or 0.0)} | "
+                     f"{_verdict(row, 'ops_per_s')} | {fmt_latency(p99.base)} | "
+                     f"{fmt_latency(p99.new)} | {_verdict(row, 'p99_us')} |")
     note = noise_note(rows)
     if note:
         lines += ["", f"*{note}*"]
@@ -218,12 +261,23 @@ def to_markdown(rows: list[dict[str, Any]], warnings: list[str] | None = None,
     return "\n".join(lines) + "\n"
 
 
-def to_json(base: str, new: list[str], rows: list[dict[str, Any]], warnings: list[str],
-            missing: list[str], verdict: dict[str, Any] | None) -> dict[str, Any]:
-    """One document whether it goes to stdout or to a file: the rows, the warnings, and the
-    gate's verdict (None without --fail-on), so a machine needs no second source."""
-    return {"base": base, "new": new, "rows": rows, "warnings": warnings, "not_compared": missing,
-            "gate": verdict}
+@dataclass(frozen=True)
+class Comparison:
+    """What ``compare`` says, whether as a table, Markdown or JSON: the rows, the warnings, what was not
+    compared, and the gate's verdict (None without --fail-on)."""
+
+    base: str
+    new: list[str]
+    rows: list[CompareRow]
+    warnings: list[str]
+    not_compared: list[str]
+    gate: GateVerdict | None
+
+    def to_json(self) -> dict[str, Any]:  # Any: the JSON output
+        """One document whether it goes to stdout or to a file, so a machine needs no second source."""
+        return {"base": self.base, "new": self.new, "rows": [row.to_json() for row in self.rows],
+                "warnings": self.warnings, "not_compared": self.not_compared,
+                "gate": self.gate.to_json() if self.gate is not None else None}
 
 
 # --- the CI gate: --fail-on 'p99>10%,ops/s<-5%' -----------------------------------------------
@@ -295,38 +349,53 @@ def parse_rules(text: str) -> list[Rule]:
     return [_rule(part) for part in parts]
 
 
-def _failure(row: dict[str, Any], rule: Rule, change_pct: float, file: str, show_file: bool) -> dict[str, Any]:
-    """A regression as JSON, with the one line a person reads (``line``)."""
-    metric = rule.metric
-    base, new, noise = row[f"base_{metric}"], row[f"new_{metric}"], row[f"{metric}_noise"]
-    measured = row[f"{metric}_noise_measured"]
-    fmt = fmt_rate if metric in HIGHER_IS_BETTER else fmt_latency
-    where = (f"{file}: " if show_file else "") + row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
-    line = (f"regression: {where} {row['phase']}:{row['op']} {rule.name} {fmt(base)} → {fmt(new)} "
+@dataclass(frozen=True)
+class Failure:
+    """A regression the gate found, with the one line a person reads (``line``)."""
+
+    file: str
+    label: str
+    sweep: str
+    phase: str
+    op: str
+    figure: str  # as --fail-on names it (p99, ops/s), errors, or run (a failed run)
+    rule: str
+    threshold_pct: float
+    base: float | None
+    new: float | str | None  # a failed run: its status
+    change_pct: float | None
+    noise_pct: float
+    noise_measured: bool
+    line: str
+
+
+def _failure(row: CompareRow, rule: Rule, change_pct: float, file: str, show_file: bool) -> Failure:
+    figure = row.figures[rule.metric]
+    base, new, noise = figure.base, figure.new, figure.noise
+    fmt = fmt_rate if rule.metric in HIGHER_IS_BETTER else fmt_latency
+    where = (f"{file}: " if show_file else "") + row.where
+    line = (f"regression: {where} {row.phase}:{row.op} {rule.name} {fmt(base)} → {fmt(new)} "
             f"({change_pct:+,.1f}%), beyond {rule.text} and the noise {noise:.1%} "
-            + ("(the spread across repeats)" if measured else "(assumed: no repeats)"))
-    return {"file": file, "label": row["label"], "sweep": row["sweep"], "phase": row["phase"], "op": row["op"],
-            "figure": rule.name, "rule": rule.text, "threshold_pct": rule.threshold_pct, "base": base,
-            "new": new, "change_pct": change_pct, "noise_pct": noise * 100, "noise_measured": measured,
-            "line": line}
+            + ("(the spread across repeats)" if figure.noise_measured else "(assumed: no repeats)"))
+    return Failure(file, row.label, row.sweep, row.phase, row.op, rule.name, rule.text, rule.threshold_pct, base,
+                   new, change_pct, noise * 100, figure.noise_measured, line)
 
 
-def _error_failure(row: dict[str, Any], allowed_pct: float, file: str, show_file: bool) -> dict[str, Any] | None:
+def _error_failure(row: CompareRow, allowed_pct: float, file: str, show_file: bool) -> Failure | None:
     """An op whose error rate rose by more than ``allowed_pct`` points (0 by default): a regression."""
-    base, new = row["base_error_rate"] * 100, row["new_error_rate"] * 100
+    b, n = row.base_side, row.new_side
+    base, new = b.error_rate * 100, n.error_rate * 100
     change = new - base
-    if not (row["new_errors"] and change > allowed_pct):
+    if not (n.errors and change > allowed_pct):
         return None
-    where = (f"{file}: " if show_file else "") + row["label"] + (f" [{row['sweep']}]" if row["sweep"] else "")
-    line = (f"regression: {where} {row['phase']}:{row['op']} errors {row['base_errors']:,} → {row['new_errors']:,} "
+    where = (f"{file}: " if show_file else "") + row.where
+    line = (f"regression: {where} {row.phase}:{row.op} errors {b.errors:,} → {n.errors:,} "
             f"(error rate {base:.2f}% → {new:.2f}%), beyond errors>{allowed_pct:g}%")
-    return {"file": file, "label": row["label"], "sweep": row["sweep"], "phase": row["phase"], "op": row["op"],
-            "figure": ERRORS, "rule": f"errors>{allowed_pct:g}%", "threshold_pct": allowed_pct,
-            "base": row["base_errors"], "new": row["new_errors"], "change_pct": change, "noise_pct": 0.0,
-            "noise_measured": False, "line": line}
+    return Failure(file, row.label, row.sweep, row.phase, row.op, ERRORS, f"errors>{allowed_pct:g}%", allowed_pct,
+                   b.errors, n.errors, change, 0.0, False, line)
 
 
-def failed_runs(new_docs: list[ResultsDocument], names: list[str]) -> list[dict[str, Any]]:
+def failed_runs(new_docs: list[ResultsDocument], names: list[str]) -> list[Failure]:
     """Every run of a new file that failed: the gate fails on each (a broken run is no pass). A skipped
     run measured nothing, and is named among the runs not compared."""
     out = []
@@ -336,15 +405,33 @@ def failed_runs(new_docs: list[ResultsDocument], names: list[str]) -> list[dict[
                 continue
             reason = one_line(run.reason or "no reason recorded")
             where = (f"{names[index]}: " if len(names) > 1 else "") + run.label
-            out.append({"file": names[index], "label": run.label, "sweep": run.sweep_key, "phase": "", "op": "",
-                        "figure": "run", "rule": "no failed run", "threshold_pct": 0.0, "base": None,
-                        "new": run.status, "change_pct": None, "noise_pct": 0.0, "noise_measured": False,
-                        "line": f"regression: {where}: the run {run.status}: {reason}"})
+            out.append(Failure(names[index], run.label, run.sweep_key, "", "", "run", "no failed run", 0.0, None,
+                               run.status, None, 0.0, False, f"regression: {where}: the run {run.status}: {reason}"))
     return out
 
 
-def gate(rows: list[dict[str, Any]], rules: list[Rule], names: list[str],
-         broken: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GateVerdict:
+    """What ``--fail-on`` decided: the rules, how many figures were checked, and each regression."""
+
+    rules: list[str]
+    errors_allowed_pct: float
+    default_noise_pct: float
+    checked: int
+    failures: list[Failure]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_json(self) -> dict[str, Any]:  # Any: the JSON output's "gate"
+        return {"rules": self.rules, "errors_allowed_pct": self.errors_allowed_pct,
+                "default_noise_pct": self.default_noise_pct, "checked": self.checked, "passed": self.passed,
+                "failures": [asdict(failure) for failure in self.failures]}
+
+
+def gate(rows: list[CompareRow], rules: list[Rule], names: list[str],
+         broken: list[Failure] | None = None) -> GateVerdict:
     """The verdict of ``--fail-on``: each figure a rule names that moved beyond both the
     rule's threshold and the noise. Beyond the threshold alone is not enough: a change
     the noise can explain would fail jobs at random. Errors are checked whatever the rules
@@ -353,46 +440,44 @@ def gate(rows: list[dict[str, Any]], rules: list[Rule], names: list[str],
     failures, checked = list(broken or []), 0
     allowed = max((rule.threshold_pct for rule in rules if rule.loosens_errors), default=0.0)
     for row in rows:
-        failure = _error_failure(row, allowed, names[row["new"]], len(names) > 1)
+        failure = _error_failure(row, allowed, names[row.new], len(names) > 1)
         if failure:
             failures.append(failure)
         for rule in rules:
             if rule.loosens_errors:
                 continue
-            ratio = row[f"{rule.metric}_ratio"]
-            if ratio is None:
+            figure = row.figures[rule.metric]
+            if figure.ratio is None:
                 continue
             checked += 1
-            change = (ratio - 1.0) * 100
-            if rule.exceeded(change) and not row[f"{rule.metric}_within_noise"]:
-                failures.append(_failure(row, rule, change, names[row["new"]], len(names) > 1))
-    return {"rules": [rule.text for rule in rules], "errors_allowed_pct": allowed,
-            "default_noise_pct": DEFAULT_NOISE * 100,
-            "checked": checked, "passed": not failures, "failures": failures}
+            change = (figure.ratio - 1.0) * 100
+            if rule.exceeded(change) and not figure.within_noise:
+                failures.append(_failure(row, rule, change, names[row.new], len(names) > 1))
+    return GateVerdict([rule.text for rule in rules], allowed, DEFAULT_NOISE * 100, checked, failures)
 
 
-def _gate_summary(verdict: dict[str, Any]) -> str:
-    rules = ",".join(verdict["rules"])
-    count = len(verdict["failures"])
+def _gate_summary(verdict: GateVerdict) -> str:
+    rules = ",".join(verdict.rules)
+    count = len(verdict.failures)
     if count:
         return (f"{count} regression{'s' if count != 1 else ''} beyond --fail-on '{rules}' and the noise "
                 f"({NOISE_GROUNDS})")
     return (f"no figure regressed beyond --fail-on '{rules}' and the noise ({NOISE_GROUNDS}); "
-            f"{verdict['checked']} checked")
+            f"{verdict.checked} checked")
 
 
-def gate_lines(verdict: dict[str, Any]) -> list[str]:
+def gate_lines(verdict: GateVerdict) -> list[str]:
     """One line per regression, then the verdict with the exit code it brings: what a CI log shows."""
-    last = ("exit 1: " if verdict["failures"] else "passed: ") + _gate_summary(verdict)
-    return [failure["line"] for failure in verdict["failures"]] + [last]
+    last = ("exit 1: " if verdict.failures else "passed: ") + _gate_summary(verdict)
+    return [failure.line for failure in verdict.failures] + [last]
 
 
-def gate_markdown(verdict: dict[str, Any]) -> list[str]:
+def gate_markdown(verdict: GateVerdict) -> list[str]:
     """The verdict as Markdown, for a pull-request comment."""
-    head = "**Gate failed:**" if verdict["failures"] else "**Gate passed:**"
+    head = "**Gate failed:**" if verdict.failures else "**Gate passed:**"
     lines = [f"{head} {_gate_summary(verdict)}"]
-    if verdict["failures"]:
-        lines += ["", *(f"- {failure['line']}" for failure in verdict["failures"])]
+    if verdict.failures:
+        lines += ["", *(f"- {failure.line}" for failure in verdict.failures)]
     return lines
 
 
@@ -416,7 +501,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _fields(document: ResultsDocument) -> dict[str, Any]:
+def _fields(document: ResultsDocument) -> SavedObject:
     """The experiment's workload, network and sweep as flat ``field: value`` pairs."""
     experiment = document.experiment
     workload = experiment.workload_spec

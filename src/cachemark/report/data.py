@@ -1,10 +1,10 @@
 """Flattening a results document into rows every report reads the same way.
 
-Owns :func:`op_rows` (one dict per run × phase × op, with every summary figure and the
-phase's server figures) and :func:`phase_rows` (one per run × phase: total ops/s, payload
-bandwidth, server figures). Export, compare, thresholds and the HTML report all start
-here, so a figure means the same thing in every output. Summaries missing from an older
-file are recomputed from the histograms.
+Owns :func:`op_rows` (one :class:`OpRow` per run × phase × op: the run, phase, op and summary
+records themselves) and :func:`phase_rows` (one :class:`PhaseRow` per run × phase: total ops/s,
+payload bandwidth, the worst p99, beside the phase's server figures). Export, compare,
+thresholds and the HTML report all start here, so a figure means the same thing in every
+output. Summaries missing from an older file are recomputed from the histograms.
 
 Every function reads the typed document (:mod:`cachemark.results.schema`), as ``results.read``
 returns it: never the file's dict.
@@ -12,11 +12,12 @@ returns it: never the file's dict.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..backends.base import PSEUDO_OPS
 from ..errors import UserError
-from ..results import OpResult, OpSummary, Phase, ResultsDocument
+from ..results import OpResult, OpSummary, Phase, ResultsDocument, Run
 from ..results.names import run_name, sweep_key  # noqa: F401 (re-exported: reports name runs through here)
 from ..results.schema import ClusterFigures, ServerFigures
 from ..textfile import one_line
@@ -24,7 +25,6 @@ from .figures import fmt_percent
 
 SUMMARY_FIELDS = ("ops_per_s", "hit_ratio", "error_count", "p50_us", "p90_us", "p99_us", "p999_us",
                   "max_us", "mean_us", "ops_per_latency_s")
-LATENCY_FIELDS = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 SERVER_FIELDS = ("cpu_us_per_op", "bytes_in_per_op", "bytes_out_per_op", "net_mbps_p90", "net_mbps_p70",
                  "net_in_mbps_p90", "net_out_mbps_p90", "net_out_mbps_p70", "cpu_pct_p90", "cpu_pct_p50",
                  "used_memory_bytes", "evictions")
@@ -34,50 +34,112 @@ LOW_SAMPLES_NOTE = ("from fewer than two full 1-s intervals (a short phase): the
                     "not a percentile of seconds.")
 
 
-def op_summary(op: OpResult, wall_s: float, uncorrected: bool = False) -> OpSummary:
-    """The op's summary (``OpResult.summary_for``): saved, or recomputed from its histograms."""
-    return op.summary_for(wall_s, uncorrected)
-
-
-def _server(phase: Phase) -> dict[str, Any]:
-    server = phase.server or _NO_SERVER
-    return {f"server_{k}": getattr(server, k) for k in SERVER_FIELDS}
-
-
 _NO_SERVER = ServerFigures()
+# A run's sweep point, field → value. Any: the value as the file gave it (text; an older file's: a number).
+SweepPoint = dict[str, Any]
 
 
-def op_rows(document: ResultsDocument, include_failed: bool = False) -> list[dict[str, Any]]:
-    """One row per (run, phase, op) with every figure; runs without phases are left out."""
-    rows: list[dict[str, Any]] = []
+@dataclass(frozen=True, eq=False)  # a row is itself: compared by identity (the baseline's own row)
+class OpRow:
+    """One op of one phase of one run, as every table reads it: the document's own records side by
+    side (no figure copied out of them), with the summary saved or recomputed over the phase's wall time."""
+
+    index: int  # the run's place in the document: its colour, where a table starts a new group
+    run: Run
+    phase: Phase
+    name: str  # the run as every output names it (run.name, worked out once per run)
+    sweep: str  # its sweep point (run.sweep_key)
+    op_name: str
+    op: OpResult
+    summary: OpSummary
+
+    @property
+    def label(self) -> str:
+        return self.run.label
+
+    @property
+    def count(self) -> int:
+        return self.op.count
+
+    @property
+    def wall_s(self) -> float:
+        return self.phase.wall_s or 0.0
+
+    @property
+    def server(self) -> ServerFigures:
+        return self.phase.server or _NO_SERVER
+
+    def figure(self, field: str) -> float | None:
+        """One of :data:`SUMMARY_FIELDS` by name, for the tables that loop over them."""
+        return getattr(self.summary, field)
+
+
+@dataclass(frozen=True, eq=False)
+class PhaseRow:
+    """One phase of one run with its totals over the ops (ops/s, payload bandwidth, worst p99) beside
+    the document's own records."""
+
+    index: int
+    run: Run
+    phase: Phase
+    name: str
+    sweep: str
+    count: int  # ops of the phase, pseudo-ops (a sequence's steps) left out
+    ops_per_s: float
+    payload_mbps: float
+    p99_us_max: float | None  # the slowest op's p99
+
+    @property
+    def label(self) -> str:
+        return self.run.label
+
+    @property
+    def wall_s(self) -> float:
+        return self.phase.wall_s or 0.0
+
+    @property
+    def network(self) -> str:
+        return self.run.profile or ""
+
+    @property
+    def sweep_values(self) -> SweepPoint:
+        return dict(self.run.sweep or {})
+
+    @property
+    def server(self) -> ServerFigures:
+        return self.phase.server or _NO_SERVER
+
+    @property
+    def server_kind(self) -> str | None:
+        return (self.run.server.kind if self.run.server is not None else None) or self.run.scheme
+
+    @property
+    def has_server(self) -> bool:
+        return bool(self.server.samples)
+
+    @property
+    def low_samples(self) -> bool:
+        """Per-second figures (Mbps, CPU %) from fewer than two full intervals: marked in tables."""
+        return self.server.low_samples
+
+
+def op_rows(document: ResultsDocument, include_failed: bool = False) -> list[OpRow]:
+    """One row per (run, phase, op); runs without phases are left out."""
+    rows: list[OpRow] = []
     for index, run in enumerate(document.runs):
         if not run.measured and not include_failed:
             continue
         shown, sweep = run.name, run.sweep_key
         for phase in run.phases:
             wall = phase.wall_s or 0.0
-            for name, op in phase.ops.items():
-                summary = op.summary_for(wall)
-                rows.append({
-                    "run": index, "label": run.label, "name": shown,
-                    "target": run.target,
-                    "status": run.status, "sweep": sweep, "repeat": run.repeat,
-                    "phase": phase.name, "mode": phase.mode,
-                    "workers": phase.workers, "wall_s": wall,
-                    "client_cpu_s": phase.client_cpu_s,
-                    "op": name, "count": op.count, "hits": op.hits,
-                    "misses": op.misses, "bytes_in": op.bytes_in,
-                    "bytes_out": op.bytes_out,
-                    "errors": op.error_total,
-                    **{k: getattr(summary, k) for k in SUMMARY_FIELDS},
-                    **_server(phase),
-                })
+            rows += [OpRow(index, run, phase, shown, sweep, name, op, op.summary_for(wall))
+                     for name, op in phase.ops.items()]
     return rows
 
 
-def phase_rows(document: ResultsDocument) -> list[dict[str, Any]]:
-    """One row per (run, phase): totals over its ops, plus the server figures."""
-    rows: list[dict[str, Any]] = []
+def phase_rows(document: ResultsDocument) -> list[PhaseRow]:
+    """One row per (run, phase): totals over its ops, beside its server figures."""
+    rows: list[PhaseRow] = []
     for index, run in enumerate(document.runs):
         if not run.measured:
             continue
@@ -88,21 +150,10 @@ def phase_rows(document: ResultsDocument) -> list[dict[str, Any]]:
             count = sum(op.count for name, op in ops.items() if name not in PSEUDO_OPS)
             payload = sum(op.bytes_in + op.bytes_out for op in ops.values())
             p99 = [op.summary_for(wall).p99_us or 0.0 for op in ops.values()]
-            server = phase.server or _NO_SERVER
-            rows.append({
-                "run": index, "label": run.label, "name": shown, "sweep": sweep,
-                "sweep_values": dict(run.sweep or {}), "repeat": run.repeat,
-                "network": run.profile or "",
-                "phase": phase.name, "wall_s": wall, "count": count,
-                "ops_per_s": count / wall if wall > 0 else 0.0,
-                "payload_mbps": payload * 8 / wall / 1e6 if wall > 0 else 0.0,
-                "p99_us_max": max(p99) if p99 else None,
-                "server_kind": (run.server.kind if run.server is not None else None) or run.scheme,
-                **_server(phase),
-                "has_server": bool(server.samples),
-                # per-second figures (Mbps, CPU %) from fewer than two full intervals: marked in tables
-                "server_low_samples": server.low_samples,
-            })
+            rows.append(PhaseRow(index, run, phase, shown, sweep, count,
+                                 ops_per_s=count / wall if wall > 0 else 0.0,
+                                 payload_mbps=payload * 8 / wall / 1e6 if wall > 0 else 0.0,
+                                 p99_us_max=max(p99) if p99 else None))
     return rows
 
 
@@ -171,10 +222,8 @@ def proxy_overhead_note(document: ResultsDocument) -> str | None:
             f"trip to compare with a real network.")
 
 
-def cluster_note(cluster: ClusterFigures | dict[str, Any]) -> str:
+def cluster_note(cluster: ClusterFigures) -> str:
     """``cluster: 3 primaries, 12 MOVED, 4 ASK, 1 node joined (…) (slots moved during the run — …)``."""
-    if isinstance(cluster, dict):  # as a run reports it (measure/server_stats.py)
-        cluster = ClusterFigures.model_validate(cluster)
     moved, ask = cluster.moved, cluster.ask
     # replicas: the engine read from them too (read_from_replicas=1)
     replicas = f" (+{cluster.replicas} replicas read from)" if "replicas" in cluster.model_fields_set else ""
@@ -193,23 +242,23 @@ def pct_of(value: float | None, base: float | None) -> str:
     return fmt_percent(value / base * 100)
 
 
-def baseline_rows(rows: list[dict[str, Any]], baseline: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+def baseline_rows(rows: list[OpRow], baseline: str) -> dict[tuple[str, str, str], OpRow]:
     """The baseline label's row per (sweep point, phase, op); the first repeat stands for the others."""
-    chosen: dict[tuple[str, str, str], dict[str, Any]] = {}
+    chosen: dict[tuple[str, str, str], OpRow] = {}
     for row in rows:
-        if row["label"] == baseline:
-            chosen.setdefault((row["sweep"], row["phase"], row["op"]), row)
+        if row.label == baseline:
+            chosen.setdefault((row.sweep, row.phase.name, row.op_name), row)
             # for rows of another sweep point (or none), the baseline's first point stands in
-            chosen.setdefault(("*", row["phase"], row["op"]), row)
+            chosen.setdefault(("*", row.phase.name, row.op_name), row)
     if not chosen:
-        labels = sorted({r["label"] for r in rows})
+        labels = sorted({r.label for r in rows})
         raise UserError(f"baseline {one_line(repr(baseline), 80)} is not a label in the results; "
                         f"labels: {one_line(', '.join(labels), 300)}")
     return chosen
 
 
-def baseline_for(base: dict[tuple[str, str, str], dict[str, Any]], row: dict[str, Any]) -> dict[str, Any] | None:
-    return base.get((row["sweep"], row["phase"], row["op"])) or base.get(("*", row["phase"], row["op"]))
+def baseline_for(base: dict[tuple[str, str, str], OpRow], row: OpRow) -> OpRow | None:
+    return base.get((row.sweep, row.phase.name, row.op_name)) or base.get(("*", row.phase.name, row.op_name))
 
 
 # A tail percentile from a handful of ops is one sample, not a tail: marked in every table.

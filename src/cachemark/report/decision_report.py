@@ -161,8 +161,8 @@ def decision_markdown(d: Decision) -> str:
     return "\n".join(to_markdown(b) for b in decision_blocks(d))
 
 
-def decision_json(d: Decision) -> dict[str, Any]:
-    def one(a: Assessment) -> dict[str, Any]:
+def decision_json(d: Decision) -> dict[str, Any]:  # Any: the JSON output (`decide --json`)
+    def one(a: Assessment) -> dict[str, Any]:  # ... one candidate's object in it
         out = asdict(a)
         out["fails"] = [{"need": n, "why": w} for n, w in a.fails]
         out["headroom"] = a.headroom(d.traffic.peak_rate)

@@ -15,11 +15,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..measure.histogram import Histogram
 from ..measure.summary import latency_histogram
-from ..results import OpResult, Phase, ResultsDocument, Run, as_run
+from ..results import OpResult, Phase, ResultsDocument, Run
 from ..results.names import op_label
 from .blocks import Block
 from .data import proxy_overhead_note
@@ -110,13 +109,12 @@ def timeit_summary(values: list[float]) -> tuple[float | None, float | None]:
     return (min(values), statistics.median(values)) if values else (None, None)
 
 
-def writes_dropped(run: Run | dict[str, Any]) -> str | None:
+def writes_dropped(run: Run) -> str | None:
     """Why this run's timings are of a cache that stores nothing, or None.
 
     The write-then-read probe's finding (``run.dropped_writes``), or, without one, a get
     phase that found nothing right after a set phase wrote its keys.
     """
-    run = as_run(run)
     if run.dropped_writes:
         return run.dropped_writes
     names = [p.name for p in run.phases]
@@ -287,8 +285,7 @@ def percentile_cells(op: OpResult, wall_s: float) -> tuple[list[str], bool]:
             fmt_latency(summary.max_us)], few
 
 
-def percentile_table(run: Run | dict[str, Any]) -> tuple[list[list[str]], bool]:
-    run = as_run(run)
+def percentile_table(run: Run) -> tuple[list[list[str]], bool]:
     rows, few = [], False
     total_count, total_s = 0, 0.0
     many = len(run.phases) > 1

@@ -39,6 +39,8 @@ from .data import (
     FEW_SAMPLES_NOTE,
     LOW_SAMPLES_MARK,
     LOW_SAMPLES_NOTE,
+    OpRow,
+    PhaseRow,
     baseline_for,
     baseline_rows,
     has_few_samples,
@@ -81,8 +83,8 @@ class _Ids:
         return f"{stem}-{self.n}"
 
 
-def _summary_table(document: ResultsDocument, rows: list[dict[str, Any]], baseline: str | None) -> str:
-    many_phases = len({r["phase"] for r in rows}) > 1
+def _summary_table(document: ResultsDocument, rows: list[OpRow], baseline: str | None) -> str:
+    many_phases = len({r.phase.name for r in rows}) > 1
     base = baseline_rows(rows, baseline) if baseline else {}
     head = ["backend", "op", "count", "hit %", "ops/s", "p50", "p90", "p99", "p99.9", "max", "errors"]
     if baseline:
@@ -92,25 +94,26 @@ def _summary_table(document: ResultsDocument, rows: list[dict[str, Any]], baseli
            + "</tr></thead><tbody>"]
     last = None
     for r in rows:
-        sep = ' class="sep"' if last is not None and r["run"] != last else ""
-        last = r["run"]
-        op = op_label(r["phase"], r["op"], many_phases)
-        hit = r["hit_ratio"]
+        sep = ' class="sep"' if last is not None and r.index != last else ""
+        last = r.index
+        op = op_label(r.phase.name, r.op_name, many_phases)
+        hit, errors = r.summary.hit_ratio, r.op.error_total
         cells = [
-            _td(r["name"], left=True), _td(op, left=True), _td(f"{r['count']:,}", r["count"]),
+            _td(r.name, left=True), _td(op, left=True), _td(f"{r.count:,}", r.count),
             _td("-" if hit is None else f"{hit * 100:.1f}", -1 if hit is None else hit),
-            _td(fmt_rate(r["ops_per_s"] or 0.0), r["ops_per_s"]),
-            *[_td(latency_cell(r["count"], k, r[k], fmt_latency), r[k])
+            _td(fmt_rate(r.summary.ops_per_s or 0.0), r.summary.ops_per_s),
+            *[_td(latency_cell(r.count, k, r.figure(k), fmt_latency), r.figure(k))
               for k in ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")],
-            _td(f"{r['errors']:,}", r["errors"]),
+            _td(f"{errors:,}", errors),
         ]
         if baseline:
             b = baseline_for(base, r)
             for key in ("ops_per_s", "p50_us", "p99_us"):
+                mine, theirs = r.figure(key), b.figure(key) if b is not None else None
                 if b is r:
                     cells.append(_td("--", 100))
-                elif b and b.get(key) and r.get(key) is not None and min(r["count"], b["count"]) > 1:
-                    pct = r[key] / b[key] * 100
+                elif b and theirs and mine is not None and min(r.count, b.count) > 1:
+                    pct = mine / theirs * 100
                     cells.append(_td(fmt_percent(pct), pct))
                 else:
                     cells.append(_td("-", -1))
@@ -120,7 +123,7 @@ def _summary_table(document: ResultsDocument, rows: list[dict[str, Any]], baseli
     items = [f"{r.name}: {r.status} — {r.reason}" for r in skipped] + load_notes(document)
     if items:
         out.append("<ul>" + "".join(f"<li>{escape(item)}</li>" for item in items) + "</ul>")
-    if has_few_samples([r["count"] for r in rows]):
+    if has_few_samples([r.count for r in rows]):
         out.append(f'<p class="note">{escape(FEW_SAMPLES_NOTE)}</p>')
     if baseline:
         out.append(f'<p class="note">Baseline: {escape(baseline)}. Percentages are of the baseline\'s '
@@ -147,8 +150,8 @@ def _network_section(document: ResultsDocument) -> str:
     return "".join(out)
 
 
-def _server_table(phases: list[dict[str, Any]]) -> str:
-    rows = [p for p in phases if p["has_server"]]
+def _server_table(phases: list[PhaseRow]) -> str:
+    rows = [p for p in phases if p.has_server]
     if not rows:
         return ""
     head = ["backend", "phase", "CPU µs/op", "CPU % p90", "bytes in/op", "bytes out/op", "net Mbps p90",
@@ -162,16 +165,16 @@ def _server_table(phases: list[dict[str, Any]]) -> str:
     per_second = {1, 4, 5}  # CPU % p90, net Mbps p90 and p70: marked when from too few intervals
     memory = 6  # used memory, in the Markdown's units (25.1 MiB, not 26.32M)
     for p in rows:
-        values = [p["server_cpu_us_per_op"], p["server_cpu_pct_p90"], p["server_bytes_in_per_op"],
-                  p["server_bytes_out_per_op"], p["server_net_mbps_p90"], p["server_net_mbps_p70"],
-                  p["server_used_memory_bytes"], p["server_evictions"]]
-        mark = f" {LOW_SAMPLES_MARK}" if p["server_low_samples"] else ""
-        out.append("<tr>" + _td(p["name"], left=True) + _td(p["phase"], left=True) + "".join(
+        server = p.server
+        values = [server.cpu_us_per_op, server.cpu_pct_p90, server.bytes_in_per_op, server.bytes_out_per_op,
+                  server.net_mbps_p90, server.net_mbps_p70, server.used_memory_bytes, server.evictions]
+        mark = f" {LOW_SAMPLES_MARK}" if p.low_samples else ""
+        out.append("<tr>" + _td(p.name, left=True) + _td(p.phase.name, left=True) + "".join(
             _td("-" if v is None else (fmt_memory(float(v)) if i == memory else _fmt_num(float(v)))
                 + (mark if i in per_second else ""), -1 if v is None else v)
             for i, v in enumerate(values)) + "</tr>")
     out.append("</tbody></table>")
-    if any(p["server_low_samples"] for p in rows):
+    if any(p.low_samples for p in rows):
         out.append(f'<p class="note">{LOW_SAMPLES_MARK} {escape(LOW_SAMPLES_NOTE)}</p>')
     return "".join(out)
 
@@ -221,25 +224,25 @@ def _spectrum(run: Run, phase_name: str, op_name: str, color: str) -> Series | N
     return None
 
 
-def _bar_charts(rows: list[dict[str, Any]], colors: dict[int, str], ids: _Ids) -> str:
-    many_phases = len({r["phase"] for r in rows}) > 1
-    runs = sorted({r["run"] for r in rows})
-    legend_entries = [(run, next(r["name"] for r in rows if r["run"] == run), colors[run]) for run in runs]
+def _bar_charts(rows: list[OpRow], colors: dict[int, str], ids: _Ids) -> str:
+    many_phases = len({r.phase.name for r in rows}) > 1
+    runs = sorted({r.index for r in rows})
+    legend_entries = [(run, next(r.name for r in rows if r.index == run), colors[run]) for run in runs]
 
-    def op_of(r: dict[str, Any]) -> str:
-        return op_label(r["phase"], r["op"], many_phases)
+    def op_of(r: OpRow) -> str:
+        return op_label(r.phase.name, r.op_name, many_phases)
 
-    ordered = sorted(rows, key=lambda r: (op_of(r), r["run"]))
+    ordered = sorted(rows, key=lambda r: (op_of(r), r.index))
     throughput_id = ids("throughput")
-    bars = [(f"{r['name']} · {op_of(r)}", r["ops_per_s"] or 0.0, colors[r["run"]], r["run"]) for r in ordered]
+    bars = [(f"{r.name} · {op_of(r)}", r.summary.ops_per_s or 0.0, colors[r.index], r.index) for r in ordered]
     out = ["<h2>Throughput and hit ratio</h2><div class=\"charts\">",
            page.figure(bar_chart(bars, title="throughput per op", value_label="ops/s", fmt=_fmt_num,
                              chart_id=throughput_id), page.legend(throughput_id, legend_entries))]
     # reads only, as the title says: a delete's "hit" (the key existed) is not a read's
-    reads = [r for r in ordered if r["hit_ratio"] is not None and "delete" not in str(r["op"]).split("+")]
+    reads = [r for r in ordered if r.summary.hit_ratio is not None and "delete" not in r.op_name.split("+")]
     if reads:
         hit_id = ids("hits")
-        hit_bars = [(f"{r['name']} · {op_of(r)}", r["hit_ratio"] * 100, colors[r["run"]], r["run"])
+        hit_bars = [(f"{r.name} · {op_of(r)}", (r.summary.hit_ratio or 0) * 100, colors[r.index], r.index)
                     for r in reads]
         out.append(page.figure(bar_chart(hit_bars, title="hit ratio (reads)", value_label="hit %",
                                      fmt=lambda v: f"{v:.1f}%", chart_id=hit_id, max_value=100.0),
@@ -316,24 +319,21 @@ def saturation_point(throughput: list[tuple[float, float]], p99: list[tuple[floa
 
 
 def _sweep_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) -> str:
-    phases = [p for p in phase_rows(document) if p["sweep_values"]]
+    phases = [p for p in phase_rows(document) if p.sweep_values]
     if not phases:
         return ""
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, ...], list[PhaseRow]] = defaultdict(list)
     for p in phases:
-        groups[tuple(sorted(p["sweep_values"]))].append(p)
-    rows_by_run: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for r in op_rows(document):
-        rows_by_run[r["run"]].append(r)
+        groups[tuple(sorted(p.sweep_values))].append(p)
     label_color: dict[str, str] = {}
     for p in phases:
-        label_color.setdefault(p["label"], colors[p["run"]])
+        label_color.setdefault(p.label, colors[p.index])
     figures = ['<h2>Sweeps</h2><p class="note">Repeats of a point are averaged. When the swept field is a '
                "load (workers, rate, connections, pipeline), the saturation point (dashed) is where throughput "
                "stopped rising (under 5 % more) while p99 latency climbed (over 25 % more).</p>"]
     for fields, members in groups.items():
         # x: the swept value; several swept fields are shown as one category per combination
-        raw = [",".join(str(m["sweep_values"][f]) for f in fields) for m in members]
+        raw = [",".join(str(m.sweep_values[f]) for f in fields) for m in members]
         numbers = [_as_number(v) for v in raw] if len(fields) == 1 else [None] * len(raw)
         numeric = all(n is not None for n in numbers)
         categories: list[str] = []
@@ -344,9 +344,9 @@ def _sweep_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) 
             xs = [float(categories.index(v)) for v in raw]
         positive = numeric and min(xs) > 0
         x_kind = "log" if positive and max(xs) / min(xs) >= 20 else ("linear" if numeric else "category")
-        agg: dict[tuple[str, str], dict[float, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+        agg: dict[tuple[str, str], dict[float, list[PhaseRow]]] = defaultdict(lambda: defaultdict(list))
         for x, m in zip(xs, members, strict=True):
-            agg[(m["label"], m["phase"])][x].append(m)
+            agg[(m.label, m.phase.name)][x].append(m)
         many_phases = len({ph for _, ph in agg}) > 1
 
         def series_of(metric: Any, agg: Any = agg, many: bool = many_phases) -> list[Series]:
@@ -361,22 +361,22 @@ def _sweep_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) 
                 out.append(Series(name, data, label_color[label], markers=True))
             return out
 
-        def bandwidth(m: dict[str, Any]) -> float | None:
-            return m["server_net_mbps_p90"] if m["server_net_mbps_p90"] is not None else m["payload_mbps"]
+        def bandwidth(m: PhaseRow) -> float | None:
+            return m.server.net_mbps_p90 if m.server.net_mbps_p90 is not None else m.payload_mbps
 
-        server_bw = any(m["server_net_mbps_p90"] is not None for m in members)
+        server_bw = any(m.server.net_mbps_p90 is not None for m in members)
         x_label = " × ".join(fields)
         x_fmt = (lambda v: f"{v:g}") if numeric else str
         charts = [
-            ("sweep throughput", "ops/s", lambda m: m["ops_per_s"], "linear", _fmt_num, True),
+            ("sweep throughput", "ops/s", lambda m: m.ops_per_s, "linear", _fmt_num, True),
             ("sweep bandwidth (" + ("server net Mbps p90" if server_bw else "client payload") + ")", "Mbps",
              bandwidth, "linear", _fmt_num, True),
-            ("sweep p99 latency (worst op)", "latency", lambda m: m["p99_us_max"], "log", _fmt_us, False),
+            ("sweep p99 latency (worst op)", "latency", lambda m: m.p99_us_max, "log", _fmt_us, False),
         ]
         charts += _server_sweep_charts(members)
         load_sweep = len(fields) == 1 and fields[0] in LOAD_PARAMS and numeric
-        p99_series = {s.name: s.points for s in series_of(lambda m: m["p99_us_max"])}
-        throughput_series = {s.name: s.points for s in series_of(lambda m: m["ops_per_s"])}
+        p99_series = {s.name: s.points for s in series_of(lambda m: m.p99_us_max)}
+        throughput_series = {s.name: s.points for s in series_of(lambda m: m.ops_per_s)}
         for title, unit, metric, y_kind, y_fmt, saturates in charts:
             series = series_of(metric)
             markers = []
@@ -395,16 +395,16 @@ def _sweep_charts(document: ResultsDocument, colors: dict[int, str], ids: _Ids) 
     return figures[0] + '<div class="charts">' + "".join(figures[1:]) + "</div>"
 
 
-def _server_sweep_charts(members: list[dict[str, Any]]) -> list[tuple[str, str, Any, str, Any, bool]]:
+def _server_sweep_charts(members: list[PhaseRow]) -> list[tuple[str, str, Any, str, Any, bool]]:
     """Reference 001's two curves against the swept value, where the server was sampled: bytes out
     alone (what its alarms watch, CloudWatch's NetworkBytesOut) and the server's CPU."""
     charts: list[tuple[str, str, Any, str, Any, bool]] = []
-    if any(m["server_net_out_mbps_p90"] is not None for m in members):
+    if any(m.server.net_out_mbps_p90 is not None for m in members):
         charts.append(("sweep server net out Mbps p90 (bytes out)", "Mbps",
-                       lambda m: m["server_net_out_mbps_p90"], "linear", _fmt_num, False))
-    if any(m["server_cpu_pct_p90"] is not None for m in members):
+                       lambda m: m.server.net_out_mbps_p90, "linear", _fmt_num, False))
+    if any(m.server.cpu_pct_p90 is not None for m in members):
         charts.append(("sweep server CPU % p90 (of one core)", "CPU %",
-                       lambda m: m["server_cpu_pct_p90"], "linear", _fmt_num, False))
+                       lambda m: m.server.cpu_pct_p90, "linear", _fmt_num, False))
     return charts
 
 

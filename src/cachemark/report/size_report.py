@@ -120,15 +120,15 @@ def curve_block(curves: list[Curve], che: dict[float, float] | None = None) -> B
 
 def size_document(curves: list[Curve], answers: list[SizeAnswer], footprints: list[Footprint], source: str,
                   latencies: list[ExpectedLatency] | None = None, che: dict[float, float] | None = None,
-                  ) -> dict[str, Any]:
+                  ) -> dict[str, Any]:  # Any: the JSON output (`size --json`)
     """The same answers as JSON: a figure the sample does not resolve is null, with ``reason``;
     a figure estimated from the sample says so (``estimated``)."""
     base = curves[0]
     reason = not_resolved_reason(base)
     out_answers = []
     for i, a in enumerate(answers):
-        item: dict[str, Any] = {"hit_ratio": a.hit_ratio, "objects": a.objects, "share_of_objects": a.share_of_objects,
-                                "estimated": a.estimated, "bytes": dict(a.bytes_by_server) or None}
+        item = {"hit_ratio": a.hit_ratio, "objects": a.objects, "share_of_objects": a.share_of_objects,
+                "estimated": a.estimated, "bytes": dict(a.bytes_by_server) or None}
         if not a.resolved:
             item["reason"] = NOT_RESOLVED + ": " + reason
         elif a.objects is None:
@@ -139,10 +139,10 @@ def size_document(curves: list[Curve], answers: list[SizeAnswer], footprints: li
     points = []
     for share in CURVE_SHARES:
         size = max(1.0, base.objects * share)
-        point: dict[str, Any] = {"size": size, "share_of_objects": share, "share_estimated": not base.objects_exact}
+        point = {"size": size, "share_of_objects": share, "share_estimated": not base.objects_exact}
         for c in curves:
             hit = c.hit_ratio_at(size)
-            entry: dict[str, Any] = {"hit_ratio": hit}
+            entry = {"hit_ratio": hit}
             if c.errors:
                 entry["std_error"] = c.error_at(size)
                 entry["estimated"] = size > c.exact_up_to
@@ -232,7 +232,7 @@ def byte_curve_block(curves: list[Any], named: tuple[float, ...] = (), shown: in
     return Block("By bytes", [], ["cache bytes", *(c.policy.upper() for c in by_bytes)], rows, notes, left=1)
 
 
-def byte_curve_document(curves: list[Any]) -> list[dict[str, Any]]:
+def byte_curve_document(curves: list[Any]) -> list[dict[str, Any]]:  # Any: the JSON output's points
     """Each byte-curve point: its ``bytes`` and each policy's ``hit_ratio`` and ``miss_ratio``."""
     by_bytes = [c for c in curves if c.unit == "bytes"]
     if not by_bytes:

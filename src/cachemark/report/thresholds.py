@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UserError
 from ..results import Phase, ResultsDocument
 from ..textfile import one_line
 from .blocks import Block
-from .data import LOW_SAMPLES_MARK, LOW_SAMPLES_NOTE, phase_rows
+from .data import LOW_SAMPLES_MARK, LOW_SAMPLES_NOTE, PhaseRow, SweepPoint, phase_rows
 
 METRICS = ("bandwidth", "ops", "cpu")
 DIRECTIONS = ("out", "both")
@@ -91,24 +92,17 @@ def parse_direction(text: str) -> str:
     return value
 
 
-def _received_mbps(document: ResultsDocument, row: dict[str, Any]) -> float:
+def _received_mbps(row: PhaseRow) -> float:
     """The client's received payload (values) in Mbps: the server's bytes out, seen from the client."""
-    phase = _phase(document, row)
-    wall = row["wall_s"] or 0.0
-    received = sum(op.bytes_in for op in phase.ops.values()) if phase is not None else 0
+    wall = row.wall_s
+    received = sum(op.bytes_in for op in row.phase.ops.values())
     return received * 8 / wall / 1e6 if wall > 0 else 0.0
 
 
-def _phase(document: ResultsDocument, row: dict[str, Any]) -> Phase | None:
-    """The phase a row of ``phase_rows`` stands for."""
-    return next((p for p in document.runs[row["run"]].phases if p.name == row["phase"]), None)
-
-
-def hit_ratio(document: ResultsDocument, row: dict[str, Any]) -> float | None:
+def hit_ratio(phase: Phase) -> float | None:
     """Hits ÷ (hits + misses) of the phase's gets (``get``, ``get_many``, ``exists+get``…; any op
     that counted hits when none is a get); None when nothing read."""
-    phase = _phase(document, row)
-    ops = phase.ops if phase is not None else {}
+    ops = phase.ops
     gets = {name: op for name, op in ops.items() if "get" in name and op.hits + op.misses}
     chosen = (gets or ops).values()
     hits = sum(op.hits for op in chosen)
@@ -116,15 +110,29 @@ def hit_ratio(document: ResultsDocument, row: dict[str, Any]) -> float | None:
     return hits / (hits + misses) if hits + misses else None
 
 
-def _value(row: dict[str, Any], metric: str, use_server: bool, direction: str) -> float | None:
+@dataclass(frozen=True, eq=False)
+class _Point:
+    """A phase a maximum may come from, with the two figures thresholds add to its row."""
+
+    row: PhaseRow
+    received_mbps: float
+    hit_ratio: float | None
+
+    @classmethod
+    def of(cls, row: PhaseRow) -> _Point:
+        return cls(row, _received_mbps(row), hit_ratio(row.phase))
+
+
+def _value(point: _Point, metric: str, use_server: bool, direction: str) -> float | None:
+    row = point.row
     if metric == "ops":
-        return row["ops_per_s"]
+        return row.ops_per_s
     if metric == "cpu":
-        return row["server_cpu_pct_p90"]
+        return row.server.cpu_pct_p90
     if use_server:
-        mbps = row["server_net_out_mbps_p90" if direction == "out" else "server_net_mbps_p90"]
+        mbps = row.server.net_out_mbps_p90 if direction == "out" else row.server.net_mbps_p90
         return None if mbps is None else mbps * 1e6 / 8
-    mbps = row["received_mbps"] if direction == "out" else row["payload_mbps"]
+    mbps = point.received_mbps if direction == "out" else row.payload_mbps
     return mbps * 1e6 / 8
 
 
@@ -140,11 +148,9 @@ def _source(metric: str, use_server: bool, direction: str) -> str:
             else "client payload bytes/s (keys + values)")
 
 
-def point_warnings(row: dict[str, Any], ratio: float | None, name: str | None = None) -> list[str]:
+def point_warnings(evicted: float | None, ratio: float | None, where: str) -> list[str]:
     """Why a point's figures may not be a warm cache's: evictions, or mostly-missing gets."""
-    where = name or row["name"]
     out = []
-    evicted = row.get("server_evictions")
     if evicted:
         out.append(f"{where}: the server evicted {evicted:,.0f} keys (its memory limit was reached): these are "
                    "the figures of a full cache evicting as it writes, not of one the data fits in")
@@ -154,8 +160,70 @@ def point_warnings(row: dict[str, Any], ratio: float | None, name: str | None = 
     return out
 
 
+@dataclass(frozen=True)
+class TargetThresholds:
+    """One target's measured maximum, where it came from, and the alarm level at each percentage."""
+
+    max: float
+    source: str  # which figure the maximum is (client ops/s, server net out Mbps p90, …)
+    points: int  # the phases it is the maximum over
+    max_at: MaxAt
+    server_kind: str  # picks the exporter metric a Prometheus rule watches
+    thresholds: dict[str, int | float]  # level (a percentage, as text) → value
+    network: str = ""  # the network profile of the maximum's run
+    note: str = ""  # what was left out (loopback beside a link-capped profile)
+    max_mbps: float | None = None  # bandwidth: the maximum in Mbps too
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:  # Any: an object of the JSON output
+        """As ``thresholds -f json`` writes it: a field a target lacks is left out."""
+        at = self.max_at
+        out = {"max": self.max, "source": self.source, "points": self.points,
+               "max_at": {"run": at.run, "phase": at.phase, "sweep": at.sweep}, "server_kind": self.server_kind,
+               "thresholds": self.thresholds}
+        if self.network:
+            out["network"] = self.network
+        if self.note:
+            out["note"] = self.note
+        if self.max_mbps is not None:
+            out["max_mbps"] = self.max_mbps
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
+
+
+@dataclass(frozen=True)
+class MaxAt:
+    """The run, phase and sweep point a maximum was measured at."""
+
+    run: str
+    phase: str
+    sweep: SweepPoint
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What :func:`compute` finds: per target label its maximum and alarm levels, and every warning."""
+
+    metric: str
+    unit: str
+    levels: list[int]
+    direction: str | None  # bandwidth: "out" or "in + out"
+    targets: dict[str, TargetThresholds]
+    warnings: list[str]
+
+    def to_json(self) -> dict[str, Any]:  # Any: the JSON output
+        """The document ``thresholds -f json`` writes, in its order."""
+        out = {"metric": self.metric, "unit": self.unit, "levels": self.levels}
+        if self.direction is not None:
+            out["direction"] = self.direction
+        out["targets"] = {name: target.to_json() for name, target in self.targets.items()}
+        out["warnings"] = self.warnings
+        return out
+
+
 def compute(documents: list[ResultsDocument], metric: str, levels: list[int],
-            labels: list[str] | None = None, direction: str = "out") -> dict[str, Any]:
+            labels: list[str] | None = None, direction: str = "out") -> Thresholds:
     """Per target label: the maximum of ``metric`` and the alarm level at each percentage.
 
     ``labels``, when given, names the target each document measured (one per document,
@@ -167,54 +235,39 @@ def compute(documents: list[ResultsDocument], metric: str, levels: list[int],
     direction = parse_direction(direction)
     if labels and len(labels) != len(documents):
         raise UserError(f"{len(labels)} --label values for {len(documents)} results files: give one per file")
-    per_label: dict[str, list[dict[str, Any]]] = {}
+    per_label: dict[str, list[_Point]] = {}
     for i, document in enumerate(documents):
         for row in phase_rows(document):
-            name = labels[i] if labels else row["label"]
-            row = {**row, "received_mbps": _received_mbps(document, row), "hit_ratio": hit_ratio(document, row)}
-            per_label.setdefault(name, []).append(row)
+            per_label.setdefault(labels[i] if labels else row.label, []).append(_Point.of(row))
     out_only = metric == "bandwidth" and direction == "out"
-    server_key = "server_net_out_mbps_p90" if out_only else "server_net_mbps_p90"
-    targets: dict[str, Any] = {}
+    targets: dict[str, TargetThresholds] = {}
     warnings: list[str] = []
     notes: dict[str, str] = {}
-    for name, rows in list(per_label.items()):
-        rows, note = _nic_rows(rows, metric)
-        per_label[name] = rows
+    for name, points in list(per_label.items()):
+        points, note = _nic_points(points, metric)
+        per_label[name] = points
         if note:
             notes[name] = note
-    for name, rows in per_label.items():
-        use_server = metric == "bandwidth" and any(r[server_key] is not None for r in rows)
-        measured = [(v, r) for r in rows if (v := _value(r, metric, use_server, direction)) is not None]
+    for name, points in per_label.items():
+        use_server = metric == "bandwidth" and any(
+            (p.row.server.net_out_mbps_p90 if out_only else p.row.server.net_mbps_p90) is not None for p in points)
+        measured = [(v, p) for p in points if (v := _value(p, metric, use_server, direction)) is not None]
         if not measured:
             continue
-        best, row = max(measured, key=lambda item: item[0])
-        entry: dict[str, Any] = {
-            "max": best, "source": _source(metric, use_server, direction), "points": len(measured),
-            "max_at": {"run": row["name"], "phase": row["phase"], "sweep": row["sweep_values"]},
-            "server_kind": row["server_kind"] or "",
-            "thresholds": {str(level): _level(best, level, metric) for level in levels},
-        }
-        if row.get("network"):
-            entry["network"] = row["network"]
-        if name in notes:
-            entry["note"] = notes[name]
-        if metric == "bandwidth":
-            entry["max_mbps"] = best * 8 / 1e6
-        point = point_warnings(row, row["hit_ratio"], f"{name}: the maximum came from {row['name']}")
-        if point:
-            entry["warnings"] = point
-            warnings += point
-        targets[name] = entry
+        best, point = max(measured, key=lambda item: item[0])
+        row = point.row
+        found = point_warnings(row.server.evictions, point.hit_ratio, f"{name}: the maximum came from {row.name}")
+        targets[name] = TargetThresholds(
+            max=best, source=_source(metric, use_server, direction), points=len(measured),
+            max_at=MaxAt(row.name, row.phase.name, row.sweep_values), server_kind=row.server_kind or "",
+            thresholds={str(level): _level(best, level, metric) for level in levels}, network=row.network,
+            note=notes.get(name, ""), max_mbps=best * 8 / 1e6 if metric == "bandwidth" else None, warnings=found)
+        warnings += found
     if not targets:
         need = "server CPU samples (run with server sampling)" if metric == "cpu" else "completed runs"
         raise UserError(f"no {metric} figures in the results: they need {need}")
-    result: dict[str, Any] = {"metric": metric, "unit": UNITS[metric], "levels": levels}
-    if metric == "bandwidth":
-        result["direction"] = "out" if out_only else "in + out"
-    result["targets"] = targets
-    result["warnings"] = warnings
-    return result
+    return Thresholds(metric, UNITS[metric], levels, ("out" if out_only else "in + out") if metric == "bandwidth"
+                      else None, targets, warnings)
 
 
 def link_capped(profile: str) -> bool:
@@ -228,17 +281,18 @@ def link_capped(profile: str) -> bool:
         return False
 
 
-def _nic_rows(rows: list[dict[str, Any]], metric: str) -> tuple[list[dict[str, Any]], str | None]:
-    """The rows a bandwidth maximum is taken from: those of the link-capped profile where the runs
+def _nic_points(points: list[_Point], metric: str) -> tuple[list[_Point], str | None]:
+    """The points a bandwidth maximum is taken from: those of the link-capped profile where the runs
     played one beside loopback (reference 001 measured a node's NIC, not a host's loopback), with a
-    note naming what was left out; the rows unchanged otherwise."""
+    note naming what was left out; the points unchanged otherwise."""
     if metric != "bandwidth":
-        return rows, None
-    capped = [r for r in rows if link_capped(r.get("network") or "")]
-    if not capped or len(capped) == len(rows):
-        return rows, None
-    left = sorted({r.get("network") or "same-host" for r in rows if r not in capped})
-    kept = sorted({r["network"] for r in capped})
+        return points, None
+    is_capped = [link_capped(p.row.network) for p in points]
+    capped = [p for p, yes in zip(points, is_capped, strict=True) if yes]
+    if not capped or len(capped) == len(points):
+        return points, None
+    left = sorted({p.row.network or "same-host" for p, yes in zip(points, is_capped, strict=True) if not yes})
+    kept = sorted({p.row.network for p in capped})
     return capped, (f"thresholds from the link-capped profile ({', '.join(kept)}), the one standing for a real "
                     f"node; {', '.join(left)} left out (loopback: a level for no NIC)")
 
@@ -249,21 +303,21 @@ def _level(maximum: float, level: int, metric: str) -> int | float:
     return round(value, 1) if metric == "cpu" else int(value)
 
 
-def to_json(result: dict[str, Any]) -> str:
-    return json.dumps(result, indent=2, sort_keys=False) + "\n"
+def to_json(result: Thresholds) -> str:
+    return json.dumps(result.to_json(), indent=2, sort_keys=False) + "\n"
 
 
-def cloudformation_mapping(result: dict[str, Any]) -> dict[str, Any]:
+def cloudformation_mapping(result: Thresholds) -> dict[str, dict[str, dict[str, dict[str, int | float]]]]:
     """``{"Mappings": {name: {label: {"100": v, ...}}}}`` — the mapping of reference 001."""
-    name = MAPPING_NAMES[result["metric"]]
-    return {"Mappings": {name: {label: dict(t["thresholds"]) for label, t in result["targets"].items()}}}
+    name = MAPPING_NAMES[result.metric]
+    return {"Mappings": {name: {label: dict(t.thresholds) for label, t in result.targets.items()}}}
 
 
 _CFN_KEY = re.compile(r"^[A-Za-z0-9.\-]+$")
 
 
-def to_cloudformation(result: dict[str, Any], as_json: bool = False) -> str:
-    for label in result["targets"]:
+def to_cloudformation(result: Thresholds, as_json: bool = False) -> str:
+    for label in result.targets:
         if not _CFN_KEY.match(label):
             raise UserError(f"label {one_line(repr(label), 80)} cannot be a CloudFormation mapping key "
                             "(use letters, digits, . and -); rename it with --label")
@@ -272,13 +326,13 @@ def to_cloudformation(result: dict[str, Any], as_json: bool = False) -> str:
         return json.dumps(mapping, indent=2) + "\n"
     import yaml
 
-    name = MAPPING_NAMES[result["metric"]]
-    levels = result["levels"]
-    header = (f"# cachemark thresholds: {result['metric']} in {result['unit']} at "
+    name = MAPPING_NAMES[result.metric]
+    levels = result.levels
+    header = (f"# cachemark thresholds: {result.metric} in {result.unit} at "
               f"{', '.join(f'{lv} %' for lv in levels)} of the measured maximum.\n"
               f"# Use: !FindInMap [{name}, !Ref CacheNodeType, \"{levels[min(1, len(levels) - 1)]}\"]")
-    if result["metric"] == "bandwidth":
-        if result.get("direction", "in + out") == "out":
+    if result.metric == "bandwidth":
+        if result.direction == "out":
             header += ("\n# Bytes out of the server only: alarm on CloudWatch NetworkBytesOut, which is per "
                        "period: multiply by the alarm period in seconds.")
         else:
@@ -288,41 +342,40 @@ def to_cloudformation(result: dict[str, Any], as_json: bool = False) -> str:
     return header + "\n" + yaml.safe_dump(mapping, sort_keys=False, default_flow_style=False)
 
 
-def _warning_comments(result: dict[str, Any]) -> str:
-    notes = "".join(f"\n# {label}: {one_line(t['note'], 400)}" for label, t in result["targets"].items()
-                    if t.get("note"))
-    return notes + "".join(f"\n# warning: {one_line(w, 400)}" for w in result.get("warnings", []))
+def _warning_comments(result: Thresholds) -> str:
+    notes = "".join(f"\n# {label}: {one_line(t.note, 400)}" for label, t in result.targets.items() if t.note)
+    return notes + "".join(f"\n# warning: {one_line(w, 400)}" for w in result.warnings)
 
 
 def _severity(level: int, levels: list[int]) -> str:
     return "critical" if level == max(levels) else "warning"
 
 
-def prometheus_rules(result: dict[str, Any], for_duration: str = "5m") -> dict[str, Any]:
-    metric = result["metric"]
-    query = "bandwidth_out" if metric == "bandwidth" and result.get("direction") == "out" else metric
+def prometheus_rules(result: Thresholds, for_duration: str = "5m") -> dict[str, Any]:  # Any: the YAML's tree
+    metric = result.metric
+    query = "bandwidth_out" if metric == "bandwidth" and result.direction == "out" else metric
     rules = []
-    for label, target in result["targets"].items():
-        kind = target["server_kind"] if (target["server_kind"], query) in _PROMQL else ""
+    for label, target in result.targets.items():
+        kind = target.server_kind if (target.server_kind, query) in _PROMQL else ""
         expr = _PROMQL[(kind, query)].replace("{sel}", '{cache_target="' + label.replace('"', '\\"') + '"}')
-        for level, value in target["thresholds"].items():
+        for level, value in target.thresholds.items():
             camel = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", label) if part)
             rules.append({
                 "alert": f"Cache{metric.capitalize()}{camel}Above{level}Pct",
                 "expr": f"({expr}) > {value}",
                 "for": for_duration,
-                "labels": {"severity": _severity(int(level), result["levels"]), "cache_target": label,
+                "labels": {"severity": _severity(int(level), result.levels), "cache_target": label,
                            "threshold_pct": str(level)},
                 "annotations": {
                     "summary": f"{label}: {metric} above {level} % of the measured maximum",
-                    "description": (f"{metric} is {{{{ $value | humanize }}}} {result['unit']}; "
-                                    f"cachemark measured at most {target['max']:.6g} ({target['source']})."),
+                    "description": (f"{metric} is {{{{ $value | humanize }}}} {result.unit}; "
+                                    f"cachemark measured at most {target.max:.6g} ({target.source})."),
                 },
             })
     return {"groups": [{"name": f"cachemark-{metric}-thresholds", "rules": rules}]}
 
 
-def to_prometheus(result: dict[str, Any]) -> str:
+def to_prometheus(result: Thresholds) -> str:
     import yaml
 
     header = ("# cachemark thresholds as Prometheus alerting rules. The expressions assume exporter "
@@ -333,7 +386,7 @@ def to_prometheus(result: dict[str, Any]) -> str:
     return header + body
 
 
-def render(result: dict[str, Any], fmt: str, as_json: bool = False) -> str:
+def render(result: Thresholds, fmt: str, as_json: bool = False) -> str:
     if fmt == "json":
         return to_json(result)
     if fmt == "cloudformation":
@@ -344,10 +397,6 @@ def render(result: dict[str, Any], fmt: str, as_json: bool = False) -> str:
 
 
 # ---- the headline of reference 001: its own table, computed from the results ----------------------------------
-
-_HEADLINE_FIGURES = ("server_net_out_mbps_p90", "server_net_out_mbps_p70", "server_cpu_pct_p90",
-                     "server_cpu_pct_p50", "ops_per_s")
-
 
 def _number(text: str) -> float | None:
     try:
@@ -368,36 +417,60 @@ def _cell(value: float | None, fmt: str, low: bool) -> str:
     return f"{text} {LOW_SAMPLES_MARK}" if low else text
 
 
-def bandwidth_points(document: ResultsDocument) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class BandwidthPoint:
+    """One (target label, network profile, phase, sweep point) of reference 001's table: its figures,
+    repeats averaged, with the flags and warnings of the point."""
+
+    label: str
+    network: str
+    phase: str
+    sweep: SweepPoint
+    runs: int  # the repeats averaged
+    net_out_mbps_p90: float | None
+    net_out_mbps_p70: float | None
+    cpu_pct_p90: float | None
+    cpu_pct_p50: float | None
+    ops_per_s: float | None
+    evictions: float
+    hit_ratio: float | None
+    low_samples: bool  # a per-second figure rests on fewer than two full intervals
+    has_server: bool
+    warnings: list[str]
+
+
+def bandwidth_points(document: ResultsDocument) -> list[BandwidthPoint]:
     """One entry per (target label, network profile, phase, sweep point): the headline's figures,
     repeats averaged (as reference 001 averaged its test passes), with the flags and warnings of
     the point. Two profiles are two experiments (loopback, and a capped link): never averaged."""
-    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, str, str], list[PhaseRow]] = {}
     for row in phase_rows(document):
-        groups.setdefault((row["label"], row["network"], row["phase"], row["sweep"]), []).append(row)
+        groups.setdefault((row.label, row.network, row.phase.name, row.sweep), []).append(row)
     labels = list(dict.fromkeys(k[0] for k in groups))
     networks = list(dict.fromkeys(k[1] for k in groups))
     phases = list(dict.fromkeys(k[2] for k in groups))
     points = []
     for (label, network, phase, _), rows in groups.items():
         first = rows[0]
-        ratios = [hit_ratio(document, r) for r in rows]
-        point: dict[str, Any] = {
-            "label": label, "network": network, "phase": phase, "sweep": first["sweep_values"], "runs": len(rows),
-            **{key: _mean([r[key] for r in rows]) for key in _HEADLINE_FIGURES},
-            "evictions": sum(r["server_evictions"] or 0 for r in rows),
-            "hit_ratio": _mean(list(ratios)),
-            "low_samples": any(r["server_low_samples"] for r in rows),
-            "has_server": any(r["server_net_out_mbps_p90"] is not None for r in rows),
-        }
-        point["warnings"] = point_warnings({"server_evictions": point["evictions"]}, point["hit_ratio"],
-                                           first["name"] if len(rows) == 1 else f"{label} [{first['sweep']}]")
-        points.append(point)
+        servers = [r.server for r in rows]
+        evictions = sum(server.evictions or 0 for server in servers)
+        ratio = _mean([hit_ratio(r.phase) for r in rows])
+        points.append(BandwidthPoint(
+            label, network, phase, first.sweep_values, len(rows),
+            net_out_mbps_p90=_mean([server.net_out_mbps_p90 for server in servers]),
+            net_out_mbps_p70=_mean([server.net_out_mbps_p70 for server in servers]),
+            cpu_pct_p90=_mean([server.cpu_pct_p90 for server in servers]),
+            cpu_pct_p50=_mean([server.cpu_pct_p50 for server in servers]),
+            ops_per_s=_mean([r.ops_per_s for r in rows]), evictions=evictions, hit_ratio=ratio,
+            low_samples=any(r.low_samples for r in rows),
+            has_server=any(server.net_out_mbps_p90 is not None for server in servers),
+            warnings=point_warnings(evictions, ratio, first.name if len(rows) == 1 else f"{label} [{first.sweep}]"),
+        ))
 
-    def order(p: dict[str, Any]) -> tuple[Any, ...]:
-        values = [p["sweep"][f] for f in sorted(p["sweep"])]
+    def order(p: BandwidthPoint) -> tuple[int, int, int, tuple[tuple[bool, float, str], ...]]:
+        values = [p.sweep[f] for f in sorted(p.sweep)]
         numbers = tuple((_number(v) is None, _number(v) or 0.0, v) for v in values)
-        return labels.index(p["label"]), networks.index(p["network"]), phases.index(p["phase"]), numbers
+        return labels.index(p.label), networks.index(p.network), phases.index(p.phase), numbers
 
     return sorted(points, key=order)
 
@@ -408,23 +481,23 @@ def bandwidth_headline(document: ResultsDocument) -> list[Block]:
     points = bandwidth_points(document)
     if not points:
         return []
-    fields = sorted({f for p in points for f in p["sweep"]})
-    many_phases = len({p["phase"] for p in points}) > 1
-    many_networks = len({p["network"] for p in points}) > 1
-    repeats = any(p["runs"] > 1 for p in points)
+    fields = sorted({f for p in points for f in p.sweep})
+    many_phases = len({p.phase for p in points}) > 1
+    many_networks = len({p.network for p in points}) > 1
+    repeats = any(p.runs > 1 for p in points)
     sweep_heads = ["value size (B)" if f == "value_size" else f for f in fields]
     columns = ["target", *(["network"] if many_networks else []), *(["phase"] if many_phases else []),
                *sweep_heads, "Mbps out p90", "Mbps out p70", "CPU % p90", "CPU % p50", "ops/s",
                *(["runs"] if repeats else [])]
     rows = []
     for p in points:
-        low = p["low_samples"]
+        low = p.low_samples
         rows.append([
-            p["label"], *([p["network"]] if many_networks else []), *([p["phase"]] if many_phases else []),
-            *(str(p["sweep"].get(f, "-")) for f in fields),
-            _cell(p["server_net_out_mbps_p90"], ",.1f", low), _cell(p["server_net_out_mbps_p70"], ",.1f", low),
-            _cell(p["server_cpu_pct_p90"], ".1f", low), _cell(p["server_cpu_pct_p50"], ".1f", low),
-            _cell(p["ops_per_s"], ",.0f", False), *([str(p["runs"])] if repeats else []),
+            p.label, *([p.network] if many_networks else []), *([p.phase] if many_phases else []),
+            *(str(p.sweep.get(f, "-")) for f in fields),
+            _cell(p.net_out_mbps_p90, ",.1f", low), _cell(p.net_out_mbps_p70, ",.1f", low),
+            _cell(p.cpu_pct_p90, ".1f", low), _cell(p.cpu_pct_p50, ".1f", low),
+            _cell(p.ops_per_s, ",.0f", False), *([str(p.runs)] if repeats else []),
         ])
     by = " × ".join(sweep_heads) if fields else ""
     title = f"Bandwidth and server CPU by {by} (reference 001)" if by else "Bandwidth and server CPU (reference 001)"
@@ -433,10 +506,10 @@ def bandwidth_headline(document: ResultsDocument) -> list[Block]:
     notes: list[str] = []
     if repeats:
         notes.append("Repeats of a point are averaged, as the reference averaged its test passes.")
-    if any(p["low_samples"] for p in points if p["has_server"]):
+    if any(p.low_samples for p in points if p.has_server):
         notes.append(f"{LOW_SAMPLES_MARK} {LOW_SAMPLES_NOTE}")
-    if not all(p["has_server"] for p in points):
-        missing = sorted({p["label"] for p in points if not p["has_server"]})
+    if not all(p.has_server for p in points):
+        missing = sorted({p.label for p in points if not p.has_server})
         notes.append(f"no server figures for {', '.join(missing)}: the server was not sampled "
                      "(no stats source for its scheme)")
     try:
@@ -444,16 +517,16 @@ def bandwidth_headline(document: ResultsDocument) -> list[Block]:
     except UserError:
         result = None
     if result is not None:
-        for label, target in result["targets"].items():
-            at = ",".join(f"{k}={v}" for k, v in sorted(target["max_at"]["sweep"].items())) or target["max_at"]["run"]
-            levels = " · ".join(f"{level} %: {value:,} B/s" for level, value in target["thresholds"].items())
-            what = ("the largest Mbps out p90" if target["source"].startswith("server")
+        for label, target in result.targets.items():
+            at = ",".join(f"{k}={v}" for k, v in sorted(target.max_at.sweep.items())) or target.max_at.run
+            levels = " · ".join(f"{level} %: {value:,} B/s" for level, value in target.thresholds.items())
+            what = ("the largest Mbps out p90" if target.source.startswith("server")
                     else "the largest client-received payload Mbps")
-            where = f"{target['network']}, {at}" if many_networks and target.get("network") else at
+            where = f"{target.network}, {at}" if many_networks and target.network else at
             notes.append(f"{label}: alarm thresholds at 100/90/80 % of {what} "
-                         f"({target['max_mbps']:,.1f} Mbps at {where}): {levels} "
+                         f"({target.max_mbps or 0:,.1f} Mbps at {where}): {levels} "
                          "(cachemark thresholds writes them as a CloudFormation mapping)"
-                         + (f"; {target['note']}." if target.get("note") else "."))
-    notes += [f"warning: {w}" for p in points for w in p["warnings"]]
+                         + (f"; {target.note}." if target.note else "."))
+    notes += [f"warning: {w}" for p in points for w in p.warnings]
     return [Block(title=title, lines=lines, columns=columns, rows=rows, notes=notes,
                   left=1 + int(many_networks) + int(many_phases) + len(fields))]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from ..backends.base import PSEUDO_OPS
 from ..errors import SpecError
 from ..measure.outage import longest, outage_text
-from ..results import OpResult, Phase, ResultsDocument, Run, as_run
+from ..results import OpResult, Phase, ResultsDocument, Run
 from ..results.findings import QUALIFY_FIGURES, Finding, Kind
 from ..results.names import ENGINE_CLIENT, op_label
 from ..results.schema import ServerRecord
@@ -43,6 +43,7 @@ from .blocks import Block
 from .data import MISSED_WARNING, missed_ops
 from .figures import fmt_factor, fmt_latency, fmt_percent, fmt_rate
 from .headline import harness_ops_per_s, seconds_per_1000
+from .planned import PhasePlan, SavedObject, effective_phase, phase_plan
 
 TITLE = "What this means"
 TIE_WITHOUT_REPEATS = 1.05  # one run each: a smaller factor is called a tie
@@ -123,7 +124,7 @@ def verdict_blocks(document: ResultsDocument) -> list[Block]:
 # --- the workload ---------------------------------------------------------------------------------------------
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def _dict(value: Any) -> SavedObject:
     """An object of the document, or an empty one where an odd file has something else."""
     return value if isinstance(value, dict) else {}
 
@@ -156,13 +157,13 @@ def _values(size: Any) -> str:
     return f"values {text} B" if text.replace("-", "").isdigit() else f"values {text}"
 
 
-def _own_key_dist(phase: dict[str, Any], wl: dict[str, Any]) -> str | None:
+def _own_key_dist(phase: SavedObject, wl: SavedObject) -> str | None:
     """The phase's key distribution where it is not the workload's (a phase may set its own)."""
     own = phase.get("key_dist")
     return str(own) if own and own != wl.get("key_dist") else None
 
 
-def _sequence_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
+def _sequence_text(phase: SavedObject, wl: SavedObject) -> str:
     """A sequence's steps as they run: "set, 100 × exists+get, delete, in order" (spec.Phase)."""
     from ..errors import SpecError
     from ..spec import Workload
@@ -174,16 +175,16 @@ def _sequence_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
     return ", ".join(op if times == 1 else f"{_num(times)} × {op}" for op, times in planned.steps()) + ", in order"
 
 
-def _phase_text(phase: dict[str, Any], wl: dict[str, Any]) -> str:
+def _phase_text(phase: SavedObject, wl: SavedObject) -> str:
     """A phase's mix, its own key distribution and its budget (its own, else the workload's)."""
     if phase.get("sequence"):
         return _sequence_text(phase, wl)
-    own, planned = _own_key_dist(phase, wl), _effective_phase(phase, wl)
-    parts = [fmt_mix(planned.get("mix")), f"{own} keys" if own else ""]
-    if planned.get("ops"):
-        parts.append(f"{_num(planned['ops'])} op{'s' if planned['ops'] != 1 else ''}")
-    elif planned.get("duration"):
-        parts.append(f"{_num(planned['duration'])} s")
+    own, planned = _own_key_dist(phase, wl), PhasePlan.of(effective_phase(phase, wl))
+    parts = [fmt_mix(planned.mix), f"{own} keys" if own else ""]
+    if planned.ops:
+        parts.append(f"{_num(planned.ops)} op{'s' if planned.ops != 1 else ''}")
+    elif planned.duration:
+        parts.append(f"{_num(planned.duration)} s")
     return ", ".join(p for p in parts if p)
 
 
@@ -191,7 +192,7 @@ def _phase_workers(runs: list[Run]) -> list[int]:
     return sorted({p.workers for r in runs for p in r.phases if isinstance(p.workers, int)})
 
 
-def _info(run: Run) -> dict[str, Any]:
+def _info(run: Run) -> SavedObject:
     """What the backend said about itself (client, versions, framework…): ``{}`` when nothing."""
     return _dict(run.backend.info if run.backend is not None else None)
 
@@ -308,13 +309,11 @@ _DJANGO_ON_DISK = {"FileBasedCache": "file", "DjangoCache": "diskcache"}
 _NESTED_DEPTH = 4
 
 
-def kept(run: Run | dict[str, Any]) -> tuple[str, str | None]:
+def kept(run: Run) -> tuple[str, str | None]:
     """Where a run's cache keeps its entries: ``per-process`` (each worker's own copy), ``local`` (on
     this host's disk, with the store's scheme: a file/diskcache/sqlite target, or one nested in it —
     Django's LOCATION, a two-level cache's level) or ``shared`` (a server every app server reaches).
-    ``run``: the typed run, or a run's dict (only its ``target`` and ``backend`` are read)."""
-    if isinstance(run, dict):
-        run = as_run({"label": "", "status": "ok", **run})
+    Only the run's ``target`` and ``backend`` are read."""
     backend = run.backend
     capabilities = _dict(backend.capabilities if backend is not None else None)
     if capabilities.get("shared") is False:
@@ -636,7 +635,7 @@ def _disagreements(ranking: _Ranking, name: str, members: dict[str, list[_Entry]
 MAX_CLIENT_LINES = 6
 
 
-def _client_name(info: dict[str, Any]) -> str:
+def _client_name(info: SavedObject) -> str:
     """A client as the reader knows it: the driver and the store it built (``ruby-activesupport
     (RedisCacheStore)``), the Python library, or the engine."""
     client = str(info.get("client") or "")
@@ -690,42 +689,6 @@ def _phase_label(run: Run, phase: Phase) -> str:
     return f"{name} ({phase.name or 'main'})" if len(run.phases) > 1 else name
 
 
-def _swept(value: Any) -> Any:
-    """A swept value as the workload field it replaced (sweeps are saved as strings)."""
-    text = str(value).strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return value
-
-
-def _workload_phase(document: ResultsDocument, run: Run, name: str) -> dict[str, Any]:
-    """The experiment's settings for a run's phase: the run's sweep point over the phase's own
-    fields over the workload's (an op budget only where the phase has no duration of its own, and
-    no duration where it has only an op budget, as ``Workload.effective_phases`` runs it)."""
-    wl = dict(document.experiment.workload_spec)
-    wl.update({k: _swept(v) for k, v in (run.sweep or {}).items()})
-    for phase in document.experiment.planned_phases:
-        if (phase.get("name") or "main") == name:
-            return _effective_phase(phase, wl)
-    return wl
-
-
-def _effective_phase(phase: dict[str, Any], wl: dict[str, Any]) -> dict[str, Any]:
-    """A phase's fields over the workload's, as ``Workload.effective_phases`` runs it: an op budget only
-    where the phase has no duration of its own, and no duration where it has only an op budget."""
-    merged = {**wl, **{k: v for k, v in phase.items() if v is not None}}
-    if phase.get("duration") and phase.get("ops") is None:
-        merged["ops"] = None
-    if phase.get("ops") is not None and not phase.get("duration"):
-        merged["duration"] = None
-    return merged
-
-
 def _in_process(run: Run) -> bool:
     """The cache runs inside the client's process (or on its disk): the client's CPU is the cache's."""
     return kept(run)[0] != SHARED
@@ -772,7 +735,7 @@ def _errors(run: Run) -> tuple[int, int, dict[str, int]]:
     return errors, total, kinds
 
 
-def _expected_hit_ratio(mix: dict[str, Any]) -> float | None:
+def _expected_hit_ratio(mix: dict[str, float]) -> float | None:
     """Prefilled, no TTL, no evictions: a key is present with probability adds ÷ (adds + deletes) in the
     steady state (a key's sets, deletes and gets all scale with its popularity), and 1 at the start.
     None when the mix has ops whose effect on the key space this does not model."""
@@ -792,16 +755,15 @@ def reading_warnings(document: ResultsDocument) -> list[Finding]:
     return [f for f in findings(document, document.runs) if f.kind in QUALIFY_FIGURES]
 
 
-def warnings(document: ResultsDocument, runs: list[Run] | list[dict[str, Any]]) -> list[str]:
+def warnings(document: ResultsDocument, runs: list[Run]) -> list[str]:
     """One line each, naming the run; the most serious first."""
     return [f.text for f in findings(document, runs)]
 
 
-def findings(document: ResultsDocument, runs: list[Run] | list[dict[str, Any]]) -> list[Finding]:
+def findings(document: ResultsDocument, runs: list[Run]) -> list[Finding]:
     """The warnings with their kinds, labels and ops; the most serious first. ``runs``: the document's
-    runs to warn about (typed, or their dicts). Each kind of finding is one function below."""
-    runs = [as_run(run) for run in runs]
-    seen = [_Seen(run, phase, _phase_label(run, phase), _workload_phase(document, run, phase.name or "main"))
+    runs to warn about. Each kind of finding is one function below."""
+    seen = [_Seen(run, phase, _phase_label(run, phase), phase_plan(document, run, phase.name or "main"))
             for run in runs for phase in run.phases]
     return _once([*_dropped_writes(runs), *_not_measured(runs), *_failed_ops(runs), *_outages(seen),
                   *_hiccups(seen), *_budgets(seen), *_evictions(seen), *_hit_ratios(document, seen),
@@ -815,7 +777,7 @@ class _Seen(NamedTuple):
     run: Run
     phase: Phase
     where: str
-    spec: dict[str, Any]
+    spec: PhasePlan
 
     @property
     def about(self) -> tuple[str]:
@@ -879,7 +841,7 @@ def _hiccups(seen: list[_Seen]) -> Iterator[Finding]:
 
 def _budgets(seen: list[_Seen]) -> Iterator[Finding]:
     for s in seen:
-        planned = s.spec.get("ops")
+        planned = s.spec.ops
         if s.phase.stopped_on_errors:
             yield Finding(Kind.BUDGET, f"{s.where}: stopped early by the on-error policy: "
                           f"{s.phase.stopped_on_errors}", s.about)
@@ -1033,7 +995,7 @@ def _emulators(run: Run) -> list[Any]:
     return [server.emulator]
 
 
-def _client_of(info: dict[str, Any]) -> str:
+def _client_of(info: SavedObject) -> str:
     """The client a run went through, as a reader of the reference knows it: the library, and the
     framework's backend class in front of it (``redis-py (Django's RedisCache)``)."""
     client = str(info.get("client") or "")
@@ -1072,7 +1034,7 @@ def _names(labels: Iterable[str]) -> str:
     return ", ".join(labels)
 
 
-def _plural(labels: dict[str, Any], one: str, many: str) -> str:
+def _plural(labels: Sized, one: str, many: str) -> str:
     return one if len(labels) == 1 else many
 
 
@@ -1082,20 +1044,20 @@ def _stores(run: Run) -> bool:
     return row is None or row.stores
 
 
-def _hit_ratio_warning(run: Run, phase: Phase, spec: dict[str, Any], document: ResultsDocument,
+def _hit_ratio_warning(run: Run, phase: Phase, spec: PhasePlan, document: ResultsDocument,
                        where: str, out: list[Finding]) -> None:
     """A get hit ratio well under what a prefilled key space without TTL or evictions predicts."""
     get = phase.ops.get("get")
-    if not get or not spec.get("prefill") or spec.get("ttl") or run.dropped_writes:
+    if not get or not spec.prefill or spec.ttl or run.dropped_writes:
         return
     evicted = phase.server.evictions if phase.server is not None else None
     capacity = _info(run).get("max_entries")
-    keys = spec.get("keys")
+    keys = spec.keys
     if evicted or not _stores(run) or (
             isinstance(capacity, int) and (not isinstance(keys, int) or capacity < keys)):
         return
     hits, misses = get.hits, get.misses
-    mix = spec.get("mix") or {}
+    mix = spec.mix or {}
     if isinstance(mix, str):  # a swept mix is saved as the text the user gave (--sweep 'mix=get=1;set=1')
         from ..spec import parse_mix
 
@@ -1141,7 +1103,7 @@ def _dropped_share(run: Run) -> str:
     return "drops writes"
 
 
-def _hiccup(phase: Phase, spec: dict[str, Any]) -> str:
+def _hiccup(phase: Phase, spec: PhasePlan) -> str:
     """What shows a stall inside ``phase`` — one op far slower than its tail, a second far under the
     phase's median throughput, a phase that overran its planned duration — or "" where nothing does.
     A phase cut short is left out: its budget line says so, and its figures cover part of a run."""
@@ -1156,7 +1118,7 @@ def _seconds(t: float) -> str:
     return f"{_num(t)}–{_num(t + 1)} s"
 
 
-def _slowest_op(phase: Phase, spec: dict[str, Any]) -> str:
+def _slowest_op(phase: Phase, spec: PhasePlan) -> str:
     """The slowest op, when it stands far out of its own tail (≥ HICCUP_MAX_OVER_P99 × its p99 over
     enough samples) or took over HICCUP_MAX_S where its p50 is far less; with the second it started in,
     where the per-second series kept each second's slowest (without a warm-up, a slowest op in the
@@ -1180,20 +1142,15 @@ def _slowest_op(phase: Phase, spec: dict[str, Any]) -> str:
     second = max(timed, key=lambda e: e.max_us, default=None)
     if second is None or second.max_us < 0.9 * top:  # not this op's second (or not recorded)
         return f"the slowest {op_name} took {fmt_latency(top)}{tail}"
-    if second.t == 0 and not _warmed(spec):
+    if second.t == 0 and not spec.warmed:
         return ""
     return f"the slowest {op_name} took {fmt_latency(top)}{tail}, at {_seconds(second.t)}"
 
 
-def _warmed(spec: dict[str, Any]) -> bool:
-    return bool(spec.get("warmup") or spec.get("warmup_ops"))
-
-
-def _dip(phase: Phase, spec: dict[str, Any]) -> str:
+def _dip(phase: Phase, spec: PhasePlan) -> str:
     """The full second furthest under half the phase's median throughput, between seconds at the
     median or above (a cold start's climb and a slow decline are trends, not a stall)."""
-    trace = _dict(spec.get("trace"))
-    if trace and trace.get("speed", 1) != 0:
+    if spec.replayed_on_schedule:
         return ""  # replayed at the recorded times: the dips are the trace's own
     series = _throughput(phase, spec)
     if len(series) < HICCUP_MIN_SECONDS:
@@ -1212,7 +1169,7 @@ def _dip(phase: Phase, spec: dict[str, Any]) -> str:
             f"({low:,.0f} vs {median:,.0f} ops/s){more}")
 
 
-def _throughput(phase: Phase, spec: dict[str, Any]) -> list[tuple[int, float]]:
+def _throughput(phase: Phase, spec: PhasePlan) -> list[tuple[int, float]]:
     """(second, ops/s) over the phase's full seconds: the client's count per second (a second missing
     between them had none: every worker was stuck in one op), else the server's rate per interval
     without the first and last (the engine's connecting and draining). Without a warm-up the first
@@ -1222,7 +1179,7 @@ def _throughput(phase: Phase, spec: dict[str, Any]) -> list[tuple[int, float]]:
         return []
     if any(isinstance(e.ops, int) for e in entries):
         counts = {int(e.t): e.ops for e in entries if isinstance(e.ops, int)}
-        first = 0 if _warmed(spec) else 1
+        first = 0 if spec.warmed else 1
         last = math.floor((phase.wall_s or 0.0) + SECOND_SLACK_S) - 1
         return [(t, float(counts.get(t, 0))) for t in range(first, last + 1)]
     rates = [(int(e.t), float(e.server_ops_per_s)) for e in entries
@@ -1230,12 +1187,12 @@ def _throughput(phase: Phase, spec: dict[str, Any]) -> list[tuple[int, float]]:
     return sorted(rates)[1:-1]
 
 
-def _overrun(phase: Phase, spec: dict[str, Any]) -> str:
+def _overrun(phase: Phase, spec: PhasePlan) -> str:
     """A phase that ran more than HICCUP_OVERRUN (and HICCUP_MIN_S) past its planned duration:
     something held it up at the end (an op budget has no planned duration to overrun). In open loop
     a worker waits for its next op's due time before it sees the deadline: up to a few of its gaps
     past it are the schedule's."""
-    planned, wall = spec.get("duration"), phase.wall_s or 0.0
+    planned, wall = spec.duration, phase.wall_s or 0.0
     if isinstance(planned, bool) or not isinstance(planned, int | float) or planned <= 0:
         return ""
     rate, workers = phase.rate, phase.workers or 1

@@ -2,7 +2,7 @@
 
 One model per part of the document — :class:`ResultsDocument` ⊃ :class:`Environment`,
 :class:`ExperimentRecord` and :class:`Run` ⊃ :class:`Phase` ⊃ :class:`OpResult` (with its
-:class:`OpSummary` and encoded histograms), :class:`TimeseriesEntry` and
+:class:`OpSummary`, measure's own type, and encoded histograms), :class:`TimeseriesEntry` and
 :class:`ServerFigures` — documented field by field in docs/results.md.
 
 The models are lenient where files differ by age: fields added over time are optional,
@@ -20,15 +20,18 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, model_validator
 
 from ..errors import UserError
+
+# the number types, the base record and the op summary are measure/figures.py's: measure computes the
+# summary, results/ checks and reads back that same type (measure/figures.py says why it lives there)
+from ..measure.figures import Count, Figure, OpSummary, Record, Seconds
 from ..measure.histogram import Histogram
 from ..textfile import location, one_line
 
 SCHEMA = "cachemark.results/1"
 SCHEMA_FAMILY = "cachemark.results/"
-FIGURE_MAX = 1e15  # no figure cachemark measures comes near; sums and ratios of these stay finite
 
 
 @functools.lru_cache(maxsize=4096)
@@ -45,15 +48,6 @@ def _histogram(text: str) -> str:
     return text
 
 
-Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
-# A figure keeps the type the file gave it (4, not 4.0): the reports format it as they did the JSON.
-# The int member is tried first (strict: never for a float or a bool); _first_error reads the float one.
-Figure = (Annotated[int, Field(ge=-FIGURE_MAX, le=FIGURE_MAX)]
-          | Annotated[float, Field(ge=-FIGURE_MAX, le=FIGURE_MAX, allow_inf_nan=False)])
-# A rate or a latency: never below 0 (a file saying p99 -5 µs is malformed, refused where it is read).
-Positive = (Annotated[int, Field(ge=0, le=FIGURE_MAX)]
-            | Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)])
-Seconds = Annotated[int, Field(ge=0, le=FIGURE_MAX)] | Annotated[float, Field(ge=0, le=FIGURE_MAX, allow_inf_nan=False)]
 HistogramText = Annotated[str, AfterValidator(_histogram)]
 
 # Lists and tables stop at their first bad item: pydantic otherwise collects every error, with its
@@ -63,32 +57,7 @@ Many = Annotated[list[_T], Field(fail_fast=True)]
 Table = Annotated[dict[str, _T], Field(fail_fast=True)]
 
 
-class _Record(BaseModel):
-    # strict: the reports format and add these values as they are; extra: newer fields pass
-    model_config = ConfigDict(strict=True, extra="allow")
-
-    @property
-    def is_empty(self) -> bool:
-        """The file gave it as ``{}`` (or only defaults): reports read such a record as none."""
-        return not (self.model_fields_set or self.model_extra)
-
-
-class OpSummary(_Record):
-    """Figures over one op's successful outcomes (errors counted apart); null when not measured."""
-
-    ops_per_s: Positive | None = None
-    hit_ratio: Positive | None = None
-    error_count: Count | None = None
-    p50_us: Positive | None = None
-    p90_us: Positive | None = None
-    p99_us: Positive | None = None
-    p999_us: Positive | None = None
-    max_us: Positive | None = None
-    mean_us: Positive | None = None
-    ops_per_latency_s: Positive | None = None
-
-
-class OpResult(_Record):
+class OpResult(Record):
     """One op of one phase (docs/contracts.md, ``OpResult``); summaries are recomputed when absent."""
 
     count: Count
@@ -120,17 +89,16 @@ class OpResult(_Record):
 
             read = OpRecord(count=self.count, hits=self.hits, misses=self.misses, errors=self.errors,
                             histograms=self.histograms, histograms_uncorrected=self.histograms_uncorrected)
-            figures = summary_from_result(read, wall_s, corrected=not uncorrected)
-            self._recomputed[key] = OpSummary.model_construct(**figures)
+            self._recomputed[key] = summary_from_result(read, wall_s, corrected=not uncorrected)
         return self._recomputed[key]
 
 
 def _given(summary: OpSummary | None) -> bool:
     """A summary with anything in it (an empty ``{}`` counts as none, as it always has)."""
-    return summary is not None and bool(summary.__pydantic_fields_set__ or summary.__pydantic_extra__)
+    return summary is not None and summary.given
 
 
-class TimeseriesEntry(_Record):
+class TimeseriesEntry(Record):
     """One second of a timed phase: the client's figures, and the server's when sampled."""
 
     t: Figure
@@ -146,7 +114,7 @@ class TimeseriesEntry(_Record):
     net_out_mbps: Figure | None = None
 
 
-class ServerSample(_Record):
+class ServerSample(Record):
     """One raw reading of the server's counters; rates are per interval since the previous one."""
 
     t: Figure
@@ -157,7 +125,7 @@ class ServerSample(_Record):
     net_out_mbps: Figure | None = None
 
 
-class ServerFigures(_Record):
+class ServerFigures(Record):
     """What the server said about one phase (measure/server_stats.py), where it can tell."""
 
     source: str | None = None
@@ -178,7 +146,7 @@ class ServerFigures(_Record):
     low_samples: bool = False  # a per-second figure (Mbps, CPU %) rests on fewer than two full intervals
 
 
-class WriteOutage(_Record):
+class WriteOutage(Record):
     """Writes failing from ``start_s`` to ``end_s`` (the first and last failed write, seconds into the
     phase; overlapping workers' windows joined), e.g. through a failover (measure/outage.py)."""
 
@@ -192,7 +160,7 @@ class WriteOutage(_Record):
     server: str | None = None  # where the writes that succeeded went (a Sentinel target's new primary)
 
 
-class ClusterFigures(_Record):
+class ClusterFigures(Record):
     """A Redis Cluster run: the map read at the start, the redirects its nodes answered, nodes that joined."""
 
     primaries: Count = 0
@@ -202,7 +170,7 @@ class ClusterFigures(_Record):
     joined: Many[str] | None = None  # the engine: nodes that joined the cluster during the run (addresses)
 
 
-class AgentRow(_Record):
+class AgentRow(Record):
     """One Dask agent's share of a phase (run/distributed.py ``_agent_row``)."""
 
     agent: Any = None  # its index
@@ -217,7 +185,7 @@ class AgentRow(_Record):
     start_lag_ms: Figure | None = None
 
 
-class MeasuringAgent(_Record):
+class MeasuringAgent(Record):
     """The agent measuring latency at a low open-loop rate, apart from the load."""
 
     agent: Any = None
@@ -226,7 +194,7 @@ class MeasuringAgent(_Record):
     row: AgentRow | None = None
 
 
-class Phase(_Record):
+class Phase(Record):
     """One timed phase of a run."""
 
     name: str = "main"
@@ -259,7 +227,7 @@ class Phase(_Record):
         return op.summary_for(self.wall_s or 0.0, uncorrected)
 
 
-class ServerRecord(_Record):
+class ServerRecord(Record):
     """The server a run measured: a spawned one, the user's, or several (``servers``)."""
 
     kind: str | None = None
@@ -269,14 +237,14 @@ class ServerRecord(_Record):
     version: str | None = None  # a spawned server's own version (lab: its --version)
 
 
-class BackendRecord(_Record):
+class BackendRecord(Record):
     scheme: str | None = None
     namespace: str | None = None
     info: Table[Any] | None = None
     capabilities: Table[Any] | None = None
 
 
-class NetworkRecord(_Record):
+class NetworkRecord(Record):
     """The emulated network a run went through (lab/network.py's profile, as run/network.py records it)."""
 
     profile: str | None = None
@@ -284,7 +252,7 @@ class NetworkRecord(_Record):
     proxied: bool = False  # the run's traffic went through the network proxy (a loopback profile: not)
 
 
-class DaskAgent(_Record):
+class DaskAgent(Record):
     """One agent of a distributed run as the coordinator saw it: its clock against the coordinator's."""
 
     agent: Any = None  # its index, as AgentRow.agent
@@ -294,7 +262,7 @@ class DaskAgent(_Record):
     clock_skew_flagged: bool | None = None
 
 
-class DaskRecord(_Record):
+class DaskRecord(Record):
     """A distributed run (``--cluster``, run/distributed.py): the Dask cluster, its hosts and agents.
 
     Files before it was named ``dask`` wrote it as the run's ``cluster`` (easily read as Redis
@@ -307,7 +275,7 @@ class DaskRecord(_Record):
     hosts: Many[str] = Field(default_factory=list)
 
 
-class Run(_Record):
+class Run(Record):
     """One target × network profile × sweep point × repeat."""
 
     label: str
@@ -369,7 +337,7 @@ class Run(_Record):
         return self.network.profile if self.network is not None else None
 
 
-class _KeepsSaved(_Record):
+class _KeepsSaved(Record):
     """A record shown whole as well as read (the environment, the experiment): it keeps the object the
     file gave (no copy: the loaded dict's own), for printing every field in the file's order."""
 
@@ -389,23 +357,23 @@ class _KeepsSaved(_Record):
         return self._saved
 
 
-class RttFigures(_Record):
+class RttFigures(Record):
     p50_us: Figure | None = None
     p99_us: Figure | None = None
 
 
-class LoopbackRtt(_Record):
+class LoopbackRtt(Record):
     busy: RttFigures | None = None
     idle: RttFigures | None = None
     idle_gap_ms: Figure | None = None
 
 
-class Calibration(_Record):
+class Calibration(Record):
     timer_resolution_ns: Figure | None = None
     loopback_rtt: LoopbackRtt | None = None
 
 
-class ProxyOverhead(_Record):
+class ProxyOverhead(Record):
     """What the network proxy itself adds with no delay configured, measured once per experiment
     (lab/proxy.py ``measure_overhead``): round trips direct vs through the proxy, µs."""
 
@@ -430,7 +398,7 @@ class Environment(_KeepsSaved):
     proxy_overhead: ProxyOverhead | None = None  # only when a run went through the network proxy
 
 
-class ReferenceRecord(_Record):
+class ReferenceRecord(Record):
     """The write-up a preset reproduces (spec.Reference), as far as the verdict reads it."""
 
     name: str | None = None  # how the verdict names it: "reference 003"
@@ -469,13 +437,13 @@ class ExperimentRecord(_KeepsSaved):
         return [p for p in self.workload_spec.get("phases") or [] if isinstance(p, dict)]
 
 
-class SaturationPoint(_Record):
+class SaturationPoint(Record):
     value: Any = None  # the swept parameter's value (a number, or the text the sweep gave)
     ops_per_s: Figure
     p99_us: Figure
 
 
-class Saturation(_Record):
+class Saturation(Record):
     """One target's load sweep (measure/saturation.py): where throughput stopped rising as p99 climbed."""
 
     label: str
@@ -484,7 +452,7 @@ class Saturation(_Record):
     points: Many[SaturationPoint] = Field(default_factory=list)
 
 
-class ResultsDocument(_Record):
+class ResultsDocument(Record):
     schema_: str = Field(alias="schema")
     created: str | None = None
     environment: Environment = Field(default_factory=Environment)
