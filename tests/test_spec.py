@@ -1,9 +1,11 @@
 """Experiment specs: what validates, and the one-line errors for what does not."""
 
+import json
+
 import pytest
 
 from cachemark.errors import SpecError
-from cachemark.spec import build_experiment, load_toml, parse_duration, parse_mix
+from cachemark.spec import Workload, build_experiment, load_toml, parse_duration, parse_mix
 from cachemark.target import parse_target, redact
 
 
@@ -114,3 +116,24 @@ def test_a_bad_sequence_is_one_line(sequence, extra, message):
         build_experiment({"targets": ["memory://"], "workload": {
             "phases": [{"name": "block", "sequence": sequence} | extra]}}, "x")
     assert "\n" not in str(info.value)
+
+
+def test_a_phase_inherits_by_one_rule_whether_run_or_read_back():
+    """``Workload.effective_phases`` (a run) and a saved file's phase read back by the verdict (plain
+    fields, report/planned.py) go through the one rule: a duration of its own drops the workload's op
+    budget, an op budget alone drops the workload's duration, anything unset is the workload's."""
+    from cachemark.spec import INHERITED, phase_over_workload
+
+    workload = Workload(mix="get=9,set=1", ops=500, duration="3s", warmup="0.5s", phases=[
+        {"name": "timed", "duration": "2s"}, {"name": "counted", "ops": 100},
+        {"name": "both", "ops": 50, "duration": "1s"}, {"name": "plain", "mix": "get=1"}])
+    run = {p.name: p for p in workload.effective_phases()}
+    assert (run["timed"].duration, run["timed"].ops) == (2.0, None)
+    assert (run["counted"].duration, run["counted"].ops) == (None, 100)
+    assert (run["both"].duration, run["both"].ops) == (1.0, 50)
+    assert (run["plain"].duration, run["plain"].ops, run["plain"].mix) == (3.0, 500, {"get": 1.0})
+    saved = json.loads(workload.model_dump_json())  # as a results file keeps it
+    for phase in saved["phases"]:
+        read = phase_over_workload(phase, saved)
+        assert {k: read[k] for k in INHERITED} == {k: v for k, v in run[phase["name"]].model_dump(mode="json").items()
+                                                  if k in INHERITED}, phase["name"]

@@ -12,6 +12,7 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -268,20 +269,12 @@ class Workload(_Model):
         return ValueSizes.parse(self.value_size)
 
     def effective_phases(self) -> list[Phase]:
-        """The phases with every unset field filled from the workload."""
+        """The phases with every unset field filled from the workload (:func:`phase_over_workload`)."""
         phases = self.phases or [Phase()]
+        inherited = self.model_dump(include=INHERITED)
         out = []
         for phase in phases:
-            data = phase.model_dump()
-            only_ops = phase.ops is not None and phase.duration is None
-            data["mix"] = phase.mix or self.mix
-            data["key_dist"] = phase.key_dist or self.key_dist
-            data["ops"] = phase.ops if phase.ops is not None else (None if phase.duration else self.ops)
-            data["duration"] = None if only_ops else (phase.duration or self.duration)
-            data["warmup"] = phase.warmup if phase.warmup is not None else self.warmup
-            data["warmup_ops"] = phase.warmup_ops if phase.warmup_ops is not None else self.warmup_ops
-            data["rate"] = phase.rate if phase.rate is not None else self.rate
-            data["arrival"] = phase.arrival or self.arrival
+            data = phase_over_workload(phase.model_dump(), inherited)
             if phase.sequence is not None:  # each worker runs the whole sequence: "ops" is the phase's ops
                 n = phase.ops if phase.ops is not None else self.ops or 1
                 steps = [(step.op, step.count(n)) for step in phase.sequence]
@@ -290,6 +283,22 @@ class Workload(_Model):
                 data.update(ops=sum(t for _, t in steps) * self.workers, duration=None, warmup=0, warmup_ops=0)
             out.append(Phase.model_validate(data))
         return out
+
+
+INHERITED = {"mix", "key_dist", "ops", "duration", "warmup", "warmup_ops", "rate", "arrival"}  # a phase's unset ones
+
+
+def phase_over_workload(phase: Mapping[str, Any], workload: Mapping[str, Any]) -> dict[str, Any]:
+    """A phase's fields over its workload's, as a run runs it: each field the phase leaves unset (None)
+    is the workload's, except that a phase with a duration of its own and no op budget has no op
+    budget, and one with only an op budget has no duration. On plain fields, so that a report reads
+    a saved file's phase by this same rule (report/planned.py), whatever version wrote the file."""
+    merged = {**workload, **{k: v for k, v in phase.items() if v is not None}}
+    if phase.get("duration") and phase.get("ops") is None:
+        merged["ops"] = None
+    if phase.get("ops") is not None and not phase.get("duration"):
+        merged["duration"] = None
+    return merged
 
 
 class Reference(_Model):

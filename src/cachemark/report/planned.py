@@ -3,10 +3,11 @@
 The verdict judges a phase against its plan: its planned duration and op budget, whether keys were
 prefilled, the warm-up, the mix's expected hit ratio. The plan is the saved workload
 (``experiment.workload_spec``: spec.Workload's JSON as the file's version wrote it) with the run's
-sweep point and then the phase's own fields over it, merged as ``Workload.effective_phases`` merges
-them. It is read as saved rather than validated again as a ``Workload``: a file of another version,
-or a swept value saved as text, must still read, so each field holds the file's value (or None when
-the file has none) and each reader checks its type before using it.
+sweep point and then the phase's own fields over it, merged by ``spec.phase_over_workload``, the
+rule ``Workload.effective_phases`` runs by. It is read as saved rather than validated again as a
+``Workload``: a file of another version, or a swept value saved as text, must still read, so each
+field holds the file's value (or None when the file has none) and each reader checks its type
+before using it (validated, absent fields would read as today's defaults, not as what ran).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..results import ResultsDocument, Run
+from ..spec import phase_over_workload
 
 # An object of a results file kept free-form by the schema (Table[Any]): the workload and its phases as the
 # file's version wrote them, what a backend said about itself. Read by key, each value's type checked.
@@ -71,15 +73,4 @@ def phase_plan(document: ResultsDocument, run: Run, name: str) -> PhasePlan:
     wl = dict(document.experiment.workload_spec)
     wl.update({k: swept(v) for k, v in (run.sweep or {}).items()})
     planned = next((p for p in document.experiment.planned_phases if (p.get("name") or "main") == name), None)
-    return PhasePlan.of(effective_phase(planned, wl) if planned is not None else wl)
-
-
-def effective_phase(phase: SavedObject, wl: SavedObject) -> SavedObject:
-    """A phase's fields over the workload's, as ``Workload.effective_phases`` runs it: an op budget only
-    where the phase has no duration of its own, and no duration where it has only an op budget."""
-    merged = {**wl, **{k: v for k, v in phase.items() if v is not None}}
-    if phase.get("duration") and phase.get("ops") is None:
-        merged["ops"] = None
-    if phase.get("ops") is not None and not phase.get("duration"):
-        merged["duration"] = None
-    return merged
+    return PhasePlan.of(phase_over_workload(planned, wl) if planned is not None else wl)

@@ -37,13 +37,14 @@ from ..results.findings import QUALIFY_FIGURES, Finding, Kind
 from ..results.names import ENGINE_CLIENT, op_label
 from ..results.schema import ServerRecord
 from ..schemes import find_scheme
+from ..spec import phase_over_workload
 from ..sweep import LOAD_PARAMS
 from ..target import parse_target
 from .blocks import Block
 from .data import MISSED_WARNING, missed_ops
 from .figures import fmt_factor, fmt_latency, fmt_percent, fmt_rate
 from .headline import harness_ops_per_s, seconds_per_1000
-from .planned import PhasePlan, SavedObject, effective_phase, phase_plan
+from .planned import PhasePlan, SavedObject, phase_plan
 
 TITLE = "What this means"
 TIE_WITHOUT_REPEATS = 1.05  # one run each: a smaller factor is called a tie
@@ -179,7 +180,7 @@ def _phase_text(phase: SavedObject, wl: SavedObject) -> str:
     """A phase's mix, its own key distribution and its budget (its own, else the workload's)."""
     if phase.get("sequence"):
         return _sequence_text(phase, wl)
-    own, planned = _own_key_dist(phase, wl), PhasePlan.of(effective_phase(phase, wl))
+    own, planned = _own_key_dist(phase, wl), PhasePlan.of(phase_over_workload(phase, wl))
     parts = [fmt_mix(planned.mix), f"{own} keys" if own else ""]
     if planned.ops:
         parts.append(f"{_num(planned.ops)} op{'s' if planned.ops != 1 else ''}")
