@@ -467,12 +467,12 @@ NOT_THE_RESULTS = {
     ("report/thresholds.py", '*(["runs"] if repeats else [])]'),  # a column heading, not a key
     ("report/verdict.py", 'elif wl.get("ops"):'),  # the workload's op budget
     ("report/verdict.py", "parts.append(f\"{_num(wl['ops'])} ops per run\")"),
-    ("report/planned.py", 'if phase.get("duration") and phase.get("ops") is None:'),  # ... a phase's
-    ("report/planned.py", 'merged["ops"] = None'),
-    ("report/planned.py", 'if phase.get("ops") is not None and not phase.get("duration"):'),
+    # a phase's op budget over the workload's (spec.phase_over_workload: a run's phases, and the saved ones)
+    ("spec.py", 'if phase.get("duration") and phase.get("ops") is None:'),
+    ("spec.py", 'merged["ops"] = None'),
+    ("spec.py", 'if phase.get("ops") is not None and not phase.get("duration"):'),
     # the engine's answer, read into op records
     ("run/engine_runner.py", 'renamed = {ours.get(name, name): op for name, op in result["ops"].items()}'),
-    ("spec.py", 'data["ops"] = phase.ops if phase.ops is not None else (None if phase.duration else self.ops)'),  # spec
 }
 _AS_DICT = re.compile(r"""\[["'](phases|ops|runs)["']\]|\.get\(["'](phases|ops|runs)["']""")
 PACKAGE = Path(__file__).parent.parent / "src" / "cachemark"
