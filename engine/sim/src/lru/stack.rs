@@ -5,12 +5,13 @@
 //! Each request takes the next position in time; an object's latest access is a set
 //! position in `LivePositions`, and the objects above it are the set positions after its
 //! own: `live - 1 - rank(pos)`, one walk of a tree small enough to stay in cache. Bytes
-//! above are `count × size` while every size seen is equal (a stream without sizes), and
-//! come from `PositionBytes` once one differs. When the positions run out they are
+//! above are `count × size` while every size seen is equal (a stream without sizes); once
+//! one differs, `SizedPositions` takes over from `LivePositions`, giving the count and the
+//! bytes before a position together (one tree walk). When the positions run out they are
 //! renumbered `0..live` in time order into a window of `WINDOW` times the objects.
 
-use super::bytes::PositionBytes;
 use super::live::{LivePositions, BLOCK};
+use super::sized::SizedPositions;
 use super::table::IdTable;
 
 /// Positions per object after a renumbering: each renumbering reads the whole table, and
@@ -18,12 +19,25 @@ use super::table::IdTable;
 /// objects, for 4 bits and, once sizes differ, 8 bytes more per object).
 const WINDOW: usize = 4;
 
+/// The live positions: counted while every size is equal, with their sizes once two differed.
+enum Positions {
+    Counted(LivePositions),
+    Sized(SizedPositions),
+}
+
+impl Positions {
+    fn capacity(&self) -> usize {
+        match self {
+            Positions::Counted(live) => live.capacity(),
+            Positions::Sized(sized) => sized.capacity(),
+        }
+    }
+}
+
 /// An LRU stack of every object seen.
 pub(super) struct Stack {
     table: IdTable,
-    live: LivePositions,
-    /// exact bytes by position, once two sizes differed
-    bytes: Option<PositionBytes>,
+    positions: Positions,
     /// the size of every request so far, while they are all equal
     unit: u32,
     next: usize,
@@ -34,8 +48,7 @@ impl Stack {
     pub(super) fn new() -> Self {
         Stack {
             table: IdTable::default(),
-            live: LivePositions::first(0, BLOCK),
-            bytes: None,
+            positions: Positions::Counted(LivePositions::first(0, BLOCK)),
             unit: 0,
             next: 0,
             live_bytes: 0,
@@ -53,17 +66,16 @@ impl Stack {
         self.table.prefetch(id);
     }
 
-    /// Asks the CPU to fetch what a request for `id` reads next when sizes differ: the sizes
-    /// and bitmap line at its position (with equal sizes the bitmap alone mostly stays in
+    /// Asks the CPU to fetch what a request for `id` reads next when sizes differ: its
+    /// position's block and line of sizes (with equal sizes the bitmap alone mostly stays in
     /// L2, and reading the slot early costs more than it saves: measured). Reads its slot,
     /// so call it once that has been fetched (`prefetch` some requests before); a position
     /// that moves before the request only wastes the hint.
     #[inline]
     pub(super) fn prefetch_position(&self, id: u64) {
-        if let Some(bytes) = &self.bytes {
+        if let Positions::Sized(sized) = &self.positions {
             if let Some(pos) = self.table.position(id) {
-                self.live.prefetch(pos);
-                bytes.prefetch(pos);
+                sized.prefetch(pos);
             }
         }
     }
@@ -72,10 +84,10 @@ impl Stack {
     /// None when it is new.
     #[inline]
     pub(super) fn touch(&mut self, id: u64, size: u32) -> Option<(u64, u64)> {
-        if self.next == self.live.capacity() {
+        if self.next == self.positions.capacity() {
             self.compact();
         }
-        if self.bytes.is_none() && size != self.unit {
+        if size != self.unit && matches!(self.positions, Positions::Counted(_)) {
             self.unequal_sizes(size);
         }
         let at = self.next;
@@ -84,28 +96,30 @@ impl Stack {
         let (slot, found) = self.table.entry(id);
         let pos = *slot as usize;
         *slot = at as u32;
-        let above = found.then(|| {
-            let older = self.live.rank(pos);
-            let objects_above = objects - 1 - older;
-            self.live.remove(pos);
-            // the object's size until now: its position's (with equal sizes, the unit)
-            let (old, bytes_above) = match &mut self.bytes {
-                Some(bytes) => {
-                    let before = bytes.before(pos);
-                    let old = bytes.remove(pos);
-                    (old, self.live_bytes - before - old)
-                }
-                None => (self.unit as u64, objects_above * self.unit as u64),
-            };
-            self.live_bytes -= old;
-            (objects_above, bytes_above)
-        });
-        self.live.insert(at);
-        if let Some(bytes) = &mut self.bytes {
-            bytes.insert(at, size);
+        match &mut self.positions {
+            Positions::Counted(live) => {
+                let above = found.then(|| {
+                    let objects_above = objects - 1 - live.rank(pos);
+                    live.remove(pos);
+                    (objects_above, objects_above * self.unit as u64)
+                });
+                live.insert(at);
+                above
+            }
+            Positions::Sized(sized) => {
+                let above = found.then(|| {
+                    let (older, before) = sized.before(pos);
+                    // the object's size until now: its position's
+                    let old = sized.remove(pos);
+                    let bytes_above = self.live_bytes - before - old;
+                    self.live_bytes -= old;
+                    (objects - 1 - older, bytes_above)
+                });
+                sized.insert(at, size);
+                self.live_bytes += size as u64;
+                above
+            }
         }
-        self.live_bytes += size as u64;
-        above
     }
 
     /// The first request of all fixes the unit size; the first of another size switches to
@@ -117,9 +131,11 @@ impl Stack {
             return;
         }
         // every object so far is of the unit size
-        let (capacity, unit) = (self.live.capacity(), self.unit);
+        let (capacity, unit) = (self.positions.capacity(), self.unit);
         let live = self.table.positions_mut().map(|p| (*p as usize, unit));
-        self.bytes = Some(PositionBytes::new(capacity, self.next, live));
+        let sized = SizedPositions::new(capacity, self.next, live);
+        self.live_bytes = self.table.len() as u64 * unit as u64;
+        self.positions = Positions::Sized(sized);
     }
 
     /// Renumber the live positions 0..live in time order, in a window `WINDOW` times that size.
@@ -131,17 +147,26 @@ impl Stack {
             "too many objects for u32 positions"
         );
         let capacity = (WINDOW * len).max(BLOCK);
-        {
-            let rank = self.live.ranker();
-            for pos in self.table.positions_mut() {
-                *pos = rank(*pos as usize) as u32;
+        match &mut self.positions {
+            Positions::Counted(live) => {
+                {
+                    let rank = live.ranker();
+                    for pos in self.table.positions_mut() {
+                        *pos = rank(*pos as usize) as u32;
+                    }
+                }
+                *live = LivePositions::first(len, capacity);
+            }
+            Positions::Sized(sized) => {
+                {
+                    let rank = sized.ranker();
+                    for pos in self.table.positions_mut() {
+                        *pos = rank(*pos as usize) as u32;
+                    }
+                }
+                sized.renumber(capacity);
             }
         }
-        let live = LivePositions::first(len, capacity);
-        if let Some(bytes) = &mut self.bytes {
-            bytes.renumber(live.capacity(), self.live.positions());
-        }
-        self.live = live;
         self.next = len;
     }
 }
