@@ -34,25 +34,45 @@ struct Block {
     sums: [u64; SUMS], // bytes of each word
 }
 
-/// Half a word's sizes: two cache lines.
-#[derive(Clone, Copy)]
-#[repr(align(128))]
-struct Line([u32; LINE]);
+/// A position's size as kept: `u16` while every size fits (a half word's sizes are then one
+/// cache line, and the array half as large), `u32` once one does not.
+pub(super) trait Size: Copy + Default + Into<u64> {
+    fn narrow(size: u32) -> Option<Self>;
+}
 
-impl Default for Line {
-    fn default() -> Self {
-        Line([0; LINE])
+impl Size for u16 {
+    #[inline]
+    fn narrow(size: u32) -> Option<Self> {
+        u16::try_from(size).ok()
     }
 }
 
-pub(super) struct SizedPositions {
-    blocks: Vec<Block>,
-    sizes: Vec<Line>, // position -> its object's size while it is that object's latest access, else 0
-    tree: Fenwick,    // (live count, bytes) of each block before `open`
-    open: usize,      // the block new positions go to (no later one has any)
+impl Size for u32 {
+    #[inline]
+    fn narrow(size: u32) -> Option<Self> {
+        Some(size)
+    }
 }
 
-impl SizedPositions {
+/// Half a word's sizes: one cache line (u16) or two (u32).
+#[derive(Clone, Copy)]
+#[repr(align(64))]
+struct Line<T>([T; LINE]);
+
+impl<T: Size> Default for Line<T> {
+    fn default() -> Self {
+        Line([T::default(); LINE])
+    }
+}
+
+pub(super) struct SizedPositions<T: Size> {
+    blocks: Vec<Block>,
+    sizes: Vec<Line<T>>, // position -> its object's size while it is that object's latest access, else 0
+    tree: Fenwick,       // (live count, bytes) of each block before `open`
+    open: usize,         // the block new positions go to (no later one has any)
+}
+
+impl<T: Size> SizedPositions<T> {
     /// From `(position, size)` of every live object, all before `next`, over `capacity`
     /// positions (rounded up to a block).
     pub(super) fn new(
@@ -71,7 +91,7 @@ impl SizedPositions {
             let block = &mut s.blocks[pos / BLOCK];
             block.bits[pos % BLOCK / WORD] |= 1 << (pos % 64);
             block.sums[pos % BLOCK / WORD] += size as u64;
-            s.sizes[pos / LINE].0[pos % LINE] = size;
+            s.sizes[pos / LINE].0[pos % LINE] = T::narrow(size).expect("a size that fits");
         }
         s.sum_up(next);
         s
@@ -102,19 +122,21 @@ impl SizedPositions {
             prefetch(&block.bits);
             prefetch(&block.sums);
             prefetch(&line.0[0]);
-            prefetch(&line.0[LINE / 2]);
+            if std::mem::size_of::<Line<T>>() > 64 {
+                prefetch(&line.0[LINE / 2]);
+            }
         }
     }
 
-    /// `pos` must be free, and after every live position.
+    /// `pos` must be free, and after every live position; `size` must fit `T`.
     #[inline]
-    pub(super) fn insert(&mut self, pos: usize, size: u32) {
+    pub(super) fn insert(&mut self, pos: usize, size: T) {
         if pos / BLOCK != self.open {
             self.close(pos / BLOCK);
         }
         let block = &mut self.blocks[pos / BLOCK];
         block.bits[pos % BLOCK / WORD] |= 1 << (pos % 64);
-        block.sums[pos % BLOCK / WORD] += size as u64;
+        block.sums[pos % BLOCK / WORD] += size.into();
         self.sizes[pos / LINE].0[pos % LINE] = size;
     }
 
@@ -130,7 +152,7 @@ impl SizedPositions {
     /// Frees `pos`, which must be live; returns its size.
     #[inline]
     pub(super) fn remove(&mut self, pos: usize) -> u64 {
-        let size = std::mem::take(&mut self.sizes[pos / LINE].0[pos % LINE]) as u64;
+        let size: u64 = std::mem::take(&mut self.sizes[pos / LINE].0[pos % LINE]).into();
         let block = &mut self.blocks[pos / BLOCK];
         block.bits[pos % BLOCK / WORD] &= !(1 << (pos % 64));
         block.sums[pos % BLOCK / WORD] -= size;
@@ -173,9 +195,9 @@ impl SizedPositions {
         let (mut low, mut high) = (0u64, 0u64);
         for (k, &s) in line.iter().enumerate() {
             if k < at {
-                low += s as u64;
+                low += s.into();
             } else {
-                high += s as u64;
+                high += s.into();
             }
         }
         let partial = match pos % WORD < LINE {
@@ -245,7 +267,7 @@ impl SizedPositions {
         }
         // clear what follows the live positions (the rest of their last line, and beyond)
         if !live.is_multiple_of(LINE) {
-            self.sizes[live / LINE].0[live % LINE..].fill(0);
+            self.sizes[live / LINE].0[live % LINE..].fill(T::default());
         }
         self.sizes[live.div_ceil(LINE)..].fill(Line::default());
         for pos in (0..live).step_by(64) {
@@ -255,9 +277,27 @@ impl SizedPositions {
         for (k, line) in self.sizes[..live.div_ceil(LINE)].iter().enumerate() {
             let pos = k * LINE;
             self.blocks[pos / BLOCK].sums[pos % BLOCK / WORD] +=
-                line.0.iter().map(|&s| s as u64).sum::<u64>();
+                line.0.iter().map(|&s| s.into()).sum::<u64>();
         }
         self.sum_up(live);
+    }
+}
+
+impl SizedPositions<u16> {
+    /// The same positions with room for any size.
+    pub(super) fn widen(self) -> SizedPositions<u32> {
+        let mut sizes = filled(self.sizes.len(), Line::<u32>::default());
+        for (wide, narrow) in sizes.iter_mut().zip(&self.sizes) {
+            for (w, &n) in wide.0.iter_mut().zip(&narrow.0) {
+                *w = n as u32;
+            }
+        }
+        SizedPositions {
+            blocks: self.blocks,
+            sizes,
+            tree: self.tree,
+            open: self.open,
+        }
     }
 }
 
@@ -280,21 +320,14 @@ mod tests {
         (live.clone().count() as u64, live.map(|&s| s as u64).sum())
     }
 
-    #[test]
-    fn counts_and_bytes_before_match_a_plain_array() {
-        // as the stack uses it: each step takes the next position and may free an older one
-        let capacity = 7 * BLOCK + 77;
-        let start = 500;
-        let mut plain: Vec<Option<u32>> = (0..capacity)
-            .map(|p| (p < start && p % 3 == 0).then_some(p as u32 % 4))
-            .collect();
-        let live = plain
-            .iter()
-            .enumerate()
-            .filter_map(|(p, s)| s.map(|s| (p, s)));
-        let mut sized = SizedPositions::new(capacity, start, live);
-        plain.resize(sized.capacity(), None);
-        for next in start..capacity {
+    /// As the stack uses it: each step takes the next position and may free an older one.
+    fn steps<T: Size>(
+        sized: &mut SizedPositions<T>,
+        plain: &mut [Option<u32>],
+        steps: std::ops::Range<usize>,
+        capacity: usize,
+    ) {
+        for next in steps {
             let k = next as u64;
             let older = (mix(k) % next as u64) as usize;
             if let Some(size) = plain[older] {
@@ -302,16 +335,20 @@ mod tests {
                 plain[older] = None;
             }
             if !mix(k ^ 2).is_multiple_of(50) {
-                // now and then a position is skipped; sizes of every magnitude, zero too
+                // now and then a position is skipped; sizes of every magnitude that fits, zero too
                 let size = (mix(k ^ 7) >> (mix(k ^ 9) % 64)) as u32;
+                let size = T::narrow(size).unwrap_or_else(|| T::narrow(size % 65_536).unwrap());
                 sized.insert(next, size);
-                plain[next] = Some(size);
+                plain[next] = Some(size.into() as u32);
             }
             let at = (mix(k ^ 0xABC) % (next as u64 + 100).min(capacity as u64 + 1)) as usize;
-            assert_eq!(sized.before(at), plain_before(&plain, at), "before {at}");
+            assert_eq!(sized.before(at), plain_before(plain, at), "before {at}");
         }
-        // renumbered in place, into as many positions and into more
-        for capacity in [capacity, 12 * BLOCK + 5] {
+    }
+
+    /// Renumbered in place, into as many positions and into more.
+    fn renumbered<T: Size>(sized: &mut SizedPositions<T>, mut plain: Vec<Option<u32>>) {
+        for capacity in [plain.len(), 12 * BLOCK + 5] {
             let order: Vec<usize> = (0..plain.len()).filter(|&p| plain[p].is_some()).collect();
             assert_eq!(sized.positions().collect::<Vec<_>>(), order);
             {
@@ -332,12 +369,40 @@ mod tests {
                 );
             }
             let next = order.len();
-            sized.insert(next, 9);
+            sized.insert(next, T::narrow(9).unwrap());
             plain[next] = Some(9);
             assert_eq!(
                 sized.before(next + 1),
                 plain_before(&plain, sized.capacity())
             );
         }
+    }
+
+    #[test]
+    fn counts_and_bytes_before_match_a_plain_array() {
+        let capacity = 7 * BLOCK + 77;
+        let start = 500;
+        let mut plain: Vec<Option<u32>> = (0..capacity)
+            .map(|p| (p < start && p % 3 == 0).then_some(p as u32 % 4))
+            .collect();
+        let live: Vec<(usize, u32)> = plain
+            .iter()
+            .enumerate()
+            .filter_map(|(p, s)| s.map(|s| (p, s)))
+            .collect();
+        // sizes as u32 throughout
+        let mut wide = SizedPositions::<u32>::new(capacity, start, live.iter().copied());
+        let mut wide_plain = plain.clone();
+        wide_plain.resize(wide.capacity(), None);
+        steps(&mut wide, &mut wide_plain, start..capacity, capacity);
+        renumbered(&mut wide, wide_plain);
+        // as u16 while they fit, then widened
+        let mut narrow = SizedPositions::<u16>::new(capacity, start, live.iter().copied());
+        plain.resize(narrow.capacity(), None);
+        let half = (start + capacity) / 2;
+        steps(&mut narrow, &mut plain, start..half, capacity);
+        let mut wide = narrow.widen();
+        steps(&mut wide, &mut plain, half..capacity, capacity);
+        renumbered(&mut wide, plain);
     }
 }

@@ -11,7 +11,7 @@
 //! renumbered `0..live` in time order into a window of `WINDOW` times the objects.
 
 use super::live::{LivePositions, BLOCK};
-use super::sized::SizedPositions;
+use super::sized::{Size, SizedPositions};
 use super::table::IdTable;
 
 /// Positions per object after a renumbering: each renumbering reads the whole table, and
@@ -19,17 +19,20 @@ use super::table::IdTable;
 /// objects, for 4 bits and, once sizes differ, 8 bytes more per object).
 const WINDOW: usize = 4;
 
-/// The live positions: counted while every size is equal, with their sizes once two differed.
+/// The live positions: counted while every size is equal, with their sizes once two differed
+/// (as u16 while every size fits, then as u32).
 enum Positions {
     Counted(LivePositions),
-    Sized(SizedPositions),
+    Narrow(SizedPositions<u16>),
+    Wide(SizedPositions<u32>),
 }
 
 impl Positions {
     fn capacity(&self) -> usize {
         match self {
             Positions::Counted(live) => live.capacity(),
-            Positions::Sized(sized) => sized.capacity(),
+            Positions::Narrow(sized) => sized.capacity(),
+            Positions::Wide(sized) => sized.capacity(),
         }
     }
 }
@@ -73,10 +76,11 @@ impl Stack {
     /// that moves before the request only wastes the hint.
     #[inline]
     pub(super) fn prefetch_position(&self, id: u64) {
-        if let Positions::Sized(sized) = &self.positions {
-            if let Some(pos) = self.table.position(id) {
-                sized.prefetch(pos);
-            }
+        let pos = || self.table.position(id);
+        match &self.positions {
+            Positions::Counted(_) => {}
+            Positions::Narrow(sized) => pos().into_iter().for_each(|p| sized.prefetch(p)),
+            Positions::Wide(sized) => pos().into_iter().for_each(|p| sized.prefetch(p)),
         }
     }
 
@@ -87,8 +91,12 @@ impl Stack {
         if self.next == self.positions.capacity() {
             self.compact();
         }
-        if size != self.unit && matches!(self.positions, Positions::Counted(_)) {
-            self.unequal_sizes(size);
+        if size != self.unit {
+            match self.positions {
+                Positions::Counted(_) => self.unequal_sizes(size),
+                Positions::Narrow(_) if size > u16::MAX as u32 => self.widen(),
+                _ => {}
+            }
         }
         let at = self.next;
         self.next += 1;
@@ -106,19 +114,27 @@ impl Stack {
                 live.insert(at);
                 above
             }
-            Positions::Sized(sized) => {
-                let above = found.then(|| {
-                    let (older, before) = sized.before(pos);
-                    // the object's size until now: its position's
-                    let old = sized.remove(pos);
-                    let bytes_above = self.live_bytes - before - old;
-                    self.live_bytes -= old;
-                    (objects - 1 - older, bytes_above)
-                });
-                sized.insert(at, size);
-                self.live_bytes += size as u64;
-                above
+            Positions::Narrow(sized) => {
+                let size = u16::narrow(size).expect("widened for a larger size");
+                sized_touch(sized, &mut self.live_bytes, found.then_some(pos), at, size)
+                    .map(|(older, bytes)| (objects - 1 - older, bytes))
             }
+            Positions::Wide(sized) => {
+                sized_touch(sized, &mut self.live_bytes, found.then_some(pos), at, size)
+                    .map(|(older, bytes)| (objects - 1 - older, bytes))
+            }
+        }
+    }
+
+    /// The first size that does not fit u16.
+    #[cold]
+    fn widen(&mut self) {
+        let narrow = std::mem::replace(
+            &mut self.positions,
+            Positions::Counted(LivePositions::first(0, BLOCK)),
+        );
+        if let Positions::Narrow(sized) = narrow {
+            self.positions = Positions::Wide(sized.widen());
         }
     }
 
@@ -133,9 +149,11 @@ impl Stack {
         // every object so far is of the unit size
         let (capacity, unit) = (self.positions.capacity(), self.unit);
         let live = self.table.positions_mut().map(|p| (*p as usize, unit));
-        let sized = SizedPositions::new(capacity, self.next, live);
+        self.positions = match u16::narrow(unit.max(size)) {
+            Some(_) => Positions::Narrow(SizedPositions::new(capacity, self.next, live)),
+            None => Positions::Wide(SizedPositions::new(capacity, self.next, live)),
+        };
         self.live_bytes = self.table.len() as u64 * unit as u64;
-        self.positions = Positions::Sized(sized);
     }
 
     /// Renumber the live positions 0..live in time order, in a window `WINDOW` times that size.
@@ -157,18 +175,45 @@ impl Stack {
                 }
                 *live = LivePositions::first(len, capacity);
             }
-            Positions::Sized(sized) => {
-                {
-                    let rank = sized.ranker();
-                    for pos in self.table.positions_mut() {
-                        *pos = rank(*pos as usize) as u32;
-                    }
-                }
-                sized.renumber(capacity);
-            }
+            Positions::Narrow(sized) => renumber(sized, &mut self.table, capacity),
+            Positions::Wide(sized) => renumber(sized, &mut self.table, capacity),
         }
         self.next = len;
     }
+}
+
+/// `Stack::touch` once sizes differ: the object at `pos` (None: new) moves to `at`; the live
+/// positions above it and their bytes.
+#[inline]
+fn sized_touch<T: Size>(
+    sized: &mut SizedPositions<T>,
+    live_bytes: &mut u64,
+    pos: Option<usize>,
+    at: usize,
+    size: T,
+) -> Option<(u64, u64)> {
+    let above = pos.map(|pos| {
+        let (older, before) = sized.before(pos);
+        // the object's size until now: its position's
+        let old = sized.remove(pos);
+        let bytes_above = *live_bytes - before - old;
+        *live_bytes -= old;
+        (older, bytes_above)
+    });
+    sized.insert(at, size);
+    *live_bytes += size.into();
+    above
+}
+
+/// The table's positions renumbered by their rank, then the positions themselves.
+fn renumber<T: Size>(sized: &mut SizedPositions<T>, table: &mut IdTable, capacity: usize) {
+    {
+        let rank = sized.ranker();
+        for pos in table.positions_mut() {
+            *pos = rank(*pos as usize) as u32;
+        }
+    }
+    sized.renumber(capacity);
 }
 
 #[cfg(test)]
@@ -220,5 +265,19 @@ mod tests {
         });
         check(40_000, 1_500, |k, id| (mix(id ^ (k / 10_000)) % 300) as u32);
         check(20_000, 50, |k, _| (k % 3) as u32); // few objects: renumbered hundreds of times
+    }
+
+    #[test]
+    fn distances_match_a_plain_stack_when_sizes_outgrow_u16() {
+        // kept as u16, then a size beyond it: widened to u32 on the way
+        check(60_000, 3_000, |k, id| match k < 25_000 {
+            true => (mix(id) % 60_000) as u32,
+            false => (mix(id ^ (k / 10_000)) % 300_000) as u32,
+        });
+        // unequal from the start, one of them already beyond u16
+        check(20_000, 1_000, |k, id| match k {
+            0 => 70_000,
+            _ => (mix(id) % 100_000) as u32,
+        });
     }
 }
