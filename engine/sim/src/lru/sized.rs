@@ -208,7 +208,8 @@ impl<T: Size> SizedPositions<T> {
     }
 
     /// The live positions, ascending.
-    pub(super) fn positions(&self) -> impl Iterator<Item = usize> + '_ {
+    #[cfg(test)]
+    fn positions(&self) -> impl Iterator<Item = usize> + '_ {
         self.blocks.iter().enumerate().flat_map(|(b, block)| {
             block.bits.iter().enumerate().flat_map(move |(k, &w)| {
                 let base = b * BLOCK + k * 64;
@@ -243,16 +244,24 @@ impl<T: Size> SizedPositions<T> {
         }
     }
 
-    /// Renumbers in place: the live positions (ascending, as `positions` gives them) become
+    /// Renumbers in place: the live positions (ascending) become
     /// `0..live`, over `capacity` positions (rounded up to a block). One pass over the sizes,
     /// in order; the arrays are reused when they are large enough (no new pages to fault in).
     pub(super) fn renumber(&mut self, capacity: usize) {
-        let order: Vec<usize> = self.positions().collect();
-        let live = order.len();
-        for (to, &from) in order.iter().enumerate() {
-            // to <= from: not yet read
-            let size = self.sizes[from / LINE].0[from % LINE];
-            self.sizes[to / LINE].0[to % LINE] = size;
+        // in order of the bitmap, not collected first (a list of every object, to fault in)
+        let mut live = 0;
+        for b in 0..self.blocks.len() {
+            for k in 0..WORDS {
+                let mut w = self.blocks[b].bits[k];
+                while w != 0 {
+                    let from = b * BLOCK + k * 64 + w.trailing_zeros() as usize;
+                    w &= w - 1;
+                    // live <= from: not yet read
+                    let size = self.sizes[from / LINE].0[from % LINE];
+                    self.sizes[live / LINE].0[live % LINE] = size;
+                    live += 1;
+                }
+            }
         }
         let n = capacity.max(live).div_ceil(BLOCK).max(1);
         if n > self.blocks.len() {
