@@ -8,7 +8,6 @@
 //! the tree until it is full: setting a position costs no walk.
 
 use crate::fenwick::SumTree;
-use crate::mem::prefetch;
 
 const WORDS: usize = 8;
 /// Positions per block: one 64-byte cache line of bitmap.
@@ -51,14 +50,6 @@ impl LivePositions {
 
     pub(super) fn capacity(&self) -> usize {
         self.blocks.len() * BLOCK
-    }
-
-    /// Asks the CPU to fetch the bitmap line that a rank of `pos` reads.
-    #[inline]
-    pub(super) fn prefetch(&self, pos: usize) {
-        if let Some(block) = self.blocks.get(pos / BLOCK) {
-            prefetch(block);
-        }
     }
 
     /// Sets `pos`, which must lie after every set position.
@@ -118,7 +109,8 @@ impl LivePositions {
     }
 
     /// The set positions, ascending.
-    pub(super) fn positions(&self) -> impl Iterator<Item = usize> + '_ {
+    #[cfg(test)]
+    fn positions(&self) -> impl Iterator<Item = usize> + '_ {
         self.blocks.iter().enumerate().flat_map(|(b, block)| {
             block.0.iter().enumerate().flat_map(move |(k, &w)| {
                 let base = b * BLOCK + k * 64;

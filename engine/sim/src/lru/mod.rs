@@ -20,16 +20,16 @@
 //! Files by job: `hash` (the id hash), `histogram` (log-scale buckets and the
 //! histogram helpers), `distinct` (the HyperLogLog object counter), `stack` (the unbounded
 //! LRU stack) and its parts `table` (id -> position), `live` (ranks of positions) and
-//! `bytes` (bytes before a position), `near` (the exact bounded stack of the most recent
+//! `sized` (ranks and bytes before a position, once sizes differ), `near` (the exact bounded stack of the most recent
 //! objects), `level` (one sample of the hybrid); `StackDistances`, here, combines them.
 
-mod bytes;
 mod distinct;
 mod hash;
 mod histogram;
 mod level;
 mod live;
 mod near;
+mod sized;
 mod stack;
 mod table;
 #[cfg(test)]

@@ -5,12 +5,13 @@
 //! Each request takes the next position in time; an object's latest access is a set
 //! position in `LivePositions`, and the objects above it are the set positions after its
 //! own: `live - 1 - rank(pos)`, one walk of a tree small enough to stay in cache. Bytes
-//! above are `count × size` while every size seen is equal (a stream without sizes), and
-//! come from `PositionBytes` once one differs. When the positions run out they are
+//! above are `count × size` while every size seen is equal (a stream without sizes); once
+//! one differs, `SizedPositions` takes over from `LivePositions`, giving the count and the
+//! bytes before a position together (one tree walk). When the positions run out they are
 //! renumbered `0..live` in time order into a window of `WINDOW` times the objects.
 
-use super::bytes::PositionBytes;
 use super::live::{LivePositions, BLOCK};
+use super::sized::{Size, SizedPositions};
 use super::table::IdTable;
 
 /// Positions per object after a renumbering: each renumbering reads the whole table, and
@@ -18,12 +19,28 @@ use super::table::IdTable;
 /// objects, for 4 bits and, once sizes differ, 8 bytes more per object).
 const WINDOW: usize = 4;
 
+/// The live positions: counted while every size is equal, with their sizes once two differed
+/// (as u16 while every size fits, then as u32).
+enum Positions {
+    Counted(LivePositions),
+    Narrow(SizedPositions<u16>),
+    Wide(SizedPositions<u32>),
+}
+
+impl Positions {
+    fn capacity(&self) -> usize {
+        match self {
+            Positions::Counted(live) => live.capacity(),
+            Positions::Narrow(sized) => sized.capacity(),
+            Positions::Wide(sized) => sized.capacity(),
+        }
+    }
+}
+
 /// An LRU stack of every object seen.
 pub(super) struct Stack {
     table: IdTable,
-    live: LivePositions,
-    /// exact bytes by position, once two sizes differed
-    bytes: Option<PositionBytes>,
+    positions: Positions,
     /// the size of every request so far, while they are all equal
     unit: u32,
     next: usize,
@@ -34,8 +51,7 @@ impl Stack {
     pub(super) fn new() -> Self {
         Stack {
             table: IdTable::default(),
-            live: LivePositions::first(0, BLOCK),
-            bytes: None,
+            positions: Positions::Counted(LivePositions::first(0, BLOCK)),
             unit: 0,
             next: 0,
             live_bytes: 0,
@@ -53,18 +69,18 @@ impl Stack {
         self.table.prefetch(id);
     }
 
-    /// Asks the CPU to fetch what a request for `id` reads next when sizes differ: the sizes
-    /// and bitmap line at its position (with equal sizes the bitmap alone mostly stays in
+    /// Asks the CPU to fetch what a request for `id` reads next when sizes differ: its
+    /// position's block and line of sizes (with equal sizes the bitmap alone mostly stays in
     /// L2, and reading the slot early costs more than it saves: measured). Reads its slot,
     /// so call it once that has been fetched (`prefetch` some requests before); a position
     /// that moves before the request only wastes the hint.
     #[inline]
     pub(super) fn prefetch_position(&self, id: u64) {
-        if let Some(bytes) = &self.bytes {
-            if let Some(pos) = self.table.position(id) {
-                self.live.prefetch(pos);
-                bytes.prefetch(pos);
-            }
+        let pos = || self.table.position(id);
+        match &self.positions {
+            Positions::Counted(_) => {}
+            Positions::Narrow(sized) => pos().into_iter().for_each(|p| sized.prefetch(p)),
+            Positions::Wide(sized) => pos().into_iter().for_each(|p| sized.prefetch(p)),
         }
     }
 
@@ -72,11 +88,15 @@ impl Stack {
     /// None when it is new.
     #[inline]
     pub(super) fn touch(&mut self, id: u64, size: u32) -> Option<(u64, u64)> {
-        if self.next == self.live.capacity() {
+        if self.next == self.positions.capacity() {
             self.compact();
         }
-        if self.bytes.is_none() && size != self.unit {
-            self.unequal_sizes(size);
+        if size != self.unit {
+            match self.positions {
+                Positions::Counted(_) => self.unequal_sizes(size),
+                Positions::Narrow(_) if size > u16::MAX as u32 => self.widen(),
+                _ => {}
+            }
         }
         let at = self.next;
         self.next += 1;
@@ -84,28 +104,38 @@ impl Stack {
         let (slot, found) = self.table.entry(id);
         let pos = *slot as usize;
         *slot = at as u32;
-        let above = found.then(|| {
-            let older = self.live.rank(pos);
-            let objects_above = objects - 1 - older;
-            self.live.remove(pos);
-            // the object's size until now: its position's (with equal sizes, the unit)
-            let (old, bytes_above) = match &mut self.bytes {
-                Some(bytes) => {
-                    let before = bytes.before(pos);
-                    let old = bytes.remove(pos);
-                    (old, self.live_bytes - before - old)
-                }
-                None => (self.unit as u64, objects_above * self.unit as u64),
-            };
-            self.live_bytes -= old;
-            (objects_above, bytes_above)
-        });
-        self.live.insert(at);
-        if let Some(bytes) = &mut self.bytes {
-            bytes.insert(at, size);
+        match &mut self.positions {
+            Positions::Counted(live) => {
+                let above = found.then(|| {
+                    let objects_above = objects - 1 - live.rank(pos);
+                    live.remove(pos);
+                    (objects_above, objects_above * self.unit as u64)
+                });
+                live.insert(at);
+                above
+            }
+            Positions::Narrow(sized) => {
+                let size = u16::narrow(size).expect("widened for a larger size");
+                sized_touch(sized, &mut self.live_bytes, found.then_some(pos), at, size)
+                    .map(|(older, bytes)| (objects - 1 - older, bytes))
+            }
+            Positions::Wide(sized) => {
+                sized_touch(sized, &mut self.live_bytes, found.then_some(pos), at, size)
+                    .map(|(older, bytes)| (objects - 1 - older, bytes))
+            }
         }
-        self.live_bytes += size as u64;
-        above
+    }
+
+    /// The first size that does not fit u16.
+    #[cold]
+    fn widen(&mut self) {
+        let narrow = std::mem::replace(
+            &mut self.positions,
+            Positions::Counted(LivePositions::first(0, BLOCK)),
+        );
+        if let Positions::Narrow(sized) = narrow {
+            self.positions = Positions::Wide(sized.widen());
+        }
     }
 
     /// The first request of all fixes the unit size; the first of another size switches to
@@ -117,9 +147,13 @@ impl Stack {
             return;
         }
         // every object so far is of the unit size
-        let (capacity, unit) = (self.live.capacity(), self.unit);
+        let (capacity, unit) = (self.positions.capacity(), self.unit);
         let live = self.table.positions_mut().map(|p| (*p as usize, unit));
-        self.bytes = Some(PositionBytes::new(capacity, self.next, live));
+        self.positions = match u16::narrow(unit.max(size)) {
+            Some(_) => Positions::Narrow(SizedPositions::new(capacity, self.next, live)),
+            None => Positions::Wide(SizedPositions::new(capacity, self.next, live)),
+        };
+        self.live_bytes = self.table.len() as u64 * unit as u64;
     }
 
     /// Renumber the live positions 0..live in time order, in a window `WINDOW` times that size.
@@ -131,19 +165,55 @@ impl Stack {
             "too many objects for u32 positions"
         );
         let capacity = (WINDOW * len).max(BLOCK);
-        {
-            let rank = self.live.ranker();
-            for pos in self.table.positions_mut() {
-                *pos = rank(*pos as usize) as u32;
+        match &mut self.positions {
+            Positions::Counted(live) => {
+                {
+                    let rank = live.ranker();
+                    for pos in self.table.positions_mut() {
+                        *pos = rank(*pos as usize) as u32;
+                    }
+                }
+                *live = LivePositions::first(len, capacity);
             }
+            Positions::Narrow(sized) => renumber(sized, &mut self.table, capacity),
+            Positions::Wide(sized) => renumber(sized, &mut self.table, capacity),
         }
-        let live = LivePositions::first(len, capacity);
-        if let Some(bytes) = &mut self.bytes {
-            bytes.renumber(live.capacity(), self.live.positions());
-        }
-        self.live = live;
         self.next = len;
     }
+}
+
+/// `Stack::touch` once sizes differ: the object at `pos` (None: new) moves to `at`; the live
+/// positions above it and their bytes.
+#[inline]
+fn sized_touch<T: Size>(
+    sized: &mut SizedPositions<T>,
+    live_bytes: &mut u64,
+    pos: Option<usize>,
+    at: usize,
+    size: T,
+) -> Option<(u64, u64)> {
+    let above = pos.map(|pos| {
+        let (older, before) = sized.before(pos);
+        // the object's size until now: its position's
+        let old = sized.remove(pos);
+        let bytes_above = *live_bytes - before - old;
+        *live_bytes -= old;
+        (older, bytes_above)
+    });
+    sized.insert(at, size);
+    *live_bytes += size.into();
+    above
+}
+
+/// The table's positions renumbered by their rank, then the positions themselves.
+fn renumber<T: Size>(sized: &mut SizedPositions<T>, table: &mut IdTable, capacity: usize) {
+    {
+        let rank = sized.ranker();
+        for pos in table.positions_mut() {
+            *pos = rank(*pos as usize) as u32;
+        }
+    }
+    sized.renumber(capacity);
 }
 
 #[cfg(test)]
@@ -195,5 +265,19 @@ mod tests {
         });
         check(40_000, 1_500, |k, id| (mix(id ^ (k / 10_000)) % 300) as u32);
         check(20_000, 50, |k, _| (k % 3) as u32); // few objects: renumbered hundreds of times
+    }
+
+    #[test]
+    fn distances_match_a_plain_stack_when_sizes_outgrow_u16() {
+        // kept as u16, then a size beyond it: widened to u32 on the way
+        check(60_000, 3_000, |k, id| match k < 25_000 {
+            true => (mix(id) % 60_000) as u32,
+            false => (mix(id ^ (k / 10_000)) % 300_000) as u32,
+        });
+        // unequal from the start, one of them already beyond u16
+        check(20_000, 1_000, |k, id| match k {
+            0 => 70_000,
+            _ => (mix(id) % 100_000) as u32,
+        });
     }
 }
