@@ -43,13 +43,15 @@ def test_protected_expiry_sends_one_client_to_the_origin(redis_url, strategy) ->
     else:
         assert result.mean_calls_per_expiry <= 1.2, result.calls_per_expiry
     if strategy in ("xfetch", "swr"):  # nobody waits for the origin: refreshed early, or served stale
+        # A herd that waits out the origin has its p99 at Δ or more (0.9 Δ at the least, above); under
+        # 0.8 Δ none did. Beside two busy processes swr's p99 reached 0.59 Δ (29.6 ms) in two runs.
         p99 = result.latency.percentile(99)
         if p99 >= DELTA * 1e9 * 0.5:
             # One stall of the shared VM (~0.1 s) delays 1% of 900 reads by itself; a herd that
             # waits for the origin would fail every run, so a second run tells the two apart.
             again = run_stampede(redis_url, strategy, RATE, DELTA, TTL, duration_s=4.5, clients=16)
             p99 = min(p99, again.latency.percentile(99))
-        assert p99 < DELTA * 1e9 * 0.5
+        assert p99 < DELTA * 1e9 * 0.8
 
 
 @pytest.mark.serial
