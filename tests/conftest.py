@@ -57,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # whole files (`--dist loadfile --no-loadscope-reorder`, the Makefile) in collection order: a long file
 # handed out last keeps one worker busy after the others have finished, so the longest go first.
 LONGEST_FILES = {
-    "test_driver_conformance.py": 186, "test_server_size.py": 113, "test_redis_cluster.py": 107,
+    "test_driver_conformance.py": 186, "test_redis_cluster.py": 107, "test_server_size.py": 45,
     "test_faults.py": 61, "test_reliability.py": 62, "test_engine_faults.py": 28, "test_redis_sentinel.py": 45,
     "test_size.py": 35, "test_engine_robustness.py": 30, "test_stampede.py": 27, "test_headline.py": 25,
     "test_replay.py": 24, "test_engine_discard.py": 23, "test_fuzz_cli.py": 23, "test_wheel.py": 22,

@@ -154,6 +154,21 @@ def test_a_redis_too_small_to_take_the_replays_writes_is_one_line_not_a_crash() 
         verify(sized, r, setting=sized.model.base_bytes + 4096)
 
 
+def test_a_server_that_stops_during_the_replay_is_one_line(spawn) -> None:
+    """The replay's own RESP client: a server gone mid-replay is the user's one line, not a crash."""
+    from cachemark.analysis.server_replay import _Redis
+    from cachemark.errors import UserError
+
+    server = spawn("redis")
+    client = _Redis(server.port)
+    assert client.gets([b"k1", b"k2"]) == [False, False]
+    client.writes([(b"k1", 10, 0.0)], [])
+    assert client.gets([b"k1"]) == [True]  # the write's reply read first, then the get's
+    server.stop()
+    with pytest.raises(UserError, match="the server closed its connection during the replay"):
+        client.gets([b"k1"])
+
+
 def test_size_names_byte_capacities_verifies_and_carries_them_in_json(tmp_path, cachemark) -> None:
     import json
 

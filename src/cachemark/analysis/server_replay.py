@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import UserError
 from ..workload.traces.record import DELETE, GET, SET
 from .requests import FETCH, Requests
 from .server_model import ENTRIES, MAXMEMORY, ServerModel, replay_key
@@ -85,18 +86,18 @@ class _Redis:
         self.unread = 0  # replies to writes sent and not yet read
 
     def gets(self, keys: list[bytes]) -> list[bool]:
-        self.sock.sendall(b"".join(self.pack(("GET", key)) for key in keys))
+        self._send(b"".join(self.pack(("GET", key)) for key in keys))
         return [v is not None for v in self._replies(len(keys))]
 
     def writes(self, items: list[tuple[bytes, int, float]], deletes: list[bytes]) -> None:
         commands = [("SET", key, b"v" * size, "PX", max(1, int(ttl_s * 1000))) if ttl_s > 0
                     else ("SET", key, b"v" * size) for key, size, ttl_s in items]
         commands += [("DEL", key) for key in deletes]
-        self.sock.sendall(b"".join(self.pack(c) for c in commands))
+        self._send(b"".join(self.pack(c) for c in commands))
         self.unread += len(commands)
 
     def counters(self) -> tuple[int, int, int]:
-        self.sock.sendall(self.pack(("INFO", "stats")))
+        self._send(self.pack(("INFO", "stats")))
         (info,) = self._replies(1)
         stats = dict(line.split(":", 1) for line in info.decode().splitlines() if ":" in line)
         hits, misses = int(stats["keyspace_hits"]), int(stats["keyspace_misses"])
@@ -108,21 +109,36 @@ class _Redis:
         while len(out) < want:
             reply = self.reader.gets()
             if reply is False:
-                data = self.sock.recv(1 << 16)
+                try:
+                    data = self.sock.recv(1 << 16)
+                except OSError as exc:
+                    raise _gone(exc) from None
                 if not data:
-                    raise ConnectionError("the server closed the connection during the replay")
+                    raise _gone(None)
                 self.reader.feed(data)
                 continue
             if isinstance(reply, self.error):
                 if str(reply).startswith("OOM"):
                     raise RefusedWrites(str(reply))
-                raise ConnectionError(f"the server answered the replay with an error: {reply}")
+                raise UserError(f"the server refused the replay: {reply}")
             out.append(reply)
         self.unread = 0
         return out[want - n:]
 
+    def _send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise _gone(exc) from None
+
     def close(self) -> None:
         self.sock.close()
+
+
+def _gone(exc: OSError | None) -> UserError:
+    """A server that stopped during the replay: the user's one line, not a crash of ours."""
+    why = f" ({exc.strerror or exc})" if exc is not None else ""
+    return UserError(f"the server closed its connection during the replay{why}: it stopped or was stopped")
 
 
 class _Memcached:
