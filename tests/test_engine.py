@@ -300,7 +300,9 @@ def test_sends_resume_mid_value_after_the_server_stalls(spawn, io):
     proc, port = server.proc, server.port
     keys = {"count": 6, "prefix": f"cm:stall{io}:"}
     cfg = base("resp2", [f"127.0.0.1:{port}"], connections=2, pipeline=16, io=io, keys=keys)
-    cfg.update(values={"sizes": [[1_000_000, 1]]}, mix=[{"op": "set"}], duration_s=1.2, timeout_ms=3000)
+    # a timeout far past the 0.3-s stall: what is held here is the contents, not a latency (32 MB in flight
+    # took over 3 s to drain beside three other tests at load 8, and timed out)
+    cfg.update(values={"sizes": [[1_000_000, 1]]}, mix=[{"op": "set"}], duration_s=1.2, timeout_ms=15_000)
     threading.Timer(0.4, proc.send_signal, (signal.SIGSTOP,)).start()
     resume = threading.Timer(0.7, proc.send_signal, (signal.SIGCONT,))
     resume.start()
