@@ -11,10 +11,15 @@
 use super::conn::{Completion, Sock, MAX_READ};
 use super::stream::Stream;
 use super::tlsbuf;
+use std::sync::atomic::{AtomicU16, Ordering};
 
 /// One thread's ring, the sockets with data to send, and the last round's completions.
 pub(super) struct Uring {
+    // Dropped first: the ring (and any operation still in it) goes before the buffers below.
     ring: io_uring::IoUring,
+    /// The buffers multishot RECVs fill (`None`: single-shot RECVs into each socket's own
+    /// buffer, as on kernels before 6.0 or where the buffer ring could not be registered).
+    pool: Option<Pool>,
     /// `RECVSEND_POLL_FIRST` where the kernel knows it, else 0.
     recv_ioprio: u16,
     /// Slots in the ring's table of registered sockets (0: none, an older kernel). A
@@ -26,11 +31,15 @@ pub(super) struct Uring {
     /// room for nodes that may join, mostly closed).
     idle: Vec<usize>,
     dirty: Vec<usize>,
-    pub(super) cqes: Vec<(u64, i32)>,
+    /// The last round's completions: user data, result, flags.
+    pub(super) cqes: Vec<(u64, i32, u32)>,
 }
 
 const TAG_RECV: u64 = 1;
 const TAG_SEND: u64 = 2;
+/// A multishot RECV: armed once per connection, it completes every time data arrives, into
+/// a buffer of the pool the kernel picks, until a completion comes without `F_MORE`.
+const TAG_RECV_MULTI: u64 = 3;
 /// `IORING_RECVSEND_POLL_FIRST` from <linux/io_uring.h> (the io-uring crate keeps its `sys` private).
 const RECVSEND_POLL_FIRST: u16 = 1;
 
@@ -44,8 +53,16 @@ impl Uring {
             Ok(()) => slots,
             Err(_) => 0,
         };
+        // Multishot RECVs need Linux 6.0; the buffer ring 5.19 (a 5.19 kernel refuses the
+        // first RECV, and the ring goes back to single-shot ones then: `complete`).
+        let pool = if modern {
+            Pool::new(&ring, pool_len(sockets))
+        } else {
+            None
+        };
         Some(Uring {
             ring,
+            pool,
             recv_ioprio: if modern { RECVSEND_POLL_FIRST } else { 0 },
             slots,
             idle: Vec::new(),
@@ -110,6 +127,21 @@ impl Uring {
             if s.fd < 0 || s.recv_busy || s.zombie.is_some() {
                 continue; // closed since, listed twice, or its last connection's ops pending
             }
+            if self.pool.is_some() {
+                // Armed once: it stays armed until a completion without F_MORE (the
+                // connection's end, or no buffer free: then it is armed again here).
+                let sqe = if s.fixed {
+                    io_uring::opcode::RecvMulti::new(io_uring::types::Fixed(si as u32), BGID)
+                        .build()
+                } else {
+                    io_uring::opcode::RecvMulti::new(io_uring::types::Fd(s.fd), BGID).build()
+                }
+                .user_data(((si as u64) << 8) | TAG_RECV_MULTI);
+                push(&mut self.ring, &sqe);
+                s.recv_discards = false;
+                s.recv_busy = true;
+                continue;
+            }
             if matches!(s.stream, Some(Stream::Tls(_))) {
                 // Records, opened when the RECV completes (`tlsbuf::open`).
                 s.tls_in.reserve(MAX_READ);
@@ -160,7 +192,7 @@ impl Uring {
     /// `dirty` with requests queued and no SEND pending; TLS sockets' requests are sealed
     /// into records first. Returns the completions of the sockets whose sealing failed.
     #[inline]
-    fn arm_sends(&mut self, socks: &mut [Sock], filler: &[u8]) -> Vec<(u64, i32)> {
+    fn arm_sends(&mut self, socks: &mut [Sock], filler: &[u8]) -> Vec<(u64, i32, u32)> {
         let mut unsealed = Vec::new();
         for k in 0..self.dirty.len() {
             let si = self.dirty[k];
@@ -173,7 +205,7 @@ impl Uring {
                 if matches!(s.stream, Some(Stream::Tls(_))) {
                     if tlsbuf::seal(s, filler).is_err() {
                         // rustls refuses only on a failed session: a failed write, below
-                        unsealed.push((((si as u64) << 8) | TAG_SEND, -libc::EPROTO));
+                        unsealed.push((((si as u64) << 8) | TAG_SEND, -libc::EPROTO, 0));
                         continue;
                     }
                     if s.sending.is_empty() {
@@ -226,7 +258,7 @@ impl Uring {
     /// Submits what was armed and waits (at most `wait_ns`) for completions in one
     /// `io_uring_enter`, then collects them, and `unsealed`'s, into `self.cqes`.
     #[inline]
-    fn enter(&mut self, wait_ns: u64, unsealed: &[(u64, i32)]) -> std::io::Result<()> {
+    fn enter(&mut self, wait_ns: u64, unsealed: &[(u64, i32, u32)]) -> std::io::Result<()> {
         let ts = io_uring::types::Timespec::new()
             .sec(wait_ns / 1_000_000_000)
             .nsec((wait_ns % 1_000_000_000) as u32);
@@ -247,22 +279,31 @@ impl Uring {
         }
         self.cqes.clear();
         for cqe in self.ring.completion() {
-            self.cqes.push((cqe.user_data(), cqe.result()));
+            self.cqes.push((cqe.user_data(), cqe.result(), cqe.flags()));
         }
         self.cqes.extend_from_slice(unsealed);
         failed.map_or(Ok(()), Err)
     }
 
-    /// What completion `(user_data, result)` of the last round did to its socket: marks the
-    /// operation done, takes the bytes read into the read buffer or advances the send
+    /// What completion `(user_data, result, flags)` of the last round did to its socket: marks
+    /// the operation done, takes the bytes read into the read buffer or advances the send
     /// (queueing the rest), and says what happened. `None` for a socket that was closed
     /// meanwhile (its buffers are released once its last operation completed) and for a
-    /// RECV a signal or a spurious wake-up ended.
+    /// RECV a signal or a spurious wake-up ended. A buffer of the pool a multishot RECV
+    /// filled goes back to the kernel here, whatever became of the socket.
     pub(super) fn complete(
         &mut self,
-        (data, res): (u64, i32),
+        (data, res, flags): (u64, i32, u32),
         socks: &mut [Sock],
     ) -> Option<(usize, Completion)> {
+        if data & 0xFF == TAG_RECV_MULTI {
+            let bid = io_uring::cqueue::buffer_select(flags);
+            let done = self.complete_multi(data, res, flags, bid, socks);
+            if let (Some(bid), Some(pool)) = (bid, self.pool.as_mut()) {
+                pool.recycle(bid);
+            }
+            return done;
+        }
         let si = (data >> 8) as usize;
         let tag = data & 0xFF;
         let s = &mut socks[si];
@@ -272,17 +313,7 @@ impl Uring {
             s.send_busy = false;
         }
         if s.zombie.is_some() || s.fd < 0 {
-            if !s.recv_busy && !s.send_busy {
-                s.zombie = None;
-                s.sending.clear();
-                s.spos = 0;
-                if s.fd >= 0 {
-                    // Connected again meanwhile (a closed-loop client reconnects at once): its
-                    // first RECV and SEND waited for the old connection's operations.
-                    self.idle.push(si);
-                    self.queue(si, s);
-                }
-            }
+            self.laid_to_rest(si, s);
             return None;
         }
         if tag == TAG_RECV {
@@ -335,6 +366,214 @@ impl Uring {
     }
 }
 
+impl Uring {
+    /// A closed socket's operation completed: once none is left, its last connection's
+    /// buffers may be reused, and a connection made meanwhile gets its RECV and SEND.
+    fn laid_to_rest(&mut self, si: usize, s: &mut Sock) {
+        if !s.recv_busy && !s.send_busy {
+            s.zombie = None;
+            s.sending.clear();
+            s.spos = 0;
+            if s.fd >= 0 {
+                // Connected again meanwhile (a closed-loop client reconnects at once): its
+                // first RECV and SEND waited for the old connection's operations.
+                self.idle.push(si);
+                self.queue(si, s);
+            }
+        }
+    }
+
+    /// A multishot RECV's completion: `res` bytes in the pool's buffer `bid`. They go where a
+    /// single-shot RECV puts them (the read buffer, or `tls_in` for TLS), except the part of
+    /// a value being discarded (`skip`): that is counted, not copied. The RECV ends with a
+    /// completion without `F_MORE` (the connection's end or error, or no buffer was free:
+    /// then it is armed again in the next round).
+    fn complete_multi(
+        &mut self,
+        data: u64,
+        res: i32,
+        flags: u32,
+        bid: Option<u16>,
+        socks: &mut [Sock],
+    ) -> Option<(usize, Completion)> {
+        let si = (data >> 8) as usize;
+        let s = &mut socks[si];
+        let more = io_uring::cqueue::more(flags);
+        if !more {
+            s.recv_busy = false;
+        }
+        if s.zombie.is_some() || s.fd < 0 {
+            self.laid_to_rest(si, s);
+            return None;
+        }
+        if !more {
+            self.idle.push(si);
+        }
+        if res <= 0 || bid.is_none() {
+            return match -res {
+                0 => Some((si, Completion::Closed)),
+                // no buffer was free: armed again in the next round, once some are back
+                libc::ENOBUFS | libc::EAGAIN | libc::EINTR => None,
+                // a kernel with buffer rings (5.19) but no multishot RECV (6.0): single-shot
+                // RECVs from now on, on every socket of the ring
+                libc::EINVAL if !more => {
+                    let _ = self.ring.submitter().unregister_buf_ring(BGID);
+                    self.pool = None;
+                    None
+                }
+                e => Some((
+                    si,
+                    Completion::ReadFailed(std::io::Error::from_raw_os_error(e)),
+                )),
+            };
+        }
+        let pool = self.pool.as_ref().expect("a multishot RECV has its pool");
+        let n = res as usize;
+        // SAFETY: the kernel wrote `n` bytes into buffer `bid`, which is ours until recycled.
+        let got = unsafe { pool.buf(bid.unwrap_or(0), n) };
+        if matches!(s.stream, Some(Stream::Tls(_))) {
+            s.tls_in.clear();
+            s.tls_in.extend_from_slice(got);
+            let opened = tlsbuf::open(s, n);
+            if let Some(Stream::Tls(t)) = &s.stream {
+                if t.conn.wants_write() && !s.dirty {
+                    s.dirty = true; // e.g. a key update's answer
+                    self.dirty.push(si);
+                }
+            }
+            return opened.map(|done| (si, done));
+        }
+        let dropped = s.skip.min(n);
+        s.skip -= dropped;
+        if dropped < n {
+            s.read_room();
+            s.rbuf.extend_from_slice(&got[dropped..]);
+        }
+        Some((si, Completion::Read(n)))
+    }
+
+    /// Keeps the pool's memory when operations may still be in flight at the end (the
+    /// kernel might yet write into it).
+    pub(super) fn leak_pool(&mut self) {
+        if let Some(p) = self.pool.as_mut() {
+            p.leak = true;
+        }
+    }
+}
+
+/// The buffer group of the pool (one per ring).
+const BGID: u16 = 0;
+/// One buffer of the pool: a small reply batch, or a part of a large value. Under
+/// `MAX_READ`, for the page recycling behind it.
+const POOL_BUF: usize = 16 * 1024;
+
+/// Buffers in the pool for about `sockets` sockets: each is handed back as soon as its
+/// completion is read, so a round needs about one per socket that received; twice that
+/// leaves room, and a pool that ran dry only costs a RECV armed again.
+fn pool_len(sockets: usize) -> u16 {
+    (2 * sockets).next_power_of_two().clamp(64, 1024) as u16
+}
+
+/// A ring of provided buffers (`IORING_REGISTER_PBUF_RING`, Linux 5.19+), group `BGID`: the
+/// kernel takes a buffer from its head for each multishot RECV completion and names it in
+/// the completion's flags; [`Pool::recycle`] puts it back at the tail.
+struct Pool {
+    entries: *mut io_uring::types::BufRingEntry,
+    entries_len: usize,
+    bufs: *mut u8,
+    bufs_len: usize,
+    mask: u16,
+    tail: u16,
+    /// Leave the memory mapped on drop (operations may still be in flight).
+    leak: bool,
+}
+
+impl Pool {
+    fn new(ring: &io_uring::IoUring, count: u16) -> Option<Pool> {
+        let entries_len = count as usize * std::mem::size_of::<io_uring::types::BufRingEntry>();
+        let bufs_len = count as usize * POOL_BUF;
+        let entries = map(entries_len)?.cast::<io_uring::types::BufRingEntry>();
+        let Some(bufs) = map(bufs_len) else {
+            // SAFETY: mapped just above, never shared.
+            unsafe { libc::munmap(entries.cast(), entries_len) };
+            return None;
+        };
+        let mut pool = Pool {
+            entries,
+            entries_len,
+            bufs: bufs.cast(),
+            bufs_len,
+            mask: count - 1,
+            tail: 0,
+            leak: false,
+        };
+        for bid in 0..count {
+            pool.recycle(bid);
+        }
+        // SAFETY: the ring's memory is page-aligned, initialised, and lives as long as the
+        // pool, which outlives the ring (`Uring`'s field order; or it is leaked).
+        let registered = unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(entries as u64, count, BGID, 0)
+        };
+        registered.ok().map(|()| pool)
+    }
+
+    /// The first `n` bytes of buffer `bid`.
+    ///
+    /// # Safety
+    /// The kernel handed `bid` back with `n` bytes in it, and it was not recycled since.
+    unsafe fn buf(&self, bid: u16, n: usize) -> &[u8] {
+        let bid = (bid & self.mask) as usize;
+        std::slice::from_raw_parts(self.bufs.add(bid * POOL_BUF), n.min(POOL_BUF))
+    }
+
+    /// Gives buffer `bid` back to the kernel.
+    #[inline]
+    fn recycle(&mut self, bid: u16) {
+        let bid = bid & self.mask;
+        // SAFETY: the slot at the tail is the application's until the tail moves past it.
+        let e = unsafe { &mut *self.entries.add((self.tail & self.mask) as usize) };
+        e.set_addr(self.bufs as u64 + bid as u64 * POOL_BUF as u64);
+        e.set_len(POOL_BUF as u32);
+        e.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail shares the first entry's last field, which the kernel reads.
+        unsafe {
+            let tail = io_uring::types::BufRingEntry::tail(self.entries) as *mut u16;
+            AtomicU16::from_ptr(tail).store(self.tail, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if !self.leak {
+            // SAFETY: both mapped by `Pool::new`; the ring is gone, and no operation is left.
+            unsafe {
+                libc::munmap(self.entries.cast(), self.entries_len);
+                libc::munmap(self.bufs.cast(), self.bufs_len);
+            }
+        }
+    }
+}
+
+/// `len` bytes of fresh, page-aligned anonymous memory.
+fn map(len: usize) -> Option<*mut libc::c_void> {
+    // SAFETY: a private anonymous mapping; no address hint.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p)
+}
+
 /// Creates this thread's ring. Preferred setup: SINGLE_ISSUER + DEFER_TASKRUN (Linux 6.1+).
 /// Without it, every socket wake-up that completes a pending RECV queues task work on this
 /// thread with a signal-style notification — a reschedule IPI that interrupts whatever the
@@ -383,7 +622,8 @@ mod tests {
     use crate::engine::conn::test_support::connected;
     use std::io::{Read, Write};
 
-    /// Runs rounds until one brings a completion; returns it (one at a time here).
+    /// Runs rounds until one brings a completion; returns it (one at a time here; the reads
+    /// of a multishot RECV's several completions in one round as one).
     fn next(u: &mut Uring, socks: &mut [Sock]) -> Completion {
         for _ in 0..100 {
             u.round(socks, b"", 100_000_000).unwrap();
@@ -391,8 +631,13 @@ mod tests {
             for cqe in std::mem::take(&mut u.cqes) {
                 if let Some((si, done)) = u.complete(cqe, socks) {
                     assert_eq!(si, 0);
-                    assert!(got.is_none(), "one completion per round here");
-                    got = Some(done);
+                    got = match (got, done) {
+                        (None, done) => Some(done),
+                        (Some(Completion::Read(a)), Completion::Read(b)) => {
+                            Some(Completion::Read(a + b))
+                        }
+                        _ => panic!("one completion per round here"),
+                    };
                 }
             }
             if let Some(done) = got {
@@ -449,6 +694,66 @@ mod tests {
         socks[0].fd = -1;
         let s = &socks[0];
         assert!(!s.recv_busy && !s.send_busy);
+    }
+
+    #[test]
+    fn a_multishot_recv_outlasts_its_pool_and_hands_every_byte_on() {
+        let Some(mut u) = ring(1) else {
+            return;
+        };
+        let multishot = u.pool.is_some();
+        let (s, mut peer) = connected();
+        let mut socks = vec![s];
+        u.arm(0);
+        // Far more than the pool holds (64 buffers of 16 KiB), sent at once: the kernel runs
+        // out of buffers (ENOBUFS ends the RECV, armed again) and every byte still arrives once.
+        let sent: Vec<u8> = (0..4_000_000u32).map(|i| (i % 251) as u8).collect();
+        let writer = std::thread::spawn(move || {
+            peer.write_all(&sent).unwrap();
+            (peer, sent)
+        });
+        let mut took = 0;
+        while took < 4_000_000 {
+            let Completion::Read(n) = next(&mut u, &mut socks) else {
+                panic!("a read");
+            };
+            took += n;
+            socks[0].rpos = socks[0].rbuf.len();
+            let _ = socks[0].read_room();
+            socks[0].rpos = 0;
+        }
+        let (peer, _sent) = writer.join().unwrap();
+        assert_eq!(took, 4_000_000);
+        if multishot {
+            assert!(u.pool.is_some(), "still multishot");
+        }
+        drop(peer);
+        assert!(matches!(next(&mut u, &mut socks), Completion::Closed));
+        assert!(!socks[0].recv_busy);
+    }
+
+    #[test]
+    fn multishot_bytes_arrive_in_order() {
+        let Some(mut u) = ring(1) else {
+            return;
+        };
+        let (s, mut peer) = connected();
+        let mut socks = vec![s];
+        u.arm(0);
+        let sent: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        let copy = sent.clone();
+        let writer = std::thread::spawn(move || {
+            for chunk in copy.chunks(7_001) {
+                peer.write_all(chunk).unwrap();
+            }
+            peer
+        });
+        while socks[0].rbuf.len() < sent.len() {
+            assert!(matches!(next(&mut u, &mut socks), Completion::Read(_)));
+        }
+        assert!(socks[0].rbuf == sent, "the bytes, in order, once");
+        drop(writer.join().unwrap());
+        assert!(matches!(next(&mut u, &mut socks), Completion::Closed));
     }
 
     #[test]
