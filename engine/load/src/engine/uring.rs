@@ -1,9 +1,13 @@
-//! The io_uring backend (the default): one `io_uring_enter` per round submits a RECV for
-//! every open socket that has none pending and a SEND for every socket with queued requests,
-//! and waits for completions, so syscalls per op fall below one as load grows. Buffers the
-//! kernel may touch are never moved while an operation is in flight (double-buffered sends;
-//! the read buffer is compacted only between RECVs; a broken socket is closed only once its
-//! operations have completed).
+//! The io_uring backend (the default): one `io_uring_enter` per round submits a SEND for
+//! every socket with queued requests (and a RECV where one is to be armed) and waits for
+//! completions, so syscalls per op fall below one as load grows. Where the kernel can (6.0+)
+//! and the run's values are small, a socket's RECV is multishot: armed once per connection,
+//! it completes each time data arrives, into a buffer the kernel takes from the ring's pool of
+//! provided buffers, and the buffer goes back as soon as its bytes were moved on. Else a
+//! single-shot RECV into the socket's own read buffer is armed again after each completion.
+//! Buffers the kernel may touch are never moved while an operation is in flight
+//! (double-buffered sends; the read buffer is compacted only between single-shot RECVs; a
+//! broken socket is closed only once its operations have completed).
 //!
 //! A round hands back the kernel's completions; [`Uring::complete`] turns each into the
 //! socket's new buffer state and a [`Completion`], which the worker then acts on.
@@ -22,6 +26,10 @@ pub(super) struct Uring {
     pool: Option<Pool>,
     /// `RECVSEND_POLL_FIRST` where the kernel knows it, else 0.
     recv_ioprio: u16,
+    /// `MSG_WAITALL` on SENDs where the ring retries a short send itself (5.19+, as for
+    /// `recv_ioprio`), else 0: a SEND then completes once all of it is sent, and never asks
+    /// the loop for another round to send the rest.
+    send_flags: i32,
     /// Slots in the ring's table of registered sockets (0: none, an older kernel). A
     /// socket named by its slot (`Sock::fixed`) spares the kernel a file-table lookup
     /// and reference count on every SEND and RECV (~1 % of the client's CPU per op).
@@ -66,6 +74,7 @@ impl Uring {
             ring,
             pool,
             recv_ioprio: if modern { RECVSEND_POLL_FIRST } else { 0 },
+            send_flags: if modern { libc::MSG_WAITALL } else { 0 },
             slots,
             idle: Vec::new(),
             dirty: Vec::new(),
@@ -114,8 +123,8 @@ impl Uring {
         wait_ns: u64,
     ) -> std::io::Result<()> {
         self.arm_recvs(socks);
-        let unsealed = self.arm_sends(socks, filler);
-        self.enter(wait_ns, &unsealed)
+        let (sends, unsealed) = self.arm_sends(socks, filler);
+        self.enter(wait_ns, sends, &unsealed)
     }
 
     /// A RECV on every socket of `idle` that is still open and has none pending: into its
@@ -192,10 +201,12 @@ impl Uring {
 
     /// A SEND (or SENDMSG, gathering a large value from the filler) on every socket of
     /// `dirty` with requests queued and no SEND pending; TLS sockets' requests are sealed
-    /// into records first. Returns the completions of the sockets whose sealing failed.
+    /// into records first. Returns how many SENDs it armed and the completions of the sockets
+    /// whose sealing failed.
     #[inline]
-    fn arm_sends(&mut self, socks: &mut [Sock], filler: &[u8]) -> Vec<(u64, i32, u32)> {
+    fn arm_sends(&mut self, socks: &mut [Sock], filler: &[u8]) -> (u32, Vec<(u64, i32, u32)>) {
         let mut unsealed = Vec::new();
+        let mut sends = 0;
         for k in 0..self.dirty.len() {
             let si = self.dirty[k];
             let s = &mut socks[si];
@@ -233,9 +244,11 @@ impl Uring {
                         rest.as_ptr(),
                         len,
                     )
+                    .flags(self.send_flags)
                     .build()
                 } else {
                     io_uring::opcode::Send::new(io_uring::types::Fd(s.fd), rest.as_ptr(), len)
+                        .flags(self.send_flags)
                         .build()
                 }
             } else {
@@ -244,34 +257,53 @@ impl Uring {
                 s.msg.msg_iovlen = s.iov.len();
                 if s.fixed {
                     io_uring::opcode::SendMsg::new(io_uring::types::Fixed(si as u32), &*s.msg)
+                        .flags(self.send_flags as u32)
                         .build()
                 } else {
-                    io_uring::opcode::SendMsg::new(io_uring::types::Fd(s.fd), &*s.msg).build()
+                    io_uring::opcode::SendMsg::new(io_uring::types::Fd(s.fd), &*s.msg)
+                        .flags(self.send_flags as u32)
+                        .build()
                 }
             }
             .user_data(((si as u64) << 8) | TAG_SEND);
             push(&mut self.ring, &sqe);
             s.send_busy = true;
+            sends += 1;
         }
         self.dirty.clear();
-        unsealed
+        (sends, unsealed)
     }
 
     /// Submits what was armed and waits (at most `wait_ns`) for completions in one
     /// `io_uring_enter`, then collects them, and `unsealed`'s, into `self.cqes`.
     #[inline]
-    fn enter(&mut self, wait_ns: u64, unsealed: &[(u64, i32, u32)]) -> std::io::Result<()> {
+    fn enter(
+        &mut self,
+        wait_ns: u64,
+        sends: u32,
+        unsealed: &[(u64, i32, u32)],
+    ) -> std::io::Result<()> {
         let ts = io_uring::types::Timespec::new()
             .sec(wait_ns / 1_000_000_000)
             .nsec((wait_ns % 1_000_000_000) as u32);
         // Waiting for more than one completion per enter (min_complete = a share of the armed
         // RECVs, with or without IORING_ENTER min_wait) was measured at pipeline 16 and 1: no
         // CPU saving and lower throughput, so one completion is enough to wake.
+        // The SENDs submitted here mostly complete inline, during the submission: waiting for
+        // one completion would return at once with them, and the loop would enter again to wait
+        // for a reply. Waiting for one more than them makes that one enter per round. Only
+        // where a SEND completes whole (`send_flags`): a short one would otherwise wait here,
+        // its rest unsent, for another socket's completion or the end of the wait.
+        let want = if self.send_flags != 0 {
+            (sends as usize + 1).min(self.ring.params().cq_entries() as usize)
+        } else {
+            1
+        };
         let args = io_uring::types::SubmitArgs::new().timespec(&ts);
         // ETIME: the wait ended; EINTR: a signal came (the loop then simply goes round again,
         // and entries not yet submitted stay in the ring); EBUSY: completions to reap first.
         let mut failed = None;
-        if let Err(e) = self.ring.submitter().submit_with_args(1, &args) {
+        if let Err(e) = self.ring.submitter().submit_with_args(want, &args) {
             if e.raw_os_error() != Some(libc::ETIME)
                 && e.raw_os_error() != Some(libc::EINTR)
                 && e.raw_os_error() != Some(libc::EBUSY)
