@@ -464,7 +464,7 @@ impl Uring {
                 )),
             };
         }
-        let pool = self.pool.as_ref().expect("a multishot RECV has its pool");
+        let pool = self.pool.as_mut().expect("a multishot RECV has its pool");
         let n = res as usize;
         // SAFETY: the kernel wrote `n` bytes into buffer `bid`, which is ours until recycled.
         let got = unsafe { pool.buf(bid.unwrap_or(0), n) };
@@ -477,6 +477,15 @@ impl Uring {
                 }
             }
             return opened.map(|done| (si, done));
+        }
+        if s.skip == 0 && s.rpos == s.rbuf.len() && s.rbuf.capacity() >= POOL_BUF {
+            // Nothing left to parse: the buffer becomes the read buffer (no copy, and the
+            // bytes are parsed where the kernel put them), the old one goes to the pool.
+            // SAFETY: as for `got`; `got` is not used after.
+            unsafe { pool.take(bid.unwrap_or(0), n, &mut s.rbuf) };
+            s.need = s.need.saturating_sub(s.rpos);
+            s.rpos = 0;
+            return Some((si, Completion::Read(n)));
         }
         let dropped = s.skip.min(n);
         s.skip -= dropped;
@@ -523,33 +532,28 @@ fn pool_len(sockets: usize) -> u16 {
 
 /// A ring of provided buffers (`IORING_REGISTER_PBUF_RING`, Linux 5.19+), group `BGID`: the
 /// kernel takes a buffer from its head for each multishot RECV completion and names it in
-/// the completion's flags; [`Pool::recycle`] puts it back at the tail.
+/// the completion's flags; [`Pool::recycle`] puts it back at the tail. The buffers are plain
+/// vectors, so that a filled one can become a socket's read buffer, the socket's old one
+/// taking its place in the pool ([`Pool::take`]).
 struct Pool {
     entries: *mut io_uring::types::BufRingEntry,
     entries_len: usize,
-    bufs: *mut u8,
-    bufs_len: usize,
+    /// Buffer `bid`; its capacity is at least `POOL_BUF`.
+    bufs: Vec<Vec<u8>>,
     mask: u16,
     tail: u16,
-    /// Leave the memory mapped on drop (operations may still be in flight).
+    /// Leave the memory allocated on drop (operations may still be in flight).
     leak: bool,
 }
 
 impl Pool {
     fn new(ring: &io_uring::IoUring, count: u16) -> Option<Pool> {
         let entries_len = count as usize * std::mem::size_of::<io_uring::types::BufRingEntry>();
-        let bufs_len = count as usize * POOL_BUF;
         let entries = map(entries_len)?.cast::<io_uring::types::BufRingEntry>();
-        let Some(bufs) = map(bufs_len) else {
-            // SAFETY: mapped just above, never shared.
-            unsafe { libc::munmap(entries.cast(), entries_len) };
-            return None;
-        };
         let mut pool = Pool {
             entries,
             entries_len,
-            bufs: bufs.cast(),
-            bufs_len,
+            bufs: (0..count).map(|_| Vec::with_capacity(POOL_BUF)).collect(),
             mask: count - 1,
             tail: 0,
             leak: false,
@@ -571,17 +575,31 @@ impl Pool {
     /// # Safety
     /// The kernel handed `bid` back with `n` bytes in it, and it was not recycled since.
     unsafe fn buf(&self, bid: u16, n: usize) -> &[u8] {
-        let bid = (bid & self.mask) as usize;
-        std::slice::from_raw_parts(self.bufs.add(bid * POOL_BUF), n.min(POOL_BUF))
+        let b = &self.bufs[(bid & self.mask) as usize];
+        std::slice::from_raw_parts(b.as_ptr(), n.min(b.capacity()))
+    }
+
+    /// Buffer `bid`, holding the `n` bytes the kernel put there, becomes `rbuf`; `rbuf`'s
+    /// memory (emptied; at least `POOL_BUF` of capacity) takes its place, to be recycled.
+    ///
+    /// # Safety
+    /// As for [`Pool::buf`].
+    unsafe fn take(&mut self, bid: u16, n: usize, rbuf: &mut Vec<u8>) {
+        debug_assert!(rbuf.capacity() >= POOL_BUF);
+        let b = &mut self.bufs[(bid & self.mask) as usize];
+        b.set_len(n.min(b.capacity()));
+        std::mem::swap(b, rbuf);
+        b.clear();
     }
 
     /// Gives buffer `bid` back to the kernel.
     #[inline]
     fn recycle(&mut self, bid: u16) {
         let bid = bid & self.mask;
+        let addr = self.bufs[bid as usize].as_mut_ptr() as u64;
         // SAFETY: the slot at the tail is the application's until the tail moves past it.
         let e = unsafe { &mut *self.entries.add((self.tail & self.mask) as usize) };
-        e.set_addr(self.bufs as u64 + bid as u64 * POOL_BUF as u64);
+        e.set_addr(addr);
         e.set_len(POOL_BUF as u32);
         e.set_bid(bid);
         self.tail = self.tail.wrapping_add(1);
@@ -595,13 +613,12 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        if !self.leak {
-            // SAFETY: both mapped by `Pool::new`; the ring is gone, and no operation is left.
-            unsafe {
-                libc::munmap(self.entries.cast(), self.entries_len);
-                libc::munmap(self.bufs.cast(), self.bufs_len);
-            }
+        if self.leak {
+            std::mem::forget(std::mem::take(&mut self.bufs));
+            return;
         }
+        // SAFETY: mapped by `Pool::new`; the ring is gone, and no operation is left.
+        unsafe { libc::munmap(self.entries.cast(), self.entries_len) };
     }
 }
 
@@ -772,7 +789,13 @@ mod tests {
         let (peer, _sent) = writer.join().unwrap();
         assert_eq!(took, 4_000_000);
         if multishot {
-            assert!(u.pool.is_some(), "still multishot");
+            // Read buffers and the pool's swapped places: every buffer the kernel may fill
+            // still has room for a whole one, and none holds stale bytes.
+            let pool = u.pool.as_ref().expect("still multishot");
+            assert!(pool
+                .bufs
+                .iter()
+                .all(|b| b.capacity() >= POOL_BUF && b.is_empty()));
         }
         drop(peer);
         assert!(matches!(next(&mut u, &mut socks), Completion::Closed));
