@@ -505,11 +505,11 @@ impl Uring {
     }
 }
 
-/// The largest value a run may have for its ring to receive by multishot RECVs. A RECV into
-/// the pool costs a copy into the read buffer that a RECV into the read buffer does not, and
-/// it cannot discard a large value unread (`MSG_TRUNC`): it pays where replies are small and
-/// many (one SQE and one poll arming less per reply batch), not where a reply is a large value
-/// (measured: c=50 P=1 10 KB GETs, client CPU per op ×1.09, user time ×1.4).
+/// The largest value a run may have for its ring to receive by multishot RECVs. They pay where
+/// replies are small and many (one SQE and one poll arming less per reply batch, and a filled
+/// buffer becomes the read buffer whole); a large value fills several buffers, which are copied
+/// behind one another into the read buffer, and cannot be discarded unread (`MSG_TRUNC`), as a
+/// single-shot RECV can (measured: c=50 P=1 10 KB GETs, client CPU per op ×1.09, user ×1.4).
 const MULTISHOT_MAX_VALUE: usize = 4 * 1024;
 
 /// Whether a run whose largest value is `max_value` bytes receives by multishot RECVs.
