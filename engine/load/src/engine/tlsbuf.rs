@@ -118,17 +118,18 @@ pub(super) fn seal(s: &mut Sock, filler: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Opens the records in the `n` bytes a RECV put in `s.tls_in`: their plaintext goes to the
-/// end of `rbuf`. `None` while no record is whole yet (the next RECV brings the rest);
-/// `Closed` on the server's `close_notify`. Whether rustls has records of its own to send
-/// then (a key update's answer) is the caller's to check.
-pub(super) fn open(s: &mut Sock, n: usize) -> Option<Completion> {
+/// Opens the records in `records` (what a RECV read: `s.tls_in`, or a buffer of the ring's
+/// pool): their plaintext goes to the end of `rbuf`. `None` while no record is whole yet (the
+/// next RECV brings the rest: rustls keeps the part); `Closed` on the server's `close_notify`.
+/// Whether rustls has records of its own to send then (a key update's answer) is the caller's
+/// to check.
+pub(super) fn open(s: &mut Sock, records: &[u8]) -> Option<Completion> {
     s.read_room(); // drops the bytes already parsed
     let start = s.rbuf.len();
     let Some(Stream::Tls(t)) = s.stream.as_mut() else {
         return None;
     };
-    let mut input = &s.tls_in[..n];
+    let mut input = records;
     let mut end = None;
     while !input.is_empty() {
         if let Err(e) = t.conn.read_tls(&mut input) {
@@ -144,6 +145,5 @@ pub(super) fn open(s: &mut Sock, n: usize) -> Option<Completion> {
             break;
         }
     }
-    s.tls_in.clear();
     completion(end, s.rbuf.len() - start)
 }

@@ -205,6 +205,9 @@ impl Worker<'_> {
         }
         if self.socks.iter().any(|s| s.recv_busy || s.send_busy) {
             // Leak rather than free buffers the kernel may still write into.
+            if let Some(u) = self.uring.as_mut() {
+                u.leak_pool();
+            }
             for s in &mut self.socks {
                 if s.recv_busy || s.send_busy {
                     std::mem::forget(std::mem::take(&mut s.rbuf));

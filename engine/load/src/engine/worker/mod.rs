@@ -16,7 +16,7 @@ use super::router::Router;
 use super::shared::Shared;
 use super::stream::Stream;
 use super::topology::JOINED_MAX;
-use super::uring::Uring;
+use super::uring::{multishot_for, Uring};
 use crate::arrivals::Arrivals;
 use crate::config::{Arrival, IoBackend, Plan};
 use crate::keyspace::{Bernoulli, KeyPicker, Rng};
@@ -122,7 +122,10 @@ impl<'a> Worker<'a> {
             // back to epoll rather than failing the run. TLS too: rustls seals and opens the
             // records in the sockets' buffers (`tlsbuf.rs`).
             uring: if plan.io != IoBackend::Epoll {
-                Uring::new(room * (plan.connections / plan.threads + 1))
+                Uring::new(
+                    room * (plan.connections / plan.threads + 1),
+                    multishot_for(plan.sizes.max()),
+                )
             } else {
                 None
             },
