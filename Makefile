@@ -20,9 +20,10 @@ run: packages-run setup bytecode
 
 # The set-up and the engine's own checks run side by side (-j2): pip, its downloads and the Maven/npm
 # drivers leave a core idle that clippy and the debug build use. -O prints each one's output whole.
-# Then the tests three at a time (a file's fixtures once, the longest files first: conftest.py; on 2 cores,
-# as the tests wait on servers and subprocesses about a third of the time: 334 s against 412 s two at a
-# time), those that race a kill, a failover or a signal two at a time (marked serial: they mostly wait),
+# Then the tests four at a time (a file's fixtures once, the longest files first: conftest.py; on 2 cores,
+# as the tests wait on servers and subprocesses about half the time: 325 s against 353 s three at a time,
+# quiet), those that race a kill, a failover or a signal three at a time (marked serial: they mostly wait;
+# 98 s against 133 s two at a time),
 # and last, by itself, each test that times a latency, a rate or a schedule (marked alone; conftest.py
 # says why). Each pass names its ten slowest tests. PYTHONDONTWRITEBYTECODE is emptied for them: pytest
 # then keeps each test module as it rewrote its asserts, and a later pass collects in ~3 s, not ~7 s.
@@ -30,8 +31,8 @@ test: PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 test: packages-test
 	$(MAKE) -j2 -O --no-print-directory setup-test bytecode engine-check
 	$(BIN)/ruff check src tests benchmarks
-	$(PYTEST) -q -n 3 --dist loadfile --no-loadscope-reorder -m 'not serial and not alone' --durations=10
-	$(PYTEST) -q -n 2 --dist loadfile --no-loadscope-reorder -m serial --durations=10
+	$(PYTEST) -q -n 4 --dist loadfile --no-loadscope-reorder -m 'not serial and not alone' --durations=10
+	$(PYTEST) -q -n 3 --dist loadfile --no-loadscope-reorder -m serial --durations=10
 	$(PYTEST) -q -m alone --durations=10
 
 # cachemark's own modules compiled once (an up-to-date one is skipped): with PYTHONDONTWRITEBYTECODE set,
