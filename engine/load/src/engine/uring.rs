@@ -727,12 +727,9 @@ mod tests {
 
     #[test]
     fn sends_receives_and_reports_a_close() {
-        let Some(mut u) = ring(1) else {
+        let Some((mut u, mut socks, mut peer)) = one_socket() else {
             return;
         };
-        let (s, mut peer) = connected();
-        let mut socks = vec![s];
-        u.arm(0);
         exchange(&mut u, &mut socks, &mut peer);
 
         // A value discarded unread (MSG_TRUNC): counted, not copied; what follows is read.
@@ -762,13 +759,10 @@ mod tests {
 
     #[test]
     fn a_multishot_recv_outlasts_its_pool_and_hands_every_byte_on() {
-        let Some(mut u) = ring(1) else {
+        let Some((mut u, mut socks, mut peer)) = one_socket() else {
             return;
         };
         let multishot = u.pool.is_some();
-        let (s, mut peer) = connected();
-        let mut socks = vec![s];
-        u.arm(0);
         // Far more than the pool holds (64 buffers of 16 KiB), sent at once: the kernel runs
         // out of buffers (ENOBUFS ends the RECV, armed again) and every byte still arrives once.
         let sent: Vec<u8> = (0..4_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -804,12 +798,9 @@ mod tests {
 
     #[test]
     fn multishot_bytes_arrive_in_order() {
-        let Some(mut u) = ring(1) else {
+        let Some((mut u, mut socks, mut peer)) = one_socket() else {
             return;
         };
-        let (s, mut peer) = connected();
-        let mut socks = vec![s];
-        u.arm(0);
         let sent: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
         let copy = sent.clone();
         let writer = std::thread::spawn(move || {
@@ -823,6 +814,25 @@ mod tests {
         }
         assert!(socks[0].rbuf == sent, "the bytes, in order, once");
         drop(writer.join().unwrap());
+        assert!(matches!(next(&mut u, &mut socks), Completion::Closed));
+    }
+
+    #[test]
+    fn a_kernel_without_multishot_recvs_turns_the_ring_to_single_shot_ones() {
+        let Some((mut u, mut socks, mut peer)) = one_socket() else {
+            return;
+        };
+        if u.pool.is_none() {
+            eprintln!("no buffer rings on this kernel: single-shot RECVs already");
+            return;
+        }
+        // What a 5.19 kernel (buffer rings, no multishot RECV) answers the first RECV_MULTI: EINVAL,
+        // without F_MORE. The ring lets its pool go and the socket is armed again, single-shot.
+        let refused = (TAG_RECV_MULTI, -libc::EINVAL, 0); // socket 0 (user data: index << 8 | tag)
+        assert!(u.complete(refused, &mut socks).is_none());
+        assert!(u.pool.is_none() && !socks[0].recv_busy);
+        exchange(&mut u, &mut socks, &mut peer);
+        drop(peer);
         assert!(matches!(next(&mut u, &mut socks), Completion::Closed));
     }
 
@@ -874,12 +884,9 @@ mod tests {
 
     #[test]
     fn a_socket_connected_again_waits_for_its_old_connections_recv() {
-        let Some(mut u) = ring(1) else {
+        let Some((mut u, mut socks, _old_peer)) = one_socket() else {
             return;
         };
-        let (s, _old_peer) = connected();
-        let mut socks = vec![s];
-        u.arm(0);
         u.round(&mut socks, b"", 1_000_000).unwrap();
         assert!(socks[0].recv_busy);
         // The worker's fail_sock, then at once its reconnect (a closed-loop client's next op).
@@ -903,6 +910,15 @@ mod tests {
             eprintln!("io_uring unavailable here: skipped");
         }
         u
+    }
+
+    /// A ring for one socket, connected to `peer` and listed for a RECV in the next round, or
+    /// `None` (said) where this kernel or sandbox has no io_uring.
+    fn one_socket() -> Option<(Uring, Vec<Sock>, std::net::TcpStream)> {
+        let mut u = ring(1)?;
+        let (s, peer) = connected();
+        u.arm(0);
+        Some((u, vec![s], peer))
     }
 
     /// A ring for `n` sockets with a table of registered ones, or `None` (said) where this
