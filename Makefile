@@ -22,8 +22,9 @@ run: packages-run setup bytecode
 # drivers leave a core idle that clippy and the debug build use. -O prints each one's output whole.
 # Then the tests four at a time (a file's fixtures once, the longest files first: conftest.py; on 2 cores,
 # as the tests wait on servers and subprocesses about half the time: 325 s against 353 s three at a time,
-# quiet), those that race a kill, a failover or a signal three at a time (marked serial: they mostly wait;
-# 98 s against 133 s two at a time),
+# quiet), those that race a kill, a failover or a signal four at a time too (marked serial: they mostly
+# wait; 80-83 s against 95 s three at a time, quiet, three runs each; the longest file, test_redis_cluster.py's
+# failovers, is then most of the pass),
 # and last, by itself, each test that times a latency, a rate or a schedule (marked alone; conftest.py
 # says why). Each pass names its ten slowest tests. PYTHONDONTWRITEBYTECODE is emptied for them: pytest
 # then keeps each test module as it rewrote its asserts, and a later pass collects in ~3 s, not ~7 s.
@@ -32,7 +33,7 @@ test: packages-test
 	$(MAKE) -j2 -O --no-print-directory setup-test bytecode engine-check
 	$(BIN)/ruff check src tests benchmarks
 	$(PYTEST) -q -n 4 --dist loadfile --no-loadscope-reorder -m 'not serial and not alone' --durations=10
-	$(PYTEST) -q -n 3 --dist loadfile --no-loadscope-reorder -m serial --durations=10
+	$(PYTEST) -q -n 4 --dist loadfile --no-loadscope-reorder -m serial --durations=10
 	$(PYTEST) -q -m alone --durations=10
 
 # cachemark's own modules compiled once (an up-to-date one is skipped): with PYTHONDONTWRITEBYTECODE set,

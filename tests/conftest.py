@@ -48,13 +48,13 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # `make test` runs the other tests four at a time (pytest-xdist), then the serial ones three at a time,
+    # `make test` runs the other tests four at a time (pytest-xdist), then the serial ones four at a time,
     # then the timed ones alone. Four at a time keep both cores busy (each waits about half its time): a
     # failover, a kill or a signal raced there would move the timeouts and windows it asserts. The serial
     # ones mostly wait (on a node timeout, a stall, a signal's moment: a third of a core each on average),
-    # so three of them side by side take about one core of the two. A test that times a latency, a rate
+    # so four of them side by side take about one and a third of the two. A test that times a latency, a rate
     # or a schedule against ground truth has nothing beside it.
-    config.addinivalue_line("markers", "serial: races a signal, a kill or a failover; runs beside two others at most")
+    config.addinivalue_line("markers", "serial: races a signal, a kill or a failover; runs beside three others at most")
     config.addinivalue_line("markers", "alone: times a latency, a rate or a schedule; runs by itself, last")
 
 
