@@ -273,6 +273,21 @@ def scheme(name: str, shown: str = "") -> Scheme:
                         f"known: {', '.join(schemes())}") from None
 
 
+def adapter_modules(scheme_name: str, path: str) -> list[str]:
+    """The modules a target's adapter comes from (a ``spawn:<kind>`` target's: the scheme its server is
+    reached by), for the workers' fork server to import before it forks any; a scheme that nests other
+    targets (django, twolevel) adds redis-py's adapter, the store they most often wrap.
+
+    >>> adapter_modules("spawn", "memcached"), adapter_modules("twolevel", "")
+    (['cachemark.backends.memcached'], ['cachemark.backends.twolevel', 'cachemark.backends.redis'])
+    """
+    row = spawned_as(path) if scheme(scheme_name).spawner else scheme(scheme_name)
+    modules = [row.adapter.split(":")[0]]
+    if row.nested:
+        modules.append(_SCHEMES["redis"].adapter.split(":")[0])
+    return modules
+
+
 def find_scheme(name: str) -> Scheme | None:
     """The row of a scheme, or None (for callers that have a fallback)."""
     return _SCHEMES.get(name)

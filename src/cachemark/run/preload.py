@@ -1,6 +1,5 @@
 """What the workers' fork server imports before it forks any: Ctrl-C, SIGTERM and SIGHUP
-ignored first, then the worker module and the Redis adapter (redis-py: ~0.1 s that each
-worker of each Redis run would otherwise spend importing it after its fork).
+ignored first, then the worker module (the run's adapters follow: forkserver.py).
 
 A terminal's Ctrl-C reaches the fork server too (same process group). The fork server
 ignores it once it is up, but only after its imports; one arriving while it imports numpy
@@ -16,5 +15,4 @@ import signal
 for _name in ("SIGINT", "SIGTERM", "SIGHUP"):
     signal.signal(getattr(signal, _name), signal.SIG_IGN)
 
-import cachemark.backends.redis  # noqa: E402, F401 — the most used client library
 import cachemark.run.worker  # noqa: E402, F401 — the point of this module
