@@ -23,18 +23,20 @@ run: packages-run setup bytecode
 # Then the tests four at a time (a file's fixtures once, the longest files first: conftest.py; on 2 cores,
 # as the tests wait on servers and subprocesses about half the time: 325 s against 353 s three at a time,
 # quiet), those that race a kill, a failover or a signal four at a time too (marked serial: they mostly
-# wait; 80-83 s against 95 s three at a time, quiet, three runs each; the longest file, test_redis_cluster.py's
-# failovers, is then most of the pass),
+# wait; 76 s against 95 s three at a time, quiet, with the cluster's failovers in a file of their own),
 # and last, by itself, each test that times a latency, a rate or a schedule (marked alone; conftest.py
-# says why). Each pass names its ten slowest tests. PYTHONDONTWRITEBYTECODE is emptied for them: pytest
-# then keeps each test module as it rewrote its asserts, and a later pass collects in ~3 s, not ~7 s.
+# says why). The last two passes collect only the files that name their marker (conftest.py checks that
+# a marked test's file does): four workers collecting every file took ~14 s of CPU. Each pass names its
+# ten slowest tests. PYTHONDONTWRITEBYTECODE is emptied for them: pytest then keeps each test module as
+# it rewrote its asserts, and a later pass collects in ~3 s, not ~7 s.
 test: PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+marked = $(shell grep -l 'mark\.$(1)' tests/test_*.py)
 test: packages-test
 	$(MAKE) -j2 -O --no-print-directory setup-test bytecode engine-check
 	$(BIN)/ruff check src tests benchmarks
 	$(PYTEST) -q -n 4 --dist loadfile --no-loadscope-reorder -m 'not serial and not alone' --durations=10
-	$(PYTEST) -q -n 4 --dist loadfile --no-loadscope-reorder -m serial --durations=10
-	$(PYTEST) -q -m alone --durations=10
+	$(PYTEST) -q -n 4 --dist loadfile --no-loadscope-reorder -m serial --durations=10 $(call marked,serial)
+	$(PYTEST) -q -m alone --durations=10 $(call marked,alone)
 
 # cachemark's own modules compiled once (an up-to-date one is skipped): with PYTHONDONTWRITEBYTECODE set,
 # as in many CI images, every process would otherwise compile them again (~0.3 s per CLI or worker start)

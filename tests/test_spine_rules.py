@@ -8,6 +8,7 @@ a RESP server added as one row, accepted by every command that reaches a server.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -30,9 +31,10 @@ NOT_SCHEMES = {
 }
 
 
-def _modules() -> list[tuple[str, ast.Module]]:
-    return [(str(path.relative_to(SRC)), ast.parse(path.read_text(encoding="utf-8"), str(path)))
-            for path in sorted(SRC.rglob("*.py"))]
+@functools.cache  # parsed once for the file's scans (~1.2 s of CPU each), which only read the trees
+def _modules() -> tuple[tuple[str, ast.Module], ...]:
+    return tuple((str(path.relative_to(SRC)), ast.parse(path.read_text(encoding="utf-8"), str(path)))
+                 for path in sorted(SRC.rglob("*.py")))
 
 
 def _identifiers(tree: ast.AST) -> set[str]:
