@@ -1,6 +1,6 @@
 """The fork server the Python workers come from, and starting it as early as a run knows it needs it.
 
-The fork server imports the worker module once (through `preload`, ~0.3 s: numpy, pydantic,
+The fork server imports the worker module once (through `preload`, ~0.4 s: numpy, pydantic,
 the backends) and the adapters of the run's targets, then forks every worker of every run.
 :func:`context` starts it, deaf to the terminal's signals, on first use; :func:`start_early` does
 so as soon as ``cachemark run`` has an experiment with a target on Python workers, so those
