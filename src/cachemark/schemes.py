@@ -88,6 +88,10 @@ class Scheme:
     spawner: bool = False
 
     @property
+    def adapter_module(self) -> str:
+        return self.adapter.split(":")[0]
+
+    @property
     def network(self) -> bool:
         """A server a network profile's TCP proxy can stand in front of (hosts and ports of its own)."""
         return self.default_port is not None and not (self.unix or self.cluster or self.failover_grace is not None)
@@ -282,10 +286,7 @@ def adapter_modules(scheme_name: str, path: str) -> list[str]:
     (['cachemark.backends.memcached'], ['cachemark.backends.twolevel', 'cachemark.backends.redis'])
     """
     row = spawned_as(path) if scheme(scheme_name).spawner else scheme(scheme_name)
-    modules = [row.adapter.split(":")[0]]
-    if row.nested:
-        modules.append(_SCHEMES["redis"].adapter.split(":")[0])
-    return modules
+    return [row.adapter_module, _SCHEMES["redis"].adapter_module] if row.nested else [row.adapter_module]
 
 
 def find_scheme(name: str) -> Scheme | None:
