@@ -252,7 +252,8 @@ def _agent_environment() -> dict[str, str]:
     ``MALLOC_TRIM_THRESHOLD_`` of 64 KiB makes glibc hand memory back at every turn, which
     slows an allocating Python op loop (a single-host run has glibc's default). numpy's BLAS
     on one thread, as in the command line's own processes (`procs.one_blas_thread`)."""
-    env = one_blas_thread({**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    one_blas_thread(env)
     try:
         import dask
 
