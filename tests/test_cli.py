@@ -105,24 +105,6 @@ def test_ctrl_c_while_the_command_still_imports_ends_quietly(monkeypatch, capsys
     assert capsys.readouterr().err == "cachemark: interrupted\n"
 
 
-def test_the_command_line_holds_numpy_to_one_blas_thread(tmp_path):
-    """numpy's OpenBLAS starts a thread per core at import, ~0.05 s of CPU in every process a run starts:
-    the command sets one thread before numpy comes (a user's own count stands). Counted in /proc at exit."""
-    probe = tmp_path / "probe.py"
-    probe.write_text("import atexit, os, sys\n"
-                     "sys.argv = ['cachemark', 'run', '-t', 'nosuch://x']\n"
-                     "from cachemark import entry\n"
-                     "atexit.register(lambda: print(len(os.listdir('/proc/self/task')), 'numpy' in sys.modules,\n"
-                     "                              os.environ['OPENBLAS_NUM_THREADS']))\n"
-                     "entry.main()\n")
-    for given, expected in ((None, "1 True 1"), ("2", "2 True 2")):
-        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-        if given:
-            env["OPENBLAS_NUM_THREADS"] = given
-        ran = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=env, timeout=60)
-        assert ran.returncode == 2 and ran.stdout.split() == expected.split(), (given, ran.stdout, ran.stderr)
-
-
 @pytest.fixture
 def cli_in_process(monkeypatch):
     """cachemark's main in this process, its signal handlers, hooks and title put back afterwards."""

@@ -12,8 +12,6 @@ import os
 import signal
 import sys
 
-from .procs import one_blas_thread
-
 
 def _interrupted_while_importing(signum: int, frame: object) -> None:
     sys.stderr.write("cachemark: interrupted\n")
@@ -22,7 +20,6 @@ def _interrupted_while_importing(signum: int, frame: object) -> None:
 
 
 def main() -> None:
-    one_blas_thread(os.environ)  # before numpy is imported, here and in every process we start
     previous = signal.signal(signal.SIGINT, _interrupted_while_importing)
     try:
         from .cli import main as cli_main

@@ -9,16 +9,6 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import MutableMapping
-
-
-def one_blas_thread(env: MutableMapping[str, str]) -> None:
-    """``env`` with numpy's OpenBLAS held to one thread unless the user chose a count. cachemark does
-    no matrix work worth a thread pool, and the pool costs each process that imports numpy ~0.05 s of
-    CPU at start (its threads spin up and wait), CPU the run's own load would otherwise have: a
-    `cachemark run` starts two such processes (itself and its workers' fork server). Set before numpy
-    is imported, or for the processes we start."""
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def stat_fields(pid: int) -> list[bytes]:

@@ -6,7 +6,6 @@ Errors a user can cause end as one line on stderr and exit code 2; ``--debug`` (
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
 import re
@@ -65,16 +64,6 @@ def _root(
     ] = False,
 ) -> None:
     """Benchmark any cache backend a web application uses, with numbers worth trusting."""
-
-
-def _cluster_session(text: str | None) -> contextlib.AbstractContextManager[Any]:
-    """``--cluster``'s session (`run.distributed.cluster_session`), none without it: a run on this host
-    does not import the Dask module (~30 ms of every run's start)."""
-    if not text:
-        return contextlib.nullcontext(None)
-    from ..run.distributed import cluster_session
-
-    return cluster_session(text)
 
 
 def _workload_flags(**flags: Any) -> dict[str, Any]:
@@ -243,12 +232,13 @@ def run(
         from ..run.forkserver import start_early
 
         start_early(experiment.targets)
+    from ..run.distributed import cluster_session
     from ..scratch import directory as scratch_directory
     from .session import run_experiment
 
     if experiment.workload.trace is not None and cluster:
         raise SpecError("--trace with --cluster: a replay's shares are prepared on this host; not yet supported")
-    with _cluster_session(cluster) as on_cluster, scratch_directory("cachemark-replay-") as scratch:
+    with cluster_session(cluster) as on_cluster, scratch_directory("cachemark-replay-") as scratch:
         from ..plan import with_trace
 
         experiment = with_trace(experiment, scratch)  # a trace replay: read once, split over the workers

@@ -38,7 +38,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from ..procs import one_blas_thread, stat_fields
+from ..procs import stat_fields
 from .messages import (
     AgentBeat,
     AgentDied,
@@ -250,10 +250,8 @@ def _is_resource_tracker(pid: int) -> bool:
 def _agent_environment() -> dict[str, str]:
     """The Dask worker's environment without what its nanny set for Dask's own sake: a
     ``MALLOC_TRIM_THRESHOLD_`` of 64 KiB makes glibc hand memory back at every turn, which
-    slows an allocating Python op loop (a single-host run has glibc's default). numpy's BLAS
-    on one thread, as in the command line's own processes (`procs.one_blas_thread`)."""
+    slows an allocating Python op loop (a single-host run has glibc's default)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    one_blas_thread(env)
     try:
         import dask
 
