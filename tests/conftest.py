@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_zygote
 from cachemark.errors import BackendMissing
 from cachemark.lab import LocalServer, server_class
 
@@ -199,11 +200,17 @@ def scratch_dir(tmp_path: Path) -> Path:
 # --- the command line, as a user runs it -----------------------------------------
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``cachemark ARGS`` in a subprocess with a wide, non-terminal output (as in CI logs)."""
-    env = {**os.environ, "COLUMNS": "200"}
+def run_cli(*args: str, cwd: Path | str, timeout: float = 300, env: dict[str, str] | None = None,
+            stdin: int | None = None, fresh: bool = False) -> subprocess.CompletedProcess:
+    """``cachemark ARGS`` in a process of its own, as ``subprocess.run(..., capture_output=True, text=True)``
+    runs it, by default with a wide, non-terminal output (as in CI logs): forked from this worker's zygote,
+    which has imported the command once (cli_zygote.py says what it keeps of a fresh process), or with
+    ``fresh``, in a fresh interpreter (for a test of the start itself)."""
+    env = {**os.environ, "COLUMNS": "200"} if env is None else env
+    if not fresh and not os.environ.get("CACHEMARK_TESTS_FRESH"):
+        return cli_zygote.run(list(args), cwd=str(cwd), env=env, timeout=timeout, stdin=stdin)
     return subprocess.run([sys.executable, "-m", "cachemark", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=timeout, env=env, stdin=stdin)
 
 
 @pytest.fixture

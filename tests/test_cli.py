@@ -12,6 +12,7 @@ import time
 import pytest
 
 from cachemark import entry
+from conftest import run_cli
 
 
 def test_run_prints_the_table_and_saves_results(tmp_path, cachemark):
@@ -278,9 +279,8 @@ def test_the_starting_line_cuts_and_escapes_a_label(tmp_path, cachemark):
 
 def test_every_target_skipped_is_not_a_success(tmp_path):
     env = {**os.environ, "PATH": "/nonexistent", "COLUMNS": "200"}
-    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", "spawn:memcached", "--duration", "0.2s",
-                             "--no-calibrate", "-o", "out.json"], cwd=tmp_path, capture_output=True, text=True,
-                            env=env, timeout=120)
+    result = run_cli("run", "-t", "spawn:memcached", "--duration", "0.2s", "--no-calibrate", "-o", "out.json",
+                     cwd=tmp_path, env=env, timeout=120)
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert "every target was skipped" in result.stdout
     assert json.loads((tmp_path / "out.json").read_text())["runs"][0]["status"] == "skipped"

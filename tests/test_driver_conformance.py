@@ -44,6 +44,7 @@ from cachemark.spec import Workload
 from cachemark.target import parse_target
 from cachemark.workload.ops import mix_entries, split_ops, tags_for_key
 from cachemark.workload.values import make_value, value_header
+from conftest import run_cli
 from driver_kit import (  # noqa: E402
     needs_driver,
     op,
@@ -750,10 +751,8 @@ def test_a_password_is_used_and_a_bad_one_is_one_line_exit_2(name, kind, request
     else:
         server = server_of(request, kind)
         wrong = server.url().replace("//", "//user:wrong@", 1)
-    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", with_client(wrong, name), "--mix",
-                             "get=100", "--ops", "10", "--warmup", "0", "--no-calibrate", "-o", "out.json"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "COLUMNS": "200"})
+    result = run_cli("run", "-t", with_client(wrong, name), "--mix", "get=100", "--ops", "10", "--warmup", "0",
+                     "--no-calibrate", "-o", "out.json", cwd=tmp_path, timeout=120)
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith("cachemark: error: ") and "wrong" not in lines[0], lines

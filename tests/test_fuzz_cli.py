@@ -56,6 +56,8 @@ from urllib.parse import quote
 
 import pytest
 
+from conftest import run_cli
+
 SEED = 20261123
 CASES = {"target": 5000, "toml": 2600, "results": 2400}
 CASE_LIMIT_S = 2.0  # a case slower than this is a hang (the slowest legitimate ones take ~0.1 s)
@@ -809,8 +811,7 @@ def test_a_preset_name_is_never_a_path():
 
 
 def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cachemark", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    return run_cli(*args, cwd=cwd, timeout=120, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize(("setup", "args", "message"), [

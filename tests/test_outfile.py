@@ -8,7 +8,6 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from cachemark import outfile
 from cachemark.errors import UserError
 from cachemark.workload.traces import TraceWriter
+from conftest import run_cli
 
 DATA = Path(__file__).parent / "data"
 
@@ -86,8 +86,7 @@ def test_dash_is_standard_output(capsysbinary) -> None:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cachemark", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    return run_cli(*args, cwd=cwd, timeout=120, env=dict(os.environ), stdin=subprocess.DEVNULL)
 
 
 def _refused(done: subprocess.CompletedProcess, kind: str) -> None:

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from cachemark.report.figures import fmt_latency, fmt_rate
 from cachemark.report.fitted_table import print_fitted
 from cachemark.report.table import COLUMNS, render, rows
 from cachemark.results import as_model, as_run
+from conftest import run_cli
 
 DATA = Path(__file__).parent / "data"
 REPORT_DOC = DATA / "report-doc.json"
@@ -38,8 +38,7 @@ def cli(*args: str, columns: int, cwd: Path, timeout: float = 300) -> subprocess
     """``cachemark ARGS`` as a user runs it, stdout piped, at ``COLUMNS=columns``."""
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
     env["COLUMNS"] = str(columns)
-    result = subprocess.run([sys.executable, "-m", "cachemark", *args], cwd=cwd, capture_output=True, text=True,
-                            timeout=timeout, env=env)
+    result = run_cli(*args, cwd=cwd, timeout=timeout, env=env)
     assert result.returncode == 0, (result.stdout, result.stderr)
     return result
 

@@ -17,6 +17,7 @@ import pytest
 
 from cachemark.errors import SpecError, UserError
 from cachemark.lab.network import parse_network
+from conftest import run_cli
 
 NO_SERVER = "redis://127.0.0.1:1"  # nothing listens: a value refused up front never reaches it
 
@@ -240,9 +241,8 @@ def test_a_target_skipped_for_a_missing_runtime_makes_the_exit_code_1(tmp_path):
     path = ":".join(p for p in os.environ["PATH"].split(":") if p and Path(p).resolve() != Path(redis).parent.resolve())
     assert shutil.which("redis-server", path=path) is None
     env = {**os.environ, "PATH": path, "COLUMNS": "200"}
-    result = subprocess.run([sys.executable, "-m", "cachemark", "run", "-t", "memory://", "-t", "spawn:redis",
-                             "--duration", "0.2s", "--warmup", "0", "--keys", "10", "--no-calibrate", "-o", "r.json"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    result = run_cli("run", "-t", "memory://", "-t", "spawn:redis", "--duration", "0.2s", "--warmup", "0", "--keys",
+                     "10", "--no-calibrate", "-o", "r.json", cwd=tmp_path, timeout=120, env=env)
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert any("skipped" in line and "redis" in line for line in result.stdout.splitlines()), result.stdout
     statuses = [run["status"] for run in json.loads((tmp_path / "r.json").read_text())["runs"]]

@@ -22,6 +22,7 @@ import pytest
 from cachemark.errors import UserError
 from cachemark.outfile import write_text
 from cachemark.results import SCHEMA, as_model, load, write_atomic
+from conftest import run_cli
 
 pytest_plugins = ["report_fixtures"]
 
@@ -53,16 +54,14 @@ def test_a_command_line_run_loads_and_every_report_reads_it(tmp_path):
         "[workload]\nkeys = 200\nwarmup = 0\nworkers = 1\nrate = 400.0\n"
         '[[workload.phases]]\nname = "fill"\nmix = { set = 1 }\nduration = "0.3s"\n'
         '[[workload.phases]]\nname = "read"\nmix = { exists = 1, get = 3, get_many = 1 }\nduration = "0.3s"\n')
-    run = subprocess.run([sys.executable, "-m", "cachemark", "run", "two.toml", "--no-calibrate", "-o", "r.json"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run = run_cli("run", "two.toml", "--no-calibrate", "-o", "r.json", cwd=tmp_path, env=dict(os.environ))
     assert run.returncode == 0, run.stderr
     document = load(tmp_path / "r.json")
     assert [r["status"] for r in document["runs"]] == ["ok", "ok", "ok"]
     assert all(p["mode"] == "open" for r in document["runs"] for p in r["phases"])
     for args in (["show", "r.json"], ["report", "r.json"], ["report", "r.json", "-f", "csv", "-o", "-"],
                  ["compare", "r.json", "r.json"], ["thresholds", "r.json", "--metric", "ops"]):
-        result = subprocess.run([sys.executable, "-m", "cachemark", *args], cwd=tmp_path, capture_output=True,
-                                text=True, timeout=120)
+        result = run_cli(*args, cwd=tmp_path, timeout=120, env=dict(os.environ))
         assert result.returncode == 0, (args, result.stderr)
 
 

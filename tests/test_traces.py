@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ from cachemark.workload.traces import (
     trace_stats,
 )
 from cachemark.workload.traces.source import peek
+from conftest import run_cli
 
 # (t_us, op, key, key_size, value_size, ttl_s, client)
 Expected = tuple[int, str, bytes, int, int, int, int]
@@ -526,7 +528,7 @@ def _invoke(*args: str):  # noqa: ANN202
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cachemark", *args], capture_output=True, text=True, timeout=120)
+    return run_cli(*args, cwd=os.getcwd(), timeout=120, env=dict(os.environ))
 
 
 def test_vectorised_twitter_parser_agrees_with_the_line_parser() -> None:

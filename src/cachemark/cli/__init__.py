@@ -7,6 +7,7 @@ Errors a user can cause end as one line on stderr and exit code 2; ``--debug`` (
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import sys
@@ -35,6 +36,8 @@ from .terminal import make_console
 from .trace_commands import trace_app
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..results import ResultsDocument
 
 app = typer.Typer(
@@ -42,8 +45,14 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Benchmark any cache backend a web application uses, with numbers worth trusting.",
 )
-# Piped output (CI logs, files) gets a wide table; a bad COLUMNS cannot break any command.
-console = make_console()
+
+
+@functools.cache
+def _console() -> Console:
+    """The command's console, made when it first prints: its width follows ``COLUMNS`` and the output as they
+    are when the command runs, not when this module was imported. Piped output (CI logs, files) gets a wide
+    table; a bad ``COLUMNS`` cannot break any command."""
+    return make_console()
 
 
 def _debug_requested() -> bool:
@@ -52,7 +61,7 @@ def _debug_requested() -> bool:
 
 def _print_version(value: bool) -> None:
     if value:
-        console.print(f"cachemark {__version__}")
+        _console().print(f"cachemark {__version__}")
         raise typer.Exit()
 
 
@@ -242,9 +251,9 @@ def run(
         from ..plan import with_trace
 
         experiment = with_trace(experiment, scratch)  # a trace replay: read once, split over the workers
-        document, path = run_experiment(experiment, out=results_path, calibrate=calibrate, console=console,
+        document, path = run_experiment(experiment, out=results_path, calibrate=calibrate, console=_console(),
                                         cluster=on_cluster)
-    console.print(f"results: {path}", markup=False, highlight=False)
+    _console().print(f"results: {path}", markup=False, highlight=False)
     reports = [(report_path, report_format)] if report_path is not None and report_format is not None else []
     _write_reports(document, [*reports, *([(path.with_suffix(".html"), "html")] if html else [])])
     _exit_for(document, allow_errors)
@@ -256,7 +265,7 @@ def _write_reports(document: ResultsDocument, reports: list[tuple[Path, str]]) -
 
     for where_to, fmt in reports:
         outfile.write_text(where_to, render_format(document, fmt), "the report")
-        console.print(f"report: {where_to}", markup=False, highlight=False)
+        _console().print(f"report: {where_to}", markup=False, highlight=False)
 
 
 def _exit_for(document: ResultsDocument, allow_errors: bool) -> None:
@@ -267,18 +276,18 @@ def _exit_for(document: ResultsDocument, allow_errors: bool) -> None:
     untrusted = untrusted_runs(document)
     if untrusted and not allow_errors:
         for line in untrusted:
-            console.print(line, markup=False, highlight=False)
-        console.print("exit 1: the figures above include failed ops or a cache that keeps nothing "
+            _console().print(line, markup=False, highlight=False)
+        _console().print("exit 1: the figures above include failed ops or a cache that keeps nothing "
                       "(--allow-errors exits 0 anyway)", markup=False, highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)
     skipped = [run for run in runs if run.status == "skipped"]
     if skipped and len(skipped) == len(runs):
-        console.print("nothing was measured: every target was skipped (see the reasons above)", markup=False,
+        _console().print("nothing was measured: every target was skipped (see the reasons above)", markup=False,
                       highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)
     if skipped:  # exit 0 means every run was measured
         for run in skipped:
-            console.print(f"exit 1: {run.label} was skipped: {one_line(run.reason or 'no reason recorded')}",
+            _console().print(f"exit 1: {run.label} was skipped: {one_line(run.reason or 'no reason recorded')}",
                           markup=False, highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)
 
@@ -289,7 +298,7 @@ def show(results: Annotated[Path, typer.Argument(help="A results JSON file.")]) 
     from ..report.table import render
     from ..results import load
 
-    render(load(results).model, console)  # the typed document alone: the file's dict goes before the table
+    render(load(results).model, _console())  # the typed document alone: the file's dict goes before the table
 
 
 @app.command()
@@ -299,14 +308,14 @@ def targets() -> None:
     from ..lab import kinds
     from ..run.driver import DRIVERS
 
-    console.print("schemes: " + ", ".join(f"{s}://" for s in schemes()))
-    console.print("spawn:   " + ", ".join(f"spawn:{k}" for k in kinds()))
-    console.print("sockets: redis+unix:///path.sock?db=N, memcached+unix:///path.sock (Unix domain sockets, "
+    _console().print("schemes: " + ", ".join(f"{s}://" for s in schemes()))
+    _console().print("spawn:   " + ", ".join(f"spawn:{k}" for k in kinds()))
+    _console().print("sockets: redis+unix:///path.sock?db=N, memcached+unix:///path.sock (Unix domain sockets, "
                   "no --network); spawn:redis?unix=1, spawn:memcached?unix=1 give one", markup=False, highlight=False)
-    console.print("tls:     rediss://…?ssl_ca_certs=ca.pem[&ssl_certfile=…&ssl_keyfile=…|&ssl_cert_reqs=none], "
+    _console().print("tls:     rediss://…?ssl_ca_certs=ca.pem[&ssl_certfile=…&ssl_keyfile=…|&ssl_cert_reqs=none], "
                   "memcached://…?tls=1&ssl_ca_certs=…; spawn:redis?tls=1, spawn:memcached?tls=1 give one",
                   markup=False, highlight=False)
-    console.print("clients: ?client=engine (redis, memcached: the native Rust engine); "
+    _console().print("clients: ?client=engine (redis, memcached: the native Rust engine); "
                   + "; ".join(f"?client={d.name} ({', '.join(sorted(d.schemes))}: docs/drivers.md)"
                               for d in DRIVERS.values()), markup=False, highlight=False)
 
@@ -324,7 +333,7 @@ def presets() -> None:
     listing.add_column()
     for name, description in describe_presets():
         listing.add_row(Text(name), Text(description))
-    console.print(listing)
+    _console().print(listing)
 
 
 app.command("report")(report_command)
