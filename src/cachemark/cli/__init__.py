@@ -270,24 +270,24 @@ def _write_reports(document: ResultsDocument, reports: list[tuple[Path, str]]) -
 
 def _exit_for(document: ResultsDocument, allow_errors: bool) -> None:
     """Exit 1, with its line, unless every run measured a working cache (the README's exit codes)."""
-    runs = document.runs
+    console, runs = _console(), document.runs
     if any(run.status == "failed" for run in runs):
         raise typer.Exit(EXIT_RUN_FAILED)  # each failed run's reason is already on the screen
     untrusted = untrusted_runs(document)
     if untrusted and not allow_errors:
         for line in untrusted:
-            _console().print(line, markup=False, highlight=False)
-        _console().print("exit 1: the figures above include failed ops or a cache that keeps nothing "
+            console.print(line, markup=False, highlight=False)
+        console.print("exit 1: the figures above include failed ops or a cache that keeps nothing "
                       "(--allow-errors exits 0 anyway)", markup=False, highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)
     skipped = [run for run in runs if run.status == "skipped"]
     if skipped and len(skipped) == len(runs):
-        _console().print("nothing was measured: every target was skipped (see the reasons above)", markup=False,
+        console.print("nothing was measured: every target was skipped (see the reasons above)", markup=False,
                       highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)
     if skipped:  # exit 0 means every run was measured
         for run in skipped:
-            _console().print(f"exit 1: {run.label} was skipped: {one_line(run.reason or 'no reason recorded')}",
+            console.print(f"exit 1: {run.label} was skipped: {one_line(run.reason or 'no reason recorded')}",
                           markup=False, highlight=False)
         raise typer.Exit(EXIT_RUN_FAILED)
 
@@ -308,14 +308,15 @@ def targets() -> None:
     from ..lab import kinds
     from ..run.driver import DRIVERS
 
-    _console().print("schemes: " + ", ".join(f"{s}://" for s in schemes()))
-    _console().print("spawn:   " + ", ".join(f"spawn:{k}" for k in kinds()))
-    _console().print("sockets: redis+unix:///path.sock?db=N, memcached+unix:///path.sock (Unix domain sockets, "
+    console = _console()
+    console.print("schemes: " + ", ".join(f"{s}://" for s in schemes()))
+    console.print("spawn:   " + ", ".join(f"spawn:{k}" for k in kinds()))
+    console.print("sockets: redis+unix:///path.sock?db=N, memcached+unix:///path.sock (Unix domain sockets, "
                   "no --network); spawn:redis?unix=1, spawn:memcached?unix=1 give one", markup=False, highlight=False)
-    _console().print("tls:     rediss://…?ssl_ca_certs=ca.pem[&ssl_certfile=…&ssl_keyfile=…|&ssl_cert_reqs=none], "
+    console.print("tls:     rediss://…?ssl_ca_certs=ca.pem[&ssl_certfile=…&ssl_keyfile=…|&ssl_cert_reqs=none], "
                   "memcached://…?tls=1&ssl_ca_certs=…; spawn:redis?tls=1, spawn:memcached?tls=1 give one",
                   markup=False, highlight=False)
-    _console().print("clients: ?client=engine (redis, memcached: the native Rust engine); "
+    console.print("clients: ?client=engine (redis, memcached: the native Rust engine); "
                   + "; ".join(f"?client={d.name} ({', '.join(sorted(d.schemes))}: docs/drivers.md)"
                               for d in DRIVERS.values()), markup=False, highlight=False)
 
