@@ -33,6 +33,8 @@ import tempfile
 import threading
 import time
 
+# a zygote needs pidfds (Linux 5.3) and descriptors passed over a socket; without them, fresh processes
+AVAILABLE = hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
 # what `cachemark run` and the report commands import on their way
 PRELOAD = ("cachemark.entry", "cachemark.cli", "cachemark.cli.session", "cachemark.spec", "cachemark.results",
            "cachemark.report.formats", "cachemark.run.distributed", "cachemark.run.forkserver")
@@ -142,6 +144,12 @@ def _text(data: bytes) -> str:
     return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
 
 
+def _number(line: str, args: list[str]) -> int:
+    if not line:
+        raise RuntimeError(f"the tests' command-line zygote ended while it ran cachemark {' '.join(args)}")
+    return int(line)
+
+
 def run(args: list[str], *, cwd: str, env: dict[str, str], timeout: float,
         stdin: int | None = None) -> subprocess.CompletedProcess:
     """``subprocess.run([python, -m, cachemark, *args], capture_output=True, text=True, ...)``, forked
@@ -160,7 +168,7 @@ def run(args: list[str], *, cwd: str, env: dict[str, str], timeout: float,
         for fd in {given, out_w, err_w} - {0}:
             os.close(fd)
     reply = conn.makefile("r")
-    pid = int(reply.readline())
+    pid = _number(reply.readline(), args)
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as selector:
@@ -183,7 +191,7 @@ def run(args: list[str], *, cwd: str, env: dict[str, str], timeout: float,
                 else:
                     selector.unregister(key.fd)
                     os.close(key.fd)
-    code = int(reply.readline())  # as subprocess reports it: -N for signal N
+    code = _number(reply.readline(), args)  # the exit code as subprocess reports it: -N for signal N
     conn.close()
     return subprocess.CompletedProcess(["cachemark", *args], code, _text(b"".join(chunks[out_r])),
                                        _text(b"".join(chunks[err_r])))

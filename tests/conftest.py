@@ -207,7 +207,7 @@ def run_cli(*args: str, cwd: Path | str, timeout: float = 300, env: dict[str, st
     which has imported the command once (cli_zygote.py says what it keeps of a fresh process), or with
     ``fresh``, in a fresh interpreter (for a test of the start itself)."""
     env = {**os.environ, "COLUMNS": "200"} if env is None else env
-    if not fresh and not os.environ.get("CACHEMARK_TESTS_FRESH"):
+    if not fresh and cli_zygote.AVAILABLE and not os.environ.get("CACHEMARK_TESTS_FRESH"):
         return cli_zygote.run(list(args), cwd=str(cwd), env=env, timeout=timeout, stdin=stdin)
     return subprocess.run([sys.executable, "-m", "cachemark", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env, stdin=stdin)
