@@ -1,8 +1,8 @@
 """``python -m cachemark ARGS`` for the tests, forked from a process that has imported the command once.
 
-A command run in a fresh interpreter spends ~0.3 s of CPU before it does anything: Python's start and
+A command run in a fresh interpreter spends ~0.35 s of CPU before it does anything: Python's start and
 cachemark's imports (typer, pydantic, numpy, rich, the reports), the same every time. The suite runs
-~400 commands in its parallel pass, which is bound by the machine's CPU. So each pytest worker starts one
+~300 commands in its parallel pass, which is bound by the machine's CPU. So each pytest worker starts one
 *zygote* on first use, which imports what a command imports and then waits. For each command it forks
 a child that takes the caller's stdin and two fresh pipes for stdout and stderr (passed over a Unix
 socket), the caller's working directory, environment and arguments, and runs ``cachemark`` as
@@ -12,7 +12,7 @@ as in a fresh process. The caller reads both pipes to their end and decodes them
 does with ``text=True``; the zygote waits for the child and sends its exit code.
 
 What a child does not repeat is the interpreter's start and the imports: the tests of those (a Ctrl-C
-while they run, the installed wheel, our command line as ``ps`` shows it) start fresh processes
+while they run, the installed wheel) start fresh processes
 (``run_cli(..., fresh=True)``, or ``subprocess`` themselves). ``CACHEMARK_TESTS_FRESH=1`` runs every
 command of the suite in a fresh process.
 """
