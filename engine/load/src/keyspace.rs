@@ -333,7 +333,7 @@ impl KeyPicker {
             cursor: start % count.max(1),
         }
     }
-    #[inline]
+    #[inline(always)]
     pub fn pick(&mut self, dist: &KeyDist, rng: &mut Rng) -> u64 {
         match dist {
             KeyDist::Uniform => rng.below(self.count),

@@ -73,6 +73,9 @@ pub(super) struct Sock {
     /// The last value read on this socket was discarded: the next read takes at most
     /// `HEAD_READ` (a reply's head), so that a large value is copied as little as possible.
     pub(super) head_first: bool,
+    /// The head of this socket's last whole hit: the plain-GET short way checks the next
+    /// reply against it first (`resp::whole_hit_hinted`).
+    pub(super) hit: crate::proto::resp::HitHint,
     /// Requests at the back of `inflight` not written yet (their `sent` is stamped on write).
     pub(super) unstamped: usize,
     /// Closed-loop Redis Cluster: requests queued while this socket still awaits
@@ -173,6 +176,7 @@ impl Sock {
             skip: 0,
             skipping: None,
             head_first: false,
+            hit: Default::default(),
             unstamped: 0,
             held: OutBuf::default(),
             held_ops: 0,

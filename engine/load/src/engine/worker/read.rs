@@ -226,7 +226,8 @@ fn take_hits(s: &mut Sock, rec: &mut Recorder, max_bulk: usize, now: u64) -> usi
         if p.kind != Kind::Get || p.flags & P_VERIFY != 0 {
             break;
         }
-        let Some((at, len)) = resp::whole_hit(&s.rbuf[s.rpos..], max_bulk) else {
+        let Some((at, len)) = resp::whole_hit_hinted(&s.rbuf[s.rpos..], &mut s.hit, max_bulk)
+        else {
             break;
         };
         complete_hit(rec, p, len, now);
